@@ -1,0 +1,43 @@
+# loadaware-epp — see README.md. The two commands: `make demo` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+STATICCHECK_VERSION := 2026.1
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME ?= 10s
+
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	$(GO) build -o bin/ ./cmd/...
+
+testdata:
+	@if [ -x scripts/testdata.sh ]; then bash scripts/testdata.sh; fi
+
+vet: deps
+	$(GO) vet ./...
+
+staticcheck: deps
+	$(STATICCHECK) ./...
+
+unit: deps testdata
+	$(GO) test -race -count=1 ./...
+
+# A short slice of every fuzz target (the long runs: `make fuzz FUZZTIME=10m`).
+fuzz-short: deps testdata
+	@bash scripts/fuzz.sh $(FUZZTIME)
+
+fuzz: deps testdata
+	@bash scripts/fuzz.sh $(FUZZTIME)
+
+test: vet staticcheck unit fuzz-short
+
+demo: deps
+	$(GO) run ./cmd/loadaware-bench demo
+
+bench: deps testdata
+	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the system packages the build needs when they are missing (fresh Debian machine).
+# Today that is libzmq3-dev (cgo, for github.com/pebbe/zmq4) and pkg-config.
+set -euo pipefail
+need=()
+dpkg -s libzmq3-dev >/dev/null 2>&1 || need+=(libzmq3-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+echo "deps: installing ${need[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,146 @@
+package scoring
+
+// LeastLoad sends each request to the endpoint with the fewest requests in flight; ties
+// go to the smallest address.
+type LeastLoad struct{}
+
+// Name implements Policy.
+func (LeastLoad) Name() string { return "leastload" }
+
+// Rank implements Policy: score = -in-flight.
+func (LeastLoad) Rank(in Input) []Ranked { return leastLoad(in, ReasonLeastLoad) }
+
+func leastLoad(in Input, reason string) []Ranked {
+	rs := base(in, reason)
+	for i := range rs {
+		rs[i].Score = -float64(rs[i].InFlight)
+	}
+	sortByScore(rs)
+	return rs
+}
+
+// LoadOnly ranks by load alone with the reason ReasonLoadOnly: what the picker does when a
+// request has no token ids to look up.
+func LoadOnly(in Input) []Ranked { return leastLoad(in, ReasonLoadOnly) }
+
+// RoundRobin takes the next endpoint in address order, one step per request.
+type RoundRobin struct{ state *State }
+
+// Name implements Policy.
+func (*RoundRobin) Name() string { return "roundrobin" }
+
+// Rank implements Policy. The ranking is the address order rotated to the current
+// position, so fallbacks are the endpoints that would come next.
+func (p *RoundRobin) Rank(in Input) []Ranked {
+	rs := base(in, ReasonRoundRobin)
+	if len(rs) == 0 {
+		return rs
+	}
+	sortByAddr(rs)
+	start := int(p.state.nextRR() % uint64(len(rs)))
+	out := make([]Ranked, 0, len(rs))
+	out = append(out, rs[start:]...)
+	out = append(out, rs[:start]...)
+	for i := range out {
+		out[i].Score = float64(len(out) - i)
+	}
+	return out
+}
+
+// Session pins a session key to an endpoint with a consistent hash ring; requests without
+// a key take the QPS fallback.
+type Session struct{ state *State }
+
+// Name implements Policy.
+func (*Session) Name() string { return "session" }
+
+// Rank implements Policy.
+func (p *Session) Rank(in Input) []Ranked { return p.state.fallback(in) }
+
+// KVAware is the Production Stack's cache-aware router: the first holder of the prompt's
+// first chunk (HolderRank 0) wins unless its match is shorter than
+// PromptTokens - Threshold; otherwise, or with no holder, the session route or the QPS
+// fallback. Other endpoints follow in fallback order.
+type KVAware struct {
+	Threshold int
+	state     *State
+}
+
+// Name implements Policy.
+func (*KVAware) Name() string { return "kvaware" }
+
+// Rank implements Policy.
+func (p *KVAware) Rank(in Input) []Ranked {
+	holder := -1
+	for i, c := range in.Candidates {
+		if c.HolderRank == 0 {
+			holder = i
+			break
+		}
+	}
+	rs := p.state.fallback(in)
+	if holder < 0 || in.Candidates[holder].Matched < max(in.PromptTokens-p.Threshold, 0) {
+		return rs
+	}
+	addr := in.Candidates[holder].Addr
+	out := make([]Ranked, 0, len(rs))
+	for _, r := range rs {
+		if r.Addr == addr {
+			out = append(out, r)
+		}
+	}
+	for _, r := range rs {
+		if r.Addr != addr {
+			out = append(out, r)
+		}
+	}
+	for i := range out {
+		out[i].Reason = ReasonCacheHolder
+		out[i].Score = float64(len(out) - i)
+	}
+	return out
+}
+
+// LoadAware is the seed's policy:
+//
+//	benefit(s)       = min(matched(s), prompt_tokens) / max(prompt_tokens, 1)
+//	relative_load(s) = (inflight(s) - mean) / max(1, mean)
+//	score(s)         = benefit(s) - Beta * relative_load(s)
+//
+// Highest score wins, ties to the smallest address. When no candidate holds any of the
+// prompt it takes the session route or the QPS fallback, as upstream does.
+type LoadAware struct {
+	Beta  float64
+	state *State
+}
+
+// Name implements Policy.
+func (*LoadAware) Name() string { return "loadaware" }
+
+// Rank implements Policy.
+func (p *LoadAware) Rank(in Input) []Ranked {
+	anyMatch := false
+	for _, c := range in.Candidates {
+		if c.Matched > 0 {
+			anyMatch = true
+			break
+		}
+	}
+	if !anyMatch {
+		return p.state.fallback(in)
+	}
+	rs := base(in, ReasonCacheAffinity)
+	best := 0.0
+	for i := range rs {
+		rs[i].Benefit = float64(min(rs[i].Matched, in.PromptTokens)) / float64(max(in.PromptTokens, 1))
+		rs[i].Score = rs[i].Benefit - p.Beta*rs[i].RelativeLoad
+		best = max(best, rs[i].Benefit)
+	}
+	sortByScore(rs)
+	if rs[0].Benefit < best {
+		for i := range rs {
+			rs[i].Reason = ReasonLoadBalance
+		}
+	}
+	return rs
+}

@@ -1,0 +1,217 @@
+package scoring
+
+import (
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// QPSWindow is the sliding window of the QPS fallback, as in the Production Stack router.
+const QPSWindow = 60 * time.Second
+
+// ringReplicas is the number of points each endpoint owns on the session hash ring.
+const ringReplicas = 160
+
+// State is the routing history that some policies need: the round-robin position, the
+// requests sent to each endpoint (for the QPS fallback) and a cached session ring. The
+// caller records every booked decision with Booked. State is safe for concurrent use.
+type State struct {
+	mu     sync.Mutex
+	rrNext uint64
+	sent   map[string][]time.Time // send times within QPSWindow, oldest first
+	ever   map[string]bool        // endpoints that have received at least one request
+	rings  map[string]*ring // by ringKey of the members; at most maxRings
+}
+
+// maxRings bounds the cached session rings (one per distinct candidate set, which subset
+// hints can vary).
+const maxRings = 16
+
+// NewState returns empty history.
+func NewState() *State {
+	return &State{sent: map[string][]time.Time{}, ever: map[string]bool{}, rings: map[string]*ring{}}
+}
+
+// Booked records that a request was sent to addr at now.
+func (s *State) Booked(addr string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ever[addr] = true
+	s.sent[addr] = append(prune(s.sent[addr], now), now)
+}
+
+// Forget drops the history of endpoints that are no longer in the fleet.
+func (s *State) Forget(keep []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := make(map[string]bool, len(keep))
+	for _, a := range keep {
+		k[a] = true
+	}
+	for a := range s.ever {
+		if !k[a] {
+			delete(s.ever, a)
+			delete(s.sent, a)
+		}
+	}
+}
+
+// prune drops times at or before now-QPSWindow, reusing ts's array.
+func prune(ts []time.Time, now time.Time) []time.Time {
+	cut := now.Add(-QPSWindow)
+	i := 0
+	for i < len(ts) && !ts[i].After(cut) {
+		i++
+	}
+	if i == 0 {
+		return ts
+	}
+	return append(ts[:0], ts[i:]...)
+}
+
+// nextRR returns the round-robin position and advances it.
+func (s *State) nextRR() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.rrNext
+	s.rrNext++
+	return n
+}
+
+// qpsRank orders the candidates for the QPS fallback: endpoints that never received a
+// request first, then the lowest request rate over QPSWindow, then by address.
+func (s *State) qpsRank(in Input) []Ranked {
+	rs := base(in, ReasonQPS)
+	s.mu.Lock()
+	never := make(map[string]bool, len(rs))
+	for i := range rs {
+		a := rs[i].Addr
+		never[a] = !s.ever[a]
+		s.sent[a] = prune(s.sent[a], in.Now)
+		rs[i].Score = -float64(len(s.sent[a])) / QPSWindow.Seconds()
+	}
+	s.mu.Unlock()
+	sort.SliceStable(rs, func(i, j int) bool {
+		if never[rs[i].Addr] != never[rs[j].Addr] {
+			return never[rs[i].Addr]
+		}
+		if rs[i].Score != rs[j].Score {
+			return rs[i].Score > rs[j].Score
+		}
+		return rs[i].Addr < rs[j].Addr
+	})
+	return rs
+}
+
+// sessionRank orders the candidates by the consistent-hash ring: the owner of the key
+// first, then the next distinct endpoints clockwise.
+func (s *State) sessionRank(in Input) []Ranked {
+	rs := base(in, ReasonSession)
+	addrs := make([]string, len(rs))
+	for i, r := range rs {
+		addrs[i] = r.Addr
+	}
+	key := ringKey(addrs)
+	s.mu.Lock()
+	r := s.rings[key]
+	if r == nil {
+		if len(s.rings) >= maxRings {
+			clear(s.rings)
+		}
+		r = newRing(addrs)
+		s.rings[key] = r
+	}
+	s.mu.Unlock()
+	order := r.walk(in.Session)
+	pos := make(map[string]int, len(order))
+	for i, a := range order {
+		pos[a] = i
+	}
+	for i := range rs {
+		rs[i].Score = float64(len(order) - pos[rs[i].Addr])
+	}
+	sortByScore(rs)
+	return rs
+}
+
+// fallback is the route of kvaware and loadaware when the cache says nothing useful:
+// the session ring when the request has a session key, else the QPS fallback.
+func (s *State) fallback(in Input) []Ranked {
+	if in.Session != "" {
+		return s.sessionRank(in)
+	}
+	return s.qpsRank(in)
+}
+
+// ring is a consistent hash ring: ringReplicas points per member, sorted by hash.
+type ring struct {
+	members []string // sorted
+	points  []uint64
+	owner   []string // owner[i] owns points[i]
+}
+
+func newRing(addrs []string) *ring {
+	m := append([]string(nil), addrs...)
+	sort.Strings(m)
+	type pt struct {
+		h uint64
+		a string
+	}
+	pts := make([]pt, 0, len(m)*ringReplicas)
+	for _, a := range m {
+		for i := 0; i < ringReplicas; i++ {
+			pts = append(pts, pt{hashString(a + "#" + strconv.Itoa(i)), a})
+		}
+	}
+	sort.Slice(pts, func(i, j int) bool {
+		if pts[i].h != pts[j].h {
+			return pts[i].h < pts[j].h
+		}
+		return pts[i].a < pts[j].a
+	})
+	r := &ring{members: m, points: make([]uint64, len(pts)), owner: make([]string, len(pts))}
+	for i, p := range pts {
+		r.points[i], r.owner[i] = p.h, p.a
+	}
+	return r
+}
+
+// ringKey names a member set independently of its order.
+func ringKey(addrs []string) string {
+	s := append([]string(nil), addrs...)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// walk returns the distinct members clockwise from the key's point.
+func (r *ring) walk(key string) []string {
+	if len(r.points) == 0 {
+		return nil
+	}
+	h := hashString(key)
+	i := sort.Search(len(r.points), func(i int) bool { return r.points[i] >= h })
+	seen := make(map[string]bool, len(r.members))
+	out := make([]string, 0, len(r.members))
+	for n := 0; n < len(r.points) && len(out) < len(r.members); n++ {
+		a := r.owner[(i+n)%len(r.points)]
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// hashString is FNV-1a 64 followed by the splitmix64 finalizer, which spreads the
+// near-identical strings of ring points evenly. Stable across processes and versions.
+func hashString(s string) uint64 {
+	f := fnv.New64a()
+	f.Write([]byte(s))
+	z := f.Sum64()
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}

@@ -1,0 +1,223 @@
+// Package fleet is the endpoint set and the per-endpoint load that this picker booked.
+//
+// A Set holds the current endpoints (from a static list or a discovery source that calls
+// Update) and, for each, the requests in flight split into prefill (booked, no response
+// byte yet) and decode (streaming the response). Counts change only through Bookings, so
+// the load a policy sees is exactly what this picker has sent and not yet seen finish.
+// fleet does no routing and no I/O.
+package fleet
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// ParseEndpoints parses a comma-separated list of "ip:port" (IPv6 as "[addr]:port") into
+// canonical addresses, sorted. Host names are refused: Envoy's ORIGINAL_DST cluster needs
+// an IP, and the LMCache controller maps engines to endpoints by IP.
+func ParseEndpoints(list string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		a, err := CanonicalAddr(f)
+		if err != nil {
+			return nil, err
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("endpoint %s is listed twice: list each engine once", a)
+		}
+		seen[a] = true
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("endpoint list is empty: pass --endpoints ip:port,... (e.g. 10.0.0.7:8000,10.0.0.8:8000)")
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// CanonicalAddr checks one "ip:port" and returns it in canonical form.
+func CanonicalAddr(s string) (string, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", fmt.Errorf("endpoint %q is not ip:port (IPv6 as [addr]:port): %v", s, err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return "", fmt.Errorf("endpoint %q: %q is not an IP address; give the engine's IP (host names cannot be routed by Envoy's ORIGINAL_DST cluster nor matched to LMCache workers)", s, host)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("endpoint %q: port %q is not a number from 1 to 65535", s, port)
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(p)).String(), nil
+}
+
+// IP returns the IP part of a canonical address.
+func IP(addr string) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ""
+	}
+	return ap.Addr().String()
+}
+
+// Load is one endpoint's booked requests.
+type Load struct {
+	Addr    string
+	Prefill int
+	Decode  int
+}
+
+// InFlight is the policy's load: prefill + decode.
+func (l Load) InFlight() int { return l.Prefill + l.Decode }
+
+type endpoint struct {
+	addr    string
+	prefill atomic.Int64
+	decode  atomic.Int64
+}
+
+// Set is the current endpoints and their loads. The zero value is not usable: call New.
+// Set is safe for concurrent use.
+type Set struct {
+	mu     sync.RWMutex
+	eps    map[string]*endpoint
+	addrs  []string // sorted
+	synced bool
+	ready  chan struct{} // closed on the first Update
+}
+
+// New returns an empty Set that is not yet synced.
+func New() *Set {
+	return &Set{eps: map[string]*endpoint{}, ready: make(chan struct{})}
+}
+
+// Update replaces the endpoint set with addrs (canonical addresses). Endpoints that stay
+// keep their loads; bookings on endpoints that left are dropped: their releases then
+// change nothing, and an endpoint that comes back starts at zero. The first Update marks
+// the Set synced.
+func (s *Set) Update(addrs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := make(map[string]*endpoint, len(addrs))
+	for _, a := range addrs {
+		if e, ok := s.eps[a]; ok {
+			next[a] = e
+		} else {
+			next[a] = &endpoint{addr: a}
+		}
+	}
+	s.eps = next
+	s.addrs = make([]string, 0, len(next))
+	for a := range next {
+		s.addrs = append(s.addrs, a)
+	}
+	sort.Strings(s.addrs)
+	if !s.synced {
+		s.synced = true
+		close(s.ready)
+	}
+}
+
+// Endpoints returns the current endpoints, sorted. The caller owns the slice.
+func (s *Set) Endpoints() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]string(nil), s.addrs...)
+}
+
+// Synced reports whether the endpoint set has been set at least once.
+func (s *Set) Synced() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.synced
+}
+
+// Ready is closed once the endpoint set is first known.
+func (s *Set) Ready() <-chan struct{} { return s.ready }
+
+// Loads returns the loads of the given endpoints that are still in the set, in the order
+// given; endpoints no longer present are left out.
+func (s *Set) Loads(addrs []string) []Load {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Load, 0, len(addrs))
+	for _, a := range addrs {
+		if e, ok := s.eps[a]; ok {
+			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load())})
+		}
+	}
+	return out
+}
+
+// All returns every endpoint's load, sorted by address.
+func (s *Set) All() []Load { return s.Loads(s.Endpoints()) }
+
+// Book adds one request in prefill to addr. It fails when addr is not in the set.
+func (s *Set) Book(addr string) (*Booking, error) {
+	s.mu.RLock()
+	e, ok := s.eps[addr]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("fleet: endpoint %s is not in the endpoint set", addr)
+	}
+	e.prefill.Add(1)
+	return &Booking{ep: e}, nil
+}
+
+// Booking states.
+const (
+	inPrefill int32 = iota
+	inDecode
+	released
+)
+
+// Booking is one request counted on one endpoint. Its methods are safe to call from any
+// goroutine, in any order, any number of times: the count moves prefill -> decode at
+// most once and is removed exactly once.
+type Booking struct {
+	ep    *endpoint
+	state atomic.Int32
+}
+
+// Addr is the booked endpoint.
+func (b *Booking) Addr() string { return b.ep.addr }
+
+// Decoding moves the request from prefill to decode (its first response byte arrived).
+// It does nothing after the first call or after Release.
+func (b *Booking) Decoding() {
+	if b.state.CompareAndSwap(inPrefill, inDecode) {
+		b.ep.prefill.Add(-1)
+		b.ep.decode.Add(1)
+	}
+}
+
+// Release removes the request from its endpoint's load. It reports whether this call did
+// it: true exactly once per Booking.
+func (b *Booking) Release() bool {
+	for {
+		st := b.state.Load()
+		if st == released {
+			return false
+		}
+		if b.state.CompareAndSwap(st, released) {
+			if st == inPrefill {
+				b.ep.prefill.Add(-1)
+			} else {
+				b.ep.decode.Add(-1)
+			}
+			return true
+		}
+	}
+}

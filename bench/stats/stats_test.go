@@ -1,0 +1,95 @@
+package stats
+
+import (
+	"math"
+	"testing"
+)
+
+func near(a, b, tol float64) bool {
+	if math.IsNaN(a) || math.IsNaN(b) {
+		return math.IsNaN(a) && math.IsNaN(b)
+	}
+	return math.Abs(a-b) <= tol*math.Max(1, math.Abs(b))
+}
+
+// Expected values from numpy.percentile (default linear interpolation).
+func TestPercentile(t *testing.T) {
+	sample := []float64{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}
+	tests := []struct {
+		name string
+		xs   []float64
+		p    float64
+		want float64
+	}{
+		{"minimum", sample, 0, 1},
+		{"p10 lands on a rank", sample, 10, 1},
+		{"median", sample, 50, 4},
+		{"p90", sample, 90, 6},
+		{"p95 interpolates", sample, 95, 7.5},
+		{"p99 interpolates", sample, 99, 8.7},
+		{"maximum", sample, 100, 9},
+		{"single value", []float64{0.5}, 99, 0.5},
+		{"two values p25", []float64{2, 1}, 25, 1.25},
+		{"empty is NaN", nil, 50, math.NaN()},
+		{"p above 100 is NaN", sample, 101, math.NaN()},
+		{"negative p is NaN", sample, -1, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Percentile(tt.xs, tt.p); !near(got, tt.want, 1e-12) {
+				t.Fatalf("Percentile(%v, %v) = %v, want %v", tt.xs, tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPercentilesMatchesPercentileAndKeepsInput(t *testing.T) {
+	xs := []float64{5, 3, 1, 4}
+	ps := []float64{0, 33, 50, 95, 100, 120}
+	got := Percentiles(xs, ps...)
+	for i, p := range ps {
+		if want := Percentile(xs, p); !near(got[i], want, 0) {
+			t.Errorf("Percentiles p%v = %v, Percentile = %v", p, got[i], want)
+		}
+	}
+	if xs[0] != 5 || xs[3] != 4 {
+		t.Errorf("input was reordered: %v", xs)
+	}
+}
+
+func TestMean(t *testing.T) {
+	tests := []struct {
+		name string
+		xs   []float64
+		want float64
+	}{
+		{"values", []float64{1, 2, 3, 6}, 3},
+		{"empty is NaN", nil, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Mean(tt.xs); !near(got, tt.want, 1e-15) {
+				t.Fatalf("Mean = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRelativeReductions(t *testing.T) {
+	got, err := RelativeReductions([]float64{2, 4, 1}, []float64{1, 5, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{0.5, -0.25, 0}
+	for i := range want {
+		if !near(got[i], want[i], 1e-15) {
+			t.Errorf("reduction %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if _, err := RelativeReductions([]float64{0}, []float64{1}); err == nil {
+		t.Error("zero baseline: want an error")
+	}
+	if _, err := RelativeReductions([]float64{1, 2}, []float64{1}); err == nil {
+		t.Error("unequal lengths: want an error")
+	}
+}

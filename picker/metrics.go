@@ -1,0 +1,45 @@
+package picker
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	decisions   *prometheus.CounterVec
+	latency     prometheus.Histogram
+	pickErrors  *prometheus.CounterVec
+	untokenized *prometheus.CounterVec
+	cacheErrors prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_decisions_total",
+			Help: "Routing decisions by policy and by the reason the winner won.",
+		}, []string{"policy", "reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "loadaware_decision_duration_seconds",
+			Help:    "Time to make one routing decision: tokenizing, cache lookup, ranking and booking.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16), // 5 us .. 160 ms
+		}),
+		pickErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_pick_errors_total",
+			Help: "Requests the picker could not route, by kind (no-endpoints, subset-empty, subset-unmatched).",
+		}, []string{"kind"}),
+		untokenized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_untokenized_requests_total",
+			Help: "Requests routed on load alone because their prompt had no token ids, by reason.",
+		}, []string{"reason"}),
+		cacheErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_cache_lookup_errors_total",
+			Help: "Cache lookups that failed; those requests got no cache credit.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

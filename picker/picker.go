@@ -1,0 +1,343 @@
+// Package picker is the decision engine: it turns a parsed request into a ranked endpoint
+// list and books the winner.
+//
+// Pick gathers the signals (token ids, cache matches, loads), runs the configured scoring
+// policy and books one in-flight request on the first-ranked endpoint. Slow work
+// (tokenizing, cache lookups) happens before the critical section; the load snapshot, the
+// ranking and the booking of one decision happen under one lock, so concurrent decisions
+// never see the same stale loads and herd onto one endpoint. picker knows nothing of
+// Envoy or HTTP.
+package picker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/scoring"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Errors Pick returns when it cannot route. Callers map them to 503.
+var (
+	ErrNoEndpoints     = errors.New("no endpoints are known yet: pass --endpoints ip:port,... or check discovery (--pool-name)")
+	ErrSubsetEmpty     = errors.New("the gateway's subset hint (envoy.lb.subset_hint) is present but empty")
+	ErrSubsetUnmatched = errors.New("no endpoint in the gateway's subset hint is in the endpoint set")
+)
+
+// Request is what the picker needs of one HTTP request.
+type Request struct {
+	RequestID string
+	Path      string   // "/v1/completions", "/v1/chat/completions", or other
+	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing)
+	Prompt    string   // completion prompt text
+	ChatBody  []byte   // raw chat request body, for chat requests
+	Session   string   // value of the session header
+	Subset    []string // the gateway's subset hint; nil when absent
+	Explain   bool
+}
+
+// Decision is the outcome of one Pick.
+type Decision struct {
+	Endpoints    []string         // ordered, best first; at most MaxEndpoints
+	Ranked       []scoring.Ranked // every candidate, best first
+	Policy       string
+	Beta         float64
+	PromptTokens int
+	Tokens       string // where the token ids came from: "request", "tokenizer", or "none"
+	Note         string // why the decision had less information than usual, if it did
+	Booking      *fleet.Booking
+}
+
+// CacheMatch is how much of a prompt one endpoint holds.
+type CacheMatch struct {
+	Matched    int // contiguous prefix, in tokens
+	HolderRank int // order in which it stored the prompt's first chunk; -1 if it did not
+}
+
+// CacheView reports, for a prompt's token ids, what each endpoint holds.
+type CacheView interface {
+	// Match returns one CacheMatch per endpoint, aligned with endpoints.
+	Match(ctx context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error)
+}
+
+// NoCache is the cache view with no information: nothing is held anywhere.
+type NoCache struct{}
+
+// Match implements CacheView.
+func (NoCache) Match(_ context.Context, _ []uint32, endpoints []string) ([]CacheMatch, error) {
+	out := make([]CacheMatch, len(endpoints))
+	for i := range out {
+		out[i].HolderRank = -1
+	}
+	return out, nil
+}
+
+// Tokenizer turns prompts into the token ids the engines will compute.
+type Tokenizer interface {
+	EncodeText(ctx context.Context, prompt string) ([]uint32, error)
+	EncodeChat(ctx context.Context, body []byte) ([]uint32, error)
+}
+
+// Observer is told of every booked decision that had token ids (e.g. the LMCache
+// silent-miss detector). It must be fast and must not block.
+type Observer interface {
+	Routed(endpoint string, tokens []uint32)
+}
+
+// Options configure a Picker.
+type Options struct {
+	Fleet        *fleet.Set
+	Policy       string         // default "loadaware"
+	Params       scoring.Params // use scoring.DefaultParams() as the base
+	Cache        CacheView      // nil: NoCache
+	Tokenizer    Tokenizer      // nil: text and chat prompts are routed on load alone
+	Observer     Observer       // nil: none
+	MaxEndpoints int            // length of the fallback list; default 1
+	Now          func() time.Time
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer // nil: metrics are not registered
+}
+
+// Config is the part of the configuration that can change at run time.
+type Config struct {
+	Policy string  `json:"policy"`
+	Beta   float64 `json:"beta"`
+}
+
+type active struct {
+	cfg    Config
+	params scoring.Params
+	policy scoring.Policy
+}
+
+// Picker makes routing decisions. It is safe for concurrent use.
+type Picker struct {
+	opts    Options
+	state   *scoring.State
+	active  atomic.Pointer[active]
+	decide  sync.Mutex // held for load snapshot + rank + book
+	metrics *metrics
+}
+
+// New checks opts and returns a Picker.
+func New(opts Options) (*Picker, error) {
+	if opts.Fleet == nil {
+		return nil, errors.New("picker: Options.Fleet is nil")
+	}
+	if opts.Policy == "" {
+		opts.Policy = "loadaware"
+	}
+	if opts.Params == (scoring.Params{}) {
+		opts.Params = scoring.DefaultParams()
+	}
+	if opts.Cache == nil {
+		opts.Cache = NoCache{}
+	}
+	if opts.MaxEndpoints < 1 {
+		opts.MaxEndpoints = 1
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m}
+	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Config returns the policy and beta in force.
+func (p *Picker) Config() Config { return p.active.Load().cfg }
+
+// SetConfig validates and switches the policy and beta; decisions after it returns use
+// them. Routing history (round-robin position, request rates) carries over.
+func (p *Picker) SetConfig(c Config) error {
+	params := p.opts.Params
+	params.Beta = c.Beta
+	pol, err := scoring.New(c.Policy, params, p.state)
+	if err != nil {
+		return err
+	}
+	p.active.Store(&active{cfg: c, params: params, policy: pol})
+	return nil
+}
+
+// Pick chooses endpoints for r and books the first. The caller must Release the
+// Decision's Booking when the request ends.
+func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
+	start := time.Now()
+	act := p.active.Load()
+	d := Decision{Policy: act.cfg.Policy, Beta: act.cfg.Beta}
+
+	cands, err := p.candidates(r.Subset)
+	if err != nil {
+		p.metrics.pickErrors.WithLabelValues(errorKind(err)).Inc()
+		return d, err
+	}
+
+	tokens, source, note := p.tokens(ctx, r)
+	d.Tokens, d.Note, d.PromptTokens = source, note, len(tokens)
+
+	matches := make(map[string]CacheMatch, len(cands))
+	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
+		ms, err := p.opts.Cache.Match(ctx, tokens, cands)
+		if err != nil {
+			p.metrics.cacheErrors.Inc()
+			d.Note = joinNote(d.Note, "cache lookup failed ("+err.Error()+"): no cache credit")
+		} else {
+			for i, a := range cands {
+				matches[a] = ms[i]
+			}
+		}
+	}
+
+	p.decide.Lock()
+	now := p.opts.Now()
+	loads := p.opts.Fleet.Loads(cands)
+	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now, Candidates: make([]scoring.Candidate, len(loads))}
+	for i, l := range loads {
+		m, ok := matches[l.Addr]
+		if !ok {
+			m.HolderRank = -1
+		}
+		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight()}
+	}
+	if len(tokens) == 0 {
+		d.Ranked = scoring.LoadOnly(in)
+	} else {
+		d.Ranked = act.policy.Rank(in)
+	}
+	for i := range d.Ranked {
+		b, err := p.opts.Fleet.Book(d.Ranked[i].Addr)
+		if err != nil {
+			continue // removed since the snapshot: try the next
+		}
+		d.Booking = b
+		d.Ranked = d.Ranked[i:]
+		p.state.Booked(b.Addr(), now)
+		break
+	}
+	p.decide.Unlock()
+
+	if d.Booking == nil {
+		p.metrics.pickErrors.WithLabelValues("no-endpoints").Inc()
+		return d, ErrNoEndpoints
+	}
+	for i := 0; i < len(d.Ranked) && i < p.opts.MaxEndpoints; i++ {
+		d.Endpoints = append(d.Endpoints, d.Ranked[i].Addr)
+	}
+	if p.opts.Observer != nil && len(tokens) > 0 {
+		p.opts.Observer.Routed(d.Endpoints[0], tokens)
+	}
+	reason := d.Ranked[0].Reason
+	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()
+	p.metrics.latency.Observe(time.Since(start).Seconds())
+	if p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		p.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision",
+			slog.String("request_id", r.RequestID), slog.String("policy", d.Policy), slog.Float64("beta", d.Beta),
+			slog.String("winner", d.Endpoints[0]), slog.String("reason", reason),
+			slog.Int("prompt_tokens", d.PromptTokens), slog.String("tokens", d.Tokens), slog.String("note", d.Note),
+			slog.String("candidates", d.candidates(0)))
+	}
+	return d, nil
+}
+
+// candidates returns the endpoints a request may go to: the fleet narrowed by the subset.
+func (p *Picker) candidates(subset []string) ([]string, error) {
+	all := p.opts.Fleet.Endpoints()
+	if len(all) == 0 {
+		return nil, ErrNoEndpoints
+	}
+	if subset == nil {
+		return all, nil
+	}
+	if len(subset) == 0 {
+		return nil, ErrSubsetEmpty
+	}
+	want := make(map[string]bool, len(subset))
+	for _, s := range subset {
+		if a, err := fleet.CanonicalAddr(s); err == nil {
+			want[a] = true
+		} else {
+			want[strings.Trim(s, "[]")] = true // an IP alone matches every port of it
+		}
+	}
+	var out []string
+	for _, a := range all {
+		if want[a] || want[fleet.IP(a)] {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w (hint: %s; endpoints: %s)", ErrSubsetUnmatched, strings.Join(subset, ","), strings.Join(all, ","))
+	}
+	return out, nil
+}
+
+// tokens returns the prompt's token ids, where they came from, and a note when there are none.
+func (p *Picker) tokens(ctx context.Context, r Request) ([]uint32, string, string) {
+	if len(r.Tokens) > 0 {
+		return r.Tokens, "request", ""
+	}
+	var (
+		ids  []uint32
+		err  error
+		kind string
+	)
+	switch {
+	case r.ChatBody != nil:
+		kind = "chat"
+		if p.opts.Tokenizer != nil {
+			ids, err = p.opts.Tokenizer.EncodeChat(ctx, r.ChatBody)
+		}
+	case r.Prompt != "":
+		kind = "text"
+		if p.opts.Tokenizer != nil {
+			ids, err = p.opts.Tokenizer.EncodeText(ctx, r.Prompt)
+		}
+	default:
+		return nil, "none", "no prompt: routed on load alone"
+	}
+	switch {
+	case p.opts.Tokenizer == nil:
+		p.metrics.untokenized.WithLabelValues(kind + "-no-tokenizer").Inc()
+		return nil, "none", "no tokenizer configured (--tokenizer): " + kind + " prompt routed on load alone"
+	case err != nil:
+		p.metrics.untokenized.WithLabelValues(kind + "-tokenize-failed").Inc()
+		return nil, "none", "tokenizing failed (" + err.Error() + "): routed on load alone"
+	}
+	return ids, "tokenizer", ""
+}
+
+func usesCache(policy string) bool { return policy == "loadaware" || policy == "kvaware" }
+
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, ErrSubsetEmpty):
+		return "subset-empty"
+	case errors.Is(err, ErrSubsetUnmatched):
+		return "subset-unmatched"
+	}
+	return "no-endpoints"
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

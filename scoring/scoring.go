@@ -12,9 +12,10 @@
 package scoring
 
 import (
+	"cmp"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -149,15 +150,15 @@ const scoreEpsilon = 1e-9
 
 // sortByScore orders best first: highest score, then the smallest address.
 func sortByScore(rs []Ranked) {
-	sort.SliceStable(rs, func(i, j int) bool {
-		if math.Abs(rs[i].Score-rs[j].Score) > scoreEpsilon {
-			return rs[i].Score > rs[j].Score
+	slices.SortFunc(rs, func(a, b Ranked) int {
+		if math.Abs(a.Score-b.Score) > scoreEpsilon {
+			return cmp.Compare(b.Score, a.Score)
 		}
-		return rs[i].Addr < rs[j].Addr
+		return strings.Compare(a.Addr, b.Addr)
 	})
 }
 
 // sortByAddr orders by address, the stable order round-robin and the ring rely on.
 func sortByAddr(rs []Ranked) {
-	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Addr < rs[j].Addr })
+	slices.SortFunc(rs, func(a, b Ranked) int { return strings.Compare(a.Addr, b.Addr) })
 }

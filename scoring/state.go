@@ -1,7 +1,9 @@
 package scoring
 
 import (
+	"cmp"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -9,7 +11,8 @@ import (
 	"time"
 )
 
-// QPSWindow is the sliding window of the QPS fallback, as in the Production Stack router.
+// QPSWindow is the sliding window of the QPS fallback, as in the Production Stack router,
+// counted in whole seconds.
 const QPSWindow = 60 * time.Second
 
 // ringReplicas is the number of points each endpoint owns on the session hash ring.
@@ -21,8 +24,8 @@ const ringReplicas = 160
 type State struct {
 	mu     sync.Mutex
 	rrNext uint64
-	sent   map[string][]time.Time // send times within QPSWindow, oldest first
-	ever   map[string]bool        // endpoints that have received at least one request
+	sent   map[string]*rateWindow
+	ever   map[string]bool  // endpoints that have received at least one request
 	rings  map[string]*ring // by ringKey of the members; at most maxRings
 }
 
@@ -32,7 +35,7 @@ const maxRings = 16
 
 // NewState returns empty history.
 func NewState() *State {
-	return &State{sent: map[string][]time.Time{}, ever: map[string]bool{}, rings: map[string]*ring{}}
+	return &State{sent: map[string]*rateWindow{}, ever: map[string]bool{}, rings: map[string]*ring{}}
 }
 
 // Booked records that a request was sent to addr at now.
@@ -40,7 +43,12 @@ func (s *State) Booked(addr string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ever[addr] = true
-	s.sent[addr] = append(prune(s.sent[addr], now), now)
+	w := s.sent[addr]
+	if w == nil {
+		w = &rateWindow{}
+		s.sent[addr] = w
+	}
+	w.add(now)
 }
 
 // Forget drops the history of endpoints that are no longer in the fleet.
@@ -59,17 +67,40 @@ func (s *State) Forget(keep []string) {
 	}
 }
 
-// prune drops times at or before now-QPSWindow, reusing ts's array.
-func prune(ts []time.Time, now time.Time) []time.Time {
-	cut := now.Add(-QPSWindow)
-	i := 0
-	for i < len(ts) && !ts[i].After(cut) {
-		i++
+// windowSeconds is QPSWindow in one-second buckets.
+const windowSeconds = int64(QPSWindow / time.Second)
+
+// rateWindow counts requests per second over the last windowSeconds seconds, in constant
+// space whatever the rate.
+type rateWindow struct {
+	count [windowSeconds]uint32
+	sec   [windowSeconds]int64 // the second each bucket counts
+}
+
+func (w *rateWindow) add(now time.Time) {
+	s := now.Unix()
+	i := s % windowSeconds
+	if i < 0 {
+		i += windowSeconds
 	}
-	if i == 0 {
-		return ts
+	if w.sec[i] != s {
+		w.sec[i], w.count[i] = s, 0
 	}
-	return append(ts[:0], ts[i:]...)
+	w.count[i]++
+}
+
+// total returns the requests of the seconds (now-QPSWindow, now].
+func (w *rateWindow) total(now time.Time) int {
+	if w == nil {
+		return 0
+	}
+	s, n := now.Unix(), 0
+	for i := range w.sec {
+		if w.sec[i] > s-windowSeconds && w.sec[i] <= s {
+			n += int(w.count[i])
+		}
+	}
+	return n
 }
 
 // nextRR returns the round-robin position and advances it.
@@ -90,18 +121,20 @@ func (s *State) qpsRank(in Input) []Ranked {
 	for i := range rs {
 		a := rs[i].Addr
 		never[a] = !s.ever[a]
-		s.sent[a] = prune(s.sent[a], in.Now)
-		rs[i].Score = -float64(len(s.sent[a])) / QPSWindow.Seconds()
+		rs[i].Score = -float64(s.sent[a].total(in.Now)) / QPSWindow.Seconds()
 	}
 	s.mu.Unlock()
-	sort.SliceStable(rs, func(i, j int) bool {
-		if never[rs[i].Addr] != never[rs[j].Addr] {
-			return never[rs[i].Addr]
+	slices.SortFunc(rs, func(a, b Ranked) int {
+		if na, nb := never[a.Addr], never[b.Addr]; na != nb {
+			if na {
+				return -1
+			}
+			return 1
 		}
-		if rs[i].Score != rs[j].Score {
-			return rs[i].Score > rs[j].Score
+		if a.Score != b.Score {
+			return cmp.Compare(b.Score, a.Score)
 		}
-		return rs[i].Addr < rs[j].Addr
+		return strings.Compare(a.Addr, b.Addr)
 	})
 	return rs
 }

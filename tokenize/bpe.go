@@ -1,0 +1,166 @@
+package tokenize
+
+import (
+	"container/heap"
+	"math"
+)
+
+// bpeModel is a byte-level BPE model: every symbol is a token id, merges are keyed by the ids of
+// the adjacent pair and carry their rank and the id of the merged token.
+type bpeModel struct {
+	byteTok      [256]uint32       // id of each single-byte token
+	merges       map[uint64]uint64 // (left<<32 | right) -> (rank<<32 | merged id)
+	vocab        map[string]uint32 // raw bytes -> id (for ignore_merges)
+	ignoreMerges bool              // a piece that is itself in the vocabulary is emitted whole
+}
+
+const noRank = math.MaxUint32
+
+func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
+
+// smallPiece is the symbol count up to which the quadratic merge loop beats the heap.
+const smallPiece = 128
+
+// encode appends the ids of one pre-tokenized piece (raw bytes) to dst.
+func (m *bpeModel) encode(piece string, dst []uint32) []uint32 {
+	if len(piece) == 1 {
+		return append(dst, m.byteTok[piece[0]])
+	}
+	if m.ignoreMerges {
+		if id, ok := m.vocab[piece]; ok {
+			return append(dst, id)
+		}
+	}
+	if len(piece) <= smallPiece {
+		return m.encodeSmall(piece, dst)
+	}
+	return m.encodeHeap(piece, dst)
+}
+
+// encodeSmall merges by repeatedly taking the lowest-ranked adjacent pair, leftmost on ties,
+// keeping the rank of every adjacent pair in an array so each merge costs two lookups.
+func (m *bpeModel) encodeSmall(piece string, dst []uint32) []uint32 {
+	var symBuf [smallPiece]uint32
+	var rankBuf [smallPiece]uint64
+	n := len(piece)
+	syms := symBuf[:n]
+	ranks := rankBuf[:n-1] // ranks[i]: merge value of (syms[i], syms[i+1]), or noMerge
+	for i := 0; i < n; i++ {
+		syms[i] = m.byteTok[piece[i]]
+	}
+	for i := 0; i+1 < n; i++ {
+		ranks[i] = m.lookup(syms[i], syms[i+1])
+	}
+	for n > 1 {
+		best, bi := uint64(noMerge), -1
+		for i, r := range ranks[:n-1] {
+			if r < best {
+				best, bi = r, i
+			}
+		}
+		if bi < 0 {
+			break
+		}
+		syms[bi] = uint32(best)
+		copy(syms[bi+1:n-1], syms[bi+2:n])
+		copy(ranks[bi:n-2], ranks[bi+1:n-1])
+		n--
+		if bi > 0 {
+			ranks[bi-1] = m.lookup(syms[bi-1], syms[bi])
+		}
+		if bi < n-1 {
+			ranks[bi] = m.lookup(syms[bi], syms[bi+1])
+		}
+	}
+	return append(dst, syms[:n]...)
+}
+
+// noMerge sorts after every real (rank<<32 | id) value.
+const noMerge = math.MaxUint64
+
+func (m *bpeModel) lookup(a, b uint32) uint64 {
+	if v, ok := m.merges[pairKey(a, b)]; ok {
+		return v
+	}
+	return noMerge
+}
+
+// encodeHeap is the O(n log n) form for long pieces: a linked list of symbols and a heap of
+// candidate merges ordered by (rank, position), with stale candidates skipped on pop. It gives
+// the same result as encodeSmall.
+func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
+	n := len(piece)
+	ids := make([]uint32, n)
+	next := make([]int32, n)
+	prev := make([]int32, n)
+	alive := make([]bool, n)
+	for i := 0; i < n; i++ {
+		ids[i] = m.byteTok[piece[i]]
+		next[i] = int32(i + 1)
+		prev[i] = int32(i - 1)
+		alive[i] = true
+	}
+	next[n-1] = -1
+	h := make(mergeHeap, 0, n)
+	for i := 0; i+1 < n; i++ {
+		if v := m.lookup(ids[i], ids[i+1]); v != noMerge {
+			h = append(h, candidate{v: v, pos: int32(i)})
+		}
+	}
+	heap.Init(&h)
+	for h.Len() > 0 {
+		c := heap.Pop(&h).(candidate)
+		p := c.pos
+		if !alive[p] || next[p] < 0 {
+			continue
+		}
+		q := next[p]
+		if m.lookup(ids[p], ids[q]) != c.v {
+			continue
+		}
+		ids[p] = uint32(c.v)
+		alive[q] = false
+		next[p] = next[q]
+		if next[q] >= 0 {
+			prev[next[q]] = p
+		}
+		if pp := prev[p]; pp >= 0 {
+			if v := m.lookup(ids[pp], ids[p]); v != noMerge {
+				heap.Push(&h, candidate{v: v, pos: pp})
+			}
+		}
+		if nn := next[p]; nn >= 0 {
+			if v := m.lookup(ids[p], ids[nn]); v != noMerge {
+				heap.Push(&h, candidate{v: v, pos: p})
+			}
+		}
+	}
+	for i := int32(0); i >= 0; i = next[i] {
+		dst = append(dst, ids[i])
+	}
+	return dst
+}
+
+type candidate struct {
+	v   uint64 // rank<<32 | merged id
+	pos int32
+}
+
+type mergeHeap []candidate
+
+func (h mergeHeap) Len() int { return len(h) }
+func (h mergeHeap) Less(i, j int) bool {
+	ri, rj := h[i].v>>32, h[j].v>>32
+	if ri != rj {
+		return ri < rj
+	}
+	return h[i].pos < h[j].pos
+}
+func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(candidate)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

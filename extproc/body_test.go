@@ -1,0 +1,84 @@
+package extproc
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseBody(t *testing.T) {
+	tests := []struct {
+		name    string
+		path    string
+		body    string
+		want    Body
+		wantErr string
+	}{
+		{"completion with a string prompt", PathCompletions, `{"model":"m","prompt":"hi there"}`, Body{Model: "m", Prompt: "hi there"}, ""},
+		{"completion with a list of strings routes on the first", PathCompletions, `{"model":"m","prompt":["a","b"]}`, Body{Model: "m", Prompt: "a"}, ""},
+		{"completion with token ids", PathCompletions, `{"model":"m","prompt":[1,2,151643]}`, Body{Model: "m", Tokens: []uint32{1, 2, 151643}}, ""},
+		{"completion with lists of ids routes on the first", PathCompletions, `{"model":"m","prompt":[[7,8],[9]]}`, Body{Model: "m", Tokens: []uint32{7, 8}}, ""},
+		{"ids written as 1.0 are integers", PathCompletions, `{"model":"m","prompt":[1.0]}`, Body{Model: "m", Tokens: []uint32{1}}, ""},
+		{"unknown fields are ignored", PathCompletions, `{"model":"m","prompt":"x","max_tokens":5,"stream":true}`, Body{Model: "m", Prompt: "x"}, ""},
+		{"chat", PathChatCompletions, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, Body{Model: "m", Chat: true}, ""},
+		{"another path needs only a model", "/v1/embeddings", `{"model":"m","input":"x"}`, Body{Model: "m"}, ""},
+		{"empty body", PathCompletions, ``, Body{}, "body is empty"},
+		{"not JSON", PathCompletions, `{"model":`, Body{}, "not valid JSON"},
+		{"JSON but not an object", PathCompletions, `[1,2]`, Body{}, "not an object"},
+		{"no model", PathCompletions, `{"prompt":"x"}`, Body{}, "no \"model\""},
+		{"model not a string", PathCompletions, `{"model":3,"prompt":"x"}`, Body{}, "non-empty string"},
+		{"completions without prompt", PathCompletions, `{"model":"m"}`, Body{}, "needs \"prompt\""},
+		{"prompt of the wrong type", PathCompletions, `{"model":"m","prompt":5}`, Body{}, "must be a string"},
+		{"empty prompt list", PathCompletions, `{"model":"m","prompt":[]}`, Body{}, "empty list"},
+		{"negative token id", PathCompletions, `{"model":"m","prompt":[1,-2]}`, Body{}, "position 1"},
+		{"fractional token id", PathCompletions, `{"model":"m","prompt":[1.5]}`, Body{}, "position 0"},
+		{"huge token id", PathCompletions, `{"model":"m","prompt":[99999999999]}`, Body{}, "position 0"},
+		{"empty inner id list", PathCompletions, `{"model":"m","prompt":[[]]}`, Body{}, "non-empty list"},
+		{"chat without messages", PathChatCompletions, `{"model":"m"}`, Body{}, "needs \"messages\""},
+		{"chat with empty messages", PathChatCompletions, `{"model":"m","messages":[]}`, Body{}, "is empty"},
+		{"chat messages not a list", PathChatCompletions, `{"model":"m","messages":"hi"}`, Body{}, "must be a list"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseBody(tt.path, []byte(tt.body))
+			if tt.wantErr != "" {
+				var bad *BadRequestError
+				if !errors.As(err, &bad) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want a BadRequestError containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseBody(f *testing.F) {
+	for _, s := range []string{`{"model":"m","prompt":"x"}`, `{"model":"m","prompt":[[1,2]]}`, `{"model":"m","prompt":["a"]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":null}`, `[]`, `"x"`, `{"model":"m","prompt":[1e30]}`} {
+		f.Add(PathCompletions, []byte(s))
+		f.Add(PathChatCompletions, []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		b, err := ParseBody(path, body)
+		if err != nil {
+			var bad *BadRequestError
+			if !errors.As(err, &bad) {
+				t.Fatalf("error %v is not a BadRequestError", err)
+			}
+			return
+		}
+		if b.Model == "" {
+			t.Fatalf("accepted a body without a model: %q", body)
+		}
+		if path == PathCompletions && b.Prompt == "" && b.Tokens == nil && !strings.Contains(string(body), `""`) {
+			t.Fatalf("accepted a completion without a prompt: %q", body)
+		}
+	})
+}

@@ -1,0 +1,39 @@
+package extproc
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	streamErrors *prometheus.CounterVec
+	immediate    *prometheus.CounterVec
+	bodyless     *prometheus.CounterVec
+	released     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_extproc_stream_errors_total",
+			Help: "ext_proc streams that ended abnormally, by kind (canceled: client or Envoy went away; recv/send: transport; protocol: unexpected message order).",
+		}, []string{"kind"}),
+		immediate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_extproc_immediate_responses_total",
+			Help: "Requests answered by the picker itself (ImmediateResponse), by HTTP status.",
+		}, []string{"code"}),
+		bodyless: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_extproc_unread_bodies_total",
+			Help: "Requests routed at the headers because Envoy's request_body_mode sends no body the picker can read (use FULL_DUPLEX_STREAMED or BUFFERED).",
+		}, []string{"mode"}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_extproc_bookings_released_total",
+			Help: "Bookings released by the ext_proc server (response end, trailers, error or stream end).",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.streamErrors, m.immediate, m.bodyless, m.released} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,21 @@
+// Package lmcache is the embedded LMCache controller: it receives the cache events the
+// engines' LMCache workers push, keeps an index of which engine holds which chunk, and
+// answers, for a prompt's token ids, how long a prefix every engine already holds.
+//
+// The parts, each usable alone:
+//
+//   - Hasher computes the chunk keys LMCache puts in KVAdmitMsg.key (CPython's hash of
+//     (prev, tuple(chunk), None | ()) chained from hash(PYTHONHASHSEED)).
+//   - Encode and Decode speak the workers' msgspec msgpack (and JSON) messages.
+//   - Index is the key -> holders index and the worker registry. Apply ingests one message
+//     with an explicit time; Lookup reports every eligible instance's contiguous prefix.
+//     Lookups never wait for a burst of ingestion.
+//   - Server owns the ZeroMQ sockets (PULL for pushed events, ROUTER for register and
+//     heartbeat requests) and admits only the fleet's IPs through a ZAP handler.
+//   - MissDetector warns when an endpoint's admits never match the keys of the prompts
+//     this picker sent it (hash seed, tokenizer, chunk size or key format differ).
+//
+// The package does no routing: it reports matches per LMCache instance and the instance's
+// IP, and leaves the mapping to endpoints and the choice to its caller. It reads no clock
+// in its decision code (times are passed in) and starts no goroutine outside Server.
+package lmcache

@@ -1,0 +1,263 @@
+// Package app wires the picker's parts into a running service: the ext_proc gRPC server
+// (with health), the gRPC health port, and the metrics/admin HTTP server. Both
+// cmd/loadaware-epp and the benchmark's live mode start the service through Start, so
+// they run the same code.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/scoring"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Config is everything Start needs. The zero value of a field means its default.
+type Config struct {
+	GRPCAddr    string // ext_proc (and health); default ":9002"
+	HealthAddr  string // gRPC health only; default ":9003"; "-" disables it
+	MetricsAddr string // /metrics, /healthz, /readyz, /admin; default ":9090"
+
+	SecureServing bool   // TLS on the ext_proc port (GIE's default)
+	CertPath      string // directory with tls.crt and tls.key; empty: a self-signed certificate
+
+	Endpoints    []string // static endpoints (canonical ip:port); empty: wait for discovery
+	Policy       string   // default "loadaware"
+	Beta         float64  // loadaware's beta (used as given: 0 is a valid beta)
+	SessionKey   string   // default "x-user-id"
+	MaxEndpoints int      // default 1
+	MaxBodyBytes int64    // default extproc.DefaultMaxBodySize
+	BodyMode     extproc.BodyMode
+
+	AdminToken string // bearer token for POST /admin/config; empty: changes refused
+
+	ImbalanceWindow   time.Duration // default 60s
+	ImbalanceInterval time.Duration // default 250ms
+
+	Cache     picker.CacheView // nil: no cache information
+	Tokenizer picker.Tokenizer // nil: text and chat prompts routed on load alone
+	Observer  picker.Observer  // nil: none
+
+	// Registry collects every metric; nil: a new registry with Go and process collectors.
+	Registry *prometheus.Registry
+}
+
+// App is a running service.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	Fleet    *fleet.Set
+	Picker   *picker.Picker
+	Health   *extproc.Health
+	Registry *prometheus.Registry
+
+	grpcLis, healthLis, metricsLis net.Listener
+	grpcSrv, healthSrv             *grpc.Server
+	httpSrv                        *http.Server
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start listens on every port and serves until Close. It returns once all listeners are
+// bound, so their addresses can be read at once.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	setDefaults(&cfg)
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	a := &App{cfg: cfg, log: log, Fleet: fleet.New(), Health: extproc.NewHealth(), Registry: reg}
+	if len(cfg.Endpoints) > 0 {
+		a.Fleet.Update(cfg.Endpoints)
+	}
+	params := scoring.DefaultParams()
+	params.Beta = cfg.Beta
+	p, err := picker.New(picker.Options{
+		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
+		Observer: cfg.Observer, MaxEndpoints: cfg.MaxEndpoints, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Picker = p
+	imb := fleet.NewImbalance(cfg.ImbalanceWindow)
+	if err := reg.Register(fleet.Collector{Set: a.Fleet, Imbalance: imb}); err != nil {
+		return nil, err
+	}
+	adm, err := newAdmin(p, cfg.AdminToken, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := extproc.NewServer(p, extproc.Config{
+		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	var opts []grpc.ServerOption
+	if cfg.SecureServing {
+		cert, err := loadOrMakeCert(cfg.CertPath)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	a.grpcSrv = grpc.NewServer(opts...)
+	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
+	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
+
+	if a.grpcLis, err = listen("ext_proc gRPC", cfg.GRPCAddr, "--grpc-port"); err != nil {
+		return nil, err
+	}
+	if cfg.HealthAddr != "-" {
+		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
+			a.grpcLis.Close()
+			return nil, err
+		}
+		a.healthSrv = grpc.NewServer()
+		healthpb.RegisterHealthServer(a.healthSrv, a.Health)
+	}
+	if a.metricsLis, err = listen("metrics", cfg.MetricsAddr, "--metrics-port"); err != nil {
+		a.grpcLis.Close()
+		if a.healthLis != nil {
+			a.healthLis.Close()
+		}
+		return nil, err
+	}
+	a.httpSrv = &http.Server{Handler: a.httpHandler(adm), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, a.cancel = context.WithCancel(ctx)
+	a.goServe("ext_proc gRPC", func() error { return a.grpcSrv.Serve(a.grpcLis) })
+	if a.healthSrv != nil {
+		a.goServe("gRPC health", func() error { return a.healthSrv.Serve(a.healthLis) })
+	}
+	a.goServe("metrics HTTP", func() error { return a.httpSrv.Serve(a.metricsLis) })
+	a.wg.Add(2)
+	go func() {
+		defer a.wg.Done()
+		select {
+		case <-a.Fleet.Ready():
+			a.Health.SetServing(true)
+			log.Info("endpoint set known: serving", "endpoints", len(a.Fleet.Endpoints()))
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		defer a.wg.Done()
+		t := time.NewTicker(cfg.ImbalanceInterval)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				imb.Sample(now, a.Fleet.All())
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	log.Info("loadaware-epp started", "ext_proc", a.GRPCAddr(), "tls", cfg.SecureServing, "metrics", a.MetricsAddr(),
+		"policy", cfg.Policy, "beta", cfg.Beta, "body_mode", cfg.BodyMode.String(), "endpoints", len(cfg.Endpoints))
+	return a, nil
+}
+
+func setDefaults(c *Config) {
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = ":9002"
+	}
+	if c.HealthAddr == "" {
+		c.HealthAddr = ":9003"
+	}
+	if c.MetricsAddr == "" {
+		c.MetricsAddr = ":9090"
+	}
+	if c.Policy == "" {
+		c.Policy = "loadaware"
+	}
+	if c.ImbalanceWindow <= 0 {
+		c.ImbalanceWindow = time.Minute
+	}
+	if c.ImbalanceInterval <= 0 {
+		c.ImbalanceInterval = 250 * time.Millisecond
+	}
+}
+
+func listen(what, addr, flag string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen for %s on %s: %v (choose a free port with %s)", what, addr, err, flag)
+	}
+	return l, nil
+}
+
+func (a *App) goServe(what string, serve func() error) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+			a.log.Error(what+" server stopped", "err", err)
+		}
+	}()
+}
+
+// GRPCAddr is the bound ext_proc address.
+func (a *App) GRPCAddr() string { return a.grpcLis.Addr().String() }
+
+// HealthAddr is the bound gRPC health address ("" when disabled).
+func (a *App) HealthAddr() string {
+	if a.healthLis == nil {
+		return ""
+	}
+	return a.healthLis.Addr().String()
+}
+
+// MetricsAddr is the bound metrics/admin HTTP address.
+func (a *App) MetricsAddr() string { return a.metricsLis.Addr().String() }
+
+// Close stops every server: in-flight ext_proc streams get up to 5 seconds to finish.
+func (a *App) Close() error {
+	a.cancel()
+	a.Health.SetServing(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := a.httpSrv.Shutdown(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		a.grpcSrv.GracefulStop()
+		if a.healthSrv != nil {
+			a.healthSrv.GracefulStop()
+		}
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		a.grpcSrv.Stop()
+		if a.healthSrv != nil {
+			a.healthSrv.Stop()
+		}
+		<-stopped
+	}
+	a.wg.Wait()
+	return err
+}

@@ -1,0 +1,56 @@
+// Command loadaware-epp is the load-aware endpoint picker: an Envoy ext_proc server that
+// routes each LLM request to the vLLM engine with the best balance of cached prefix and
+// load.
+//
+//	loadaware-epp [serve] [flags]   run the picker (the default)
+//	loadaware-epp version           print the version
+//
+// Run `loadaware-epp -h` for the flags.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return serve(ctx, args, os.Getenv, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "loadaware-epp", version)
+		return 0
+	case "help":
+		fmt.Fprintln(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), version or help\n", cmd)
+	return 2
+}
+
+const usage = `loadaware-epp: the load-aware endpoint picker for vLLM fleets (Envoy ext_proc).
+
+Commands:
+  serve    run the picker (the default): loadaware-epp [serve] --endpoints ip:port,... [flags]
+  version  print the version
+  help     this text
+
+Run "loadaware-epp serve -h" for the flags.`

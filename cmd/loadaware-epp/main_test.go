@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
+	ok := "--endpoints=10.0.0.1:8000"
+	tests := []struct {
+		name    string
+		args    []string
+		env     func(string) string
+		wantErr string
+	}{
+		{"no endpoints", nil, env(), "pass --endpoints ip:port"},
+		{"host name endpoint", []string{"--endpoints", "vllm-0:8000"}, env(), "not an IP address"},
+		{"negative beta", []string{ok, "--beta", "-1"}, env(), "--beta: beta -1 is out of range: use a number from 0"},
+		{"beta not a number", []string{ok, "--beta", "x"}, env(), `invalid value "x" for flag -beta`},
+		{"bad LOADAWARE_BETA", []string{ok}, env("LOADAWARE_BETA", "high"), `LOADAWARE_BETA="high" is not a number`},
+		{"unknown policy", []string{ok, "--policy", "fastest"}, env(), "use one of loadaware, kvaware"},
+		{"port out of range", []string{ok, "--metrics-port", "0"}, env(), "--metrics-port 0 is not a port: use 1-65535"},
+		{"bad body mode", []string{ok, "--body-mode", "streamed"}, env(), "use full-duplex (GIE's FULL_DUPLEX_STREAMED) or buffered"},
+		{"max endpoints", []string{ok, "--max-endpoints", "0"}, env(), "use 1 (no fallbacks) to 64"},
+		{"tiny body limit", []string{ok, "--max-body-bytes", "10"}, env(), "use at least 1024"},
+		{"log level", []string{ok, "--log-level", "loud"}, env(), "use debug, info, warn or error"},
+		{"cert path without TLS", []string{ok, "--secure-serving=false", "--cert-path", "/x"}, env(), "drop one of them"},
+		{"zap encoder", []string{ok, "--zap-encoder", "xml"}, env(), "use json or console"},
+		{"stray argument", []string{ok, "extra"}, env(), `unexpected argument "extra"`},
+		{"unknown flag", []string{ok, "--speed", "9"}, env(), "run loadaware-epp serve -h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := parse(tt.args, tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestParseDefaultsAndPrecedence(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		env      func(string) string
+		wantBeta float64
+	}{
+		{"default beta", []string{"--endpoints", "10.0.0.1:8000"}, env(), 1},
+		{"env beats the default", []string{"--endpoints", "10.0.0.1:8000"}, env("LOADAWARE_BETA", "0.5"), 0.5},
+		{"flag beats env", []string{"--endpoints", "10.0.0.1:8000", "--beta", "2"}, env("LOADAWARE_BETA", "0.5"), 2},
+		{"flag beats a bad env", []string{"--endpoints", "10.0.0.1:8000", "--beta", "2"}, env("LOADAWARE_BETA", "x"), 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _, err := parse(tt.args, tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Beta != tt.wantBeta {
+				t.Fatalf("beta %v, want %v", cfg.Beta, tt.wantBeta)
+			}
+			if cfg.GRPCAddr != ":9002" || cfg.HealthAddr != ":9003" || cfg.MetricsAddr != ":9090" || !cfg.SecureServing ||
+				cfg.Policy != "loadaware" || cfg.MaxEndpoints != 1 {
+				t.Fatalf("GIE defaults not kept: %+v", cfg)
+			}
+		})
+	}
+	cfg, o, err := parse([]string{"--endpoints", "10.0.0.1:8000", "--pool-name", "p", "--zap-encoder", "json", "--v", "4", "--admin-token", "t"}, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *o.unsupported["pool-name"] != "p" || o.logFormat != "json" || o.logLevel != "debug" || cfg.AdminToken != "t" {
+		t.Fatalf("GIE flags not read: %+v", o)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestServeStartsAndStops(t *testing.T) {
+	mp := freePort(t)
+	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", "0",
+		"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--pool-name", "ignored"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr bytes.Buffer
+	done := make(chan int)
+	go func() { done <- serve(ctx, args, env(), &bytes.Buffer{}, &stderr) }()
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", mp)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 10s: %v; log:\n%s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a separate server's readiness; there is no signal to await
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d; log:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "--pool-name") || !strings.Contains(stderr.String(), "not supported") {
+		t.Fatalf("the unsupported GIE flag was not logged:\n%s", stderr.String())
+	}
+}
+
+func TestRunDispatch(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"version"}, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "loadaware-epp ") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	if code := run([]string{"frobnicate"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
+		t.Fatalf("unknown command: %d %q", code, errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"serve", "-h"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "-endpoints") {
+		t.Fatalf("help: %d %q", code, out.String())
+	}
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// options are the parsed flags of serve.
+type options struct {
+	grpcPort, healthPort, metricsPort int
+	secure                            bool
+	certPath                          string
+	endpoints                         string
+	policy                            string
+	beta                              float64
+	sessionKey                        string
+	maxEndpoints                      int
+	maxBodyBytes                      int64
+	bodyMode                          string
+	adminToken                        string
+	logLevel, logFormat               string
+	bindAddress                       string
+
+	// GIE chart flags this build accepts but does not use yet.
+	unsupported map[string]*string
+}
+
+// gieFlags are flags GIE's Helm chart passes to its picker. A drop-in image must accept
+// them; the ones we do not implement yet are logged at start.
+var gieFlags = []string{"pool-name", "pool-namespace", "pool-group", "config-file", "endpoint-selector",
+	"endpoint-target-ports", "tracing", "ha-enable-leader-election", "metrics-endpoint-auth", "kube-config",
+	"model-server-metrics-port", "model-server-metrics-path", "model-server-metrics-scheme", "refresh-metrics-interval",
+	"refresh-prometheus-metrics-interval", "total-queued-requests-metric", "kv-cache-usage-percentage-metric"}
+
+func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("loadaware-epp serve", flag.ContinueOnError)
+	fs.IntVar(&o.grpcPort, "grpc-port", 9002, "ext_proc gRPC port (GIE convention)")
+	fs.IntVar(&o.healthPort, "grpc-health-port", 9003, "gRPC health port (health is also served on --grpc-port); 0 disables it")
+	fs.IntVar(&o.metricsPort, "metrics-port", 9090, "Prometheus /metrics, /healthz, /readyz and /admin/config")
+	fs.StringVar(&o.bindAddress, "bind-address", "", "address to listen on (default: all interfaces)")
+	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS (a self-signed certificate unless --cert-path)")
+	fs.StringVar(&o.certPath, "cert-path", "", "directory holding tls.crt and tls.key for --secure-serving")
+	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port)")
+	fs.StringVar(&o.policy, "policy", "loadaware", "routing policy: "+strings.Join(scoring.Names, ", "))
+	beta := 1.0
+	if v := getenv("LOADAWARE_BETA"); v != "" {
+		beta = math.NaN() // checked below: the env value must parse
+		if b, err := strconv.ParseFloat(v, 64); err == nil {
+			beta = b
+		}
+	}
+	fs.Float64Var(&o.beta, "beta", beta, "loadaware's load weight: 0 = pure cache affinity (env LOADAWARE_BETA)")
+	fs.StringVar(&o.sessionKey, "session-key", "x-user-id", "request header that carries the session key")
+	fs.IntVar(&o.maxEndpoints, "max-endpoints", 1, "endpoints in x-gateway-destination-endpoint (an ordered fallback list when > 1)")
+	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodySize, "largest request body the picker reads; larger gets 413")
+	fs.StringVar(&o.bodyMode, "body-mode", "full-duplex", "body mode when Envoy sends no protocol_config: full-duplex or buffered")
+	fs.StringVar(&o.adminToken, "admin-token", getenv("LOADAWARE_ADMIN_TOKEN"), "bearer token that allows POST /admin/config (env LOADAWARE_ADMIN_TOKEN); empty: changes refused")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	// GIE compatibility.
+	fs.Func("zap-encoder", "GIE compatibility: json or console (sets --log-format)", func(s string) error {
+		switch s {
+		case "json":
+			o.logFormat = "json"
+		case "console":
+			o.logFormat = "text"
+		default:
+			return fmt.Errorf("use json or console")
+		}
+		return nil
+	})
+	fs.Func("v", "GIE compatibility: verbosity; 4 or more logs every decision (sets --log-level debug)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("use a number from 0")
+		}
+		if n >= 4 {
+			o.logLevel = "debug"
+		}
+		return nil
+	})
+	o.unsupported = map[string]*string{}
+	for _, name := range gieFlags {
+		o.unsupported[name] = fs.String(name, "", "GIE compatibility: accepted, not supported yet")
+	}
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parse reads the flags into an app.Config. Its errors are one line: what is wrong and
+// what would be right.
+func parse(args []string, getenv func(string) string) (app.Config, options, error) {
+	var o options
+	fs := newFlagSet(&o, getenv)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return app.Config{}, o, err
+		}
+		return app.Config{}, o, fmt.Errorf("%v (run loadaware-epp serve -h for the flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return app.Config{}, o, fmt.Errorf("unexpected argument %q: every setting is a --flag (run loadaware-epp serve -h)", fs.Arg(0))
+	}
+	if math.IsNaN(o.beta) {
+		return app.Config{}, o, fmt.Errorf("LOADAWARE_BETA=%q is not a number: set it to e.g. 1.0, or pass --beta", getenv("LOADAWARE_BETA"))
+	}
+	if err := scoring.ValidateBeta(o.beta); err != nil {
+		return app.Config{}, o, fmt.Errorf("--beta: %v", err)
+	}
+	if _, err := scoring.New(o.policy, scoring.DefaultParams(), scoring.NewState()); err != nil {
+		return app.Config{}, o, fmt.Errorf("--policy: %v", err)
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+		zero bool
+	}{{"grpc-port", o.grpcPort, false}, {"grpc-health-port", o.healthPort, true}, {"metrics-port", o.metricsPort, false}} {
+		if p.v < 0 || p.v > 65535 || (p.v == 0 && !p.zero) {
+			return app.Config{}, o, fmt.Errorf("--%s %d is not a port: use 1-65535", p.name, p.v)
+		}
+	}
+	if o.maxEndpoints < 1 || o.maxEndpoints > 64 {
+		return app.Config{}, o, fmt.Errorf("--max-endpoints %d: use 1 (no fallbacks) to 64", o.maxEndpoints)
+	}
+	if o.maxBodyBytes < 1024 {
+		return app.Config{}, o, fmt.Errorf("--max-body-bytes %d is too small to hold a request: use at least 1024 (default %d)", o.maxBodyBytes, extproc.DefaultMaxBodySize)
+	}
+	mode, err := extproc.ParseBodyMode(o.bodyMode)
+	if err != nil {
+		return app.Config{}, o, fmt.Errorf("--body-mode: %v", err)
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return app.Config{}, o, err
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return app.Config{}, o, fmt.Errorf("--log-format %q: use text or json", o.logFormat)
+	}
+	if o.certPath != "" && !o.secure {
+		return app.Config{}, o, fmt.Errorf("--cert-path is set but --secure-serving=false: drop one of them")
+	}
+	var eps []string
+	if o.endpoints != "" {
+		if eps, err = fleet.ParseEndpoints(o.endpoints); err != nil {
+			return app.Config{}, o, fmt.Errorf("--endpoints: %v", err)
+		}
+	} else {
+		return app.Config{}, o, fmt.Errorf("endpoint list is empty: pass --endpoints ip:port,... (Kubernetes discovery with --pool-name is not supported by this build yet)")
+	}
+	addr := func(port int) string { return net.JoinHostPort(o.bindAddress, strconv.Itoa(port)) }
+	cfg := app.Config{
+		GRPCAddr: addr(o.grpcPort), HealthAddr: addr(o.healthPort), MetricsAddr: addr(o.metricsPort),
+		SecureServing: o.secure, CertPath: o.certPath, Endpoints: eps, Policy: o.policy, Beta: o.beta,
+		SessionKey: o.sessionKey, MaxEndpoints: o.maxEndpoints, MaxBodyBytes: o.maxBodyBytes, BodyMode: mode,
+		AdminToken: o.adminToken,
+	}
+	if o.healthPort == 0 {
+		cfg.HealthAddr = "-"
+	}
+	return cfg, o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("--log-level %q: use debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(o options, w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(o.logLevel)
+	ho := &slog.HandlerOptions{Level: lvl}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// serve runs the picker until ctx ends.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, o, err := parse(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		var tmp options
+		fs := newFlagSet(&tmp, getenv)
+		fs.SetOutput(stdout)
+		fmt.Fprintln(stdout, "Usage: loadaware-epp [serve] --endpoints ip:port,... [flags]")
+		fs.PrintDefaults()
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadaware-epp:", err)
+		return 2
+	}
+	log := newLogger(o, stderr)
+	for name, v := range o.unsupported {
+		if *v != "" {
+			log.Warn("flag accepted for GIE compatibility but not supported by this build yet; it has no effect", "flag", "--"+name, "value", *v)
+		}
+	}
+	a, err := app.Start(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "loadaware-epp:", err)
+		return 1
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	if err := a.Close(); err != nil {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	cel.dev/expr v0.25.3 // indirect
+	github.com/ardanlabs/jinja v1.8.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect

@@ -123,7 +123,7 @@ type component struct {
 }
 
 func unsupported(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrUnsupported)
+	return unsupportedReason(ReasonTokenizer, format, args...)
 }
 
 func isNull(raw json.RawMessage) bool {

@@ -1,7 +1,6 @@
 # loadaware-epp — see README.md. The two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 GO ?= go
-STATICCHECK_VERSION := 2026.1
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 

@@ -42,7 +42,7 @@ type harnessOpts struct {
 	maxEps    int
 }
 
-func newHarness(t *testing.T, o harnessOpts) *harness {
+func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	f := fleet.New()
 	if o.endpoints != nil {
@@ -81,7 +81,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	return h
 }
 
-func (h *harness) open(t *testing.T) (extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
+func (h *harness) open(t testing.TB) (extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := h.client.Process(ctx)

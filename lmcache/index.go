@@ -1,0 +1,777 @@
+package lmcache
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// IndexConfig configures an Index.
+type IndexConfig struct {
+	// Keys says how the engines hash prompts into chunk keys.
+	Keys KeyConfig
+	// HeartbeatTimeout drops an instance (and its keys) whose workers send heartbeats once
+	// it has been silent this long. 0 means automatic: 6 times the observed heartbeat
+	// period, at least 30 s (5 min until a second heartbeat shows the period). Negative
+	// disables expiry. Instances that never sent a heartbeat (LMCache 0.3.9's default) are
+	// never expired.
+	HeartbeatTimeout time.Duration
+	// Logger receives registry events and decode problems; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the index metrics; nil leaves them unregistered.
+	Registerer prometheus.Registerer
+	// Detector, when set, is fed every admit whose instance IP is known.
+	Detector *MissDetector
+}
+
+const (
+	autoTimeoutMultiple = 6
+	autoTimeoutMin      = 30 * time.Second
+	autoTimeoutUnknown  = 5 * time.Minute
+	numShards           = 64
+	maxLoggedTags       = 32
+)
+
+// Match is one LMCache instance's cached prefix of a prompt.
+type Match struct {
+	InstanceID string
+	IP         string // the IP the instance's workers registered with
+	Tokens     int    // contiguous prefix held, in tokens, capped at the prompt length
+	HolderRank int    // order in which the instance stored the prompt's first chunk (0 = first); -1 if it does not hold it
+}
+
+// Index maps chunk keys to the workers holding them and keeps the worker registry.
+//
+// Writers (Apply, ApplyFrame, Sweep) are serialised among themselves. Lookups take no
+// writer lock: the key table is sharded, each shard guarded by a read-write lock held for
+// one key at a time, and the registry is read from an immutable snapshot, so a lookup
+// waits at most for one key's update, never for a burst of admits.
+type Index struct {
+	hasher    *Hasher
+	chunk     int
+	log       *slog.Logger
+	met       *indexMetrics
+	det       *MissDetector
+	hbTimeout time.Duration
+
+	shards [numShards]shard
+	nkeys  atomic.Int64
+	view   atomic.Pointer[view]
+
+	mu        sync.Mutex // serialises writers; guards everything below
+	instances map[string]*instance
+	ipClaims  map[string]*instance // IP -> the instance that claimed it last
+	nextSlot  uint32
+	syncs     map[syncKey]*fullSync
+	logged    map[string]bool // decode error kinds and tags already logged
+}
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[int64]holders
+	_  [32]byte // keep neighbouring shards' locks off one cache line
+}
+
+type instance struct {
+	id            string
+	ip            string
+	workers       map[int]*worker
+	lastSeen      time.Time
+	heartbeats    bool
+	superseded    bool   // another instance claimed ip after this one
+	supersededBy  string // that instance
+	conflict      bool   // sent messages after being superseded: two live instances on one IP
+	loggedNoIP    bool
+	hbIntervalMax time.Duration
+}
+
+type worker struct {
+	inst          *instance
+	id            int
+	port          int
+	slots         map[string]*slot // by location
+	lastHeartbeat time.Time
+	hbInterval    time.Duration
+}
+
+// slot is one (worker, location): the unit a key's holder list names.
+type slot struct {
+	id   uint32
+	w    *worker
+	loc  string
+	keys map[int64]struct{}
+}
+
+type syncKey struct {
+	instance string
+	worker   int
+	location string
+}
+
+type fullSync struct {
+	id   string
+	keys map[int64]struct{}
+}
+
+// view is the immutable registry snapshot lookups read: the slots of credited instances.
+type view struct {
+	slots map[uint32]*instView
+}
+
+type instView struct {
+	id, ip string
+}
+
+// NewIndex returns an empty index.
+func NewIndex(cfg IndexConfig) (*Index, error) {
+	h, err := NewHasher(cfg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ix := &Index{
+		hasher:    h,
+		chunk:     h.Config().ChunkSize,
+		log:       log,
+		det:       cfg.Detector,
+		hbTimeout: cfg.HeartbeatTimeout,
+		instances: map[string]*instance{},
+		ipClaims:  map[string]*instance{},
+		nextSlot:  1,
+		syncs:     map[syncKey]*fullSync{},
+		logged:    map[string]bool{},
+	}
+	for i := range ix.shards {
+		ix.shards[i].m = map[int64]holders{}
+	}
+	ix.met, err = newIndexMetrics(cfg.Registerer, func() float64 { return float64(ix.nkeys.Load()) })
+	if err != nil {
+		return nil, err
+	}
+	ix.view.Store(&view{slots: map[uint32]*instView{}})
+	return ix, nil
+}
+
+// Hasher returns the hasher the index looks prompts up with.
+func (ix *Index) Hasher() *Hasher { return ix.hasher }
+
+// ChunkKeys returns the chunk keys of tokens (see Hasher.ChunkKeys).
+func (ix *Index) ChunkKeys(tokens []uint32) []int64 { return ix.hasher.ChunkKeys(tokens) }
+
+func (ix *Index) shardOf(key int64) *shard {
+	return &ix.shards[(uint64(key)*0x9E3779B97F4A7C15)>>58]
+}
+
+// Lookup returns, for every credited instance holding the first chunk of tokens, its
+// contiguous matched prefix (see LookupKeys).
+func (ix *Index) Lookup(tokens []uint32) []Match {
+	var buf [16]int64
+	return ix.LookupKeys(ix.hasher.AppendChunkKeys(buf[:0], tokens), len(tokens))
+}
+
+// LookupKeys is Lookup for chunk keys already computed from a prompt of promptTokens
+// tokens. An instance's credit ends at its first missing chunk; the walk stops when no
+// instance is still contiguous. Credited instances have a known IP that no newer instance
+// has claimed and that no second live instance reports. The result is ordered by Tokens
+// (longest first), then HolderRank; it is empty when nobody holds the first chunk.
+func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
+	start := time.Now()
+	v := ix.view.Load()
+	type cand struct {
+		iv     *instView
+		rank   int
+		chunks int
+		live   bool
+	}
+	var cbuf [8]cand
+	cands := cbuf[:0]
+	var hbuf [16]uint32
+	for i, k := range keys {
+		hs := ix.holdersOf(k, hbuf[:0])
+		if i == 0 {
+			for _, s := range hs {
+				iv := v.slots[s]
+				if iv == nil || containsFunc(cands, func(c cand) bool { return c.iv == iv }) {
+					continue
+				}
+				cands = append(cands, cand{iv: iv, rank: len(cands), chunks: 1, live: true})
+			}
+			if len(cands) == 0 {
+				break
+			}
+			continue
+		}
+		alive := 0
+		for j := range cands {
+			if !cands[j].live {
+				continue
+			}
+			held := false
+			for _, s := range hs {
+				if v.slots[s] == cands[j].iv {
+					held = true
+					break
+				}
+			}
+			if held {
+				cands[j].chunks++
+				alive++
+			} else {
+				cands[j].live = false
+			}
+		}
+		if alive == 0 {
+			break
+		}
+	}
+	var out []Match
+	best := 0
+	for _, c := range cands {
+		tokens := min(c.chunks*ix.chunk, promptTokens)
+		best = max(best, tokens)
+		out = append(out, Match{InstanceID: c.iv.id, IP: c.iv.ip, Tokens: tokens, HolderRank: c.rank})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Tokens != out[j].Tokens {
+			return out[i].Tokens > out[j].Tokens
+		}
+		return out[i].HolderRank < out[j].HolderRank
+	})
+	ix.met.lookups.Inc()
+	if len(out) > 0 {
+		ix.met.hits.Inc()
+	}
+	if promptTokens > 0 {
+		ix.met.matched.Observe(float64(best) / float64(promptTokens))
+	}
+	ix.met.latency.Observe(time.Since(start).Seconds())
+	return out
+}
+
+func containsFunc[T any](s []T, f func(T) bool) bool {
+	for _, x := range s {
+		if f(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdersOf appends the slots holding key, in admission order, to dst.
+func (ix *Index) holdersOf(key int64, dst []uint32) []uint32 {
+	sh := ix.shardOf(key)
+	sh.mu.RLock()
+	h := sh.m[key]
+	dst = h.appendTo(dst)
+	sh.mu.RUnlock()
+	return dst
+}
+
+// ErrNotWorkerMessage is returned by Apply for messages a worker never sends the controller.
+var ErrNotWorkerMessage = errors.New("lmcache: not a worker-to-controller message")
+
+// Apply ingests one worker message received at now. Understood messages never fail; a
+// message with nothing to do (evicting a key the worker never admitted, deregistering an
+// unknown worker) is counted as ignored. Replies (RegisterRetMsg, ...) return
+// ErrNotWorkerMessage.
+func (ix *Index) Apply(msg Message, now time.Time) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.applyLocked(msg, now)
+}
+
+// ApplyFrame decodes one frame and applies it. A frame that cannot be decoded is counted
+// by kind, logged the first time its kind (or unknown tag) is seen, and returned as the
+// error; the caller just moves on to the next frame.
+func (ix *Index) ApplyFrame(frame []byte, now time.Time) (Message, error) {
+	msg, err := Decode(frame)
+	if err != nil {
+		ix.noteInvalid(err)
+		return nil, err
+	}
+	return msg, ix.Apply(msg, now)
+}
+
+func (ix *Index) noteInvalid(err error) {
+	var de *DecodeError
+	kind, tag := KindMalformed, ""
+	if errors.As(err, &de) {
+		kind, tag = de.Kind, de.Tag
+	}
+	if c, ok := ix.met.invalid[kind]; ok {
+		c.Inc()
+	}
+	ix.met.message(tag, outcomeInvalid)
+	key := kind
+	if kind == KindUnknownType {
+		key = kind + ":" + tag
+	}
+	ix.mu.Lock()
+	first := !ix.logged[key] && len(ix.logged) < maxLoggedTags
+	if first {
+		ix.logged[key] = true
+	}
+	ix.mu.Unlock()
+	if first {
+		ix.log.Warn("lmcache: skipped a frame that could not be decoded (logged once per kind; see loadaware_lmcache_frames_invalid_total)",
+			"kind", kind, "type", tag, "err", err)
+	}
+}
+
+func (ix *Index) applyLocked(msg Message, now time.Time) error {
+	outcome := outcomeApplied
+	dirty := false
+	switch m := msg.(type) {
+	case RegisterMsg:
+		dirty = ix.register(m, now)
+	case HeartbeatMsg:
+		dirty = ix.heartbeat(m, now)
+	case DeRegisterMsg:
+		w := ix.worker(m.InstanceID, m.WorkerID)
+		if w == nil {
+			outcome = outcomeIgnored
+			break
+		}
+		ix.log.Info("lmcache: worker deregistered", "instance", m.InstanceID, "worker", m.WorkerID, "ip", w.inst.ip)
+		ix.removeWorker(w)
+		dirty = false // removeWorker published the view
+	case KVAdmitMsg:
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		ok, d2 := ix.admit(w, m.Location, m.Key)
+		dirty = d || d2
+		if !ok {
+			outcome = outcomeIgnored
+		}
+	case KVEvictMsg:
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		dirty = d
+		if !ix.evict(w, m.Location, m.Key) {
+			outcome = outcomeIgnored
+		}
+	case BatchedKVOperationMsg:
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		dirty = d
+		for _, op := range m.Operations {
+			if op.Op == OpEvict {
+				ix.evict(w, m.Location, op.Key)
+				continue
+			}
+			_, d2 := ix.admit(w, m.Location, op.Key)
+			dirty = dirty || d2
+		}
+	case FullSyncBatchMsg:
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		dirty = d
+		sk := syncKey{m.InstanceID, m.WorkerID, m.Location}
+		fs := ix.syncs[sk]
+		if fs == nil || fs.id != m.SyncID {
+			fs = &fullSync{id: m.SyncID, keys: map[int64]struct{}{}}
+			ix.syncs[sk] = fs
+		}
+		for _, k := range m.Keys {
+			_, d2 := ix.admit(w, m.Location, k)
+			dirty = dirty || d2
+			fs.keys[k] = struct{}{}
+		}
+	case FullSyncEndMsg:
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		dirty = d
+		if !ix.endSync(w, m) {
+			outcome = outcomeIgnored
+		}
+	case nil:
+		return fmt.Errorf("lmcache: apply: nil message")
+	default:
+		ix.met.message("other", outcomeIgnored)
+		return fmt.Errorf("%w: %s", ErrNotWorkerMessage, msg.Tag())
+	}
+	ix.met.message(msg.Tag(), outcome)
+	if dirty {
+		ix.publish()
+	}
+	return nil
+}
+
+// worker returns a known worker or nil.
+func (ix *Index) worker(instanceID string, workerID int) *worker {
+	if inst := ix.instances[instanceID]; inst != nil {
+		return inst.workers[workerID]
+	}
+	return nil
+}
+
+// touch returns the worker, creating it (and its instance) on first sight, and records
+// activity at now. It reports whether the registry snapshot must be republished.
+func (ix *Index) touch(instanceID string, workerID int, now time.Time) (*worker, bool) {
+	inst := ix.instances[instanceID]
+	dirty := false
+	if inst == nil {
+		inst = &instance{id: instanceID, workers: map[int]*worker{}}
+		ix.instances[instanceID] = inst
+		dirty = true
+	}
+	w := inst.workers[workerID]
+	if w == nil {
+		w = &worker{inst: inst, id: workerID, slots: map[string]*slot{}}
+		inst.workers[workerID] = w
+		dirty = true
+	}
+	inst.lastSeen = now
+	if inst.superseded && !inst.conflict {
+		if c := ix.ipClaims[inst.ip]; c != nil && c != inst {
+			inst.conflict = true
+			dirty = true
+			ix.log.Error("lmcache: two live LMCache instances report one IP; neither gets cache credit until one stops: give every engine its own pod IP, or a unique lmcache_instance_id per engine",
+				"ip", inst.ip, "instances", []string{c.id, inst.id})
+		}
+	}
+	if inst.ip == "" && !inst.loggedNoIP {
+		inst.loggedNoIP = true
+		ix.log.Warn("lmcache: messages from an instance that has not registered: its chunks get no credit until it registers or sends a heartbeat (did the picker restart while 0.3.9 workers, which never re-register, kept running? restart the engines)",
+			"instance", instanceID, "worker", workerID)
+	}
+	return w, dirty
+}
+
+// claim makes inst the owner of ip; the previous owner is superseded (loses credit).
+func (ix *Index) claim(inst *instance, ip string) bool {
+	ip = canonicalIP(ip)
+	if ip == "" || (ix.ipClaims[ip] == inst && inst.ip == ip) {
+		return false
+	}
+	if inst.ip != "" && inst.ip != ip && ix.ipClaims[inst.ip] == inst {
+		delete(ix.ipClaims, inst.ip)
+	}
+	inst.ip = ip
+	if prev := ix.ipClaims[ip]; prev != nil && prev != inst {
+		prev.superseded, prev.supersededBy, prev.conflict = true, inst.id, false
+		ix.log.Info("lmcache: a newer instance claims an IP; the older one loses its cache credit", "ip", ip, "new", inst.id, "old", prev.id)
+	}
+	ix.ipClaims[ip] = inst
+	inst.superseded, inst.supersededBy, inst.conflict = false, "", false
+	return true
+}
+
+func (ix *Index) register(m RegisterMsg, now time.Time) bool {
+	if w := ix.worker(m.InstanceID, m.WorkerID); w != nil {
+		n := 0
+		for _, s := range w.slots {
+			n += len(s.keys)
+		}
+		ix.log.Info("lmcache: known worker registered again (restart): dropping its chunks", "instance", m.InstanceID, "worker", m.WorkerID, "keys", n)
+		ix.dropSlots(w)
+	} else {
+		ix.log.Info("lmcache: worker registered", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP, "port", m.Port)
+	}
+	ix.claim(ix.instanceFor(m.InstanceID), m.IP)
+	w, _ := ix.touch(m.InstanceID, m.WorkerID, now)
+	w.port = m.Port
+	return true
+}
+
+func (ix *Index) instanceFor(id string) *instance {
+	inst := ix.instances[id]
+	if inst == nil {
+		inst = &instance{id: id, workers: map[int]*worker{}}
+		ix.instances[id] = inst
+	}
+	return inst
+}
+
+func (ix *Index) heartbeat(m HeartbeatMsg, now time.Time) bool {
+	known := ix.worker(m.InstanceID, m.WorkerID) != nil
+	dirty := false
+	if !known {
+		ix.log.Info("lmcache: heartbeat from an unknown worker registers it", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP)
+		dirty = ix.claim(ix.instanceFor(m.InstanceID), m.IP)
+	} else if inst := ix.instances[m.InstanceID]; m.IP != "" && canonicalIP(m.IP) != inst.ip {
+		dirty = ix.claim(inst, m.IP)
+	}
+	w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+	if !w.lastHeartbeat.IsZero() && now.After(w.lastHeartbeat) {
+		w.hbInterval = now.Sub(w.lastHeartbeat)
+		w.inst.hbIntervalMax = 0
+		for _, o := range w.inst.workers {
+			w.inst.hbIntervalMax = max(w.inst.hbIntervalMax, o.hbInterval)
+		}
+	}
+	w.lastHeartbeat = now
+	w.inst.heartbeats = true
+	w.port = m.Port
+	return dirty || d
+}
+
+// admit records that w holds key at loc; it reports whether the key was new for that slot
+// and whether the snapshot must be republished (a new slot).
+func (ix *Index) admit(w *worker, loc string, key int64) (added, dirty bool) {
+	s := w.slots[loc]
+	if s == nil {
+		s = &slot{id: ix.nextSlot, w: w, loc: loc, keys: map[int64]struct{}{}}
+		ix.nextSlot++
+		w.slots[loc] = s
+		dirty = true
+	}
+	if _, ok := s.keys[key]; ok {
+		ix.met.op(false, false)
+		return false, dirty
+	}
+	s.keys[key] = struct{}{}
+	sh := ix.shardOf(key)
+	sh.mu.Lock()
+	h := sh.m[key]
+	if h.len() == 0 {
+		ix.nkeys.Add(1)
+	}
+	sh.m[key], _ = h.add(s.id)
+	sh.mu.Unlock()
+	ix.met.op(false, true)
+	if ix.det != nil && w.inst.ip != "" {
+		ix.det.Admitted(w.inst.ip, key)
+	}
+	return true, dirty
+}
+
+// evict records that w dropped key from loc; it reports whether w held it there.
+func (ix *Index) evict(w *worker, loc string, key int64) bool {
+	s := w.slots[loc]
+	if s == nil {
+		ix.met.op(true, false)
+		return false
+	}
+	if _, ok := s.keys[key]; !ok {
+		ix.met.op(true, false)
+		return false
+	}
+	delete(s.keys, key)
+	ix.unhold(key, s.id)
+	ix.met.op(true, true)
+	return true
+}
+
+func (ix *Index) unhold(key int64, id uint32) {
+	sh := ix.shardOf(key)
+	sh.mu.Lock()
+	h, ok := sh.m[key].remove(id)
+	if ok {
+		if h.len() == 0 {
+			delete(sh.m, key)
+			ix.nkeys.Add(-1)
+		} else {
+			sh.m[key] = h
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// endSync makes the keys sent under the sync the worker's whole key set at the location.
+// When the worker's count disagrees with what arrived (a lost batch), nothing is evicted.
+func (ix *Index) endSync(w *worker, m FullSyncEndMsg) bool {
+	sk := syncKey{m.InstanceID, m.WorkerID, m.Location}
+	fs := ix.syncs[sk]
+	if fs == nil || fs.id != m.SyncID {
+		return false
+	}
+	delete(ix.syncs, sk)
+	if len(fs.keys) != m.ActualTotalKeys {
+		ix.log.Warn("lmcache: full sync ended with a different key count than received (a batch was lost); keeping the union of old and synced keys",
+			"instance", m.InstanceID, "worker", m.WorkerID, "location", m.Location, "sent", m.ActualTotalKeys, "received", len(fs.keys))
+		return true
+	}
+	if s := w.slots[m.Location]; s != nil {
+		for k := range s.keys {
+			if _, ok := fs.keys[k]; !ok {
+				ix.evict(w, m.Location, k)
+			}
+		}
+	}
+	return true
+}
+
+// dropSlots forgets every key of w. The slots are retired (new admits get new slot ids),
+// and the snapshot is published before the keys are purged, so lookups stop crediting
+// them at once.
+func (ix *Index) dropSlots(w *worker) {
+	old := w.slots
+	w.slots = map[string]*slot{}
+	for sk := range ix.syncs {
+		if sk.instance == w.inst.id && sk.worker == w.id {
+			delete(ix.syncs, sk)
+		}
+	}
+	ix.publish()
+	for _, s := range old {
+		for k := range s.keys {
+			ix.unhold(k, s.id)
+		}
+	}
+}
+
+// removeWorker forgets w and, when it was the last, its instance.
+func (ix *Index) removeWorker(w *worker) {
+	inst := w.inst
+	delete(inst.workers, w.id)
+	if len(inst.workers) == 0 {
+		delete(ix.instances, inst.id)
+		if ix.ipClaims[inst.ip] == inst {
+			delete(ix.ipClaims, inst.ip)
+		}
+	}
+	ix.dropSlots(w)
+}
+
+// Sweep drops every heartbeating instance silent for longer than its timeout at now, with
+// its keys, and returns how many it dropped. The Server calls it periodically; virtual-time
+// callers call it with their clock.
+func (ix *Index) Sweep(now time.Time) int {
+	if ix.hbTimeout < 0 {
+		return 0
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var dead []*instance
+	for _, inst := range ix.instances {
+		if !inst.heartbeats {
+			continue
+		}
+		if silent := now.Sub(inst.lastSeen); silent > ix.timeoutOf(inst) {
+			dead = append(dead, inst)
+		}
+	}
+	sort.Slice(dead, func(i, j int) bool { return dead[i].id < dead[j].id })
+	for _, inst := range dead {
+		ix.log.Warn("lmcache: instance stopped sending heartbeats; dropping it and its chunks",
+			"instance", inst.id, "ip", inst.ip, "silent", now.Sub(inst.lastSeen).String(), "timeout", ix.timeoutOf(inst).String())
+		for _, w := range inst.workers {
+			ix.removeWorker(w)
+		}
+	}
+	return len(dead)
+}
+
+func (ix *Index) timeoutOf(inst *instance) time.Duration {
+	if ix.hbTimeout > 0 {
+		return ix.hbTimeout
+	}
+	if inst.hbIntervalMax == 0 {
+		return autoTimeoutUnknown
+	}
+	return max(autoTimeoutMin, autoTimeoutMultiple*inst.hbIntervalMax)
+}
+
+// publish rebuilds the registry snapshot lookups read and the instance gauges.
+func (ix *Index) publish() {
+	conflicted := map[string]bool{}
+	for _, inst := range ix.instances {
+		if inst.conflict {
+			conflicted[inst.ip] = true
+		}
+	}
+	v := &view{slots: map[uint32]*instView{}}
+	counts := map[InstanceState]int{}
+	for _, inst := range ix.instances {
+		st := ix.state(inst, conflicted)
+		counts[st]++
+		if st != StateActive {
+			continue
+		}
+		iv := &instView{id: inst.id, ip: inst.ip}
+		for _, w := range inst.workers {
+			for _, s := range w.slots {
+				v.slots[s.id] = iv
+			}
+		}
+	}
+	ix.view.Store(v)
+	for _, s := range []InstanceState{StateActive, StateNoIP, StateSuperseded, StateConflict} {
+		ix.met.instances.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+	ix.met.conflicts.Set(float64(len(conflicted)))
+}
+
+// InstanceState says whether an instance's chunks are credited.
+type InstanceState string
+
+// The instance states.
+const (
+	StateActive     InstanceState = "active"     // credited
+	StateNoIP       InstanceState = "no_ip"      // sent KV events but never registered: IP unknown
+	StateSuperseded InstanceState = "superseded" // a newer instance registered with its IP
+	StateConflict   InstanceState = "conflict"   // two live instances report its IP
+)
+
+func (ix *Index) state(inst *instance, conflicted map[string]bool) InstanceState {
+	switch {
+	case inst.ip == "":
+		return StateNoIP
+	case conflicted[inst.ip]:
+		return StateConflict
+	case inst.superseded:
+		return StateSuperseded
+	}
+	return StateActive
+}
+
+// InstanceInfo describes one known instance.
+type InstanceInfo struct {
+	ID           string
+	IP           string
+	State        InstanceState
+	SupersededBy string // the instance that claimed IP after this one, if superseded
+	Workers      int
+	Keys         int // chunk keys held, summed over workers and locations
+	Heartbeats   bool
+	LastSeen     time.Time
+}
+
+// Instances returns every known instance, ordered by IP then ID.
+func (ix *Index) Instances() []InstanceInfo {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	conflicted := map[string]bool{}
+	for _, inst := range ix.instances {
+		if inst.conflict {
+			conflicted[inst.ip] = true
+		}
+	}
+	out := make([]InstanceInfo, 0, len(ix.instances))
+	for _, inst := range ix.instances {
+		info := InstanceInfo{ID: inst.id, IP: inst.ip, State: ix.state(inst, conflicted), SupersededBy: inst.supersededBy,
+			Workers: len(inst.workers), Heartbeats: inst.heartbeats, LastSeen: inst.lastSeen}
+		for _, w := range inst.workers {
+			for _, s := range w.slots {
+				info.Keys += len(s.keys)
+			}
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].IP != out[j].IP {
+			return out[i].IP < out[j].IP
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// InstancesByIP groups Instances by IP ("" for instances that never registered). An IP
+// with an instance in StateConflict is served by two live instances: a configuration error
+// the caller should surface.
+func (ix *Index) InstancesByIP() map[string][]InstanceInfo {
+	out := map[string][]InstanceInfo{}
+	for _, info := range ix.Instances() {
+		out[info.IP] = append(out[info.IP], info)
+	}
+	return out
+}
+
+// Keys returns the number of distinct chunk keys held by at least one worker.
+func (ix *Index) Keys() int { return int(ix.nkeys.Load()) }

@@ -1,0 +1,131 @@
+// Package sim is a discrete-event model of one vLLM V1 engine serving
+// Qwen2.5-3B-Instruct on an NVIDIA A10 with LMCache CPU offload: continuous
+// batching with chunked prefill, a paged KV-block pool with shared prefix
+// blocks, LRU eviction and recompute preemption, and an LMCache CPU tier that
+// reports every stored and evicted 256-token chunk by its real chunk key.
+//
+// The model has no clock of its own: the caller advances time. Start begins an
+// engine step at a given time and returns when it ends; Finish applies the
+// step at that time and reports the tokens produced, the requests finished and
+// the cache events. Equal calls give equal results (virtual time is exactly
+// repeatable), and the same model can be driven by a wall clock in a live
+// adapter. sim does no I/O, reads no clocks and starts no goroutines.
+//
+// Every constant is named in Config; docs/bench/simulator.md derives each from
+// the hardware and software facts, and says which few were calibrated.
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config is the engine model's constants.
+type Config struct {
+	// Model: Qwen2.5-3B-Instruct.
+	Params        float64 // parameters (3.09e9)
+	Layers        int     // transformer layers (36)
+	QueryHeads    int     // attention query heads (16)
+	KVHeads       int     // key/value heads (2, grouped-query attention)
+	HeadDim       int     // dimension per head (128)
+	BytesPerValue int     // bytes per weight / KV element (2, bf16)
+
+	// GPU: NVIDIA A10.
+	PeakFLOPS         float64 // dense bf16 tensor peak, FLOP/s (125e12)
+	MemBandwidth      float64 // DRAM bandwidth, bytes/s (600e9)
+	PrefillEfficiency float64 // achieved fraction of PeakFLOPS in prefill GEMMs and attention
+	MemEfficiency     float64 // achieved fraction of MemBandwidth for streaming reads
+
+	// vLLM V1 engine.
+	KVPoolTokens     int // tokens of KV the pool holds (gpu_memory_utilization 0.45: ~99,000)
+	BlockSize        int // tokens per KV block (16)
+	MaxBatchedTokens int // token budget per step (max_num_batched_tokens, 2048)
+	MaxNumSeqs       int // running-sequence cap (max_num_seqs, 256)
+
+	// LMCache CPU offload.
+	CPUTierBytes  int64   // LocalCPUBackend size (4 GiB)
+	ChunkSize     int     // LMCache chunk_size (256)
+	PCIeBandwidth float64 // effective host<->device copy rate, bytes/s
+
+	// Calibrated on the kvaware and roundrobin rows (docs/bench/simulator.md).
+	StepOverhead   time.Duration // fixed cost of one engine step (scheduler, launch, sampling, output)
+	SeqOverhead    time.Duration // cost per scheduled sequence per step (per-request bookkeeping and streaming)
+	IngressLatency time.Duration // client send -> request in the engine's queue (HTTP, router hop, tokenizing)
+}
+
+// DefaultConfig returns the calibrated model of the published testbed.
+func DefaultConfig() Config {
+	return Config{
+		Params:        3.09e9,
+		Layers:        36,
+		QueryHeads:    16,
+		KVHeads:       2,
+		HeadDim:       128,
+		BytesPerValue: 2,
+
+		PeakFLOPS:         125e12,
+		MemBandwidth:      600e9,
+		PrefillEfficiency: 0.5,
+		MemEfficiency:     0.8,
+
+		KVPoolTokens:     99000,
+		BlockSize:        16,
+		MaxBatchedTokens: 2048,
+		MaxNumSeqs:       256,
+
+		CPUTierBytes:  4 << 30,
+		ChunkSize:     256,
+		PCIeBandwidth: 12e9,
+
+		StepOverhead:   25 * time.Millisecond,
+		SeqOverhead:    time.Millisecond,
+		IngressLatency: 40 * time.Millisecond,
+	}
+}
+
+// KVBytesPerToken is the KV cache size of one token: K and V for every layer
+// and KV head (36,864 bytes for Qwen2.5-3B in bf16).
+func (c Config) KVBytesPerToken() int {
+	return 2 * c.Layers * c.KVHeads * c.HeadDim * c.BytesPerValue
+}
+
+// CPUTierTokens is how many tokens of KV the LMCache CPU tier holds.
+func (c Config) CPUTierTokens() int64 { return c.CPUTierBytes / int64(c.KVBytesPerToken()) }
+
+// Blocks is the number of KV blocks in the GPU pool.
+func (c Config) Blocks() int { return c.KVPoolTokens / c.BlockSize }
+
+// Validate reports the first unusable constant.
+func (c Config) Validate() error {
+	pos := []struct {
+		name string
+		v    float64
+	}{
+		{"Params", c.Params}, {"Layers", float64(c.Layers)}, {"QueryHeads", float64(c.QueryHeads)},
+		{"KVHeads", float64(c.KVHeads)}, {"HeadDim", float64(c.HeadDim)}, {"BytesPerValue", float64(c.BytesPerValue)},
+		{"PeakFLOPS", c.PeakFLOPS}, {"MemBandwidth", c.MemBandwidth},
+		{"PrefillEfficiency", c.PrefillEfficiency}, {"MemEfficiency", c.MemEfficiency},
+		{"BlockSize", float64(c.BlockSize)}, {"MaxBatchedTokens", float64(c.MaxBatchedTokens)},
+		{"MaxNumSeqs", float64(c.MaxNumSeqs)}, {"ChunkSize", float64(c.ChunkSize)},
+		{"PCIeBandwidth", c.PCIeBandwidth},
+	}
+	for _, p := range pos {
+		if !(p.v > 0) || math.IsInf(p.v, 0) {
+			return fmt.Errorf("sim: %s = %v: must be positive and finite", p.name, p.v)
+		}
+	}
+	if c.PrefillEfficiency > 1 || c.MemEfficiency > 1 {
+		return fmt.Errorf("sim: efficiencies are fractions of peak: got prefill %v, memory %v", c.PrefillEfficiency, c.MemEfficiency)
+	}
+	if c.KVPoolTokens < c.BlockSize {
+		return fmt.Errorf("sim: KVPoolTokens %d is smaller than one block of %d", c.KVPoolTokens, c.BlockSize)
+	}
+	if c.CPUTierBytes < 0 {
+		return fmt.Errorf("sim: CPUTierBytes %d is negative: use 0 to disable the CPU tier", c.CPUTierBytes)
+	}
+	if c.StepOverhead < 0 || c.SeqOverhead < 0 || c.IngressLatency < 0 {
+		return fmt.Errorf("sim: overheads and latencies must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+// Package plot draws the benchmark's figures as PNG files with
+// gonum.org/v1/plot: empirical CDFs, lines over x, step series over time and
+// paired scatters with the y = x diagonal.
+//
+// It knows nothing of arms or seeds: callers pass named series of numbers.
+// Output is deterministic for equal inputs. The only I/O is the file written.
+package plot
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Size of every figure.
+const (
+	Width  = 16 * vg.Centimeter
+	Height = 10 * vg.Centimeter
+)
+
+// Series is a named set of points. For ECDF only Y is used.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// Axes labels a figure.
+type Axes struct {
+	Title, X, Y string
+	LogX        bool
+	YMin, YMax  float64 // both zero: automatic
+}
+
+// palette gives each series a distinct, colour-blind-safe colour (Okabe-Ito).
+var palette = []color.Color{
+	color.RGBA{0, 114, 178, 255},
+	color.RGBA{213, 94, 0, 255},
+	color.RGBA{0, 158, 115, 255},
+	color.RGBA{204, 121, 167, 255},
+	color.RGBA{230, 159, 0, 255},
+	color.RGBA{86, 180, 233, 255},
+	color.RGBA{0, 0, 0, 255},
+	color.RGBA{240, 228, 66, 255},
+}
+
+// Color returns the colour of series i.
+func Color(i int) color.Color { return palette[i%len(palette)] }
+
+func newPlot(ax Axes) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = ax.Title
+	p.X.Label.Text = ax.X
+	p.Y.Label.Text = ax.Y
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	if ax.LogX {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if ax.YMin != 0 || ax.YMax != 0 {
+		p.Y.Min, p.Y.Max = ax.YMin, ax.YMax
+	}
+	return p
+}
+
+// ECDF draws the empirical CDF of each series' Y values.
+func ECDF(path string, ax Axes, series []Series) error {
+	p := newPlot(ax)
+	p.Legend.Top = false
+	for i, s := range series {
+		ys := finite(s.Y, ax.LogX)
+		if len(ys) == 0 {
+			continue
+		}
+		slices.Sort(ys)
+		pts := make(plotter.XYs, 0, 2*len(ys))
+		for j, y := range ys {
+			pts = append(pts, plotter.XY{X: y, Y: float64(j) / float64(len(ys))}, plotter.XY{X: y, Y: float64(j+1) / float64(len(ys))})
+		}
+		if err := addLine(p, s.Name, pts, i, false); err != nil {
+			return err
+		}
+	}
+	return save(p, path)
+}
+
+// Lines draws each series as a line through its points, with markers.
+func Lines(path string, ax Axes, series []Series) error {
+	p := newPlot(ax)
+	for i, s := range series {
+		pts, err := xys(s)
+		if err != nil {
+			return err
+		}
+		if err := addLine(p, s.Name, pts, i, true); err != nil {
+			return err
+		}
+	}
+	return save(p, path)
+}
+
+// Steps draws each series as a step function over X (e.g. a gauge sampled at
+// a fixed interval).
+func Steps(path string, ax Axes, series []Series) error {
+	p := newPlot(ax)
+	for i, s := range series {
+		pts, err := xys(s)
+		if err != nil {
+			return err
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return fmt.Errorf("plot: series %q: %w", s.Name, err)
+		}
+		l.StepStyle = plotter.PostStep
+		l.Color = Color(i)
+		l.Width = vg.Points(1.2)
+		if i%2 == 1 {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		}
+		p.Add(l)
+		p.Legend.Add(s.Name, l)
+	}
+	return save(p, path)
+}
+
+// Paired draws one point per pair (X = baseline, Y = candidate) for each
+// series, with the y = x diagonal: points below it improved.
+func Paired(path string, ax Axes, series []Series) error {
+	p := newPlot(ax)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, s := range series {
+		pts, err := xys(s)
+		if err != nil {
+			return err
+		}
+		for _, pt := range pts {
+			lo = math.Min(lo, math.Min(pt.X, pt.Y))
+			hi = math.Max(hi, math.Max(pt.X, pt.Y))
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return fmt.Errorf("plot: series %q: %w", s.Name, err)
+		}
+		sc.GlyphStyle.Color = Color(i)
+		sc.GlyphStyle.Shape = draw.CircleGlyph{}
+		sc.GlyphStyle.Radius = vg.Points(3)
+		p.Add(sc)
+		p.Legend.Add(s.Name, sc)
+	}
+	if lo < hi {
+		pad := (hi - lo) * 0.05
+		lo, hi = lo-pad, hi+pad
+		diag, err := plotter.NewLine(plotter.XYs{{X: lo, Y: lo}, {X: hi, Y: hi}})
+		if err != nil {
+			return err
+		}
+		diag.Color = color.Gray{Y: 128}
+		diag.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+		p.Add(diag)
+		p.Legend.Add("y = x (no change)", diag)
+		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = lo, hi, lo, hi
+	}
+	return save(p, path)
+}
+
+func addLine(p *plot.Plot, name string, pts plotter.XYs, i int, markers bool) error {
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		return fmt.Errorf("plot: series %q: %w", name, err)
+	}
+	l.Color = Color(i)
+	l.Width = vg.Points(1.5)
+	if i >= len(palette)/2 {
+		l.Dashes = []vg.Length{vg.Points(5), vg.Points(2)}
+	}
+	p.Add(l)
+	if markers {
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return err
+		}
+		sc.GlyphStyle.Color = Color(i)
+		sc.GlyphStyle.Radius = vg.Points(2.5)
+		p.Add(sc)
+		p.Legend.Add(name, l, sc)
+		return nil
+	}
+	p.Legend.Add(name, l)
+	return nil
+}
+
+// ErrNoData is returned for a series without points.
+var ErrNoData = errors.New("plot: series has no finite points")
+
+func xys(s Series) (plotter.XYs, error) {
+	if len(s.X) != len(s.Y) {
+		return nil, fmt.Errorf("plot: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
+	}
+	pts := make(plotter.XYs, 0, len(s.X))
+	for i := range s.X {
+		if isFinite(s.X[i]) && isFinite(s.Y[i]) {
+			pts = append(pts, plotter.XY{X: s.X[i], Y: s.Y[i]})
+		}
+	}
+	if len(pts) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrNoData, s.Name)
+	}
+	return pts, nil
+}
+
+func finite(ys []float64, positive bool) []float64 {
+	out := make([]float64, 0, len(ys))
+	for _, y := range ys {
+		if isFinite(y) && (!positive || y > 0) {
+			out = append(out, y)
+		}
+	}
+	return out
+}
+
+func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+func save(p *plot.Plot, path string) error {
+	if err := p.Save(Width, Height, path); err != nil {
+		return fmt.Errorf("plot: write %s: %w", path, err)
+	}
+	return nil
+}

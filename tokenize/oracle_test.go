@@ -108,9 +108,9 @@ func (p *oracleProc) recv(resp any) error {
 	return json.Unmarshal(p.out.Bytes(), resp)
 }
 
-// encodeAll runs the reference on texts in batches, pipelined: one writer goroutine, answers read
-// in order.
-func (p *oracleProc) encodeAll(texts []string, addSpecial bool) ([][]uint32, error) {
+// encodeAll runs the reference on texts in batches, pipelined: a writer goroutine sends every
+// batch while answers are read in order and handed to each, so our side works while node does.
+func (p *oracleProc) encodeAll(texts []string, addSpecial bool, each func(i int, want []uint32)) error {
 	const batch = 500
 	errc := make(chan error, 1)
 	go func() {
@@ -122,13 +122,14 @@ func (p *oracleProc) encodeAll(texts []string, addSpecial bool) ([][]uint32, err
 		}
 		errc <- nil
 	}()
-	out := make([][]uint32, 0, len(texts))
 	for i := 0; i < len(texts); i += batch {
 		var resp struct{ IDs [][]uint32 }
 		if err := p.recv(&resp); err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, resp.IDs...)
+		for j, ids := range resp.IDs {
+			each(i+j, ids)
+		}
 	}
-	return out, <-errc
+	return <-errc
 }

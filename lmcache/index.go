@@ -301,6 +301,30 @@ func (ix *Index) ApplyFrame(frame []byte, now time.Time) (Message, error) {
 	return msg, ix.Apply(msg, now)
 }
 
+// ApplyFrames decodes and applies the frames of one multipart batch (a worker pushes up to
+// 50 messages at once), taking the writer lock once. Frames that cannot be decoded are
+// handled as in ApplyFrame and skipped; it returns how many frames were applied.
+func (ix *Index) ApplyFrames(frames [][]byte, now time.Time) int {
+	msgs := make([]Message, 0, len(frames))
+	for _, f := range frames {
+		m, err := Decode(f)
+		if err != nil {
+			ix.noteInvalid(err)
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	n := 0
+	for _, m := range msgs {
+		if ix.applyLocked(m, now) == nil {
+			n++
+		}
+	}
+	return n
+}
+
 func (ix *Index) noteInvalid(err error) {
 	var de *DecodeError
 	kind, tag := KindMalformed, ""

@@ -1,0 +1,470 @@
+package lmcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// AllowMode says which peers may connect to the controller's sockets.
+type AllowMode int
+
+const (
+	// AllowFleet admits only the IPs given to SetAllowedIPs (the fleet's endpoints).
+	AllowFleet AllowMode = iota
+	// AllowAny admits every peer (no ZAP handler).
+	AllowAny
+)
+
+// ParseAllowMode parses "fleet" or "any".
+func ParseAllowMode(s string) (AllowMode, error) {
+	switch strings.TrimSpace(s) {
+	case "fleet":
+		return AllowFleet, nil
+	case "any":
+		return AllowAny, nil
+	}
+	return 0, fmt.Errorf("lmcache: unknown allow mode %q: use fleet (only the endpoints' IPs may push cache events) or any", s)
+}
+
+func (m AllowMode) String() string {
+	if m == AllowAny {
+		return "any"
+	}
+	return "fleet"
+}
+
+// ServerConfig configures the controller's sockets. Addresses are "host:port" (or
+// "tcp://host:port"); port 0 picks a free port, and an empty host listens on every
+// interface.
+type ServerConfig struct {
+	// PullAddr is where the workers' PUSH sockets connect (production stack: port 9000).
+	PullAddr string
+	// ReplyAddr is the ROUTER serving RegisterMsg/HeartbeatMsg requests from REQ and DEALER
+	// peers (port 9001); empty disables it.
+	ReplyAddr string
+	// HeartbeatAddr is the optional dedicated heartbeat ROUTER of the newest workers; empty
+	// disables it.
+	HeartbeatAddr string
+	// HeartbeatURL ("host:port") is told to registering workers as extra_config
+	// heartbeat_url. Empty: derived from the bound heartbeat address when its host is a
+	// specific IP, else not sent (those workers then send no heartbeats).
+	HeartbeatURL string
+	// Allow selects the peers admitted; the zero value is AllowFleet.
+	Allow AllowMode
+	// SweepInterval is how often silent instances are expired; 0 means 5 s.
+	SweepInterval time.Duration
+	// Now is the clock stamped on received messages; nil means time.Now.
+	Now func() time.Time
+	// MaxFrameBytes bounds one received frame; larger ones drop the peer. 0 means 64 MiB.
+	MaxFrameBytes int64
+}
+
+// Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
+// with NewServer, then Start; Close stops it.
+type Server struct {
+	cfg      ServerConfig
+	idx      *Index
+	log      *slog.Logger
+	rejected prometheus.Counter
+	now      func() time.Time
+
+	allowed   atomic.Pointer[map[string]bool]
+	rejectLog sync.Mutex
+	lastLog   map[string]time.Time
+
+	zctx                           *zmq.Context
+	pullAddr, replyAddr, heartAddr string
+	heartbeatURL                   string
+	wg                             sync.WaitGroup
+	done                           chan struct{}
+	started                        atomic.Bool
+	closeOnce                      sync.Once
+	closeErr                       error
+}
+
+const zapDomain = "loadaware-epp-lmcache"
+
+// NewServer prepares a server for idx. reg (optional) receives the server's metrics.
+func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if idx == nil {
+		return nil, errors.New("lmcache: NewServer needs an Index")
+	}
+	if cfg.PullAddr == "" {
+		return nil, errors.New("lmcache: no pull address: set the LMCache controller pull port (production stack: 9000)")
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 5 * time.Second
+	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = 64 << 20
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg: cfg,
+		idx: idx,
+		log: logger,
+		now: cfg.Now,
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_rejected_peers_total",
+			Help: "Connections to the LMCache controller sockets refused because the peer's IP is not a fleet endpoint (each attempt counts; the log names the address).",
+		}),
+		lastLog: map[string]time.Time{},
+		done:    make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	empty := map[string]bool{}
+	s.allowed.Store(&empty)
+	if reg != nil {
+		if err := reg.Register(s.rejected); err != nil {
+			return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// SetAllowedIPs replaces the IPs admitted in AllowFleet mode. Entries may be "ip" or
+// "ip:port" (endpoint addresses); host names cannot be checked against a peer address and
+// are reported as a configuration error and skipped.
+func (s *Server) SetAllowedIPs(ips []string) {
+	set := make(map[string]bool, len(ips))
+	var names []string
+	for _, e := range ips {
+		ip := canonicalIP(e)
+		if _, err := netip.ParseAddr(ip); err != nil {
+			names = append(names, e)
+			continue
+		}
+		set[ip] = true
+	}
+	if len(names) > 0 {
+		s.log.Error("lmcache: endpoints given by host name cannot be admitted to the controller sockets: list endpoints by IP (the engines register with their pod IP)", "names", names)
+	}
+	s.allowed.Store(&set)
+}
+
+// Start binds the sockets and serves them until Close or until ctx ends. It returns once
+// every socket is bound (or the first error).
+func (s *Server) Start(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("lmcache: server already started")
+	}
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		return fmt.Errorf("lmcache: zeromq context: %w", err)
+	}
+	s.zctx = zctx
+	var socks []*zmq.Socket
+	fail := func(err error) error {
+		for _, so := range socks {
+			so.Close()
+		}
+		zctx.Term()
+		close(s.done)
+		return err
+	}
+	var zap *zmq.Socket
+	if s.cfg.Allow == AllowFleet {
+		if zap, err = zctx.NewSocket(zmq.REP); err != nil {
+			return fail(fmt.Errorf("lmcache: ZAP socket: %w", err))
+		}
+		socks = append(socks, zap)
+		if err := zap.Bind("inproc://zeromq.zap.01"); err != nil {
+			return fail(fmt.Errorf("lmcache: bind ZAP handler: %w", err))
+		}
+	}
+	bind := func(kind zmq.Type, addr, what string) (*zmq.Socket, string, error) {
+		ep, err := zmqEndpoint(addr)
+		if err != nil {
+			return nil, "", fmt.Errorf("lmcache: %s address: %w", what, err)
+		}
+		so, err := zctx.NewSocket(kind)
+		if err != nil {
+			return nil, "", fmt.Errorf("lmcache: %s socket: %w", what, err)
+		}
+		socks = append(socks, so)
+		for _, set := range []func() error{
+			func() error { return so.SetLinger(0) },
+			func() error { return so.SetMaxmsgsize(s.cfg.MaxFrameBytes) },
+			func() error { return so.SetRcvhwm(100000) },
+			func() error { return so.SetIpv6(strings.Contains(ep, "[")) },
+			func() error {
+				if zap == nil {
+					return nil
+				}
+				return so.SetZapDomain(zapDomain)
+			},
+		} {
+			if err := set(); err != nil {
+				return nil, "", fmt.Errorf("lmcache: %s socket options: %w", what, err)
+			}
+		}
+		if err := so.Bind(ep); err != nil {
+			return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
+		}
+		last, err := so.GetLastEndpoint()
+		if err != nil {
+			return nil, "", fmt.Errorf("lmcache: %s socket address: %w", what, err)
+		}
+		return so, strings.TrimPrefix(last, "tcp://"), nil
+	}
+	pull, pullAddr, err := bind(zmq.PULL, s.cfg.PullAddr, "pull")
+	if err != nil {
+		return fail(err)
+	}
+	s.pullAddr = pullAddr
+	var reply, heart *zmq.Socket
+	if s.cfg.ReplyAddr != "" {
+		if reply, s.replyAddr, err = bind(zmq.ROUTER, s.cfg.ReplyAddr, "reply"); err != nil {
+			return fail(err)
+		}
+	}
+	if s.cfg.HeartbeatAddr != "" {
+		if heart, s.heartAddr, err = bind(zmq.ROUTER, s.cfg.HeartbeatAddr, "heartbeat"); err != nil {
+			return fail(err)
+		}
+		s.heartbeatURL = s.cfg.HeartbeatURL
+		if s.heartbeatURL == "" {
+			if h, _, err := net.SplitHostPort(s.heartAddr); err == nil {
+				if a, err := netip.ParseAddr(h); err == nil && !a.IsUnspecified() {
+					s.heartbeatURL = s.heartAddr
+				}
+			}
+		}
+		if s.heartbeatURL == "" {
+			s.log.Warn("lmcache: the heartbeat socket listens on every interface, so workers cannot be told its address: set the heartbeat URL (host:port the engines can reach); until then newer workers send no heartbeats", "bound", s.heartAddr)
+		}
+	}
+
+	if zap != nil {
+		s.wg.Go(func() { s.serveZAP(zap) })
+	}
+	s.wg.Go(func() { s.servePull(pull) })
+	if reply != nil {
+		s.wg.Go(func() { s.serveRouter(reply) })
+	}
+	if heart != nil {
+		s.wg.Go(func() { s.serveRouter(heart) })
+	}
+	s.wg.Go(s.sweep)
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-s.done:
+		}
+	}()
+	kc := s.idx.Hasher().Config()
+	s.log.Info("lmcache: controller listening", "pull", s.pullAddr, "reply", s.replyAddr, "heartbeat", s.heartAddr,
+		"heartbeat_url", s.heartbeatURL, "allow_from", s.cfg.Allow.String(), "allowed_ips", len(*s.allowed.Load()),
+		"hash_seed", kc.HashSeed, "chunk_size", kc.ChunkSize, "key_format", kc.Format.String())
+	if s.cfg.Allow == AllowFleet && len(*s.allowed.Load()) == 0 {
+		s.log.Warn("lmcache: no fleet IPs known yet: every worker connection is refused until the endpoints are set (or use allow-from any)")
+	}
+	return nil
+}
+
+// zmqEndpoint turns "host:port" into a ZeroMQ tcp endpoint.
+func zmqEndpoint(addr string) (string, error) {
+	addr = strings.TrimPrefix(strings.TrimSpace(addr), "tcp://")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if port == "0" {
+		port = "*"
+	}
+	switch {
+	case host == "":
+		host = "*"
+	case strings.Contains(host, ":"):
+		host = "[" + host + "]"
+	}
+	return "tcp://" + host + ":" + port, nil
+}
+
+// PullAddr returns the bound pull address ("ip:port"), after Start.
+func (s *Server) PullAddr() string { return s.pullAddr }
+
+// ReplyAddr returns the bound reply address, or "" when disabled.
+func (s *Server) ReplyAddr() string { return s.replyAddr }
+
+// HeartbeatAddr returns the bound heartbeat address, or "" when disabled.
+func (s *Server) HeartbeatAddr() string { return s.heartAddr }
+
+// Close stops serving, closes the sockets and waits for the goroutines. It is idempotent.
+func (s *Server) Close() error {
+	if !s.started.Load() {
+		return nil
+	}
+	s.closeOnce.Do(func() {
+		select {
+		case <-s.done: // Start failed and cleaned up
+			return
+		default:
+		}
+		close(s.done)
+		// Term makes every blocked receive return ETERM; each goroutine then closes its
+		// socket, and Term returns once all are closed.
+		s.closeErr = s.zctx.Term()
+		s.wg.Wait()
+	})
+	return s.closeErr
+}
+
+func isTerm(err error) bool {
+	return errors.Is(err, zmq.ETERM) || zmq.AsErrno(err) == zmq.ETERM || errors.Is(err, zmq.ErrorSocketClosed) || errors.Is(err, zmq.ErrorContextClosed)
+}
+
+func (s *Server) servePull(so *zmq.Socket) {
+	defer so.Close()
+	for {
+		frames, err := so.RecvMessageBytes(0)
+		if err != nil {
+			if isTerm(err) {
+				return
+			}
+			s.log.Error("lmcache: receive on the pull socket", "err", err)
+			continue
+		}
+		s.idx.ApplyFrames(frames, s.now())
+	}
+}
+
+func (s *Server) serveRouter(so *zmq.Socket) {
+	defer so.Close()
+	for {
+		frames, err := so.RecvMessageBytes(0)
+		if err != nil {
+			if isTerm(err) {
+				return
+			}
+			s.log.Error("lmcache: receive on a reply socket", "err", err)
+			continue
+		}
+		if len(frames) < 2 {
+			continue // no routing identity: cannot answer
+		}
+		reply := s.answer(frames[len(frames)-1])
+		out := append(frames[:len(frames)-1:len(frames)-1], reply)
+		if _, err := so.SendMessage(out); err != nil {
+			if isTerm(err) {
+				return
+			}
+			s.log.Warn("lmcache: send a reply", "err", err)
+		}
+	}
+}
+
+// answer applies one request and encodes its reply.
+func (s *Server) answer(payload []byte) []byte {
+	msg, err := s.idx.ApplyFrame(payload, s.now())
+	var reply Message
+	switch m := msg.(type) {
+	case RegisterMsg:
+		extra := map[string]string{}
+		if s.heartbeatURL != "" {
+			extra["heartbeat_url"] = s.heartbeatURL
+		}
+		reply = RegisterRetMsg{ExtraConfig: extra}
+	case HeartbeatMsg:
+		reply = HeartbeatRetMsg{}
+	default:
+		switch {
+		case err != nil:
+			reply = ErrorMsg{Error: "loadaware-epp LMCache controller cannot serve this request: " + err.Error()}
+		default:
+			reply = ErrorMsg{Error: fmt.Sprintf("loadaware-epp LMCache controller: %s was applied, but it belongs on the pull channel and has no reply", m.Tag())}
+		}
+	}
+	b, err := Encode(reply)
+	if err != nil {
+		// Every reply type above is encodable; keep the peer unblocked regardless.
+		b, _ = Encode(ErrorMsg{Error: err.Error()})
+	}
+	return b
+}
+
+func (s *Server) sweep() {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			s.idx.Sweep(s.now())
+		}
+	}
+}
+
+// serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its
+// IP is in the allowed set.
+func (s *Server) serveZAP(so *zmq.Socket) {
+	defer so.Close()
+	for {
+		req, err := so.RecvMessage(0)
+		if err != nil {
+			if isTerm(err) {
+				return
+			}
+			s.log.Error("lmcache: receive on the ZAP socket", "err", err)
+			continue
+		}
+		if len(req) < 6 {
+			continue
+		}
+		version, id, addr := req[0], req[1], req[3]
+		status, text := "200", "OK"
+		if !(*s.allowed.Load())[canonicalIP(addr)] {
+			status, text = "400", "address not in the fleet"
+			s.noteRejected(addr)
+		}
+		if _, err := so.SendMessage(version, id, status, text, "", ""); err != nil {
+			if isTerm(err) {
+				return
+			}
+			s.log.Error("lmcache: reply on the ZAP socket", "err", err)
+		}
+	}
+}
+
+// noteRejected counts a refused connection and logs it, at most once a minute per address.
+func (s *Server) noteRejected(addr string) {
+	s.rejected.Inc()
+	now := s.now()
+	s.rejectLog.Lock()
+	last, seen := s.lastLog[addr]
+	logIt := !seen || now.Sub(last) >= time.Minute
+	if logIt {
+		if len(s.lastLog) >= 1024 {
+			s.lastLog = map[string]time.Time{}
+		}
+		s.lastLog[addr] = now
+	}
+	s.rejectLog.Unlock()
+	if logIt {
+		allowed := make([]string, 0, len(*s.allowed.Load()))
+		for ip := range *s.allowed.Load() {
+			allowed = append(allowed, ip)
+		}
+		sort.Strings(allowed)
+		s.log.Warn("lmcache: refused a connection from outside the fleet (allow-from fleet); if it is an engine, add its IP to the endpoints, or use allow-from any",
+			"peer", addr, "allowed", allowed)
+	}
+}

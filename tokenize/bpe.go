@@ -14,8 +14,6 @@ type bpeModel struct {
 	ignoreMerges bool              // a piece that is itself in the vocabulary is emitted whole
 }
 
-const noRank = math.MaxUint32
-
 func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 
 // smallPiece is the symbol count up to which the quadratic merge loop beats the heap.

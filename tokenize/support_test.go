@@ -172,7 +172,7 @@ func TestRunCommand(t *testing.T) {
 	dir := requireTestdata(t, "qwen2_5")
 	tests := []struct {
 		name, args, in, out string
-		code               int
+		code                int
 	}{
 		{"strings", "", "\"Hello world\"\n\"<|im_start|>hello<|im_end|>\"\n", "[9707,1879]\n[151644,14990,151645]\n", 0},
 		{"chat", "--chat", `{"messages":[{"role":"user","content":"hi"}]}` + "\n", "", 0},

@@ -1,0 +1,326 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// exchange is one HTTP request and its ext_proc stream. It runs in phases, as Envoy's filter does:
+// request headers and body to the picker, the picker's answers, the upstream request, then the
+// upstream response headers and body through the picker to the client.
+type exchange struct {
+	g      *Gateway
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	r      *http.Request
+	start  time.Time
+	out    Outcome
+	abort  bool          // the response started and then failed: abort the client's stream
+	wrote  bool          // response headers went to the client
+	headAt time.Duration // when they did, from start
+
+	ctx     context.Context // the stream's and the upstream request's context
+	cancel  context.CancelFunc
+	stream  extprocv3.ExternalProcessor_ProcessClient
+	senders sync.WaitGroup // goroutines that send body chunks on the stream
+	sendErr chan error     // the first error of a sender (reading its source or sending)
+	upBody  io.ReadCloser  // the endpoint's response body, closed when the exchange ends
+	upStart time.Time      // the request went to the endpoint
+	upEnd   time.Time      // the endpoint's response body ended (set by its reader)
+
+	req      message
+	body     []byte // the request body after the picker's mutations
+	metaDest string // destination from dynamic metadata envoy.lb
+	metaOK   bool
+}
+
+func newExchange(g *Gateway, w http.ResponseWriter, r *http.Request) *exchange {
+	return &exchange{
+		g: g, w: w, r: r,
+		rc:      http.NewResponseController(w),
+		start:   time.Now(),
+		sendErr: make(chan error, 2),
+		out:     Outcome{Method: r.Method, Path: r.URL.RequestURI()},
+	}
+}
+
+func (ex *exchange) fullDuplex() bool { return ex.g.opts.Mode == FullDuplex }
+
+func (ex *exchange) bodyMode() extprocfilterv3.ProcessingMode_BodySendMode {
+	if ex.fullDuplex() {
+		return extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	}
+	return extprocfilterv3.ProcessingMode_BUFFERED
+}
+
+// run drives the exchange. A clean end half-closes the stream and lets a background goroutine
+// wait for the picker to end it; any failure cancels the stream at once, as Envoy resets it.
+func (ex *exchange) run() {
+	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ex.r.Context()))
+	stopWatch := context.AfterFunc(ex.r.Context(), ex.cancel)
+	clean := ex.process()
+	stopWatch()
+	if !clean {
+		ex.cancel()
+	}
+	if ex.upBody != nil {
+		_ = ex.upBody.Close()
+	}
+	ex.senders.Wait()
+	if !clean || ex.stream == nil {
+		ex.cancel()
+		return
+	}
+	ex.g.drains.Add(1)
+	go ex.drain(ex.stream, ex.cancel)
+}
+
+// drain half-closes the stream and reads until the picker ends it, bounded by DrainTimeout.
+func (ex *exchange) drain(stream extprocv3.ExternalProcessor_ProcessClient, cancel context.CancelFunc) {
+	defer ex.g.drains.Done()
+	defer cancel()
+	t := time.AfterFunc(ex.g.opts.DrainTimeout, cancel)
+	defer t.Stop()
+	if err := stream.CloseSend(); err != nil {
+		return
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if !errors.Is(err, io.EOF) && ex.ctx.Err() == nil {
+				ex.g.log.Warn("gateway: the picker ended a finished ext_proc stream with an error; check the picker's log for this request",
+					"request_id", ex.out.RequestID, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// process runs the phases and reports whether the stream ended cleanly.
+func (ex *exchange) process() bool {
+	if !ex.requestPhase() {
+		return false
+	}
+	if ex.out.Immediate {
+		return true
+	}
+	resp, ok := ex.forward()
+	if !ok {
+		return false
+	}
+	if ex.fullDuplex() {
+		return ex.streamResponse(resp)
+	}
+	return ex.bufferResponse(resp)
+}
+
+// requestPhase sends the request to the picker and applies its answers. It returns false on
+// failure (the client has been answered or is gone) and sets out.Immediate when the picker
+// answered the client itself.
+func (ex *exchange) requestPhase() bool {
+	g, r := ex.g, ex.r
+	ex.req = message{method: r.Method, path: r.URL.RequestURI(), authority: r.Host, scheme: "http", header: r.Header.Clone()}
+	if r.TLS != nil {
+		ex.req.scheme = "https"
+	}
+	if r.ContentLength > 0 {
+		ex.req.header.Set("Content-Length", strconv.FormatInt(r.ContentLength, 10))
+	}
+	if g.opts.GenerateRequestID && ex.req.header.Get("x-request-id") == "" {
+		ex.req.header.Set("x-request-id", newRequestID())
+	}
+	hasBody := r.ContentLength != 0
+
+	stream, err := g.client.Process(ex.ctx)
+	if err != nil {
+		return ex.streamFailed(err)
+	}
+	ex.stream = stream
+	first := &extprocv3.ProcessingRequest{
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: ex.bodyMode(), ResponseBodyMode: ex.bodyMode()},
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: ex.req.headerMap(false), EndOfStream: !hasBody,
+		}},
+	}
+	if g.opts.SubsetHint != nil {
+		first.MetadataContext = subsetHint(g.opts.SubsetHint)
+	}
+	sent := time.Now()
+	if err := stream.Send(first); err != nil {
+		return ex.sendFailed(err)
+	}
+	if hasBody && ex.fullDuplex() {
+		ex.startSender(r.Body, r.ContentLength, requestBody, nil)
+	}
+
+	gotHeaders := false
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return ex.streamFailed(err)
+		}
+		ex.noteMetadata(resp)
+		switch v := resp.GetResponse().(type) {
+		case *extprocv3.ProcessingResponse_ImmediateResponse:
+			return ex.immediate(v.ImmediateResponse)
+		case *extprocv3.ProcessingResponse_RequestHeaders:
+			if gotHeaders {
+				return ex.protocolError("a second request headers response")
+			}
+			gotHeaders = true
+			if err := ex.req.apply(v.RequestHeaders.GetResponse().GetHeaderMutation()); err != nil {
+				return ex.protocolError(err.Error())
+			}
+			if !hasBody || ex.fullDuplex() {
+				ex.out.PickerTime = time.Since(sent)
+			}
+			if !hasBody {
+				return ex.requestDone()
+			}
+			if !ex.fullDuplex() {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					return ex.fail(http.StatusBadRequest, fmt.Errorf("read the client's request body: %w", err), "")
+				}
+				ex.body = body
+				msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+					RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true},
+				}}
+				if err := stream.Send(msg); err != nil {
+					return ex.sendFailed(err)
+				}
+			}
+		case *extprocv3.ProcessingResponse_RequestBody:
+			if !gotHeaders {
+				return ex.protocolError("a request body response before the request headers response")
+			}
+			cr := v.RequestBody.GetResponse()
+			if err := ex.req.apply(cr.GetHeaderMutation()); err != nil {
+				return ex.protocolError(err.Error())
+			}
+			if ex.fullDuplex() {
+				sr := cr.GetBodyMutation().GetStreamedResponse()
+				if sr == nil {
+					return ex.protocolError("a full-duplex request body response without streamed_response")
+				}
+				ex.body = append(ex.body, sr.GetBody()...)
+				if sr.GetEndOfStream() {
+					return ex.requestDone()
+				}
+				continue
+			}
+			switch m := cr.GetBodyMutation().GetMutation().(type) {
+			case *extprocv3.BodyMutation_Body:
+				ex.body = m.Body
+			case *extprocv3.BodyMutation_ClearBody:
+				if m.ClearBody {
+					ex.body = nil
+				}
+			}
+			ex.out.PickerTime = time.Since(sent)
+			return ex.requestDone()
+		default:
+			return ex.protocolError(fmt.Sprintf("an unexpected %T during the request", v))
+		}
+	}
+}
+
+// requestDone waits for the request-body sender (its last message has gone out: the picker
+// answered end of stream) so the response phase may send.
+func (ex *exchange) requestDone() bool {
+	ex.senders.Wait()
+	select {
+	case err := <-ex.sendErr:
+		return ex.sourceFailed(err)
+	default:
+	}
+	ex.out.RequestID = ex.req.header.Get("x-request-id")
+	return true
+}
+
+// forward sends the request to the first endpoint of the picker's list that accepts a
+// connection. It returns false when the client has been answered with an error.
+func (ex *exchange) forward() (*http.Response, bool) {
+	list, ok := ex.destinations()
+	if !ok {
+		return nil, false
+	}
+	ex.out.Destinations = list
+	hdr := http.Header{}
+	for k, vs := range ex.req.header {
+		if lk := strings.ToLower(k); !hopByHop[lk] && lk != "content-length" {
+			hdr[k] = vs
+		}
+	}
+	var lastErr error
+	for _, ep := range list {
+		ex.out.Attempts++
+		req, err := http.NewRequestWithContext(ex.ctx, ex.req.method, "http://"+ep+ex.req.path, bytes.NewReader(ex.body))
+		if err != nil {
+			lastErr = fmt.Errorf("endpoint %q is not a usable address: %w", ep, err)
+			ex.g.log.Warn("gateway: skipping an unusable endpoint from the picker; check the picker's endpoint list", "endpoint", ep, "err", err)
+			continue
+		}
+		req.Header = hdr.Clone()
+		req.Host = ex.req.authority
+		if len(ex.body) == 0 {
+			req.Body, req.ContentLength = http.NoBody, 0
+		}
+		ex.upStart = time.Now()
+		resp, err := ex.g.transport.RoundTrip(req)
+		if err == nil {
+			ex.out.Endpoint = ep
+			ex.upBody = resp.Body
+			return resp, true
+		}
+		lastErr = err
+		if !isConnectError(err) || ex.ctx.Err() != nil {
+			break
+		}
+		ex.g.log.Warn("gateway: endpoint refused the connection; trying the next one of the picker's list",
+			"endpoint", ep, "request_id", ex.out.RequestID, "err", err)
+	}
+	return nil, ex.fail(http.StatusServiceUnavailable,
+		fmt.Errorf("no endpoint of %v answered: %w", list, lastErr),
+		"check that the engines are up and that the picker's endpoint list matches them")
+}
+
+// destinations reads the picker's choice from the mutated headers and checks that dynamic
+// metadata envoy.lb agrees.
+func (ex *exchange) destinations() ([]string, bool) {
+	dest := ex.req.header.Get(DestinationHeader)
+	switch {
+	case dest == "" && !ex.metaOK:
+		return nil, ex.fail(http.StatusServiceUnavailable,
+			errors.New("the picker named no endpoint (no "+DestinationHeader+" header or envoy.lb metadata)"),
+			"check the picker's log for this request")
+	case dest == "":
+		dest = ex.metaDest
+	case ex.metaOK && ex.metaDest != dest:
+		return nil, ex.fail(http.StatusInternalServerError,
+			fmt.Errorf("the picker answered two destinations: header %q, envoy.lb metadata %q", dest, ex.metaDest),
+			"this is a picker bug: report it with the request id")
+	}
+	list := destinations(dest)
+	if len(list) == 0 {
+		return nil, ex.fail(http.StatusServiceUnavailable,
+			fmt.Errorf("the picker's destination %q names no endpoint", dest), "check the picker's log for this request")
+	}
+	return list, true
+}
+
+func (ex *exchange) noteMetadata(resp *extprocv3.ProcessingResponse) {
+	if v, ok := lbMetadata(resp.GetDynamicMetadata()); ok {
+		ex.metaDest, ex.metaOK = v, true
+	}
+}

@@ -53,6 +53,9 @@ type Config struct {
 	Tokenizer picker.Tokenizer // nil: text and chat prompts routed on load alone
 	Observer  picker.Observer  // nil: none
 
+	// TokenizerMetrics, when set, registers the tokenizer's metrics on the service registry.
+	TokenizerMetrics func(prometheus.Registerer) error
+
 	// Registry collects every metric; nil: a new registry with Go and process collectors.
 	Registry *prometheus.Registry
 }
@@ -100,6 +103,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Picker = p
+	if cfg.TokenizerMetrics != nil {
+		if err := cfg.TokenizerMetrics(reg); err != nil {
+			return nil, err
+		}
+	}
 	imb := fleet.NewImbalance(cfg.ImbalanceWindow)
 	if err := reg.Register(fleet.Collector{Set: a.Fleet, Imbalance: imb}); err != nil {
 		return nil, err

@@ -367,7 +367,7 @@ func (st *stream) decide(body []byte, wrap func(*extprocv3.CommonResponse, *stru
 		if err != nil {
 			return st.immediate(typev3.StatusCode_BadRequest, "BadRequest", err.Error())
 		}
-		req.Prompt, req.Tokens = b.Prompt, b.Tokens
+		req.Model, req.Prompt, req.Tokens = b.Model, b.Prompt, b.Tokens
 		if b.Chat {
 			req.ChatBody = body
 		}

@@ -35,6 +35,7 @@ var (
 type Request struct {
 	RequestID string
 	Path      string   // "/v1/completions", "/v1/chat/completions", or other
+	Model     string   // the body's "model"
 	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing)
 	Prompt    string   // completion prompt text
 	ChatBody  []byte   // raw chat request body, for chat requests
@@ -79,10 +80,11 @@ func (NoCache) Match(_ context.Context, _ []uint32, endpoints []string) ([]Cache
 	return out, nil
 }
 
-// Tokenizer turns prompts into the token ids the engines will compute.
+// Tokenizer turns a request's prompt (Prompt or ChatBody) into the token ids the engines
+// will compute. endpoints are the request's candidates, for tokenizers that ask an engine.
+// An error says why the ids cannot be had; the picker then routes on load alone.
 type Tokenizer interface {
-	EncodeText(ctx context.Context, prompt string) ([]uint32, error)
-	EncodeChat(ctx context.Context, body []byte) ([]uint32, error)
+	Tokenize(ctx context.Context, r Request, endpoints []string) ([]uint32, error)
 }
 
 // Observer is told of every booked decision that had token ids (e.g. the LMCache
@@ -189,7 +191,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		return d, err
 	}
 
-	tokens, source, note := p.tokens(ctx, r)
+	tokens, source, note := p.tokens(ctx, r, cands)
 	d.Tokens, d.Note, d.PromptTokens = source, note, len(tokens)
 
 	matches := make(map[string]CacheMatch, len(cands))
@@ -289,35 +291,27 @@ func (p *Picker) candidates(subset []string) ([]string, error) {
 }
 
 // tokens returns the prompt's token ids, where they came from, and a note when there are none.
-func (p *Picker) tokens(ctx context.Context, r Request) ([]uint32, string, string) {
+func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint32, string, string) {
 	if len(r.Tokens) > 0 {
 		return r.Tokens, "request", ""
 	}
-	var (
-		ids  []uint32
-		err  error
-		kind string
-	)
+	kind := "text"
 	switch {
 	case r.ChatBody != nil:
 		kind = "chat"
-		if p.opts.Tokenizer != nil {
-			ids, err = p.opts.Tokenizer.EncodeChat(ctx, r.ChatBody)
-		}
-	case r.Prompt != "":
-		kind = "text"
-		if p.opts.Tokenizer != nil {
-			ids, err = p.opts.Tokenizer.EncodeText(ctx, r.Prompt)
-		}
-	default:
+	case r.Prompt == "":
 		return nil, "none", "no prompt: routed on load alone"
 	}
-	switch {
-	case p.opts.Tokenizer == nil:
+	if p.opts.Tokenizer == nil {
 		p.metrics.untokenized.WithLabelValues(kind + "-no-tokenizer").Inc()
 		return nil, "none", "no tokenizer configured (--tokenizer): " + kind + " prompt routed on load alone"
-	case err != nil:
+	}
+	ids, err := p.opts.Tokenizer.Tokenize(ctx, r, cands)
+	if err != nil || len(ids) == 0 {
 		p.metrics.untokenized.WithLabelValues(kind + "-tokenize-failed").Inc()
+		if err == nil {
+			err = errors.New("no token ids")
+		}
 		return nil, "none", "tokenizing failed (" + err.Error() + "): routed on load alone"
 	}
 	return ids, "tokenizer", ""

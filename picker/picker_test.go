@@ -57,11 +57,14 @@ func (failingCache) Match(context.Context, []uint32, []string) ([]CacheMatch, er
 
 type fakeTokenizer struct{ err error }
 
-func (f fakeTokenizer) EncodeText(_ context.Context, s string) ([]uint32, error) {
-	return make([]uint32, len(strings.Fields(s))), f.err
-}
-func (f fakeTokenizer) EncodeChat(_ context.Context, b []byte) ([]uint32, error) {
-	return make([]uint32, 10), f.err
+func (f fakeTokenizer) Tokenize(_ context.Context, r Request, _ []string) ([]uint32, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	if r.ChatBody != nil {
+		return make([]uint32, 10), nil
+	}
+	return make([]uint32, len(strings.Fields(r.Prompt))), nil
 }
 
 type recObserver struct {

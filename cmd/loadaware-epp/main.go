@@ -3,6 +3,7 @@
 // load.
 //
 //	loadaware-epp [serve] [flags]   run the picker (the default)
+//	loadaware-epp tokenize          print the token ids the picker computes (JSON lines in, arrays out)
 //	loadaware-epp version           print the version
 //
 // Run `loadaware-epp -h` for the flags.
@@ -15,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/loadaware/loadaware-epp/tokenize"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,6 +38,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return serve(ctx, args, os.Getenv, stdout, stderr)
+	case "tokenize":
+		return tokenize.RunCommand(args, stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "loadaware-epp", version)
 		return 0
@@ -42,7 +47,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), version or help\n", cmd)
+	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), tokenize, version or help\n", cmd)
 	return 2
 }
 
@@ -50,6 +55,8 @@ const usage = `loadaware-epp: the load-aware endpoint picker for vLLM fleets (En
 
 Commands:
   serve    run the picker (the default): loadaware-epp [serve] --endpoints ip:port,... [flags]
+  tokenize read prompts (JSON lines: a string, or a chat request) and print their token ids:
+           loadaware-epp tokenize --tokenizer PATH [--chat]
   version  print the version
   help     this text
 

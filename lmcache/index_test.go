@@ -387,3 +387,47 @@ func TestLookupsRunDuringIngestion(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+func TestMatchEndpoints(t *testing.T) {
+	p := prompt(1, 600)
+	var logs syncBuffer
+	ix := newTestIndex(t, IndexConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	applyAll(t, ix, cat(
+		regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 3),
+		regMsg("b", 0, "10.0.0.2"), admits(t, "b", 0, "cpu", p, 0, 1),
+		regMsg("c", 0, "10.0.0.3"), admits(t, "c", 0, "cpu", p, 0, 2),
+		regMsg("d", 0, "fd00::4"), admits(t, "d", 0, "cpu", p, 0, 2),
+	), t0)
+	endpoints := []string{"10.0.0.9:8000", "10.0.0.2:8000", "10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.3:8001", "engine-0:8000", "[fd00::4]:8000"}
+	want := []EndpointMatch{{0, -1}, {256, 1}, {600, 0}, {0, -1}, {0, -1}, {0, -1}, {512, 3}}
+	for range 2 {
+		if d := cmp.Diff(want, ix.MatchEndpoints(p, endpoints)); d != "" {
+			t.Fatalf("MatchEndpoints mismatch (-want +got):\n%s", d)
+		}
+	}
+	for _, s := range []string{"endpoint=engine-0:8000", "endpoint=10.0.0.3:8000", "endpoint=10.0.0.3:8001"} {
+		if n := strings.Count(logs.String(), s); n != 1 {
+			t.Errorf("%s logged %d times, want once:\n%s", s, n, logs.String())
+		}
+	}
+	if got := ix.MatchEndpoints(prompt(5, 10), endpoints[:2]); !cmp.Equal(got, []EndpointMatch{{0, -1}, {0, -1}}) {
+		t.Errorf("unknown prompt: %+v", got)
+	}
+}
+
+func TestRoutedFeedsTheDetector(t *testing.T) {
+	d, err := NewMissDetector(MissConfig{MinAdmits: 2, MinPrompts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := newTestIndex(t, IndexConfig{Detector: d})
+	good, other := prompt(1, 600), prompt(2, 600)
+	ix.Routed("10.0.0.1:8000", good)
+	ix.Routed("10.0.0.2:8000", good)
+	applyAll(t, ix, cat(regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", good, 0, 3),
+		regMsg("b", 0, "10.0.0.2"), admits(t, "b", 0, "cpu", other, 0, 3)), t0)
+	if got := d.Suspected(); len(got) != 1 || got[0] != "10.0.0.2" {
+		t.Errorf("Suspected = %v, want [10.0.0.2]", got)
+	}
+	newTestIndex(t, IndexConfig{}).Routed("10.0.0.1:8000", good) // no detector: nothing to do
+}

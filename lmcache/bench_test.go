@@ -1,0 +1,232 @@
+package lmcache
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fillIndex registers instances a and b, makes both hold all of p, and adds random keys
+// held by a until the index has n keys.
+func fillIndex(b *testing.B, ix *Index, p []uint32, n int) {
+	b.Helper()
+	applyAll(b, ix, []Message{regMsg("a", 0, "10.0.0.1"), regMsg("b", 0, "10.0.0.2")}, t0)
+	for _, k := range ix.ChunkKeys(p) {
+		applyAll(b, ix, []Message{KVAdmitMsg{InstanceID: "a", Key: k, Location: "cpu"}, KVAdmitMsg{InstanceID: "b", Key: k, Location: "cpu"}}, t0)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	ops := make([]KVOp, 0, 1000)
+	for ix.Keys() < n {
+		ops = ops[:0]
+		for range min(1000, n-ix.Keys()) {
+			ops = append(ops, KVOp{Op: OpAdmit, Key: int64(r.Uint64())})
+		}
+		applyAll(b, ix, []Message{BatchedKVOperationMsg{InstanceID: "a", Location: "cpu", Operations: ops}}, t0)
+	}
+}
+
+// BenchmarkLookup1578 looks a 1,578-token prompt (7 chunks, held by two instances) up in
+// indexes of 10^4 and 10^6 keys: keys given (LookupKeys) and from token ids (Lookup, which
+// adds the hashing).
+func BenchmarkLookup1578(b *testing.B) {
+	p := prompt(9, 1578)
+	for _, n := range []int{10_000, 1_000_000} {
+		ix := newTestIndex(b, IndexConfig{})
+		fillIndex(b, ix, p, n)
+		keys := ix.ChunkKeys(p)
+		if got := ix.LookupKeys(keys, len(p)); len(got) != 2 || got[0].Tokens != 1578 {
+			b.Fatalf("lookup = %+v", got)
+		}
+		b.Run(fmt.Sprintf("keys=%d/LookupKeys", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ix.LookupKeys(keys, len(p))
+			}
+		})
+		b.Run(fmt.Sprintf("keys=%d/Lookup", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ix.Lookup(p)
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryPerKey reports the heap held per indexed key, with one and two holders
+// per key (the forward table plus each holder's reverse entry).
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const n = 1_000_000
+	for _, holdersPerKey := range []int{1, 2} {
+		b.Run(fmt.Sprintf("holders=%d", holdersPerKey), func(b *testing.B) {
+			for b.Loop() {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				ix := newTestIndex(b, IndexConfig{})
+				insts := []string{"a", "b"}[:holdersPerKey]
+				for _, inst := range insts {
+					applyAll(b, ix, []Message{regMsg(inst, 0, "10.0.0."+inst)}, t0)
+				}
+				r := rand.New(rand.NewPCG(2, 2))
+				ops := make([]KVOp, 1000)
+				for i := 0; i < n; i += len(ops) {
+					for j := range ops {
+						ops[j] = KVOp{Op: OpAdmit, Key: int64(r.Uint64())}
+					}
+					for _, inst := range insts {
+						applyAll(b, ix, []Message{BatchedKVOperationMsg{InstanceID: inst, Location: "cpu", Operations: ops}}, t0)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(ix.Keys()), "B/key")
+				runtime.KeepAlive(ix)
+			}
+		})
+	}
+}
+
+// BenchmarkLookupWhileIngesting measures lookup latency (p50, p99, p99.9, max) while one
+// goroutine applies admits and evicts as fast as it can, against the same without
+// ingestion. One iteration is one lookup; the ingestion rate achieved is reported too.
+func BenchmarkLookupWhileIngesting(b *testing.B) {
+	p := prompt(9, 1578)
+	for _, ingest := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ingesting=%v", ingest), func(b *testing.B) {
+			ix := newTestIndex(b, IndexConfig{})
+			fillIndex(b, ix, p, 100_000)
+			keys := ix.ChunkKeys(p)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var applied atomic.Int64
+			if ingest {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(3, 3))
+					live := make([]int64, 0, 1<<16)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						// 50-message batches like a worker's, 3 admits for every evict.
+						batch := make([]Message, 50)
+						for i := range batch {
+							if len(live) > 0 && i%4 == 3 {
+								j := r.IntN(len(live))
+								batch[i] = KVEvictMsg{InstanceID: "a", Key: live[j], Location: "cpu"}
+								live[j] = live[len(live)-1]
+								live = live[:len(live)-1]
+								continue
+							}
+							k := int64(r.Uint64())
+							if len(live) < cap(live) {
+								live = append(live, k)
+							}
+							batch[i] = KVAdmitMsg{InstanceID: "a", Key: k, Location: "cpu"}
+						}
+						ix.mu.Lock()
+						for _, m := range batch {
+							if err := ix.applyLocked(m, t0); err != nil {
+								b.Error(err)
+							}
+						}
+						ix.mu.Unlock()
+						applied.Add(int64(len(batch)))
+					}
+				})
+			}
+			lat := make([]time.Duration, 0, 1<<20)
+			start := time.Now()
+			for b.Loop() {
+				t := time.Now()
+				ix.LookupKeys(keys, len(p))
+				lat = append(lat, time.Since(t))
+			}
+			elapsed := time.Since(start)
+			close(stop)
+			wg.Wait()
+			slices.Sort(lat)
+			q := func(f float64) float64 { return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))].Nanoseconds()) }
+			b.ReportMetric(q(0.5), "p50-ns")
+			b.ReportMetric(q(0.99), "p99-ns")
+			b.ReportMetric(q(0.999), "p99.9-ns")
+			b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
+			if ingest {
+				b.ReportMetric(float64(applied.Load())/elapsed.Seconds(), "ingested-msgs/s")
+			}
+		})
+	}
+}
+
+// BenchmarkServerIngest pushes 0.3.9-shaped KVAdmitMsg batches (50 frames, distinct keys)
+// from one PUSH socket over loopback and reports admit messages applied per second, end to
+// end (encode excluded: frames are prepared before the clock starts). One iteration is
+// one batch.
+func BenchmarkServerIngest(b *testing.B) {
+	idx := newTestIndex(b, IndexConfig{})
+	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny}, idx, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer zctx.Term()
+	push, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer push.Close()
+	if err := push.SetLinger(0); err != nil {
+		b.Fatal(err)
+	}
+	if err := push.Connect("tcp://" + srv.PullAddr()); err != nil {
+		b.Fatal(err)
+	}
+	reg := mustEncode(b, regMsg("vllm-0", 0, "10.0.0.7"))
+	if _, err := push.SendBytes(reg, 0); err != nil {
+		b.Fatal(err)
+	}
+	const pool = 2000
+	r := rand.New(rand.NewPCG(4, 4))
+	batches := make([][][]byte, pool)
+	for i := range batches {
+		batches[i] = make([][]byte, 50)
+		for j := range batches[i] {
+			batches[i][j] = mustEncode(b, KVAdmitMsg{InstanceID: "vllm-0", Key: int64(r.Uint64()), Location: "LocalCPUBackend"})
+		}
+	}
+	counted := func() float64 {
+		return testutil.ToFloat64(idx.met.ops[0][0]) + testutil.ToFloat64(idx.met.ops[0][1])
+	}
+	base := counted()
+	b.ResetTimer()
+	start := time.Now()
+	sent := 0
+	for i := 0; b.Loop(); i++ {
+		if _, err := push.SendMessage(batches[i%pool]); err != nil {
+			b.Fatal(err)
+		}
+		sent += 50
+	}
+	for counted()-base < float64(sent) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	elapsed := time.Since(start)
+	b.ReportMetric(float64(sent)/elapsed.Seconds(), "admits/s")
+}

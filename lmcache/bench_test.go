@@ -136,7 +136,7 @@ func BenchmarkLookupWhileIngesting(b *testing.B) {
 						}
 						ix.mu.Lock()
 						for _, m := range batch {
-							if err := ix.applyLocked(m, t0); err != nil {
+							if err := ix.applyLocked(m, t0, ""); err != nil {
 								b.Error(err)
 							}
 						}

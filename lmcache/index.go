@@ -324,6 +324,11 @@ func (ix *Index) Routed(endpoint string, tokens []uint32) {
 	ix.det.Sent(endpoint, ix.hasher.ChunkKeys(tokens))
 }
 
+func isUsableIP(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && !a.IsUnspecified()
+}
+
 func containsFunc[T any](s []T, f func(T) bool) bool {
 	for _, x := range s {
 		if f(x) {
@@ -353,7 +358,7 @@ var ErrNotWorkerMessage = errors.New("lmcache: not a worker-to-controller messag
 func (ix *Index) Apply(msg Message, now time.Time) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.applyLocked(msg, now)
+	return ix.applyLocked(msg, now, "")
 }
 
 // ApplyFrame decodes one frame and applies it. A frame that cannot be decoded is counted
@@ -371,7 +376,11 @@ func (ix *Index) ApplyFrame(frame []byte, now time.Time) (Message, error) {
 // ApplyFrames decodes and applies the frames of one multipart batch (a worker pushes up to
 // 50 messages at once), taking the writer lock once. Frames that cannot be decoded are
 // handled as in ApplyFrame and skipped; it returns how many frames were applied.
-func (ix *Index) ApplyFrames(frames [][]byte, now time.Time) int {
+//
+// peer is the IP the batch's connection comes from ("" if unknown). An instance that
+// never registered (LMCache 0.3.9 registers once, at start, so after a picker restart
+// none of them does) takes it as its IP, unless another instance has claimed that IP.
+func (ix *Index) ApplyFrames(frames [][]byte, peer string, now time.Time) int {
 	msgs := make([]Message, 0, len(frames))
 	for _, f := range frames {
 		m, err := Decode(f)
@@ -385,7 +394,7 @@ func (ix *Index) ApplyFrames(frames [][]byte, now time.Time) int {
 	defer ix.mu.Unlock()
 	n := 0
 	for _, m := range msgs {
-		if ix.applyLocked(m, now) == nil {
+		if ix.applyLocked(m, now, peer) == nil {
 			n++
 		}
 	}
@@ -418,7 +427,7 @@ func (ix *Index) noteInvalid(err error) {
 	}
 }
 
-func (ix *Index) applyLocked(msg Message, now time.Time) error {
+func (ix *Index) applyLocked(msg Message, now time.Time, peer string) error {
 	outcome := outcomeApplied
 	dirty := false
 	switch m := msg.(type) {
@@ -436,20 +445,20 @@ func (ix *Index) applyLocked(msg Message, now time.Time) error {
 		ix.removeWorker(w)
 		dirty = false // removeWorker published the view
 	case KVAdmitMsg:
-		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now, peer)
 		ok, d2 := ix.admit(w, m.Location, m.Key)
 		dirty = d || d2
 		if !ok {
 			outcome = outcomeIgnored
 		}
 	case KVEvictMsg:
-		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now, peer)
 		dirty = d
 		if !ix.evict(w, m.Location, m.Key) {
 			outcome = outcomeIgnored
 		}
 	case BatchedKVOperationMsg:
-		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now, peer)
 		dirty = d
 		for _, op := range m.Operations {
 			if op.Op == OpEvict {
@@ -460,7 +469,7 @@ func (ix *Index) applyLocked(msg Message, now time.Time) error {
 			dirty = dirty || d2
 		}
 	case FullSyncBatchMsg:
-		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now, peer)
 		dirty = d
 		sk := syncKey{m.InstanceID, m.WorkerID, m.Location}
 		fs := ix.syncs[sk]
@@ -474,7 +483,7 @@ func (ix *Index) applyLocked(msg Message, now time.Time) error {
 			fs.keys[k] = struct{}{}
 		}
 	case FullSyncEndMsg:
-		w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+		w, d := ix.touch(m.InstanceID, m.WorkerID, now, peer)
 		dirty = d
 		if !ix.endSync(w, m) {
 			outcome = outcomeIgnored
@@ -501,8 +510,9 @@ func (ix *Index) worker(instanceID string, workerID int) *worker {
 }
 
 // touch returns the worker, creating it (and its instance) on first sight, and records
-// activity at now. It reports whether the registry snapshot must be republished.
-func (ix *Index) touch(instanceID string, workerID int, now time.Time) (*worker, bool) {
+// activity at now. An instance without an IP adopts peer (see ApplyFrames). It reports
+// whether the registry snapshot must be republished.
+func (ix *Index) touch(instanceID string, workerID int, now time.Time, peer string) (*worker, bool) {
 	inst := ix.instances[instanceID]
 	dirty := false
 	if inst == nil {
@@ -525,10 +535,17 @@ func (ix *Index) touch(instanceID string, workerID int, now time.Time) (*worker,
 				"ip", inst.ip, "instances", []string{c.id, inst.id})
 		}
 	}
+	if inst.ip == "" && peer != "" {
+		if ip := canonicalIP(peer); isUsableIP(ip) && ix.ipClaims[ip] == nil {
+			ix.log.Info("lmcache: an instance that never registered is mapped to the IP its connection comes from", "instance", instanceID, "ip", ip)
+			ix.claim(inst, ip)
+			dirty = true
+		}
+	}
 	if inst.ip == "" && !inst.loggedNoIP {
 		inst.loggedNoIP = true
-		ix.log.Warn("lmcache: messages from an instance that has not registered: its chunks get no credit until it registers or sends a heartbeat (did the picker restart while 0.3.9 workers, which never re-register, kept running? restart the engines)",
-			"instance", instanceID, "worker", workerID)
+		ix.log.Warn("lmcache: messages from an instance that has not registered, and whose connection IP is unknown or already claimed by another instance: its chunks get no credit until it registers or sends a heartbeat",
+			"instance", instanceID, "worker", workerID, "peer", peer)
 	}
 	return w, dirty
 }
@@ -564,7 +581,7 @@ func (ix *Index) register(m RegisterMsg, now time.Time) bool {
 		ix.log.Info("lmcache: worker registered", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP, "port", m.Port)
 	}
 	ix.claim(ix.instanceFor(m.InstanceID), m.IP)
-	w, _ := ix.touch(m.InstanceID, m.WorkerID, now)
+	w, _ := ix.touch(m.InstanceID, m.WorkerID, now, "")
 	w.port = m.Port
 	return true
 }
@@ -587,7 +604,7 @@ func (ix *Index) heartbeat(m HeartbeatMsg, now time.Time) bool {
 	} else if inst := ix.instances[m.InstanceID]; m.IP != "" && canonicalIP(m.IP) != inst.ip {
 		dirty = ix.claim(inst, m.IP)
 	}
-	w, d := ix.touch(m.InstanceID, m.WorkerID, now)
+	w, d := ix.touch(m.InstanceID, m.WorkerID, now, "")
 	if !w.lastHeartbeat.IsZero() && now.After(w.lastHeartbeat) {
 		w.hbInterval = now.Sub(w.lastHeartbeat)
 		w.inst.hbIntervalMax = 0

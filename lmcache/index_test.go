@@ -431,3 +431,40 @@ func TestRoutedFeedsTheDetector(t *testing.T) {
 	}
 	newTestIndex(t, IndexConfig{}).Routed("10.0.0.1:8000", good) // no detector: nothing to do
 }
+
+func TestUnregisteredInstancesTakeTheirConnectionsIP(t *testing.T) {
+	p := prompt(1, 600)
+	frames := func(inst string) [][]byte { return encodeAll(t, admits(t, inst, 0, "cpu", p, 0, 3)) }
+	tests := []struct {
+		name  string
+		setup []Message
+		inst  string
+		peer  string
+		want  []Match
+		state InstanceState
+	}{
+		{"unclaimed peer IP is adopted", nil, "silent", "10.1.2.3", []Match{{"silent", "10.1.2.3", 600, 0}}, StateActive},
+		{"peer IP is canonicalised", nil, "silent", "::ffff:10.1.2.3", []Match{{"silent", "10.1.2.3", 600, 0}}, StateActive},
+		{"unknown peer leaves it without IP", nil, "silent", "", nil, StateNoIP},
+		{"an unspecified peer IP is not used", nil, "silent", "0.0.0.0", nil, StateNoIP},
+		{"a peer IP claimed by a registered instance is not taken", []Message{regMsg("a", 0, "10.1.2.3")}, "silent", "10.1.2.3", nil, StateNoIP},
+		{"a registered instance keeps the IP it reported", []Message{regMsg("silent", 0, "10.0.0.7")}, "silent", "10.1.2.3", []Match{{"silent", "10.0.0.7", 600, 0}}, StateActive},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newTestIndex(t, IndexConfig{})
+			applyAll(t, ix, tc.setup, t0)
+			if n := ix.ApplyFrames(frames(tc.inst), tc.peer, t0); n != 3 {
+				t.Fatalf("ApplyFrames applied %d frames, want 3", n)
+			}
+			if d := cmp.Diff(tc.want, ix.Lookup(p)); d != "" {
+				t.Errorf("Lookup mismatch (-want +got):\n%s", d)
+			}
+			for _, info := range ix.Instances() {
+				if info.ID == tc.inst && info.State != tc.state {
+					t.Errorf("state %s, want %s", info.State, tc.state)
+				}
+			}
+		})
+	}
+}

@@ -334,7 +334,7 @@ func isTerm(err error) bool {
 func (s *Server) servePull(so *zmq.Socket) {
 	defer so.Close()
 	for {
-		frames, err := so.RecvMessageBytes(0)
+		frames, md, err := so.RecvMessageBytesWithMetadata(0, "Peer-Address")
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -342,7 +342,7 @@ func (s *Server) servePull(so *zmq.Socket) {
 			s.log.Error("lmcache: receive on the pull socket", "err", err)
 			continue
 		}
-		s.idx.ApplyFrames(frames, s.now())
+		s.idx.ApplyFrames(frames, md["Peer-Address"], s.now())
 	}
 }
 

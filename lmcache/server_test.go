@@ -157,13 +157,21 @@ func TestServerPullIngestsBatchesAndSkipsGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the batched admits", func() bool { return len(ls.idx.Lookup(p)) == 1 && ls.idx.Lookup(p)[0].Tokens == 1578 })
+	// An instance that never registered (a 0.3.9 worker started before this picker) is
+	// mapped to the IP its connection comes from.
+	q := prompt(8, 300)
+	if _, err := push.SendMessage(encodeAll(t, admits(t, "silent-0", 0, "LocalCPUBackend", q, 0, 2))); err != nil {
+		t.Fatal(err)
+	}
+	wantQ := []Match{{InstanceID: "silent-0", IP: "127.0.0.1", Tokens: 300, HolderRank: 0}}
+	eventually(t, "the unregistered instance's admits", func() bool { return cmp.Equal(ls.idx.Lookup(q), wantQ) })
 	met := ls.idx.met
 	for name, c := range map[string]struct {
 		c    prometheus.Collector
 		want float64
 	}{
 		"malformed": {met.invalid[KindMalformed], 2}, "unknown type": {met.invalid[KindUnknownType], 1},
-		"admits applied": {met.ops[0][0], 7}, "reply type pushed": {met.messages["other"][1], 1},
+		"admits applied": {met.ops[0][0], 9}, "reply type pushed": {met.messages["other"][1], 1},
 	} {
 		if got := testutil.ToFloat64(c.c); got != c.want {
 			t.Errorf("%s = %v, want %v", name, got, c.want)

@@ -432,7 +432,8 @@ func (ix *Index) applyLocked(msg Message, now time.Time, peer string) error {
 	dirty := false
 	switch m := msg.(type) {
 	case RegisterMsg:
-		dirty = ix.register(m, now)
+		ix.register(m, now)
+		dirty = true
 	case HeartbeatMsg:
 		dirty = ix.heartbeat(m, now)
 	case DeRegisterMsg:
@@ -527,8 +528,14 @@ func (ix *Index) touch(instanceID string, workerID int, now time.Time, peer stri
 		dirty = true
 	}
 	inst.lastSeen = now
-	if inst.superseded && !inst.conflict {
-		if c := ix.ipClaims[inst.ip]; c != nil && c != inst {
+	if inst.superseded {
+		switch c := ix.ipClaims[inst.ip]; {
+		case c == nil:
+			// The instance that replaced it is gone and it is still talking: the IP is its own again.
+			ix.log.Info("lmcache: a superseded instance is the only one left on its IP and takes it back", "ip", inst.ip, "instance", inst.id)
+			ix.claim(inst, inst.ip)
+			dirty = true
+		case c != inst && !inst.conflict:
 			inst.conflict = true
 			dirty = true
 			ix.log.Error("lmcache: two live LMCache instances report one IP; neither gets cache credit until one stops: give every engine its own pod IP, or a unique lmcache_instance_id per engine",
@@ -569,7 +576,7 @@ func (ix *Index) claim(inst *instance, ip string) bool {
 	return true
 }
 
-func (ix *Index) register(m RegisterMsg, now time.Time) bool {
+func (ix *Index) register(m RegisterMsg, now time.Time) {
 	if w := ix.worker(m.InstanceID, m.WorkerID); w != nil {
 		n := 0
 		for _, s := range w.slots {
@@ -583,7 +590,6 @@ func (ix *Index) register(m RegisterMsg, now time.Time) bool {
 	ix.claim(ix.instanceFor(m.InstanceID), m.IP)
 	w, _ := ix.touch(m.InstanceID, m.WorkerID, now, "")
 	w.port = m.Port
-	return true
 }
 
 func (ix *Index) instanceFor(id string) *instance {
@@ -777,12 +783,7 @@ func (ix *Index) timeoutOf(inst *instance) time.Duration {
 
 // publish rebuilds the registry snapshot lookups read and the instance gauges.
 func (ix *Index) publish() {
-	conflicted := map[string]bool{}
-	for _, inst := range ix.instances {
-		if inst.conflict {
-			conflicted[inst.ip] = true
-		}
-	}
+	conflicted := ix.conflictedIPs()
 	v := &view{slots: map[uint32]*instView{}}
 	counts := map[InstanceState]int{}
 	for _, inst := range ix.instances {
@@ -803,6 +804,18 @@ func (ix *Index) publish() {
 		ix.met.instances.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 	ix.met.conflicts.Set(float64(len(conflicted)))
+}
+
+// conflictedIPs returns the IPs where an instance kept talking after another claimed its
+// IP, while that other one is still registered.
+func (ix *Index) conflictedIPs() map[string]bool {
+	out := map[string]bool{}
+	for _, inst := range ix.instances {
+		if c := ix.ipClaims[inst.ip]; inst.conflict && c != nil && c != inst {
+			out[inst.ip] = true
+		}
+	}
+	return out
 }
 
 // InstanceState says whether an instance's chunks are credited.
@@ -844,12 +857,7 @@ type InstanceInfo struct {
 func (ix *Index) Instances() []InstanceInfo {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	conflicted := map[string]bool{}
-	for _, inst := range ix.instances {
-		if inst.conflict {
-			conflicted[inst.ip] = true
-		}
-	}
+	conflicted := ix.conflictedIPs()
 	out := make([]InstanceInfo, 0, len(ix.instances))
 	for _, inst := range ix.instances {
 		info := InstanceInfo{ID: inst.id, IP: inst.ip, State: ix.state(inst, conflicted), SupersededBy: inst.supersededBy,

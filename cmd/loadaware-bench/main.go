@@ -1,0 +1,75 @@
+// Command loadaware-bench runs the project's benchmarks and its demo.
+//
+//	loadaware-bench demo [flags]     simple engines + the real picker + the gateway, two policies compared
+//	loadaware-bench gwload [flags]   the highest rate the gateway + picker sustain with small added latency
+//
+// Each subcommand lives in its own file and registers itself in init with register, so new
+// subcommands need no change here. Run `loadaware-bench help` for the list.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand: run gets the arguments after its name and returns the exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{}
+
+// register adds a subcommand; it is called from init functions.
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("loadaware-bench: subcommand registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage())
+		return 2
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage())
+		return 0
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "loadaware-bench: unknown command %q\n%s", name, usage())
+		return 2
+	}
+	return c.run(ctx, rest, stdout, stderr)
+}
+
+func usage() string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	s := "usage: loadaware-bench <command> [flags]\n\ncommands:\n"
+	for _, n := range names {
+		s += fmt.Sprintf("  %-8s %s\n", n, commands[n].summary)
+	}
+	return s + "\nRun \"loadaware-bench <command> -h\" for a command's flags.\n"
+}

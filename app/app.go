@@ -18,6 +18,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,10 @@ type Config struct {
 	ImbalanceWindow   time.Duration // default 60s
 	ImbalanceInterval time.Duration // default 250ms
 
+	// LMCache, when set, embeds the LMCache controller: its index is the cache view and
+	// learns which prompts went where (silent-miss detection). It overrides Cache.
+	LMCache *LMCacheConfig
+
 	Cache     picker.CacheView // nil: no cache information
 	Tokenizer picker.Tokenizer // nil: text and chat prompts routed on load alone
 	Observer  picker.Observer  // nil: none
@@ -72,6 +77,8 @@ type App struct {
 	grpcLis, healthLis, metricsLis net.Listener
 	grpcSrv, healthSrv             *grpc.Server
 	httpSrv                        *http.Server
+	LMCacheIndex                   *lmcache.Index  // nil without LMCache
+	LMCacheServer                  *lmcache.Server // nil without LMCache
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -90,8 +97,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	a := &App{cfg: cfg, log: log, Fleet: fleet.New(), Health: extproc.NewHealth(), Registry: reg}
-	if len(cfg.Endpoints) > 0 {
-		a.Fleet.Update(cfg.Endpoints)
+	if cfg.LMCache != nil {
+		if err := a.newLMCache(*cfg.LMCache, reg); err != nil {
+			return nil, err
+		}
+		cfg.Cache = picker.LMCacheView{Index: a.LMCacheIndex}
+		cfg.Observer = a.LMCacheIndex
 	}
 	params := scoring.DefaultParams()
 	params.Beta = cfg.Beta
@@ -103,6 +114,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.Picker = p
+	if len(cfg.Endpoints) > 0 {
+		a.UpdateEndpoints(cfg.Endpoints)
+	}
 	if cfg.TokenizerMetrics != nil {
 		if err := cfg.TokenizerMetrics(reg); err != nil {
 			return nil, err
@@ -156,6 +170,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.httpSrv = &http.Server{Handler: a.httpHandler(adm), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
+	if a.LMCacheServer != nil {
+		if err := a.LMCacheServer.Start(ctx); err != nil {
+			a.cancel()
+			a.grpcLis.Close()
+			a.metricsLis.Close()
+			if a.healthLis != nil {
+				a.healthLis.Close()
+			}
+			return nil, fmt.Errorf("LMCache controller: %w", err)
+		}
+	}
 	a.goServe("ext_proc gRPC", func() error { return a.grpcSrv.Serve(a.grpcLis) })
 	if a.healthSrv != nil {
 		a.goServe("gRPC health", func() error { return a.healthSrv.Serve(a.healthLis) })
@@ -228,6 +253,16 @@ func (a *App) goServe(what string, serve func() error) {
 	}()
 }
 
+// UpdateEndpoints replaces the endpoint set (static list or discovery) and everything
+// that follows it: the LMCache allow-list and the routing history of departed endpoints.
+func (a *App) UpdateEndpoints(addrs []string) {
+	a.Fleet.Update(addrs)
+	a.Picker.Forget(addrs)
+	if a.LMCacheServer != nil {
+		a.LMCacheServer.SetAllowedIPs(addrs)
+	}
+}
+
 // GRPCAddr is the bound ext_proc address.
 func (a *App) GRPCAddr() string { return a.grpcLis.Addr().String() }
 
@@ -249,6 +284,9 @@ func (a *App) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := a.httpSrv.Shutdown(ctx)
+	if a.LMCacheServer != nil {
+		err = errors.Join(err, a.LMCacheServer.Close())
+	}
 	stopped := make(chan struct{})
 	go func() {
 		a.grpcSrv.GracefulStop()

@@ -10,6 +10,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/picker"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -164,3 +165,5 @@ func TestBadCertPathSaysWhatItExpects(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func pickerConfig(policy string) picker.Config { return picker.Config{Policy: policy, Beta: 1} }

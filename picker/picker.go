@@ -178,6 +178,9 @@ func (p *Picker) SetConfig(c Config) error {
 	return nil
 }
 
+// Forget drops the routing history of endpoints not in keep (they left the fleet).
+func (p *Picker) Forget(keep []string) { p.state.Forget(keep) }
+
 // Pick chooses endpoints for r and books the first. The caller must Release the
 // Decision's Booking when the request ends.
 func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {

@@ -4,6 +4,7 @@
 //
 //	loadaware-epp [serve] [flags]   run the picker (the default)
 //	loadaware-epp tokenize          print the token ids the picker computes (JSON lines in, arrays out)
+//	loadaware-epp lmcache-keys      print the LMCache chunk keys of token ids (check a deployment)
 //	loadaware-epp version           print the version
 //
 // Run `loadaware-epp -h` for the flags.
@@ -17,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/tokenize"
 )
 
@@ -40,6 +42,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return serve(ctx, args, os.Getenv, stdout, stderr)
 	case "tokenize":
 		return tokenize.RunCommand(args, stdin, stdout, stderr)
+	case "lmcache-keys":
+		return lmcache.RunKeysCommand(args, stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "loadaware-epp", version)
 		return 0
@@ -47,7 +51,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), tokenize, version or help\n", cmd)
+	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), tokenize, lmcache-keys, version or help\n", cmd)
 	return 2
 }
 
@@ -57,6 +61,8 @@ Commands:
   serve    run the picker (the default): loadaware-epp [serve] --endpoints ip:port,... [flags]
   tokenize read prompts (JSON lines: a string, or a chat request) and print their token ids:
            loadaware-epp tokenize --tokenizer PATH [--chat]
+  lmcache-keys  print the LMCache chunk keys of token ids read from stdin:
+           loadaware-epp lmcache-keys --hash-seed 123 [--chunk-size 256] [--key-format v0.3|v0.4]
   version  print the version
   help     this text
 

@@ -42,6 +42,10 @@ func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
 		{"zap encoder", []string{ok, "--zap-encoder", "xml"}, env(), "use json or console"},
 		{"stray argument", []string{ok, "extra"}, env(), `unexpected argument "extra"`},
 		{"unknown flag", []string{ok, "--speed", "9"}, env(), "run loadaware-epp serve -h"},
+		{"lmcache key format", []string{ok, "--lmcache-key-format", "v9"}, env(), "--lmcache-key-format"},
+		{"lmcache allow", []string{ok, "--lmcache-allow-from", "everyone"}, env(), "--lmcache-allow-from"},
+		{"lmcache chunk size", []string{ok, "--lmcache-chunk-size", "0"}, env(), "--lmcache-chunk-size"},
+		{"lmcache port", []string{ok, "--lmcache-pull-port", "99999"}, env(), "--lmcache-pull-port 99999 is not a port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,6 +91,12 @@ func TestParseDefaultsAndPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.LMCache == nil || cfg.LMCache.Keys.HashSeed != "123" || cfg.LMCache.PullAddr != ":9000" || cfg.LMCache.ReplyAddr != ":9001" {
+		t.Fatalf("LMCache defaults not kept: %+v", cfg.LMCache)
+	}
+	if cfg, _, _ := parse([]string{"--endpoints", "10.0.0.1:8000"}, env("PYTHONHASHSEED", "7")); cfg.LMCache.Keys.HashSeed != "7" {
+		t.Fatalf("PYTHONHASHSEED not used as the hash seed: %+v", cfg.LMCache.Keys)
+	}
 	if *o.unsupported["pool-name"] != "p" || o.logFormat != "json" || o.logLevel != "debug" || cfg.AdminToken != "t" {
 		t.Fatalf("GIE flags not read: %+v", o)
 	}
@@ -105,7 +115,8 @@ func freePort(t *testing.T) int {
 func TestServeStartsAndStops(t *testing.T) {
 	mp := freePort(t)
 	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", "0",
-		"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--pool-name", "ignored"}
+		"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--pool-name", "ignored",
+		"--lmcache-pull-port", fmt.Sprint(freePort(t)), "--lmcache-reply-port", "0"}
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr bytes.Buffer
 	done := make(chan int)
@@ -155,7 +166,7 @@ func TestTokenizeSubcommandAndTokenizerFlags(t *testing.T) {
 		t.Fatalf("tokenize: exit %d, out %q, err %q (run make testdata if the tokenizer is missing)", code, out.String(), errb.String())
 	}
 	errb.Reset()
-	code = serve(context.Background(), []string{"--endpoints", "10.0.0.1:8000", "--tokenizer", t.TempDir() + "/missing"}, env(), &out, &errb)
+	code = serve(context.Background(), []string{"--endpoints", "10.0.0.1:8000", "--lmcache-pull-port", "0", "--tokenizer", t.TempDir() + "/missing"}, env(), &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "--tokenizer") {
 		t.Fatalf("a missing tokenizer must stop the start with a clear error: exit %d, %q", code, errb.String())
 	}

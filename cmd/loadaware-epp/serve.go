@@ -16,6 +16,7 @@ import (
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/loadaware/loadaware-epp/tokenize"
@@ -40,6 +41,14 @@ type options struct {
 	tokenizer, model                  string
 	tokenizerFromEngine               bool
 	engineTimeout                     time.Duration
+
+	lmPull, lmReply, lmHeartbeat int
+	lmHeartbeatURL               string
+	lmHashSeed                   string
+	lmChunkSize                  int
+	lmKeyFormat                  string
+	lmAllow                      string
+	lmInstanceTimeout            time.Duration
 
 	// GIE chart flags this build accepts but does not use yet.
 	unsupported map[string]*string
@@ -79,6 +88,15 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.model, "model", "", "served model ORG/NAME: its tokenizer is looked up in the HuggingFace cache when --tokenizer is not given")
 	fs.BoolVar(&o.tokenizerFromEngine, "tokenizer-from-engine", false, "ask the engines' POST /tokenize for prompts the local tokenizer cannot reproduce (or for all, with no local tokenizer)")
 	fs.DurationVar(&o.engineTimeout, "tokenize-timeout", 2*time.Second, "timeout of one engine /tokenize call")
+	fs.IntVar(&o.lmPull, "lmcache-pull-port", 9000, "LMCache controller PULL port the engines' workers push cache events to; 0 disables the controller")
+	fs.IntVar(&o.lmReply, "lmcache-reply-port", 9001, "LMCache controller reply (ROUTER) port for worker registration; 0 disables it")
+	fs.IntVar(&o.lmHeartbeat, "lmcache-heartbeat-port", 0, "LMCache heartbeat (ROUTER) port for the newest workers; 0 (default) disables it")
+	fs.StringVar(&o.lmHeartbeatURL, "lmcache-heartbeat-url", "", "host:port of the heartbeat port as the workers reach it (told to them at registration)")
+	fs.StringVar(&o.lmHashSeed, "lmcache-hash-seed", "", "the engines' PYTHONHASHSEED (default: env PYTHONHASHSEED, else 123 as the Production Stack chart sets)")
+	fs.IntVar(&o.lmChunkSize, "lmcache-chunk-size", 256, "the engines' LMCACHE_CHUNK_SIZE")
+	fs.StringVar(&o.lmKeyFormat, "lmcache-key-format", "v0.3", "chunk-key format: v0.3 (LMCache 0.3.x: None third element) or v0.4 (())")
+	fs.StringVar(&o.lmAllow, "lmcache-allow-from", "fleet", "who may connect to the controller: fleet (only the endpoints' IPs) or any")
+	fs.DurationVar(&o.lmInstanceTimeout, "lmcache-instance-timeout", 0, "drop an LMCache instance silent this long (heartbeating workers only); 0 = 6x the heartbeat period; negative = never")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	// GIE compatibility.
@@ -138,7 +156,8 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		name string
 		v    int
 		zero bool
-	}{{"grpc-port", o.grpcPort, false}, {"grpc-health-port", o.healthPort, true}, {"metrics-port", o.metricsPort, false}} {
+	}{{"grpc-port", o.grpcPort, false}, {"grpc-health-port", o.healthPort, true}, {"metrics-port", o.metricsPort, false},
+		{"lmcache-pull-port", o.lmPull, true}, {"lmcache-reply-port", o.lmReply, true}, {"lmcache-heartbeat-port", o.lmHeartbeat, true}} {
 		if p.v < 0 || p.v > 65535 || (p.v == 0 && !p.zero) {
 			return app.Config{}, o, fmt.Errorf("--%s %d is not a port: use 1-65535", p.name, p.v)
 		}
@@ -159,6 +178,10 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return app.Config{}, o, fmt.Errorf("--log-format %q: use text or json", o.logFormat)
 	}
+	lm, err := lmcacheConfig(o, getenv)
+	if err != nil {
+		return app.Config{}, o, err
+	}
 	if o.engineTimeout <= 0 {
 		return app.Config{}, o, fmt.Errorf("--tokenize-timeout %v: use a positive duration such as 2s", o.engineTimeout)
 	}
@@ -178,7 +201,7 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		GRPCAddr: addr(o.grpcPort), HealthAddr: addr(o.healthPort), MetricsAddr: addr(o.metricsPort),
 		SecureServing: o.secure, CertPath: o.certPath, Endpoints: eps, Policy: o.policy, Beta: o.beta,
 		SessionKey: o.sessionKey, MaxEndpoints: o.maxEndpoints, MaxBodyBytes: o.maxBodyBytes, BodyMode: mode,
-		AdminToken: o.adminToken,
+		AdminToken: o.adminToken, LMCache: lm,
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
@@ -271,4 +294,35 @@ func addTokenizer(cfg *app.Config, o options, getenv func(string) string, log *s
 		return err
 	}
 	return nil
+}
+
+// lmcacheConfig reads the LMCache controller flags; nil when the controller is disabled.
+func lmcacheConfig(o options, getenv func(string) string) (*app.LMCacheConfig, error) {
+	if o.lmPull == 0 {
+		return nil, nil
+	}
+	seed, source := lmcache.ResolveHashSeed(o.lmHashSeed, getenv)
+	format, err := lmcache.ParseKeyFormat(o.lmKeyFormat)
+	if err != nil {
+		return nil, fmt.Errorf("--lmcache-key-format: %v", err)
+	}
+	if o.lmChunkSize < 1 {
+		return nil, fmt.Errorf("--lmcache-chunk-size %d: use the engines' LMCACHE_CHUNK_SIZE (256 by default)", o.lmChunkSize)
+	}
+	keys := lmcache.KeyConfig{HashSeed: seed, ChunkSize: o.lmChunkSize, Format: format}
+	if _, err := lmcache.NewHasher(keys); err != nil {
+		return nil, fmt.Errorf("--lmcache-hash-seed/--lmcache-chunk-size: %v", err)
+	}
+	allow, err := lmcache.ParseAllowMode(o.lmAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--lmcache-allow-from: %v", err)
+	}
+	addr := func(port int) string {
+		if port == 0 {
+			return ""
+		}
+		return net.JoinHostPort(o.bindAddress, strconv.Itoa(port))
+	}
+	return &app.LMCacheConfig{PullAddr: addr(o.lmPull), ReplyAddr: addr(o.lmReply), HeartbeatAddr: addr(o.lmHeartbeat),
+		HeartbeatURL: o.lmHeartbeatURL, Keys: keys, HashSeedSource: source, Allow: allow, HeartbeatTimeout: o.lmInstanceTimeout}, nil
 }

@@ -1,0 +1,57 @@
+package app
+
+import (
+	"time"
+
+	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LMCacheConfig configures the embedded LMCache controller.
+type LMCacheConfig struct {
+	PullAddr      string // PULL socket the workers push to (production stack: :9000)
+	ReplyAddr     string // ROUTER for register/heartbeat requests (:9001); empty disables it
+	HeartbeatAddr string // optional heartbeat ROUTER; empty disables it
+	HeartbeatURL  string // host:port told to registering workers; empty: derived when possible
+
+	Keys             lmcache.KeyConfig // how the engines hash prompts into chunk keys
+	HashSeedSource   string            // where Keys.HashSeed came from, for the startup log
+	Allow            lmcache.AllowMode // fleet (default) or any
+	HeartbeatTimeout time.Duration     // 0: automatic; negative: never expire instances
+}
+
+func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
+	det, err := lmcache.NewMissDetector(lmcache.MissConfig{Keys: c.Keys, Logger: a.log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	a.LMCacheIndex, err = lmcache.NewIndex(lmcache.IndexConfig{Keys: c.Keys, HeartbeatTimeout: c.HeartbeatTimeout,
+		Logger: a.log, Registerer: reg, Detector: det})
+	if err != nil {
+		return err
+	}
+	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
+		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow}, a.LMCacheIndex, a.log, reg)
+	if err != nil {
+		return err
+	}
+	a.log.Info("LMCache controller configured", "pull", c.PullAddr, "reply", c.ReplyAddr, "hash_seed", c.Keys.HashSeed,
+		"hash_seed_from", c.HashSeedSource, "chunk_size", c.Keys.ChunkSize, "key_format", c.Keys.Format, "allow_from", c.Allow.String())
+	return nil
+}
+
+// LMCachePullAddr is the bound PULL address ("" without LMCache).
+func (a *App) LMCachePullAddr() string {
+	if a.LMCacheServer == nil {
+		return ""
+	}
+	return a.LMCacheServer.PullAddr()
+}
+
+// LMCacheReplyAddr is the bound reply ROUTER address ("" without it).
+func (a *App) LMCacheReplyAddr() string {
+	if a.LMCacheServer == nil {
+		return ""
+	}
+	return a.LMCacheServer.ReplyAddr()
+}

@@ -78,35 +78,47 @@ func parseRequest(body []byte, chat bool, defaultMaxTokens int) (request, error)
 
 // completionPrompt accepts the four prompt forms of the OpenAI API: a string, a list of strings,
 // a list of token ids, a list of lists of token ids. A list is joined (the engine answers one
-// choice).
+// choice). The form is told by the first bytes, so the prompt is decoded once.
 func completionPrompt(raw json.RawMessage) (string, int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", 0, errors.New(`a completion request needs "prompt"`)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, 0, nil
-	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
-		return strings.Join(ss, "\n"), 0, nil
-	}
-	var ids []int64
-	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
-		return idsText(ids), len(ids), nil
-	}
-	var lists [][]int64
-	if json.Unmarshal(raw, &lists) == nil && len(lists) > 0 {
-		var parts []string
-		n := 0
-		for _, l := range lists {
-			parts = append(parts, idsText(l))
-			n += len(l)
+	bad := errors.New(`"prompt" must be a string, a list of strings, a list of token ids or a list of lists of token ids`)
+	var err error
+	switch first := bytes.TrimLeft(raw[1:], " \t\r\n"); {
+	case raw[0] == '"':
+		var s string
+		if err = json.Unmarshal(raw, &s); err == nil {
+			return s, 0, nil
 		}
-		return strings.Join(parts, "\n"), n, nil
+	case raw[0] != '[' || len(first) == 0 || first[0] == ']':
+	case first[0] == '"':
+		var ss []string
+		if err = json.Unmarshal(raw, &ss); err == nil {
+			return strings.Join(ss, "\n"), 0, nil
+		}
+	case first[0] == '[':
+		var lists [][]int64
+		if err = json.Unmarshal(raw, &lists); err == nil {
+			var parts []string
+			n := 0
+			for _, l := range lists {
+				parts = append(parts, idsText(l))
+				n += len(l)
+			}
+			return strings.Join(parts, "\n"), n, nil
+		}
+	default:
+		var ids []int64
+		if err = json.Unmarshal(raw, &ids); err == nil {
+			return idsText(ids), len(ids), nil
+		}
 	}
-	return "", 0, errors.New(`"prompt" must be a string, a list of strings, a list of token ids or a list of lists of token ids`)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %v", bad, err)
+	}
+	return "", 0, bad
 }
 
 func idsText(ids []int64) string {

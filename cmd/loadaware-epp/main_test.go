@@ -28,6 +28,8 @@ func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
 		wantErr string
 	}{
 		{"no endpoints", nil, env(), "pass --endpoints ip:port"},
+		{"static list and discovery", []string{ok, "--pool-name", "p"}, env(), "use one"},
+		{"selector without ports", []string{"--endpoint-selector", "app=vllm"}, env(), "--endpoint-target-ports"},
 		{"host name endpoint", []string{"--endpoints", "vllm-0:8000"}, env(), "not an IP address"},
 		{"negative beta", []string{ok, "--beta", "-1"}, env(), "--beta: beta -1 is out of range: use a number from 0"},
 		{"beta not a number", []string{ok, "--beta", "x"}, env(), `invalid value "x" for flag -beta`},
@@ -87,7 +89,7 @@ func TestParseDefaultsAndPrecedence(t *testing.T) {
 			}
 		})
 	}
-	cfg, o, err := parse([]string{"--endpoints", "10.0.0.1:8000", "--pool-name", "p", "--zap-encoder", "json", "--v", "4", "--admin-token", "t"}, env())
+	cfg, o, err := parse([]string{"--endpoints", "10.0.0.1:8000", "--config-file", "p", "--zap-encoder", "json", "--v", "4", "--admin-token", "t"}, env())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,10 @@ func TestParseDefaultsAndPrecedence(t *testing.T) {
 	if cfg, _, _ := parse([]string{"--endpoints", "10.0.0.1:8000"}, env("PYTHONHASHSEED", "7")); cfg.LMCache.Keys.HashSeed != "7" {
 		t.Fatalf("PYTHONHASHSEED not used as the hash seed: %+v", cfg.LMCache.Keys)
 	}
-	if *o.unsupported["pool-name"] != "p" || o.logFormat != "json" || o.logLevel != "debug" || cfg.AdminToken != "t" {
+	if _, o, err := parse([]string{"--pool-name", "vllm-pool", "--pool-namespace", "llm"}, env()); err != nil || o.kube.Mode().String() != "inferencepool" {
+		t.Fatalf("pool discovery flags: %v %+v", err, o.kube)
+	}
+	if *o.unsupported["config-file"] != "p" || o.logFormat != "json" || o.logLevel != "debug" || cfg.AdminToken != "t" {
 		t.Fatalf("GIE flags not read: %+v", o)
 	}
 }
@@ -115,7 +120,7 @@ func freePort(t *testing.T) int {
 func TestServeStartsAndStops(t *testing.T) {
 	mp := freePort(t)
 	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", "0",
-		"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--pool-name", "ignored",
+		"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--config-file", "ignored",
 		"--lmcache-pull-port", fmt.Sprint(freePort(t)), "--lmcache-reply-port", "0"}
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr bytes.Buffer
@@ -140,7 +145,7 @@ func TestServeStartsAndStops(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d; log:\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "--pool-name") || !strings.Contains(stderr.String(), "not supported") {
+	if !strings.Contains(stderr.String(), "--config-file") || !strings.Contains(stderr.String(), "not supported") {
 		t.Fatalf("the unsupported GIE flag was not logged:\n%s", stderr.String())
 	}
 }

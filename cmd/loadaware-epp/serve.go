@@ -16,6 +16,7 @@ import (
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/fleet/kube"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
@@ -50,14 +51,16 @@ type options struct {
 	lmAllow                      string
 	lmInstanceTimeout            time.Duration
 
-	// GIE chart flags this build accepts but does not use yet.
+	// Kubernetes discovery (GIE's flag names).
+	kube kube.Config
+
+	// GIE chart flags this build accepts but does not use.
 	unsupported map[string]*string
 }
 
 // gieFlags are flags GIE's Helm chart passes to its picker. A drop-in image must accept
 // them; the ones we do not implement yet are logged at start.
-var gieFlags = []string{"pool-name", "pool-namespace", "pool-group", "config-file", "endpoint-selector",
-	"endpoint-target-ports", "tracing", "ha-enable-leader-election", "metrics-endpoint-auth", "kube-config",
+var gieFlags = []string{"config-file", "tracing", "ha-enable-leader-election", "metrics-endpoint-auth", "kube-config",
 	"model-server-metrics-port", "model-server-metrics-path", "model-server-metrics-scheme", "refresh-metrics-interval",
 	"refresh-prometheus-metrics-interval", "total-queued-requests-metric", "kv-cache-usage-percentage-metric"}
 
@@ -69,7 +72,8 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.bindAddress, "bind-address", "", "address to listen on (default: all interfaces)")
 	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS (a self-signed certificate unless --cert-path)")
 	fs.StringVar(&o.certPath, "cert-path", "", "directory holding tls.crt and tls.key for --secure-serving")
-	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port)")
+	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port); or discover them with --pool-name or --endpoint-selector")
+	o.kube.RegisterFlags(fs)
 	fs.StringVar(&o.policy, "policy", "loadaware", "routing policy: "+strings.Join(scoring.Names, ", "))
 	beta := 1.0
 	if v := getenv("LOADAWARE_BETA"); v != "" {
@@ -189,12 +193,19 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		return app.Config{}, o, fmt.Errorf("--cert-path is set but --secure-serving=false: drop one of them")
 	}
 	var eps []string
-	if o.endpoints != "" {
+	switch {
+	case o.endpoints != "" && o.kube.Mode() != kube.ModeOff:
+		return app.Config{}, o, fmt.Errorf("--endpoints and Kubernetes discovery (--pool-name or --endpoint-selector) were both given: use one")
+	case o.endpoints != "":
 		if eps, err = fleet.ParseEndpoints(o.endpoints); err != nil {
 			return app.Config{}, o, fmt.Errorf("--endpoints: %v", err)
 		}
-	} else {
-		return app.Config{}, o, fmt.Errorf("endpoint list is empty: pass --endpoints ip:port,... (Kubernetes discovery with --pool-name is not supported by this build yet)")
+	case o.kube.Mode() == kube.ModeOff:
+		return app.Config{}, o, fmt.Errorf("endpoint list is empty: pass --endpoints ip:port,... or discover the engines with --pool-name (InferencePool) or --endpoint-selector app=vllm --endpoint-target-ports 8000")
+	default:
+		if err := o.kube.Validate(); err != nil {
+			return app.Config{}, o, err
+		}
 	}
 	addr := func(port int) string { return net.JoinHostPort(o.bindAddress, strconv.Itoa(port)) }
 	cfg := app.Config{
@@ -251,12 +262,36 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintln(stderr, "loadaware-epp:", err)
 		return 1
 	}
+	var watcher *kube.Watcher
+	if o.kube.Mode() != kube.ModeOff {
+		client, dyn, err := kube.NewClientsFromEnv()
+		if err == nil {
+			watcher, err = kube.NewWatcher(o.kube, client, dyn, log)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "loadaware-epp: Kubernetes discovery:", err)
+			return 1
+		}
+	}
 	a, err := app.Start(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "loadaware-epp:", err)
 		return 1
 	}
-	<-ctx.Done()
+	discovery := make(chan error, 1)
+	if watcher != nil {
+		go func() { discovery <- watcher.Run(ctx, a.UpdateEndpoints) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-discovery:
+		if err != nil && ctx.Err() == nil {
+			log.Error("Kubernetes discovery stopped: the endpoint set can no longer follow the pods; restarting the picker", "err", err)
+			_ = a.Close()
+			return 1
+		}
+		<-ctx.Done()
+	}
 	log.Info("shutting down")
 	if err := a.Close(); err != nil {
 		log.Error("shutdown", "err", err)

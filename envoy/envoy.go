@@ -5,8 +5,9 @@
 // DNS over TLS) and sidecar.yaml (Envoy in the picker's pod, plaintext on
 // loopback); README.md beside them explains both. Load decodes a bootstrap as
 // strictly as Envoy does and runs the protoc-gen-validate rules on it and on
-// every typed config inside it; CheckPicker verifies the wiring the picker
-// depends on. The package does no I/O beyond its embedded files.
+// every typed config inside it (Decode does the same for any Envoy message);
+// CheckPicker verifies the wiring the picker depends on. The package does no
+// I/O beyond its embedded files.
 package envoy
 
 import (
@@ -46,18 +47,25 @@ const DestinationHeader = "x-gateway-destination-endpoint"
 // duplicate keys and typed configs of unregistered types are errors, and the
 // bootstrap and each typed config inside it must pass their validation rules.
 func Load(data []byte) (*bootstrapv3.Bootstrap, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("envoy: parse YAML: %w", err)
-	}
 	var b bootstrapv3.Bootstrap
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(js, &b); err != nil {
-		return nil, fmt.Errorf("envoy: decode bootstrap: %w", err)
-	}
-	if err := validate(&b, "bootstrap"); err != nil {
+	if err := Decode(data, &b); err != nil {
 		return nil, err
 	}
 	return &b, nil
+}
+
+// Decode decodes one Envoy API message written in YAML or JSON (a bootstrap,
+// a cluster, an HTTP filter, ...) into m with Load's strictness and checks.
+func Decode(data []byte, m proto.Message) error {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return fmt.Errorf("envoy: parse YAML: %w", err)
+	}
+	name := m.ProtoReflect().Descriptor().Name()
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(js, m); err != nil {
+		return fmt.Errorf("envoy: decode %s: %w", name, err)
+	}
+	return validate(m, string(name))
 }
 
 // validate runs m's validation rules, then those of every Any inside m
@@ -150,7 +158,7 @@ func CheckPicker(b *bootstrapv3.Bootstrap) (Picker, error) {
 		if ep == nil {
 			continue
 		}
-		if err := checkExtProc(ep); err != nil {
+		if err := CheckExtProc(ep); err != nil {
 			return Picker{}, fmt.Errorf("envoy: listener %s: %w", l.GetName(), err)
 		}
 		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
@@ -227,8 +235,11 @@ func extProc(hcm *hcmv3.HttpConnectionManager) (*extprocv3.ExternalProcessor, er
 	return nil, nil
 }
 
-// checkExtProc compares the filter with what the picker needs.
-func checkExtProc(ep *extprocv3.ExternalProcessor) error {
+// CheckExtProc reports how an ext_proc filter config differs from what the
+// picker needs: the full-duplex processing mode with trailers, a message
+// timeout of at least a minute, the envoy.lb metadata namespaces, and an
+// envoy_grpc service.
+func CheckExtProc(ep *extprocv3.ExternalProcessor) error {
 	pm := ep.GetProcessingMode()
 	want := &extprocv3.ProcessingMode{
 		RequestHeaderMode:   extprocv3.ProcessingMode_SEND,

@@ -1,0 +1,91 @@
+{{/* The release's full name, at most 63 characters. */}}
+{{- define "loadaware-epp.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "loadaware-epp.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of the picker pods. */}}
+{{- define "loadaware-epp.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: picker
+{{- end -}}
+
+{{/* Selector labels of the Envoy gateway pods. */}}
+{{- define "loadaware-epp.envoySelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: envoy-gateway
+{{- end -}}
+
+{{- define "loadaware-epp.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "loadaware-epp.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "loadaware-epp.poolName" -}}
+{{- default (include "loadaware-epp.fullname" .) .Values.inferencePool.name -}}
+{{- end -}}
+
+{{/* The picker Service's in-cluster DNS name. */}}
+{{- define "loadaware-epp.serviceHost" -}}
+{{- printf "%s.%s.svc.cluster.local" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* Whether the picker watches the Kubernetes API (and so needs RBAC). */}}
+{{- define "loadaware-epp.discovers" -}}
+{{- if or (eq .Values.mode "inferencepool") (not .Values.engines.endpoints) -}}true{{- end -}}
+{{- end -}}
+
+{{/* engines.matchLabels as a label selector string: "a=1,b=2" (sorted by key). */}}
+{{- define "loadaware-epp.selector" -}}
+{{- $parts := list -}}
+{{- range $k, $v := .Values.engines.matchLabels -}}
+{{- $parts = append $parts (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
+
+{{/* Fails the render on values that cannot work, saying what to change. */}}
+{{- define "loadaware-epp.validate" -}}
+{{- if not (has .Values.mode (list "inferencepool" "envoy" "selector")) -}}
+{{- fail (printf "mode %q is not one of inferencepool, envoy, selector" .Values.mode) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "inferencepool") .Values.engines.endpoints -}}
+{{- fail "engines.endpoints cannot be used with mode inferencepool: the pool's selector finds the engines" -}}
+{{- end -}}
+{{- if and (not .Values.engines.endpoints) (not .Values.engines.matchLabels) -}}
+{{- fail "engines.matchLabels is empty: give the engine pods' labels (or engines.endpoints in modes envoy/selector)" -}}
+{{- end -}}
+{{- $n := len (default (list) .Values.engines.targetPorts) -}}
+{{- if and (not .Values.engines.endpoints) (or (lt $n 1) (gt $n 8)) -}}
+{{- fail (printf "engines.targetPorts has %d entries: give 1 to 8 engine ports" $n) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "envoy") (not .Values.picker.secureServing) -}}
+{{- fail "mode envoy reaches the picker over TLS (envoy/gateway.yaml): keep picker.secureServing true" -}}
+{{- end -}}
+{{- if not (has .Values.tokenizer.source (list "engine" "file")) -}}
+{{- fail (printf "tokenizer.source %q is not engine or file" .Values.tokenizer.source) -}}
+{{- end -}}
+{{- if and (eq .Values.tokenizer.source "file") (not .Values.tokenizer.file.volume) -}}
+{{- fail "tokenizer.source file needs tokenizer.file.volume: the volume that holds tokenizer.json" -}}
+{{- end -}}
+{{- if not .Values.lmcache.hashSeed -}}
+{{- fail "lmcache.hashSeed is empty: set it to the engines' PYTHONHASHSEED (the vLLM Production Stack uses \"123\")" -}}
+{{- end -}}
+{{- end -}}

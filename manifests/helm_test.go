@@ -1,0 +1,586 @@
+package manifests_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/loadaware/loadaware-epp/envoy"
+	"github.com/loadaware/loadaware-epp/fleet/kube"
+)
+
+// helmCmd is how the tests get helm: pinned, built by the Go toolchain.
+var helmCmd = []string{"run", "helm.sh/helm/v3/cmd/helm@v3.22.0"}
+
+const chart = "helm/loadaware-epp"
+
+// helm runs helm and returns its standard output, or an error carrying its
+// standard error.
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("helm is built from source with go run; skipped in -short mode")
+	}
+	cmd := exec.CommandContext(t.Context(), "go", append(slices.Clone(helmCmd), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// object is one rendered or example document, decoded into its Go type.
+type object struct {
+	kind, name string
+	value      any
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+// decodeAll splits a multi-document YAML stream and decodes every document
+// strictly (unknown or duplicate fields fail) into its Kubernetes type.
+func decodeAll(t *testing.T, stream string) []object {
+	t.Helper()
+	var out []object
+	for doc := range slices.Values(docSep.Split(stream, -1)) {
+		var head struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Metadata   metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("document is not YAML: %v\n%s", err, doc)
+		}
+		if head.Kind == "" {
+			if strings.TrimSpace(stripComments(doc)) != "" {
+				t.Fatalf("document without a kind:\n%s", doc)
+			}
+			continue
+		}
+		newObj, ok := kinds[head.APIVersion+" "+head.Kind]
+		if !ok {
+			t.Fatalf("unexpected object %s %s/%s: add its type to kinds", head.APIVersion, head.Kind, head.Metadata.Name)
+		}
+		v := newObj()
+		if err := yaml.UnmarshalStrict([]byte(doc), v); err != nil {
+			t.Fatalf("%s %s does not decode strictly: %v\n%s", head.Kind, head.Metadata.Name, err, doc)
+		}
+		out = append(out, object{kind: head.Kind, name: head.Metadata.Name, value: v})
+	}
+	return out
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for line := range strings.Lines(doc) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// kinds maps "apiVersion kind" to a constructor of its Go type.
+var kinds = map[string]func() any{
+	"v1 ServiceAccount":                            func() any { return &corev1.ServiceAccount{} },
+	"v1 Service":                                   func() any { return &corev1.Service{} },
+	"v1 ConfigMap":                                 func() any { return &corev1.ConfigMap{} },
+	"apps/v1 Deployment":                           func() any { return &appsv1.Deployment{} },
+	"rbac.authorization.k8s.io/v1 Role":            func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1 RoleBinding":     func() any { return &rbacv1.RoleBinding{} },
+	"monitoring.coreos.com/v1 ServiceMonitor":      func() any { return &monitoringv1.ServiceMonitor{} },
+	"inference.networking.k8s.io/v1 InferencePool": func() any { return &inferencePool{} },
+	"gateway.networking.k8s.io/v1 Gateway":         func() any { return &gatewayv1.Gateway{} },
+	"gateway.networking.k8s.io/v1 HTTPRoute":       func() any { return &gatewayv1.HTTPRoute{} },
+	"networking.istio.io/v1alpha3 EnvoyFilter":     func() any { return &envoyFilter{} },
+	"networking.istio.io/v1 DestinationRule":       func() any { return &destinationRule{} },
+	"networking.istio.io/v1 VirtualService":        func() any { return &virtualService{} },
+}
+
+// inferencePool mirrors GIE's InferencePool v1 (inference.networking.k8s.io),
+// whose Go module is not on the module proxy. Status is left out: manifests
+// never set it.
+type inferencePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              struct {
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
+		TargetPorts []struct {
+			Number int32 `json:"number"`
+		} `json:"targetPorts"`
+		AppProtocol       string `json:"appProtocol,omitempty"`
+		EndpointPickerRef *struct {
+			Group *string `json:"group,omitempty"`
+			Kind  string  `json:"kind,omitempty"`
+			Name  string  `json:"name"`
+			Port  *struct {
+				Number int32 `json:"number"`
+			} `json:"port,omitempty"`
+			FailureMode string `json:"failureMode,omitempty"`
+		} `json:"endpointPickerRef,omitempty"`
+	} `json:"spec"`
+}
+
+// check applies the v1 CRD's validation rules.
+func (p *inferencePool) check() error {
+	s := p.Spec
+	if n := len(s.Selector.MatchLabels); n < 1 || n > 64 {
+		return fmt.Errorf("spec.selector.matchLabels has %d entries, want 1 to 64", n)
+	}
+	if _, err := labels.ValidatedSelectorFromSet(s.Selector.MatchLabels); err != nil {
+		return err
+	}
+	if n := len(s.TargetPorts); n < 1 || n > 8 {
+		return fmt.Errorf("spec.targetPorts has %d entries, want 1 to 8", n)
+	}
+	if !slices.Contains([]string{"", "http", "kubernetes.io/h2c"}, s.AppProtocol) {
+		return fmt.Errorf("spec.appProtocol %q", s.AppProtocol)
+	}
+	if r := s.EndpointPickerRef; r != nil {
+		if r.Name == "" || (r.Kind != "" && r.Kind != "Service") || r.Port == nil {
+			return fmt.Errorf("spec.endpointPickerRef needs a Service name and port: %+v", r)
+		}
+		if !slices.Contains([]string{"", "FailOpen", "FailClose"}, r.FailureMode) {
+			return fmt.Errorf("spec.endpointPickerRef.failureMode %q", r.FailureMode)
+		}
+	}
+	return nil
+}
+
+// rendered is a chart render, indexed by kind and name.
+type rendered struct {
+	t    *testing.T
+	objs []object
+}
+
+func (r rendered) index() []string {
+	var out []string
+	for _, o := range r.objs {
+		out = append(out, o.kind+"/"+o.name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func get[T any](r rendered, kind, name string) *T {
+	r.t.Helper()
+	for _, o := range r.objs {
+		if o.kind == kind && o.name == name {
+			return o.value.(*T)
+		}
+	}
+	r.t.Fatalf("no %s/%s rendered; have %v", kind, name, r.index())
+	return nil
+}
+
+func render(t *testing.T, release string, args ...string) rendered {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", release, chart, "--namespace", "llm"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rendered{t: t, objs: decodeAll(t, out)}
+}
+
+// args returns the picker's flags as name -> value.
+func pickerArgs(t *testing.T, d *appsv1.Deployment) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if _, dup := out[name]; dup {
+			t.Fatalf("picker flag --%s given twice", name)
+		}
+		out[name] = value
+	}
+	return out
+}
+
+// discovery parses the picker's discovery flags with fleet/kube's own flag set.
+func discovery(t *testing.T, args map[string]string) kube.Config {
+	t.Helper()
+	var c kube.Config
+	fs := flag.NewFlagSet("picker", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	var kubeArgs []string
+	for _, name := range slices.Sorted(maps.Keys(args)) {
+		if fs.Lookup(name) != nil {
+			kubeArgs = append(kubeArgs, "--"+name+"="+args[name])
+		}
+	}
+	if err := fs.Parse(kubeArgs); err != nil {
+		t.Fatalf("discovery flags %v: %v", kubeArgs, err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("discovery flags %v: %v", kubeArgs, err)
+	}
+	return c
+}
+
+const (
+	release = "rel"
+	picker  = "rel-loadaware-epp"
+	svcHost = "rel-loadaware-epp.llm.svc.cluster.local"
+)
+
+var pickerKinds = []string{"Deployment/" + picker, "Service/" + picker, "ServiceAccount/" + picker}
+var rbacKinds = []string{"Role/" + picker, "RoleBinding/" + picker}
+
+func TestChartModes(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		wantObjs  []string
+		wantMode  kube.Mode
+		wantRules []rbacv1.PolicyRule
+		check     func(t *testing.T, r rendered, args map[string]string)
+	}{
+		{
+			name:     "inferencepool (default values)",
+			wantObjs: append(append([]string{"InferencePool/" + picker}, pickerKinds...), rbacKinds...),
+			wantMode: kube.ModePool,
+			wantRules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch"}},
+			},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				pool := get[inferencePool](r, "InferencePool", picker)
+				if err := pool.check(); err != nil {
+					t.Fatalf("InferencePool: %v", err)
+				}
+				ref := pool.Spec.EndpointPickerRef
+				if ref == nil || ref.Name != picker || ref.Port.Number != 9002 || ref.FailureMode != "FailClose" {
+					t.Errorf("endpointPickerRef = %+v, want the picker Service on 9002, FailClose", ref)
+				}
+				if args["pool-name"] != pool.Name || args["pool-namespace"] != "llm" {
+					t.Errorf("picker watches %s/%s, the pool is llm/%s", args["pool-namespace"], args["pool-name"], pool.Name)
+				}
+				if got := pool.Spec.Selector.MatchLabels; !maps.Equal(got, map[string]string{"app": "vllm"}) {
+					t.Errorf("pool selector = %v", got)
+				}
+			},
+		},
+		{
+			name: "inferencepool with every option",
+			args: []string{"--set", "serviceMonitor.enabled=true", "--set", "picker.certSecret=epp-tls",
+				"--set", "picker.adminTokenSecret.name=epp-admin", "--set", "tokenizer.source=file",
+				"--set", "tokenizer.file.volume.persistentVolumeClaim.claimName=models", "--set", "tokenizer.model=Qwen/Qwen2.5-3B-Instruct",
+				"--set", "picker.maxBodyBytes=16777216", "--set", "picker.beta=0.5", "--set", "inferencePool.name=qwen",
+				"--set", "engines.targetPorts={8000,8001}", "--set", "inferencePool.failureMode=FailOpen"},
+			wantObjs: append(append([]string{"InferencePool/qwen", "ServiceMonitor/" + picker}, pickerKinds...), rbacKinds...),
+			wantMode: kube.ModePool,
+			wantRules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch"}},
+			},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				for flag, want := range map[string]string{"cert-path": "/etc/loadaware-epp/tls", "tokenizer": "/tokenizer/tokenizer.json",
+					"model": "Qwen/Qwen2.5-3B-Instruct", "max-body-bytes": "16777216", "beta": "0.5", "pool-name": "qwen"} {
+					if args[flag] != want {
+						t.Errorf("--%s = %q, want %q", flag, args[flag], want)
+					}
+				}
+				if _, ok := args["tokenizer-from-engine"]; ok {
+					t.Error("--tokenizer-from-engine given with tokenizer.source file")
+				}
+				pod := get[appsv1.Deployment](r, "Deployment", picker).Spec.Template.Spec
+				mounts := map[string]string{}
+				for _, m := range pod.Containers[0].VolumeMounts {
+					mounts[m.Name] = m.MountPath
+				}
+				if mounts["tls"] != "/etc/loadaware-epp/tls" || mounts["tokenizer"] != "/tokenizer" {
+					t.Errorf("volume mounts = %v", mounts)
+				}
+				vols := map[string]corev1.Volume{}
+				for _, v := range pod.Volumes {
+					vols[v.Name] = v
+				}
+				if vols["tls"].Secret == nil || vols["tls"].Secret.SecretName != "epp-tls" ||
+					vols["tokenizer"].PersistentVolumeClaim == nil || vols["tokenizer"].PersistentVolumeClaim.ClaimName != "models" {
+					t.Errorf("volumes = %+v", pod.Volumes)
+				}
+				var token *corev1.EnvVar
+				for i, e := range pod.Containers[0].Env {
+					if e.Name == "LOADAWARE_ADMIN_TOKEN" {
+						token = &pod.Containers[0].Env[i]
+					}
+				}
+				if token == nil || token.ValueFrom.SecretKeyRef.Name != "epp-admin" || token.ValueFrom.SecretKeyRef.Key != "token" {
+					t.Errorf("admin token env = %+v", token)
+				}
+				pool := get[inferencePool](r, "InferencePool", "qwen")
+				if err := pool.check(); err != nil {
+					t.Fatal(err)
+				}
+				if len(pool.Spec.TargetPorts) != 2 || pool.Spec.EndpointPickerRef.FailureMode != "FailOpen" {
+					t.Errorf("pool spec = %+v", pool.Spec)
+				}
+				sm := get[monitoringv1.ServiceMonitor](r, "ServiceMonitor", picker)
+				svc := get[corev1.Service](r, "Service", picker)
+				if !labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(svc.Labels)) {
+					t.Errorf("ServiceMonitor selector %v does not select the Service (labels %v)", sm.Spec.Selector.MatchLabels, svc.Labels)
+				}
+				if len(sm.Spec.Endpoints) != 1 || !hasServicePort(svc, sm.Spec.Endpoints[0].Port) || sm.Spec.Endpoints[0].Path != "/metrics" {
+					t.Errorf("ServiceMonitor endpoints = %+v", sm.Spec.Endpoints)
+				}
+			},
+		},
+		{
+			name:      "envoy",
+			args:      []string{"--set", "mode=envoy"},
+			wantObjs:  append(append([]string{"ConfigMap/" + picker + "-envoy", "Deployment/" + picker + "-envoy", "Service/" + picker + "-envoy"}, pickerKinds...), rbacKinds...),
+			wantMode:  kube.ModeSelector,
+			wantRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				cm := get[corev1.ConfigMap](r, "ConfigMap", picker+"-envoy")
+				b, err := envoy.Load([]byte(cm.Data["envoy.yaml"]))
+				if err != nil {
+					t.Fatalf("rendered Envoy config: %v", err)
+				}
+				p, err := envoy.CheckPicker(b)
+				if err != nil {
+					t.Fatalf("rendered Envoy config: %v", err)
+				}
+				if p.Address != svcHost+":9002" || !p.TLS {
+					t.Errorf("Envoy reaches the picker at %s (TLS %v), want %s:9002 over TLS", p.Address, p.TLS, svcHost)
+				}
+				if args["secure-serving"] != "true" {
+					t.Errorf("--secure-serving=%s, but Envoy speaks TLS", args["secure-serving"])
+				}
+				d := get[appsv1.Deployment](r, "Deployment", picker+"-envoy")
+				pod := d.Spec.Template.Spec
+				if len(pod.Volumes) != 1 || pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != cm.Name {
+					t.Errorf("Envoy volumes = %+v, want the ConfigMap %s", pod.Volumes, cm.Name)
+				}
+				if pod.Containers[0].VolumeMounts[0].MountPath != "/etc/envoy" || !slices.Contains(pod.Containers[0].Args, "/etc/envoy/envoy.yaml") {
+					t.Errorf("Envoy does not read /etc/envoy/envoy.yaml: %+v", pod.Containers[0])
+				}
+				svc := get[corev1.Service](r, "Service", picker+"-envoy")
+				if len(svc.Spec.Ports) != 1 || !hasContainerPort(pod.Containers[0], svc.Spec.Ports[0].TargetPort.StrVal, 8081) {
+					t.Errorf("Envoy Service ports %+v do not reach the gateway listener 8081", svc.Spec.Ports)
+				}
+				if args["endpoint-selector"] != "app=vllm" || args["endpoint-target-ports"] != "8000" {
+					t.Errorf("picker discovery flags = %v", args)
+				}
+			},
+		},
+		{
+			name:      "selector",
+			args:      []string{"--set", "mode=selector", "--set", "engines.matchLabels.tier=gpu"},
+			wantObjs:  append(slices.Clone(pickerKinds), rbacKinds...),
+			wantMode:  kube.ModeSelector,
+			wantRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				if args["endpoint-selector"] != "app=vllm,tier=gpu" {
+					t.Errorf("--endpoint-selector=%s", args["endpoint-selector"])
+				}
+			},
+		},
+		{
+			name:     "selector with static endpoints",
+			args:     []string{"--set", "mode=selector", "--set", "engines.endpoints={10.0.0.1:8000,10.0.0.2:8000}"},
+			wantObjs: slices.Clone(pickerKinds),
+			wantMode: kube.ModeOff,
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				if args["endpoints"] != "10.0.0.1:8000,10.0.0.2:8000" {
+					t.Errorf("--endpoints=%s", args["endpoints"])
+				}
+				if *get[appsv1.Deployment](r, "Deployment", picker).Spec.Template.Spec.AutomountServiceAccountToken {
+					t.Error("static endpoints need no API token, but the pod mounts one")
+				}
+			},
+		},
+		{
+			name:      "vllm-stack toggle values",
+			args:      []string{"-f", "vllm-stack/loadaware-epp-values.yaml"},
+			wantObjs:  append(append([]string{"ConfigMap/" + picker + "-envoy", "Deployment/" + picker + "-envoy", "Service/" + picker + "-envoy"}, pickerKinds...), rbacKinds...),
+			wantMode:  kube.ModeSelector,
+			wantRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				if args["endpoint-selector"] != "helm-release-name=vllm,model=qwen" || args["model"] != "Qwen/Qwen2.5-3B-Instruct" {
+					t.Errorf("picker flags = %v", args)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := render(t, release, tt.args...)
+			want := slices.Sorted(slices.Values(tt.wantObjs))
+			if got := r.index(); !slices.Equal(got, want) {
+				t.Fatalf("rendered objects:\n got %v\nwant %v", got, want)
+			}
+			d := get[appsv1.Deployment](r, "Deployment", picker)
+			args := pickerArgs(t, d)
+			checkPicker(t, r, d, args)
+			checkWorkloads(t, r)
+			if got := discovery(t, args).Mode(); got != tt.wantMode {
+				t.Errorf("discovery mode = %v, want %v", got, tt.wantMode)
+			}
+			if tt.wantRules != nil {
+				role := get[rbacv1.Role](r, "Role", picker)
+				if fmt.Sprint(role.Rules) != fmt.Sprint(tt.wantRules) {
+					t.Errorf("Role rules = %+v, want %+v", role.Rules, tt.wantRules)
+				}
+				rb := get[rbacv1.RoleBinding](r, "RoleBinding", picker)
+				if rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Name != d.Spec.Template.Spec.ServiceAccountName {
+					t.Errorf("RoleBinding %+v does not bind Role %s to the picker's ServiceAccount", rb, role.Name)
+				}
+			}
+			tt.check(t, r, args)
+		})
+	}
+}
+
+// checkPicker checks what every mode shares: the Service exposes the
+// ext_proc, health, metrics and both LMCache ports of the picker container.
+func checkPicker(t *testing.T, r rendered, d *appsv1.Deployment, args map[string]string) {
+	t.Helper()
+	svc := get[corev1.Service](r, "Service", picker)
+	c := d.Spec.Template.Spec.Containers[0]
+	want := map[int32]string{9002: "grpc-ext-proc", 9003: "grpc-health", 9090: "http-metrics", 9000: "lmcache-pull", 9001: "lmcache-reply"}
+	got := map[int32]string{}
+	for _, p := range svc.Spec.Ports {
+		got[p.Port] = p.TargetPort.StrVal
+		if !hasContainerPort(c, p.TargetPort.StrVal, p.Port) {
+			t.Errorf("Service port %d targets %q, which the picker container does not expose on %d", p.Port, p.TargetPort.StrVal, p.Port)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("picker Service ports = %v, want %v", got, want)
+	}
+	for flag, want := range map[string]string{"grpc-port": "9002", "grpc-health-port": "9003", "metrics-port": "9090",
+		"lmcache-pull-port": "9000", "lmcache-reply-port": "9001", "lmcache-hash-seed": "123"} {
+		if args[flag] != want {
+			t.Errorf("--%s = %q, want %q", flag, args[flag], want)
+		}
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.ReadinessProbe.GRPC.Port != 9003 {
+		t.Errorf("readiness probe %+v is not gRPC health on 9003", c.ReadinessProbe)
+	}
+	if d.Spec.Template.Spec.ServiceAccountName != picker {
+		t.Errorf("picker runs as %q", d.Spec.Template.Spec.ServiceAccountName)
+	}
+}
+
+// checkWorkloads checks every Deployment: non-root, selectors that match
+// their pods, and a Service in front of each.
+func checkWorkloads(t *testing.T, r rendered) {
+	t.Helper()
+	for _, o := range r.objs {
+		d, ok := o.value.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		sc := d.Spec.Template.Spec.SecurityContext
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+			t.Errorf("Deployment %s may run as root: %+v", d.Name, sc)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Deployment %s selector %v does not match its pods' labels %v", d.Name, d.Spec.Selector, d.Spec.Template.Labels)
+		}
+		served := false
+		for _, o := range r.objs {
+			if s, ok := o.value.(*corev1.Service); ok && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+				served = true
+			}
+		}
+		if !served {
+			t.Errorf("no Service selects the pods of Deployment %s", d.Name)
+		}
+	}
+}
+
+func hasContainerPort(c corev1.Container, name string, port int32) bool {
+	for _, p := range c.Ports {
+		if p.Name == name && p.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+func hasServicePort(s *corev1.Service, name string) bool {
+	for _, p := range s.Spec.Ports {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestChartRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown mode", []string{"--set", "mode=gateway"}, "/mode"},
+		{"misspelt key", []string{"--set", "engine.matchLabels.app=x"}, "additional properties 'engine' not allowed"},
+		{"negative beta", []string{"--set", "picker.beta=-1"}, "/picker/beta"},
+		{"static endpoints with a pool", []string{"--set", "engines.endpoints={10.0.0.1:8000}"}, "cannot be used with mode inferencepool"},
+		{"no engine labels", []string{"--set", "engines.matchLabels=null"}, "engines.matchLabels is empty"},
+		{"nine target ports", []string{"--set", "engines.targetPorts={1,2,3,4,5,6,7,8,9}"}, "/engines/targetPorts"},
+		{"no target ports", []string{"--set", "engines.targetPorts=null"}, "engines.targetPorts has 0 entries"},
+		{"envoy without TLS", []string{"--set", "mode=envoy", "--set", "picker.secureServing=false"}, "keep picker.secureServing true"},
+		{"tokenizer file without a volume", []string{"--set", "tokenizer.source=file"}, "needs tokenizer.file.volume"},
+		{"no hash seed", []string{"--set", "lmcache.hashSeed="}, "lmcache.hashSeed is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := helm(t, append([]string{"template", release, chart, "--namespace", "llm"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("helm template error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestChartLint(t *testing.T) {
+	for _, args := range [][]string{nil, {"--set", "mode=envoy"}, {"--set", "mode=selector"}, {"-f", "vllm-stack/loadaware-epp-values.yaml"}} {
+		t.Run(strings.Join(append([]string{"defaults"}, args...), " "), func(t *testing.T) {
+			out, err := helm(t, append([]string{"lint", "--strict", chart}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "0 chart(s) failed") || strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {
+				t.Fatalf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+// The chart deploys envoy/gateway.yaml; its copy must not drift.
+func TestChartEnvoyConfigIsShipped(t *testing.T) {
+	shipped, err := envoy.Files.ReadFile("gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := os.ReadFile(chart + "/files/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(shipped, copied) {
+		t.Fatal("helm/loadaware-epp/files/gateway.yaml differs from envoy/gateway.yaml: cp envoy/gateway.yaml manifests/helm/loadaware-epp/files/")
+	}
+}

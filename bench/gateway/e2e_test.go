@@ -28,7 +28,7 @@ type stack struct {
 	byAddr  map[string]int
 }
 
-func newStack(t *testing.T, policy string, mode gateway.BodyMode, n int, sleep func(i int) func(context.Context, time.Duration) error) *stack {
+func newStack(t testing.TB, policy string, mode gateway.BodyMode, n int, sleep func(i int) func(context.Context, time.Duration) error, opts ...func(*gateway.Options)) *stack {
 	t.Helper()
 	s := &stack{byAddr: map[string]int{}}
 	var addrs []string
@@ -51,7 +51,11 @@ func newStack(t *testing.T, policy string, mode gateway.BodyMode, n int, sleep f
 		t.Fatal(err)
 	}
 	s.app = a
-	gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{Mode: mode, Logger: quiet})
+	gopts := gateway.Options{Mode: mode, Logger: quiet}
+	for _, o := range opts {
+		o(&gopts)
+	}
+	gw, err := gateway.Dial(a.GRPCAddr(), gopts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,28 +78,27 @@ func (ex *exchange) run() {
 		_ = ex.upBody.Close()
 	}
 	ex.senders.Wait()
-	if !clean || ex.stream == nil {
-		ex.cancel()
+	if !clean {
 		return
 	}
-	ex.g.drains.Add(1)
-	go ex.drain(ex.stream, ex.cancel)
+	ex.g.active.Add(1) // while ServeHTTP still holds its own count
+	go ex.g.drain(ex.ctx, ex.stream, ex.cancel, ex.out.RequestID)
 }
 
 // drain half-closes the stream and reads until the picker ends it, bounded by DrainTimeout.
-func (ex *exchange) drain(stream extprocv3.ExternalProcessor_ProcessClient, cancel context.CancelFunc) {
-	defer ex.g.drains.Done()
+func (g *Gateway) drain(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessClient, cancel context.CancelFunc, requestID string) {
+	defer g.active.Done()
 	defer cancel()
-	t := time.AfterFunc(ex.g.opts.DrainTimeout, cancel)
+	t := time.AfterFunc(g.opts.DrainTimeout, cancel)
 	defer t.Stop()
 	if err := stream.CloseSend(); err != nil {
 		return
 	}
 	for {
 		if _, err := stream.Recv(); err != nil {
-			if !errors.Is(err, io.EOF) && ex.ctx.Err() == nil {
-				ex.g.log.Warn("gateway: the picker ended a finished ext_proc stream with an error; check the picker's log for this request",
-					"request_id", ex.out.RequestID, "err", err)
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				g.log.Warn("gateway: the picker ended a finished ext_proc stream with an error; check the picker's log for this request",
+					"request_id", requestID, "err", err)
 			}
 			return
 		}

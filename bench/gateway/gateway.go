@@ -134,7 +134,7 @@ type Gateway struct {
 	transport http.RoundTripper
 	opts      Options
 	log       *slog.Logger
-	drains    sync.WaitGroup
+	active    sync.WaitGroup // requests being served, and streams being drained
 }
 
 // New returns a Gateway that opens its ext_proc streams on conn.
@@ -195,10 +195,11 @@ func Dial(addr string, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Wait blocks until every finished request's ext_proc stream has been closed by the picker (or
-// cancelled after DrainTimeout). After Wait, the picker has seen the end of every stream the
-// gateway opened for requests that have returned.
-func (g *Gateway) Wait() { g.drains.Wait() }
+// Wait blocks until every request that has arrived has been answered, reported to OnOutcome, and
+// its ext_proc stream closed by the picker (or cancelled after DrainTimeout). After Wait, the
+// picker has seen the end of every stream the gateway opened. Call it when no new requests arrive
+// (for instance once every response has been read).
+func (g *Gateway) Wait() { g.active.Wait() }
 
 // Close waits like Wait, then closes the idle upstream connections and, for a Gateway made by
 // Dial, the gRPC connection. Serve no requests after Close.
@@ -217,6 +218,8 @@ func (g *Gateway) Close() error {
 // endpoint fails after the response has started, the response is aborted (http.ErrAbortHandler),
 // as Envoy resets the downstream stream.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.active.Add(1)
+	defer g.active.Done()
 	ex := newExchange(g, w, r)
 	ex.run()
 	ex.out.Total = time.Since(ex.start)

@@ -25,10 +25,12 @@ const (
 	Height = 10 * vg.Centimeter
 )
 
-// Series is a named set of points. For ECDF only Y is used.
+// Series is a named set of points. For ECDF only Y is used. Dashed draws its
+// line dashed (e.g. published values beside simulated ones).
 type Series struct {
-	Name string
-	X, Y []float64
+	Name   string
+	X, Y   []float64
+	Dashed bool
 }
 
 // Axes labels a figure.
@@ -85,7 +87,7 @@ func ECDF(path string, ax Axes, series []Series) error {
 		for j, y := range ys {
 			pts = append(pts, plotter.XY{X: y, Y: float64(j) / float64(len(ys))}, plotter.XY{X: y, Y: float64(j+1) / float64(len(ys))})
 		}
-		if err := addLine(p, s.Name, pts, i, false); err != nil {
+		if err := addLine(p, s, pts, i, false); err != nil {
 			return err
 		}
 	}
@@ -100,7 +102,7 @@ func Lines(path string, ax Axes, series []Series) error {
 		if err != nil {
 			return err
 		}
-		if err := addLine(p, s.Name, pts, i, true); err != nil {
+		if err := addLine(p, s, pts, i, true); err != nil {
 			return err
 		}
 	}
@@ -123,7 +125,7 @@ func Steps(path string, ax Axes, series []Series) error {
 		l.StepStyle = plotter.PostStep
 		l.Color = Color(i)
 		l.Width = vg.Points(1.2)
-		if i%2 == 1 {
+		if s.Dashed {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		}
 		p.Add(l)
@@ -172,14 +174,15 @@ func Paired(path string, ax Axes, series []Series) error {
 	return save(p, path)
 }
 
-func addLine(p *plot.Plot, name string, pts plotter.XYs, i int, markers bool) error {
+func addLine(p *plot.Plot, s Series, pts plotter.XYs, i int, markers bool) error {
+	name := s.Name
 	l, err := plotter.NewLine(pts)
 	if err != nil {
 		return fmt.Errorf("plot: series %q: %w", name, err)
 	}
 	l.Color = Color(i)
 	l.Width = vg.Points(1.5)
-	if i >= len(palette)/2 {
+	if s.Dashed {
 		l.Dashes = []vg.Length{vg.Points(5), vg.Points(2)}
 	}
 	p.Add(l)

@@ -15,7 +15,7 @@ func TestFiguresAreDeterministicPNGs(t *testing.T) {
 	ax := Axes{Title: "t", X: "x", Y: "y"}
 	two := []Series{
 		{Name: "a", X: []float64{0, 0.5, 1, 2}, Y: []float64{2.4, 1.3, 1.2, 1.1}},
-		{Name: "b", X: []float64{0, 1, 2, 3}, Y: []float64{0.3, 0.2, math.NaN(), 0.25}},
+		{Name: "b", X: []float64{0, 1, 2, 3}, Y: []float64{0.3, 0.2, math.NaN(), 0.25}, Dashed: true},
 	}
 	tests := []struct {
 		name string

@@ -49,6 +49,7 @@ type Config struct {
 	PCIeBandwidth float64 // effective host<->device copy rate, bytes/s
 
 	// Calibrated on the kvaware and roundrobin rows (docs/bench/simulator.md).
+	Slowdown       float64       // multiplies every step's duration: 1 = nominal; >1 models a slower GPU host
 	StepOverhead   time.Duration // fixed cost of one engine step (scheduler, launch, sampling, output)
 	SeqOverhead    time.Duration // cost per scheduled sequence per step (per-request bookkeeping and streaming)
 	IngressLatency time.Duration // client send -> request in the engine's queue (HTTP, router hop, tokenizing)
@@ -66,7 +67,7 @@ func DefaultConfig() Config {
 
 		PeakFLOPS:         125e12,
 		MemBandwidth:      600e9,
-		PrefillEfficiency: 0.5,
+		PrefillEfficiency: 0.30,
 		MemEfficiency:     0.8,
 
 		KVPoolTokens:     99000,
@@ -78,7 +79,8 @@ func DefaultConfig() Config {
 		ChunkSize:     256,
 		PCIeBandwidth: 12e9,
 
-		StepOverhead:   25 * time.Millisecond,
+		Slowdown:       1,
+		StepOverhead:   5 * time.Millisecond,
 		SeqOverhead:    time.Millisecond,
 		IngressLatency: 40 * time.Millisecond,
 	}
@@ -108,7 +110,7 @@ func (c Config) Validate() error {
 		{"PrefillEfficiency", c.PrefillEfficiency}, {"MemEfficiency", c.MemEfficiency},
 		{"BlockSize", float64(c.BlockSize)}, {"MaxBatchedTokens", float64(c.MaxBatchedTokens)},
 		{"MaxNumSeqs", float64(c.MaxNumSeqs)}, {"ChunkSize", float64(c.ChunkSize)},
-		{"PCIeBandwidth", c.PCIeBandwidth},
+		{"PCIeBandwidth", c.PCIeBandwidth}, {"Slowdown", c.Slowdown},
 	}
 	for _, p := range pos {
 		if !(p.v > 0) || math.IsInf(p.v, 0) {

@@ -179,7 +179,7 @@ func (e *Engine) storePrompt(r *Request) {
 	}
 }
 
-// stepCost is the duration of the scheduled batch:
+// stepCost is the duration of the scheduled batch, times Slowdown:
 //
 //	StepOverhead + SeqOverhead * sequences
 //	+ max(weights / bandwidth, tokens * 2 * Params / compute)      (linear layers, roofline)
@@ -201,6 +201,6 @@ func (e *Engine) stepCost(loaded, stored int) time.Duration {
 	}
 	linear := max(c.Params*float64(c.BytesPerValue)/bw, float64(tokens)*2*c.Params/compute)
 	pcie := float64(loaded+stored) * kvb / c.PCIeBandwidth
-	sec := linear + attn + pcie
-	return c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead + time.Duration(sec*float64(time.Second))
+	sec := linear + attn + pcie + (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead).Seconds()
+	return time.Duration(sec * c.Slowdown * float64(time.Second))
 }

@@ -1,0 +1,565 @@
+// Package vtime runs the benchmark in virtual time: the shipped picker (its
+// scoring policies and fleet bookings) routes each generated request to one of
+// several simulated vLLM engines (bench/sim), the engines' LMCache chunk
+// events feed the cache index in-process, and a simulated clock advances from
+// event to event. A sweep of 7 arms x 20 seeds x 500 requests takes seconds
+// and is exactly repeatable: equal configs give equal results, whatever the
+// number of workers.
+//
+// vtime opens no sockets and reads no wall clock for its results.
+package vtime
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/sim"
+	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// Arm is one cell of the sweep: a policy and its beta.
+type Arm struct {
+	Name   string  // label in tables and files, e.g. "loadaware-b1"
+	Policy string  // a scoring policy name
+	Beta   float64 // loadaware's load weight
+}
+
+// DefaultArms returns the published arms plus leastload: kvaware, roundrobin,
+// loadaware at beta 0, 0.5, 1 and 2, and leastload.
+func DefaultArms() []Arm {
+	return []Arm{
+		{Name: "kvaware", Policy: "kvaware"},
+		{Name: "roundrobin", Policy: "roundrobin"},
+		{Name: "loadaware-b0", Policy: "loadaware", Beta: 0},
+		{Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5},
+		{Name: "loadaware-b1", Policy: "loadaware", Beta: 1},
+		{Name: "loadaware-b2", Policy: "loadaware", Beta: 2},
+		{Name: "leastload", Policy: "leastload"},
+	}
+}
+
+// SweepConfig is everything a sweep depends on.
+type SweepConfig struct {
+	Workload       workload.Config
+	Engine         sim.Config
+	Engines        int           // simulated engines (GPUs)
+	Slowdowns      []float64     // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
+	Arms           []Arm         //
+	Seeds          []uint64      // one measured run per arm and seed
+	Warmup         int           // requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
+	SampleInterval time.Duration // how often each engine's running count is sampled
+	HashSeed       string        // the engines' PYTHONHASHSEED, for LMCache chunk keys
+	Workers        int           // runs in parallel; 0 = GOMAXPROCS
+}
+
+// DefaultSweepConfig returns the published sweep: 7 arms x 20 seeds x 500
+// requests on 2 engines, each seed after a 2,000-request warm-up (the caches
+// of a testbed that has served earlier seeds), engine 0 calibrated 1.3 times
+// slower than engine 1 (docs/bench/simulator.md).
+func DefaultSweepConfig() SweepConfig {
+	seeds := make([]uint64, 20)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return SweepConfig{
+		Workload:       workload.DefaultConfig(),
+		Engine:         sim.DefaultConfig(),
+		Engines:        2,
+		Slowdowns:      []float64{1.3, 1},
+		Arms:           DefaultArms(),
+		Seeds:          seeds,
+		Warmup:         2000,
+		SampleInterval: 250 * time.Millisecond,
+		HashSeed:       lmcache.DefaultHashSeed,
+	}
+}
+
+// Validate reports the first unusable field.
+func (c SweepConfig) Validate() error {
+	if err := c.Workload.Validate(); err != nil {
+		return err
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if _, err := hasherFor(c); err != nil {
+		return err
+	}
+	switch {
+	case c.Engines < 1 || c.Engines > 250:
+		return fmt.Errorf("vtime: %d engines: use 1..250", c.Engines)
+	case len(c.Arms) == 0:
+		return errors.New("vtime: no arms: use DefaultArms() or name at least one policy")
+	case len(c.Seeds) == 0:
+		return errors.New("vtime: no seeds: pass at least one")
+	case c.Warmup < 0:
+		return fmt.Errorf("vtime: warm-up %d: use 0 (cold caches) or more", c.Warmup)
+	case c.SampleInterval <= 0:
+		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
+	case len(c.Slowdowns) > c.Engines:
+		return fmt.Errorf("vtime: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
+	}
+	for i, s := range c.Slowdowns {
+		if !(s > 0) || math.IsInf(s, 0) {
+			return fmt.Errorf("vtime: slowdown of engine %d is %v: use a positive factor (1 = nominal)", i, s)
+		}
+	}
+	seen := map[string]bool{}
+	for _, a := range c.Arms {
+		if a.Name == "" || seen[a.Name] {
+			return fmt.Errorf("vtime: arm name %q is empty or repeated: give each arm a unique name", a.Name)
+		}
+		seen[a.Name] = true
+		if _, err := scoring.New(a.Policy, scoring.Params{Beta: a.Beta, KVThreshold: scoring.DefaultParams().KVThreshold}, scoring.NewState()); err != nil {
+			return fmt.Errorf("vtime: arm %s: %w", a.Name, err)
+		}
+	}
+	return nil
+}
+
+// Row is one measured request, as the published per-request CSV has it.
+type Row struct {
+	Index            int
+	PrefixID         int
+	SendAt           float64 // seconds from the seed's first send slot (the workload's time zero)
+	TTFT             float64 // seconds; NaN when no token arrived
+	E2E              float64 // seconds
+	PromptTokens     int
+	CompletionTokens int
+	Status           string // "ok" or "error"
+	Error            string
+	ITLs             []float64 // milliseconds between consecutive tokens
+	Engine           string    // the endpoint the picker chose
+	CachedTokens     int       // GPU prefix-cache hit at admission
+	LoadedTokens     int       // loaded from the LMCache CPU tier at admission
+	Preemptions      int
+}
+
+// EngineStats are one engine's counters over the measured seed.
+type EngineStats struct {
+	Addr          string
+	PrefixQueries int64
+	PrefixHits    int64
+	Preemptions   int64
+	Requests      int
+}
+
+// Run is one arm on one seed.
+type Run struct {
+	Arm      Arm
+	Seed     uint64
+	Rows     []Row
+	Engines  []EngineStats
+	Interval time.Duration // between samples
+	Running  [][]int       // Running[i][e]: engine e's running requests at sample i of the send window
+	Window   float64       // send window, seconds (first to last send)
+	Span     float64       // first send to last completion, seconds
+}
+
+// Results is a sweep's runs, arm-major in config order, seeds in config order.
+type Results struct {
+	Config SweepConfig
+	Runs   []Run
+}
+
+// Addrs returns the engine addresses a sweep with n engines uses: loopback
+// addresses, one per engine (nothing listens on them in virtual time).
+func Addrs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("127.0.1.%d:8000", i+1)
+	}
+	return out
+}
+
+// RunSweep runs every arm on every seed, cfg.Workers at a time, and calls
+// progress (if not nil) after each run with the runs done and the total.
+// It stops early with ctx's error when ctx is cancelled.
+func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total int)) (Results, error) {
+	if err := cfg.Validate(); err != nil {
+		return Results{}, err
+	}
+	pool, err := workload.NewPool(cfg.Workload)
+	if err != nil {
+		return Results{}, err
+	}
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	total := len(cfg.Arms) * len(cfg.Seeds)
+	runs := make([]Run, total)
+	errs := make([]error, total)
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				arm, seed := cfg.Arms[j/len(cfg.Seeds)], cfg.Seeds[j%len(cfg.Seeds)]
+				runs[j], errs[j] = runOne(ctx, cfg, pool, arm, seed)
+				mu.Lock()
+				done++
+				if progress != nil {
+					progress(done, total)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for j := range total {
+		select {
+		case jobs <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Results{}, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return Results{}, err
+		}
+	}
+	return Results{Config: cfg, Runs: runs}, nil
+}
+
+// RunOne runs one arm on one seed.
+func RunOne(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Run, error) {
+	if err := cfg.Validate(); err != nil {
+		return Run{}, err
+	}
+	pool, err := workload.NewPool(cfg.Workload)
+	if err != nil {
+		return Run{}, err
+	}
+	return runOne(ctx, cfg, pool, arm, seed)
+}
+
+// warmupSeed derives the warm-up workload's seed from the measured seed, so
+// each seed has its own history and no seed's requests repeat in its warm-up.
+func warmupSeed(seed uint64) uint64 { return seed ^ 0x5741524d55505f31 }
+
+// epoch is virtual time zero as the picker's clock shows it.
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func hasherFor(cfg SweepConfig) (*lmcache.Hasher, error) {
+	h, err := lmcache.NewHasher(lmcache.KeyConfig{HashSeed: cfg.HashSeed, ChunkSize: cfg.Engine.ChunkSize})
+	if err != nil {
+		return nil, fmt.Errorf("vtime: LMCache hash seed and chunk size: %w", err)
+	}
+	return h, nil
+}
+
+func runOne(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Arm, seed uint64) (Run, error) {
+	hasher, err := hasherFor(cfg)
+	if err != nil {
+		return Run{}, err
+	}
+	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher}
+	if err := w.build(arm); err != nil {
+		return Run{}, err
+	}
+	if cfg.Warmup > 0 {
+		wcfg := cfg.Workload
+		wcfg.Requests = cfg.Warmup
+		reqs, err := workload.Generate(wcfg, pool, warmupSeed(seed))
+		if err != nil {
+			return Run{}, err
+		}
+		if err := w.play(ctx, reqs, false); err != nil {
+			return Run{}, err
+		}
+		w.now += time.Second // idle gap between warm-up and the measured seed
+	}
+	reqs, err := workload.Generate(cfg.Workload, pool, seed)
+	if err != nil {
+		return Run{}, err
+	}
+	before := w.engineStats()
+	if err := w.play(ctx, reqs, true); err != nil {
+		return Run{}, err
+	}
+	run := w.result(arm, seed, reqs, before)
+	return run, nil
+}
+
+// world is one run's fleet, picker, index and clock.
+type world struct {
+	cfg     SweepConfig
+	addrs   []string
+	hasher  *lmcache.Hasher
+	engines []*sim.Engine
+	picker  *picker.Picker
+	fleet   *fleet.Set
+	index   *lmcache.Index
+	now     time.Duration
+
+	events  eventQueue
+	seq     uint64
+	pending []*pending // measured requests, by index
+	samples [][]int
+	served  []int
+	owners  map[*sim.Request]*pending
+}
+
+type pending struct {
+	req     workload.Request
+	sent    time.Duration
+	engine  int
+	booking *fleet.Booking
+	sim     sim.Request
+	errText string
+}
+
+func (w *world) build(arm Arm) error {
+	set := fleet.New()
+	set.Update(w.addrs)
+	w.fleet = set
+	ix, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: w.hasher.Config()})
+	if err != nil {
+		return fmt.Errorf("vtime: lmcache index: %w", err)
+	}
+	if err := register(ix, w.addrs, epoch.Add(w.now)); err != nil {
+		return err
+	}
+	w.index = ix
+	params := scoring.DefaultParams()
+	params.Beta = arm.Beta
+	p, err := picker.New(picker.Options{
+		Fleet:  set,
+		Policy: arm.Policy,
+		Params: params,
+		Cache:  picker.LMCacheView{Index: ix},
+		Now:    func() time.Time { return epoch.Add(w.now) },
+	})
+	if err != nil {
+		return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
+	}
+	w.picker = p
+	for i := range w.addrs {
+		ecfg := w.cfg.Engine
+		if i < len(w.cfg.Slowdowns) {
+			ecfg.Slowdown = w.cfg.Slowdowns[i]
+		}
+		e, err := sim.New(ecfg, w.hasher.ChunkKeys)
+		if err != nil {
+			return err
+		}
+		w.engines = append(w.engines, e)
+	}
+	w.served = make([]int, len(w.addrs))
+	w.owners = make(map[*sim.Request]*pending)
+	return nil
+}
+
+type eventKind int
+
+const (
+	evSend eventKind = iota
+	evArrive
+	evStep
+	evSample
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind eventKind
+	p    *pending // send, arrive
+	eng  int      // step
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+func (w *world) push(e event) {
+	w.seq++
+	e.seq = w.seq
+	heap.Push(&w.events, e)
+}
+
+// play sends reqs (SendAt relative to the current time) and runs until every
+// request has finished. With measure, it keeps the requests and samples the
+// engines' running counts over the send window.
+func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool) error {
+	start := w.now
+	ps := make([]*pending, len(reqs))
+	for i, r := range reqs {
+		ps[i] = &pending{req: r, sent: start + r.SendAt, engine: -1}
+		w.push(event{at: ps[i].sent, kind: evSend, p: ps[i]})
+	}
+	var windowEnd time.Duration
+	if measure {
+		w.pending = ps
+		w.samples = w.samples[:0]
+		windowEnd = start + reqs[len(reqs)-1].SendAt
+		w.push(event{at: start, kind: evSample})
+	}
+	open := len(reqs)
+	for n := 0; w.events.Len() > 0; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		ev := heap.Pop(&w.events).(event)
+		w.now = ev.at
+		switch ev.kind {
+		case evSend:
+			if err := w.send(ctx, ev.p); err != nil {
+				return err
+			}
+			if ev.p.engine < 0 {
+				open--
+			}
+		case evArrive:
+			e := w.engines[ev.p.engine]
+			if err := e.Add(&ev.p.sim); err != nil {
+				ev.p.errText = err.Error()
+				ev.p.booking.Release()
+				open--
+				continue
+			}
+			w.kick(ev.p.engine)
+		case evStep:
+			n, err := w.finishStep(ev.eng)
+			if err != nil {
+				return err
+			}
+			open -= n
+			w.kick(ev.eng)
+		case evSample:
+			row := make([]int, len(w.engines))
+			for i, e := range w.engines {
+				row[i] = e.Metrics().Running
+			}
+			w.samples = append(w.samples, row)
+			if next := ev.at + w.cfg.SampleInterval; next <= windowEnd {
+				w.push(event{at: next, kind: evSample})
+			}
+		}
+		if open == 0 && !w.anyBusy() {
+			// Drain sample events past the window, if any remain.
+			w.events = w.events[:0]
+		}
+	}
+	return nil
+}
+
+func (w *world) anyBusy() bool {
+	for _, e := range w.engines {
+		if _, busy := e.Busy(); busy {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *world) send(ctx context.Context, p *pending) error {
+	d, err := w.picker.Pick(ctx, picker.Request{
+		RequestID: fmt.Sprintf("req-%d", p.req.Index),
+		Path:      "/v1/completions",
+		Tokens:    p.req.Tokens,
+		Prompt:    p.req.Text,
+	})
+	if err != nil {
+		p.errText = err.Error()
+		return nil
+	}
+	eng := -1
+	for i, a := range w.addrs {
+		if a == d.Endpoints[0] {
+			eng = i
+		}
+	}
+	if eng < 0 {
+		d.Booking.Release()
+		return fmt.Errorf("vtime: picker chose %s, which is not a simulated engine", d.Endpoints[0])
+	}
+	p.engine = eng
+	p.booking = d.Booking
+	p.sim = sim.Request{ID: fmt.Sprintf("req-%d", p.req.Index), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
+	w.owners[&p.sim] = p
+	w.served[eng]++
+	w.push(event{at: w.now + w.cfg.Engine.IngressLatency, kind: evArrive, p: p})
+	return nil
+}
+
+// kick starts a step on an idle engine that has work.
+func (w *world) kick(i int) {
+	if end, ok := w.engines[i].Start(w.now); ok {
+		w.push(event{at: end, kind: evStep, eng: i})
+	}
+}
+
+// finishStep applies engine i's step: first tokens move bookings to decode,
+// last tokens release them, and the chunk events reach the index. It returns
+// how many requests finished.
+func (w *world) finishStep(i int) (int, error) {
+	out := w.engines[i].Finish()
+	at := epoch.Add(w.now)
+	for _, ev := range out.KV {
+		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: instanceID(i), Key: ev.Key, Location: location}
+		if !ev.Admit {
+			msg = lmcache.KVEvictMsg{InstanceID: instanceID(i), Key: ev.Key, Location: location}
+		}
+		if err := w.index.Apply(msg, at); err != nil {
+			return 0, fmt.Errorf("vtime: engine %s: apply %s: %w", w.addrs[i], msg.Tag(), err)
+		}
+	}
+	for _, r := range out.Tokens {
+		if len(r.TokenTimes) == 1 {
+			w.bookingOf(r).Decoding()
+		}
+	}
+	for _, r := range out.Finished {
+		w.bookingOf(r).Release()
+		delete(w.owners, r)
+	}
+	return len(out.Finished), nil
+}
+
+// bookingOf returns the booking of the request r belongs to.
+func (w *world) bookingOf(r *sim.Request) *fleet.Booking { return w.owners[r].booking }
+
+func (w *world) engineStats() []EngineStats {
+	out := make([]EngineStats, len(w.engines))
+	for i, e := range w.engines {
+		m := e.Metrics()
+		out[i] = EngineStats{Addr: w.addrs[i], PrefixQueries: m.PrefixQueries, PrefixHits: m.PrefixHits, Preemptions: m.Preemptions, Requests: w.served[i]}
+	}
+	return out
+}

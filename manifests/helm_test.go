@@ -584,3 +584,40 @@ func TestChartEnvoyConfigIsShipped(t *testing.T) {
 		t.Fatal("helm/loadaware-epp/files/gateway.yaml differs from envoy/gateway.yaml: cp envoy/gateway.yaml manifests/helm/loadaware-epp/files/")
 	}
 }
+
+// TestChartFlagsExist builds the picker and checks that every flag the chart
+// passes is one the binary defines, so the chart and the command cannot drift.
+func TestChartFlagsExist(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the picker; skipped in -short mode")
+	}
+	bin := t.TempDir() + "/loadaware-epp"
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../cmd/loadaware-epp")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	help, err := exec.CommandContext(t.Context(), bin, "serve", "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("loadaware-epp serve -h: %v\n%s", err, help)
+	}
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(help), -1) {
+		defined[m[1]] = true
+	}
+	if len(defined) < 10 {
+		t.Fatalf("could not read the flags from serve -h:\n%s", help)
+	}
+	for _, args := range [][]string{
+		{"--set", "tokenizer.source=file", "--set", "tokenizer.file.volume.emptyDir.medium=Memory", "--set", "tokenizer.model=m",
+			"--set", "picker.certSecret=s", "--set", "picker.maxBodyBytes=1"},
+		{"--set", "mode=envoy"},
+		{"--set", "mode=selector", "--set", "engines.endpoints={10.0.0.1:8000}"},
+	} {
+		r := render(t, release, args...)
+		for name := range pickerArgs(t, get[appsv1.Deployment](r, "Deployment", picker)) {
+			if !defined[name] {
+				t.Errorf("the chart passes --%s (values %v), which loadaware-epp serve does not define", name, args)
+			}
+		}
+	}
+}

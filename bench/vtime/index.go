@@ -8,15 +8,16 @@ import (
 	"github.com/loadaware/loadaware-epp/lmcache"
 )
 
-// instanceID names engine i's LMCache instance, as the chart names it after the pod.
-func instanceID(i int) string { return fmt.Sprintf("vllm-%d", i) }
+// InstanceID names engine i's LMCache instance (as the chart names it after
+// the pod), in virtual time and in the live mode.
+func InstanceID(i int) string { return fmt.Sprintf("vllm-%d", i) }
 
 // register announces every engine's LMCache worker to the index, as LMCache
 // 0.3.9 does at start-up (RegisterMsg on the pull channel).
 func register(ix *lmcache.Index, addrs []string, at time.Time) error {
 	for i, a := range addrs {
 		url := fmt.Sprintf("%s:%d", fleet.IP(a), 30081)
-		msg := lmcache.RegisterMsg{InstanceID: instanceID(i), WorkerID: 0, IP: fleet.IP(a), Port: 8001, DistributedURL: &url}
+		msg := lmcache.RegisterMsg{InstanceID: InstanceID(i), WorkerID: 0, IP: fleet.IP(a), Port: 8001, DistributedURL: &url}
 		if err := ix.Apply(msg, at); err != nil {
 			return fmt.Errorf("vtime: register engine %s: %w", a, err)
 		}
@@ -24,5 +25,6 @@ func register(ix *lmcache.Index, addrs []string, at time.Time) error {
 	return nil
 }
 
-// location is where the simulated LMCache stores chunks.
-const location = "LocalCPUBackend"
+// Location is the storage location the simulated LMCache reports its chunks
+// in (the CPU tier).
+const Location = "LocalCPUBackend"

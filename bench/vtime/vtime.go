@@ -253,6 +253,66 @@ func RunOne(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Run, er
 	return runOne(ctx, cfg, pool, arm, seed)
 }
 
+// RunRequests runs arm on reqs (in send order, SendAt from the seed's start)
+// instead of the seed's generated workload; seed names the run and derives its
+// warm-up. It is how a test gives virtual time and the live mode the very same
+// requests with send times of its choosing.
+func RunRequests(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64, reqs []workload.Request) (Run, error) {
+	if err := cfg.Validate(); err != nil {
+		return Run{}, err
+	}
+	if len(reqs) == 0 {
+		return Run{}, errors.New("vtime: no requests to run: pass at least one")
+	}
+	pool, err := workload.NewPool(cfg.Workload)
+	if err != nil {
+		return Run{}, err
+	}
+	w, err := warmWorld(ctx, cfg, pool, arm, seed, false)
+	if err != nil {
+		return Run{}, err
+	}
+	return w.measure(ctx, arm, seed, reqs)
+}
+
+// Warm is a fleet as a measured seed finds it: the engines after the warm-up
+// of one arm and seed, and every LMCache event they reported, in the order the
+// index applied them.
+type Warm struct {
+	Engines []*sim.Engine     // idle; caches as the warm-up left them; engine i is InstanceID(i)
+	Now     time.Duration     // the engines' clock: the end of the warm-up and its idle second
+	Events  []lmcache.Message // KVAdmitMsg and KVEvictMsg of every engine, in index order
+}
+
+// WarmUp runs the warm-up RunOne runs before measuring arm on seed
+// (cfg.Warmup requests through the real picker, then one idle second) and
+// returns the fleet it leaves: what the live mode starts its engines and its
+// index from. With cfg.Warmup 0 the engines are new and idle at time 0.
+func WarmUp(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Warm, error) {
+	if err := cfg.Validate(); err != nil {
+		return Warm{}, err
+	}
+	pool, err := workload.NewPool(cfg.Workload)
+	if err != nil {
+		return Warm{}, err
+	}
+	w, err := warmWorld(ctx, cfg, pool, arm, seed, true)
+	if err != nil {
+		return Warm{}, err
+	}
+	return Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
+}
+
+// EngineConfig returns engine i's model: cfg.Engine with its step-time factor
+// from cfg.Slowdowns.
+func (c SweepConfig) EngineConfig(i int) sim.Config {
+	e := c.Engine
+	if i < len(c.Slowdowns) {
+		e.Slowdown = c.Slowdowns[i]
+	}
+	return e
+}
+
 // warmupSeed derives the warm-up workload's seed from the measured seed, so
 // each seed has its own history and no seed's requests repeat in its warm-up.
 func warmupSeed(seed uint64) uint64 { return seed ^ 0x5741524d55505f31 }
@@ -269,36 +329,50 @@ func hasherFor(cfg SweepConfig) (*lmcache.Hasher, error) {
 }
 
 func runOne(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Arm, seed uint64) (Run, error) {
-	hasher, err := hasherFor(cfg)
+	w, err := warmWorld(ctx, cfg, pool, arm, seed, false)
 	if err != nil {
 		return Run{}, err
 	}
-	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher}
-	if err := w.build(arm); err != nil {
+	reqs, err := workload.Generate(cfg.Workload, pool, seed)
+	if err != nil {
 		return Run{}, err
+	}
+	return w.measure(ctx, arm, seed, reqs)
+}
+
+// warmWorld builds a run's world and plays the seed's warm-up through it.
+// With record, the world keeps every LMCache event the index applies.
+func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Arm, seed uint64, record bool) (*world, error) {
+	hasher, err := hasherFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher, record: record}
+	if err := w.build(arm); err != nil {
+		return nil, err
 	}
 	if cfg.Warmup > 0 {
 		wcfg := cfg.Workload
 		wcfg.Requests = cfg.Warmup
 		reqs, err := workload.Generate(wcfg, pool, warmupSeed(seed))
 		if err != nil {
-			return Run{}, err
+			return nil, err
 		}
 		if err := w.play(ctx, reqs, false); err != nil {
-			return Run{}, err
+			return nil, err
 		}
 		w.now += time.Second // idle gap between warm-up and the measured seed
 	}
-	reqs, err := workload.Generate(cfg.Workload, pool, seed)
-	if err != nil {
-		return Run{}, err
-	}
+	return w, nil
+}
+
+// measure plays the measured requests and returns the run.
+func (w *world) measure(ctx context.Context, arm Arm, seed uint64, reqs []workload.Request) (Run, error) {
 	before := w.engineStats()
 	if err := w.play(ctx, reqs, true); err != nil {
 		return Run{}, err
 	}
-	run := w.result(arm, seed, reqs, before)
-	return run, nil
+	return w.result(arm, seed, reqs, before), nil
 }
 
 // world is one run's fleet, picker, index and clock.
@@ -318,6 +392,8 @@ type world struct {
 	samples [][]int
 	served  []int
 	owners  map[*sim.Request]*pending
+	record  bool              // keep the LMCache events in log
+	log     []lmcache.Message // the events the index applied, when record
 }
 
 type pending struct {
@@ -355,11 +431,7 @@ func (w *world) build(arm Arm) error {
 	}
 	w.picker = p
 	for i := range w.addrs {
-		ecfg := w.cfg.Engine
-		if i < len(w.cfg.Slowdowns) {
-			ecfg.Slowdown = w.cfg.Slowdowns[i]
-		}
-		e, err := sim.New(ecfg, w.hasher.ChunkKeys)
+		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
 		if err != nil {
 			return err
 		}
@@ -532,12 +604,15 @@ func (w *world) finishStep(i int) (int, error) {
 	out := w.engines[i].Finish()
 	at := epoch.Add(w.now)
 	for _, ev := range out.KV {
-		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: instanceID(i), Key: ev.Key, Location: location}
+		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: InstanceID(i), Key: ev.Key, Location: Location}
 		if !ev.Admit {
-			msg = lmcache.KVEvictMsg{InstanceID: instanceID(i), Key: ev.Key, Location: location}
+			msg = lmcache.KVEvictMsg{InstanceID: InstanceID(i), Key: ev.Key, Location: Location}
 		}
 		if err := w.index.Apply(msg, at); err != nil {
 			return 0, fmt.Errorf("vtime: engine %s: apply %s: %w", w.addrs[i], msg.Tag(), err)
+		}
+		if w.record {
+			w.log = append(w.log, msg)
 		}
 	}
 	for _, r := range out.Tokens {

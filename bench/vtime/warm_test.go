@@ -1,0 +1,109 @@
+package vtime
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/lmcache"
+)
+
+func TestRunRequestsWithTheSeedsWorkloadIsRunOne(t *testing.T) {
+	cfg := small()
+	arm := cfg.Arms[1]
+	want, err := RunOne(context.Background(), cfg, arm, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := workload.Generate(cfg.Workload, nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := RunRequests(context.Background(), cfg, arm, 2, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := func(r Run) Results { return nanFree(Results{Runs: []Run{r}}) }
+	if !reflect.DeepEqual(one(got), one(want)) {
+		t.Fatal("RunRequests with the seed's own requests differs from RunOne")
+	}
+	if _, err := RunRequests(context.Background(), cfg, arm, 2, nil); err == nil {
+		t.Error("RunRequests without requests did not fail")
+	}
+}
+
+func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
+	tests := []struct {
+		name   string
+		warmup int
+	}{
+		{"no warm-up: new idle engines at time zero", 0},
+		{"a warm-up fills the caches and reports every chunk", 150},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := small()
+			cfg.Warmup = tc.warmup
+			w, err := WarmUp(context.Background(), cfg, cfg.Arms[0], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(w.Engines) != cfg.Engines {
+				t.Fatalf("%d engines, want %d", len(w.Engines), cfg.Engines)
+			}
+			for i, e := range w.Engines {
+				if _, busy := e.Busy(); busy || e.Metrics().Running+e.Metrics().Waiting != 0 {
+					t.Errorf("engine %d is not idle after the warm-up", i)
+				}
+				if got, want := e.Config().Slowdown, cfg.EngineConfig(i).Slowdown; got != want {
+					t.Errorf("engine %d slowdown %v, want %v", i, got, want)
+				}
+			}
+			if tc.warmup == 0 {
+				if w.Now != 0 || len(w.Events) != 0 {
+					t.Fatalf("no warm-up gave time %v and %d events, want 0 and 0", w.Now, len(w.Events))
+				}
+				return
+			}
+			if w.Now < time.Second || len(w.Events) == 0 {
+				t.Fatalf("warm-up ended at %v with %d events", w.Now, len(w.Events))
+			}
+			// Replaying the events into a new index reproduces every engine's CPU tier.
+			ix, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: lmcache.KeyConfig{HashSeed: cfg.HashSeed}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := register(ix, Addrs(cfg.Engines), time.Unix(0, 0)); err != nil {
+				t.Fatal(err)
+			}
+			held := map[string]int{}
+			for _, m := range w.Events {
+				switch m := m.(type) {
+				case lmcache.KVAdmitMsg:
+					held[m.InstanceID]++
+				case lmcache.KVEvictMsg:
+					held[m.InstanceID]--
+				default:
+					t.Fatalf("unexpected %s in the warm-up events", m.Tag())
+				}
+				if err := ix.Apply(m, time.Unix(0, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, in := range ix.Instances() {
+				if in.Keys != held[in.ID] || in.Keys == 0 {
+					t.Errorf("instance %s holds %d keys after the replay, want admits - evicts = %d (> 0)", in.ID, in.Keys, held[in.ID])
+				}
+			}
+			again, err := WarmUp(context.Background(), cfg, cfg.Arms[0], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(again.Events, w.Events) || again.Now != w.Now {
+				t.Error("two warm-ups of the same arm and seed differ")
+			}
+		})
+	}
+}

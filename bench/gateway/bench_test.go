@@ -13,13 +13,26 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
-// BenchmarkGatewayThroughPicker sends one request at a time (an ~8 KiB completion of token ids)
-// through the gateway and the real picker to an instant engine, and reports the latency the
-// gateway and the picker added (p50, p99) and the ext_proc round trip (request headers sent to
-// the picker's answer) besides ns/op, which includes the client and the engine.
+// BenchmarkGatewayThroughPicker sends one request at a time (an ~8 KiB completion, its prompt as
+// text or as token ids) through the gateway and the real picker to an instant engine, and reports
+// the latency the gateway and the picker added (p50, p99) and the ext_proc round trip (request
+// headers sent to the picker's answer) besides ns/op, which includes the client and the engine.
+// Without a tokenizer the picker routes a text prompt on load alone; token ids run the policy.
 func BenchmarkGatewayThroughPicker(b *testing.B) {
-	for _, mode := range []gateway.BodyMode{gateway.FullDuplex, gateway.Buffered} {
-		b.Run(string(mode), func(b *testing.B) {
+	ids := make([]string, 1400)
+	for i := range ids {
+		ids[i] = fmt.Sprint(10000 + i)
+	}
+	bodies := map[string]string{
+		"text": `{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat("lorem ipsum ", 680) + `"}`,
+		"ids":  `{"model":"m","max_tokens":1,"prompt":[` + strings.Join(ids, ",") + `]}`,
+	}
+	for _, tc := range []struct {
+		mode   gateway.BodyMode
+		prompt string
+	}{{gateway.FullDuplex, "text"}, {gateway.FullDuplex, "ids"}, {gateway.Buffered, "text"}, {gateway.Buffered, "ids"}} {
+		mode, body := tc.mode, bodies[tc.prompt]
+		b.Run(string(mode)+"/"+tc.prompt, func(b *testing.B) {
 			var mu sync.Mutex
 			var added, rt []float64
 			s := newStack(b, "loadaware", mode, 2, instant, func(o *gateway.Options) {
@@ -30,11 +43,6 @@ func BenchmarkGatewayThroughPicker(b *testing.B) {
 					mu.Unlock()
 				}
 			})
-			ids := make([]string, 1400)
-			for i := range ids {
-				ids[i] = fmt.Sprint(10000 + i)
-			}
-			body := `{"model":"m","max_tokens":1,"prompt":[` + strings.Join(ids, ",") + `]}`
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 			b.SetBytes(int64(len(body)))
 			b.ResetTimer()

@@ -45,7 +45,9 @@ func (ex *exchange) startSender(src io.Reader, length int64, wrap func([]byte, b
 	ex.senders.Add(1)
 	go func() {
 		defer ex.senders.Done()
-		buf := make([]byte, ex.g.opts.ChunkSize)
+		bp := ex.g.chunks.Get().(*[]byte)
+		defer ex.g.chunks.Put(bp)
+		buf := *bp
 		var sent int64
 		for {
 			n, err := src.Read(buf)

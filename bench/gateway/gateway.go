@@ -135,6 +135,7 @@ type Gateway struct {
 	opts      Options
 	log       *slog.Logger
 	active    sync.WaitGroup // requests being served, and streams being drained
+	chunks    sync.Pool      // *[]byte of ChunkSize: read buffers of the body senders
 }
 
 // New returns a Gateway that opens its ext_proc streams on conn.
@@ -175,6 +176,10 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Gateway, error) {
 	}
 	if g.transport == nil {
 		g.transport = newTransport(opts.ConnectTimeout)
+	}
+	g.chunks.New = func() any {
+		b := make([]byte, opts.ChunkSize)
+		return &b
 	}
 	return g, nil
 }

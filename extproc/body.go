@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Paths whose bodies the picker reads.
@@ -87,7 +88,8 @@ func isNull(m json.RawMessage) bool {
 	return len(m) == 0 || string(bytes.TrimSpace(m)) == "null"
 }
 
-// parsePrompt fills b from a prompt in any of its four OpenAI shapes.
+// parsePrompt fills b from a prompt in any of its four OpenAI shapes. raw is valid JSON
+// (the body was validated as a whole), which the scanners below rely on.
 func parsePrompt(raw json.RawMessage, b *Body) error {
 	raw = bytes.TrimSpace(raw)
 	switch raw[0] {
@@ -97,39 +99,93 @@ func parsePrompt(raw json.RawMessage, b *Body) error {
 	default:
 		return badRequest("\"prompt\" must be a string, a list of strings, a list of token ids or a list of lists of token ids")
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return badRequest("\"prompt\" is not a valid list: %v", err)
-	}
-	if len(items) == 0 {
-		return badRequest("\"prompt\" is an empty list: send the prompt text or its token ids")
-	}
-	first := bytes.TrimSpace(items[0])
+	inner := bytes.TrimLeft(raw[1:], " \t\r\n")
 	switch {
-	case len(first) > 0 && first[0] == '"':
-		return json.Unmarshal(first, &b.Prompt)
-	case len(first) > 0 && first[0] == '[':
-		var ids []json.RawMessage
-		if err := json.Unmarshal(first, &ids); err != nil || len(ids) == 0 {
+	case inner[0] == ']':
+		return badRequest("\"prompt\" is an empty list: send the prompt text or its token ids")
+	case inner[0] == '"':
+		var items []string
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return badRequest("\"prompt\" must be a list of strings or of token ids, not a mix: %v", err)
+		}
+		b.Prompt = items[0]
+		return nil
+	case inner[0] == '[':
+		end := bytes.IndexByte(inner, ']')
+		ids, err := parseIDList(inner[:end+1])
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
 			return badRequest("\"prompt\"[0] must be a non-empty list of token ids")
 		}
-		return parseIDs(ids, b)
+		b.Tokens = ids
+		return nil
 	}
-	return parseIDs(items, b)
+	ids, err := parseIDList(raw)
+	b.Tokens = ids
+	return err
 }
 
-// parseIDs converts JSON numbers into token ids, refusing anything that is not a
-// non-negative integer below 2^32.
-func parseIDs(items []json.RawMessage, b *Body) error {
-	b.Tokens = make([]uint32, len(items))
-	for i, it := range items {
-		var f float64
-		if err := json.Unmarshal(it, &f); err != nil || f < 0 || f > math.MaxUint32 || f != math.Trunc(f) {
-			return badRequest("\"prompt\" token id at position %d (%s) is not a non-negative integer", i, truncate(string(it), 20))
+// parseIDList reads a JSON array of token ids without reflection (a long prompt has
+// thousands): each element must be a non-negative integer below 2^32 (1.0 and 1e3 count).
+func parseIDList(raw []byte) ([]uint32, error) {
+	ids := make([]uint32, 0, len(raw)/5)
+	i := 1 // past '['
+	for n := 0; ; n++ {
+		i = skipSpace(raw, i)
+		if raw[i] == ']' && n == 0 {
+			return ids, nil
 		}
-		b.Tokens[i] = uint32(f)
+		start := i
+		for i < len(raw) && raw[i] != ',' && raw[i] != ']' && raw[i] != ' ' && raw[i] != '\t' && raw[i] != '\r' && raw[i] != '\n' {
+			i++
+		}
+		v, ok := tokenID(raw[start:i])
+		if !ok {
+			return nil, badRequest("\"prompt\" token id at position %d (%s) is not a non-negative integer", n, truncate(string(raw[start:i]), 20))
+		}
+		ids = append(ids, v)
+		i = skipSpace(raw, i)
+		if i >= len(raw) || raw[i] == ']' {
+			return ids, nil
+		}
+		i++ // ','
 	}
-	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// tokenID reads one JSON number as a token id.
+func tokenID(tok []byte) (uint32, bool) {
+	if len(tok) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range tok {
+		if c < '0' || c > '9' {
+			return slowTokenID(tok)
+		}
+		v = v*10 + uint64(c-'0')
+		if v > math.MaxUint32 {
+			return 0, false
+		}
+	}
+	return uint32(v), true
+}
+
+// slowTokenID handles the rare ids written with a fraction or an exponent.
+func slowTokenID(tok []byte) (uint32, bool) {
+	f, err := strconv.ParseFloat(string(tok), 64)
+	if err != nil || f < 0 || f > math.MaxUint32 || f != math.Trunc(f) {
+		return 0, false
+	}
+	return uint32(f), true
 }
 
 func truncate(s string, n int) string {

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -35,6 +36,14 @@ func TestParseBody(t *testing.T) {
 		{"fractional token id", PathCompletions, `{"model":"m","prompt":[1.5]}`, Body{}, "position 0"},
 		{"huge token id", PathCompletions, `{"model":"m","prompt":[99999999999]}`, Body{}, "position 0"},
 		{"empty inner id list", PathCompletions, `{"model":"m","prompt":[[]]}`, Body{}, "non-empty list"},
+		{"ids with spaces and an exponent", PathCompletions, `{"model":"m","prompt":[ 1 , 2e1 ,3 ]}`, Body{Model: "m", Tokens: []uint32{1, 20, 3}}, ""},
+		{"largest id", PathCompletions, `{"model":"m","prompt":[4294967295]}`, Body{Model: "m", Tokens: []uint32{4294967295}}, ""},
+		{"id just over 2^32-1", PathCompletions, `{"model":"m","prompt":[4294967296]}`, Body{}, "position 0"},
+		{"a string among ids", PathCompletions, `{"model":"m","prompt":[1,"a"]}`, Body{}, "position 1"},
+		{"an id among strings", PathCompletions, `{"model":"m","prompt":["a",1]}`, Body{}, "not a mix"},
+		{"null among ids", PathCompletions, `{"model":"m","prompt":[1,null]}`, Body{}, "position 1"},
+		{"nested list among ids", PathCompletions, `{"model":"m","prompt":[1,[2]]}`, Body{}, "position 1"},
+		{"inner list with a string", PathCompletions, `{"model":"m","prompt":[["a]"]]}`, Body{}, "position 0"},
 		{"chat without messages", PathChatCompletions, `{"model":"m"}`, Body{}, "needs \"messages\""},
 		{"chat with empty messages", PathChatCompletions, `{"model":"m","messages":[]}`, Body{}, "is empty"},
 		{"chat messages not a list", PathChatCompletions, `{"model":"m","messages":"hi"}`, Body{}, "must be a list"},
@@ -61,7 +70,7 @@ func TestParseBody(t *testing.T) {
 
 func FuzzParseBody(f *testing.F) {
 	for _, s := range []string{`{"model":"m","prompt":"x"}`, `{"model":"m","prompt":[[1,2]]}`, `{"model":"m","prompt":["a"]}`,
-		`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":null}`, `[]`, `"x"`, `{"model":"m","prompt":[1e30]}`} {
+		`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":null}`, `[]`, `"x"`, `{"model":"m","prompt":[1e30]}`, `{"model":"m","prompt":[ 1 ,2.0, 3e0]}`, `{"model":"m","prompt":[[1,2],[3]]}`} {
 		f.Add(PathCompletions, []byte(s))
 		f.Add(PathChatCompletions, []byte(s))
 	}
@@ -79,6 +88,25 @@ func FuzzParseBody(f *testing.F) {
 		}
 		if path == PathCompletions && b.Prompt == "" && b.Tokens == nil && !strings.Contains(string(body), `""`) {
 			t.Fatalf("accepted a completion without a prompt: %q", body)
+		}
+		if b.Tokens != nil {
+			// The fast id scanner must agree with encoding/json.
+			var ref struct{ Prompt []any }
+			if err := json.Unmarshal(body, &ref); err != nil {
+				t.Fatalf("accepted ids that encoding/json refuses: %q: %v", body, err)
+			}
+			list := ref.Prompt
+			if inner, ok := list[0].([]any); ok {
+				list = inner
+			}
+			if len(list) != len(b.Tokens) {
+				t.Fatalf("%d ids, encoding/json sees %d: %q", len(b.Tokens), len(list), body)
+			}
+			for i, v := range list {
+				if f, ok := v.(float64); !ok || f != float64(b.Tokens[i]) {
+					t.Fatalf("id %d = %d, encoding/json sees %v: %q", i, b.Tokens[i], v, body)
+				}
+			}
 		}
 	})
 }

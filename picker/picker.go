@@ -51,7 +51,7 @@ type Decision struct {
 	Policy       string
 	Beta         float64
 	PromptTokens int
-	Tokens       string // where the token ids came from: "request", "tokenizer", or "none"
+	Tokens       string // where the token ids came from: "request", "tokenizer", "none", or "not-needed" (the policy ignores prompts)
 	Note         string // why the decision had less information than usual, if it did
 	Booking      *fleet.Booking
 }
@@ -194,8 +194,14 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		return d, err
 	}
 
-	tokens, source, note := p.tokens(ctx, r, cands)
-	d.Tokens, d.Note, d.PromptTokens = source, note, len(tokens)
+	var tokens []uint32
+	d.Tokens = "not-needed"
+	if usesCache(act.cfg.Policy) {
+		tokens, d.Tokens, d.Note = p.tokens(ctx, r, cands)
+	} else if len(r.Tokens) > 0 {
+		tokens, d.Tokens = r.Tokens, "request"
+	}
+	d.PromptTokens = len(tokens)
 
 	matches := make(map[string]CacheMatch, len(cands))
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
@@ -221,8 +227,8 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		}
 		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight()}
 	}
-	if len(tokens) == 0 {
-		d.Ranked = scoring.LoadOnly(in)
+	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
+		d.Ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone
 	} else {
 		d.Ranked = act.policy.Rank(in)
 	}

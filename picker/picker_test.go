@@ -104,6 +104,10 @@ func TestPickFollowsThePolicyAndBooks(t *testing.T) {
 			Request{Tokens: ids}, "10.0.0.1:8000", scoring.ReasonQPS, "request"},
 		{"roundrobin starts at the first address", Options{Policy: "roundrobin"},
 			Request{Tokens: ids}, "10.0.0.1:8000", scoring.ReasonRoundRobin, "request"},
+		{"roundrobin needs no tokens for a text prompt", Options{Policy: "roundrobin"},
+			Request{Prompt: "hello"}, "10.0.0.1:8000", scoring.ReasonRoundRobin, "not-needed"},
+		{"kvaware without token ids takes its own fallback", Options{Policy: "kvaware", Cache: mapCache{"10.0.0.2:8000": {Matched: 1000, HolderRank: 0}}},
+			Request{Prompt: "hello"}, "10.0.0.1:8000", scoring.ReasonQPS, "none"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

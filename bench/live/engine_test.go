@@ -1,0 +1,406 @@
+package live
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/bench/sim"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/lmcache"
+	zmq "github.com/pebbe/zmq4"
+)
+
+// fastModel is the calibrated engine model run 20 times faster, so tests take milliseconds.
+func fastModel() sim.Config {
+	c := sim.DefaultConfig()
+	c.Slowdown = 0.05
+	c.IngressLatency = time.Millisecond
+	return c
+}
+
+func startEngine(t *testing.T, cfg EngineConfig) *Engine {
+	t.Helper()
+	if cfg.IP == "" {
+		cfg.IP = "127.0.1.1"
+	}
+	if cfg.Model == (sim.Config{}) && cfg.From == nil {
+		cfg.Model = fastModel()
+	}
+	e, err := StartEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
+func post(t *testing.T, url, body string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// events splits a server-sent-events body into its data payloads.
+func events(t *testing.T, body []byte) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func ids(n, from int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprint(from + i)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func TestEngineStreamsAsVLLMDoes(t *testing.T) {
+	e := startEngine(t, EngineConfig{})
+	base := "http://" + e.Addr()
+	tests := []struct {
+		name       string
+		path, body string
+		wantChunks int // token chunks
+		wantUsage  bool
+		wantPrompt int
+	}{
+		{"completion with token ids and usage", "/v1/completions", `{"model":"m","prompt":` + ids(300, 1) + `,"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}`, 5, true, 300},
+		{"completion with text, no usage", "/v1/completions", `{"model":"m","prompt":"hello world","max_tokens":3,"stream":true}`, 3, false, 11},
+		{"chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`, 4, true, len("user: hi\n")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := post(t, base+tc.path, tc.body)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("status %d, content type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			evs := events(t, body)
+			if evs[len(evs)-1] != "[DONE]" {
+				t.Fatalf("stream does not end with [DONE]: %q", evs)
+			}
+			chunks, finish := 0, ""
+			var got *usage
+			for _, ev := range evs[:len(evs)-1] {
+				var c struct {
+					Object  string `json:"object"`
+					Choices []struct {
+						Text         string         `json:"text"`
+						Delta        map[string]any `json:"delta"`
+						FinishReason *string        `json:"finish_reason"`
+					} `json:"choices"`
+					Usage *usage `json:"usage"`
+				}
+				if err := json.Unmarshal([]byte(ev), &c); err != nil {
+					t.Fatalf("chunk %q: %v", ev, err)
+				}
+				if c.Usage != nil {
+					got = c.Usage
+					continue
+				}
+				chunks++
+				if c.Choices[0].FinishReason != nil {
+					finish = *c.Choices[0].FinishReason
+				}
+				if strings.Contains(tc.path, "chat") != (c.Object == "chat.completion.chunk") {
+					t.Errorf("object %q on %s", c.Object, tc.path)
+				}
+			}
+			if chunks != tc.wantChunks || finish != "length" {
+				t.Errorf("%d token chunks ending with %q, want %d ending with length", chunks, finish, tc.wantChunks)
+			}
+			if (got != nil) != tc.wantUsage {
+				t.Fatalf("usage chunk present %v, want %v", got != nil, tc.wantUsage)
+			}
+			if got != nil && (got.PromptTokens != tc.wantPrompt || got.CompletionTokens != tc.wantChunks) {
+				t.Errorf("usage %+v, want %d prompt and %d completion tokens", *got, tc.wantPrompt, tc.wantChunks)
+			}
+		})
+	}
+}
+
+func TestEngineAnswersWithoutStreaming(t *testing.T) {
+	e := startEngine(t, EngineConfig{})
+	resp, body := post(t, "http://"+e.Addr()+"/v1/completions", `{"model":"m","prompt":[1,2,3],"max_tokens":2}`)
+	var got struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage usage `json:"usage"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if got.Choices[0].Text != strings.Repeat(outputText, 2) || got.Usage != (usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}) {
+		t.Errorf("answer %s", body)
+	}
+}
+
+func TestEngineRefusesBadRequests(t *testing.T) {
+	e := startEngine(t, EngineConfig{})
+	tests := []struct {
+		name, body string
+		want       int
+		wantText   string
+	}{
+		{"not JSON", `{`, http.StatusBadRequest, "JSON"},
+		{"no model", `{"prompt":[1]}`, http.StatusBadRequest, "model"},
+		{"max_tokens zero", `{"model":"m","prompt":[1],"max_tokens":0}`, http.StatusBadRequest, "max_tokens 0"},
+		{"several prompts", `{"model":"m","prompt":["a","b"]}`, http.StatusBadRequest, "one prompt per request"},
+		{"empty prompt", `{"model":"m","prompt":""}`, http.StatusBadRequest, "empty"},
+		{"longer than the KV pool", `{"model":"m","prompt":` + ids(100000, 0) + `,"max_tokens":1,"stream":true}`, http.StatusBadRequest, "longer than the KV pool"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := post(t, "http://"+e.Addr()+"/v1/completions", tc.body)
+			var got struct {
+				Object, Message string
+			}
+			_ = json.Unmarshal(body, &got)
+			if resp.StatusCode != tc.want || got.Object != "error" || !strings.Contains(got.Message, tc.wantText) {
+				t.Errorf("status %d, body %s; want %d with %q", resp.StatusCode, body, tc.want, tc.wantText)
+			}
+		})
+	}
+}
+
+func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
+	e := startEngine(t, EngineConfig{})
+	base := "http://" + e.Addr()
+	tests := []struct {
+		name, body string
+		want       []uint32
+	}{
+		{"token ids are the ids", `{"model":"m","prompt":[7,8,9]}`, []uint32{7, 8, 9}},
+		{"text without a tokenizer is one id per byte", `{"model":"m","prompt":"ab"}`, []uint32{'a', 'b'}},
+		{"chat without a tokenizer", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, []uint32{'u', 's', 'e', 'r', ':', ' ', 'x', '\n'}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := post(t, base+"/tokenize", tc.body)
+			var got struct {
+				Count  int      `json:"count"`
+				Tokens []uint32 `json:"tokens"`
+			}
+			if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if diff := cmp.Diff(tc.want, got.Tokens); diff != "" || got.Count != len(tc.want) {
+				t.Errorf("tokens (-want +got):\n%s count %d", diff, got.Count)
+			}
+		})
+	}
+
+	// The same 600-token prompt twice: the second finds 592 tokens (37 full blocks, one
+	// token always left to compute) in the prefix cache.
+	prompt := `{"model":"m","prompt":` + ids(600, 1) + `,"max_tokens":1}`
+	for range 2 {
+		if resp, body := post(t, base+"/v1/completions", prompt); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m, err := sumMetrics(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"vllm:num_requests_running": 0, "vllm:num_requests_waiting": 0, "vllm:kv_cache_usage_perc": 0,
+		"vllm:prefix_cache_queries_total": 1200, "vllm:prefix_cache_hits_total": 592, "vllm:num_preemptions_total": 0,
+	}
+	if diff := cmp.Diff(want, m); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	if r, err := http.Get(base + "/health"); err != nil || r.StatusCode != http.StatusOK {
+		t.Errorf("/health: %v %v", r, err)
+	}
+}
+
+// pull is a test controller: a PULL socket that reports every multipart message with the
+// peer address it came from.
+type pull struct {
+	sock *zmq.Socket
+	zctx *zmq.Context
+	addr string
+}
+
+func newPull(t *testing.T) *pull {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sock.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := sock.SetRcvtimeo(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := sock.Bind("tcp://127.0.0.1:*"); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := sock.GetLastEndpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pull{sock: sock, zctx: zctx, addr: strings.TrimPrefix(ep, "tcp://")}
+	t.Cleanup(func() {
+		sock.Close()
+		_ = zctx.Term()
+	})
+	return p
+}
+
+// recv returns the next multipart message, decoded, and its peer address.
+func (p *pull) recv(t *testing.T) ([]lmcache.Message, string) {
+	t.Helper()
+	frames, md, err := p.sock.RecvMessageBytesWithMetadata(0, "Peer-Address")
+	if err != nil {
+		t.Fatalf("no LMCache message within 10s: %v", err)
+	}
+	var out []lmcache.Message
+	for _, f := range frames {
+		m, err := lmcache.Decode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out, md["Peer-Address"]
+}
+
+func TestEnginePushesRegistrationThenRealChunkKeysFromItsIP(t *testing.T) {
+	p := newPull(t)
+	keys := lmcache.KeyConfig{HashSeed: "123"}
+	e := startEngine(t, EngineConfig{IP: "127.0.1.2", PullAddr: p.addr, Keys: keys, InstanceID: "vllm-1"})
+	msgs, peer := p.recv(t)
+	url := "127.0.1.2:30081"
+	if diff := cmp.Diff([]lmcache.Message{lmcache.RegisterMsg{InstanceID: "vllm-1", IP: "127.0.1.2", Port: 8001, DistributedURL: &url}}, msgs); diff != "" || peer != "127.0.1.2" {
+		t.Fatalf("first message from %s (-want +got):\n%s", peer, diff)
+	}
+
+	prompt := make([]uint32, 600)
+	for i := range prompt {
+		prompt[i] = uint32(i + 1)
+	}
+	if resp, body := post(t, "http://"+e.Addr()+"/v1/completions", `{"model":"m","prompt":`+ids(600, 1)+`,"max_tokens":1}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	h, err := lmcache.NewHasher(lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []lmcache.Message
+	for _, k := range h.ChunkKeys(prompt) {
+		want = append(want, lmcache.KVAdmitMsg{InstanceID: "vllm-1", Key: k, Location: vtime.Location})
+	}
+	var got []lmcache.Message
+	for len(got) < len(want) {
+		msgs, _ := p.recv(t)
+		got = append(got, msgs...)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("admits (-want +got):\n%s", diff)
+	}
+	if e.Emitted() != 4 || e.Pushed() != 4 {
+		t.Errorf("emitted %d, pushed %d; want 4 and 4 (the registration and 3 admits)", e.Emitted(), e.Pushed())
+	}
+}
+
+func TestPusherSendsBatchesOfAtMost50InOrder(t *testing.T) {
+	p := newPull(t)
+	ps, err := startPusher("127.0.0.1", p.addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := ps.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	// Queue 120 messages at once, as one engine step storing 120 chunks does.
+	ps.mu.Lock()
+	for i := range 120 {
+		frame, err := lmcache.Encode(lmcache.KVAdmitMsg{InstanceID: "x", Key: int64(i), Location: vtime.Location})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps.queue = append(ps.queue, frame)
+	}
+	ps.mu.Unlock()
+	ps.wake <- struct{}{}
+	var sizes []int
+	next := int64(0)
+	for next < 120 {
+		msgs, _ := p.recv(t)
+		sizes = append(sizes, len(msgs))
+		for _, m := range msgs {
+			if k := m.(lmcache.KVAdmitMsg).Key; k != next {
+				t.Fatalf("key %d arrived where %d was due", k, next)
+			}
+			next++
+		}
+	}
+	if diff := cmp.Diff([]int{50, 50, 20}, sizes); diff != "" {
+		t.Errorf("multipart sizes (-want +got):\n%s", diff)
+	}
+}
+
+func TestStartEngineNamesWhatIsWrong(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  EngineConfig
+		want string
+	}{
+		{"no IP", EngineConfig{Model: fastModel()}, "no IP"},
+		{"chunk sizes differ", EngineConfig{Model: fastModel(), IP: "127.0.1.1", Keys: lmcache.KeyConfig{HashSeed: "1", ChunkSize: 128}}, "chunk size 128"},
+		{"bad model", EngineConfig{Model: sim.Config{ChunkSize: 256}, IP: "127.0.1.1"}, "must be positive"},
+		{"not a local address", EngineConfig{Model: fastModel(), IP: "192.0.2.1"}, "listen on 192.0.2.1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := StartEngine(tc.cfg)
+			if err == nil {
+				_ = e.Close()
+				t.Fatal("StartEngine succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,629 @@
+package live
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/lmcache"
+)
+
+// Options configure a live run beyond its sweep config.
+type Options struct {
+	// Requests, when set, replace the seed's generated workload (in send order, SendAt from
+	// the seed's start).
+	Requests []workload.Request
+	// Sequential sends each request only once every earlier one has ended, the picker has
+	// released it and the controller has received every LMCache message the engines
+	// produced; send times are ignored. Routing decisions then do not depend on timing
+	// (no load, a complete index): the mode of the test that compares them with virtual time.
+	Sequential bool
+	// Timeout bounds the measured seed from its start; requests unfinished by then fail.
+	// 0 means the send window plus two minutes.
+	Timeout time.Duration
+	// Explain chooses the requests (by index) sent with x-loadaware-explain: 1; nil: none.
+	Explain func(index int) bool
+	// Progress, when set, is called after each request ends with the number ended and the total.
+	Progress func(done, total int)
+	// Logger receives the picker's, the gateway's and the engines' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Result is one live run of one arm on one seed.
+type Result struct {
+	// Run is what the analysis reads, in the form virtual time produces it. Rows leave
+	// CachedTokens, LoadedTokens and Preemptions zero (a client cannot see them); the
+	// engines' counters are in Engines.
+	Run vtime.Run
+	// Decisions are the x-loadaware-decision headers of the explained requests, by index.
+	Decisions map[int]string
+	// Messages is how many LMCache messages the engines pushed over ZeroMQ (registrations,
+	// admits and evicts); Received how many the picker's controller took in over the same
+	// time (they are equal when none was lost).
+	Messages, Received int64
+	// WarmEvents is how many warm-up chunk events were applied to the index directly.
+	WarmEvents int
+	// InFlightAfter is the picker's in-flight count once every request ended: 0 unless a
+	// booking leaked.
+	InFlightAfter float64
+	// Wall is the run's wall time, start-up and warm-up included.
+	Wall time.Duration
+}
+
+// Addresses of the engines: engine i listens on the host of vtime.Addrs (127.0.1.<i+1>),
+// at a free port.
+func engineIPs(n int) []string {
+	out := make([]string, n)
+	for i, a := range vtime.Addrs(n) {
+		out[i] = fleet.IP(a)
+	}
+	return out
+}
+
+// Run runs arm on one seed live. The fleet starts where virtual time's measured seed starts
+// (vtime.WarmUp: the engines continue from the warmed-up models, and the warm-up's chunk
+// events are applied to the picker's index in the order virtual time applied them); the
+// picker's routing history (round-robin position, QPS window) starts empty. Then the seed's
+// requests go open-loop through the gateway at their send times, each engine's running
+// count is scraped from its /metrics every cfg.SampleInterval over the send window, and
+// every LMCache message of the seed travels over ZeroMQ.
+func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64, opts Options) (Result, error) {
+	began := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	reqs := opts.Requests
+	if reqs == nil {
+		var err error
+		if reqs, err = workload.Generate(cfg.Workload, nil, seed); err != nil {
+			return Result{}, err
+		}
+	}
+	if len(reqs) == 0 {
+		return Result{}, errors.New("live: no requests to send: pass at least one")
+	}
+	warm, err := vtime.WarmUp(ctx, cfg, arm, seed)
+	if err != nil {
+		return Result{}, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f, err := startFleet(ctx, cfg, arm, warm, log)
+	if err != nil {
+		return Result{}, err
+	}
+	defer f.close()
+	res, err := f.measure(ctx, cfg, arm, seed, reqs, opts)
+	res.WarmEvents = len(warm.Events)
+	res.Wall = time.Since(began)
+	return res, err
+}
+
+// liveFleet is a running picker, its engines and the gateway in front.
+type liveFleet struct {
+	app     *app.App
+	engines []*Engine
+	gw      *gateway.Gateway
+	srv     *http.Server
+	url     string // the gateway's base URL
+	client  *http.Client
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	outcomes map[string]gateway.Outcome // by request id
+
+	// baseReceived is the controller's message count that did not come from the engines'
+	// sockets: what it showed before they started, plus the warm-up events applied directly.
+	baseReceived float64
+}
+
+func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm vtime.Warm, log *slog.Logger) (f *liveFleet, err error) {
+	f = &liveFleet{log: log, outcomes: map[string]gateway.Outcome{},
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	ips := engineIPs(cfg.Engines)
+	listeners := make([]net.Listener, len(ips))
+	endpoints := make([]string, len(ips))
+	for i, ip := range ips {
+		if listeners[i], err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
+			for _, l := range listeners[:i] {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("live: listen on %s: %w (all of 127/8 is loopback on Linux; elsewhere add the address to the loopback interface)", ip, err)
+		}
+		endpoints[i] = listeners[i].Addr().String()
+	}
+	keys := lmcache.KeyConfig{HashSeed: cfg.HashSeed, ChunkSize: cfg.Engine.ChunkSize}
+	f.app, err = app.Start(ctx, app.Config{
+		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
+		Endpoints: endpoints, Policy: arm.Policy, Beta: arm.Beta,
+		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
+	}, log)
+	if err != nil {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+		return nil, fmt.Errorf("live: start the picker: %w", err)
+	}
+	before, err := f.received(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.baseReceived = before
+	for i, ip := range ips {
+		e, err := StartEngine(EngineConfig{From: warm.Engines[i], Clock: warm.Now, IP: ip, Listener: listeners[i],
+			InstanceID: vtime.InstanceID(i), PullAddr: f.app.LMCachePullAddr(), Keys: keys, Logger: log})
+		if err != nil {
+			for _, l := range listeners[i:] {
+				_ = l.Close()
+			}
+			return nil, err
+		}
+		f.engines = append(f.engines, e)
+	}
+	if err := f.awaitRegistered(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := f.awaitDelivered(ctx, 10*time.Second); err != nil {
+		return nil, err
+	}
+	// The warm-up's chunk events go straight into the index, in the order virtual time
+	// applied them (several sockets would not keep the order across engines). The engines
+	// are idle, so whatever the controller's message count gains meanwhile is theirs.
+	r1, err := f.received(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range warm.Events {
+		if err := f.app.LMCacheIndex.Apply(m, time.Now()); err != nil {
+			return nil, fmt.Errorf("live: apply warm-up event %s: %w", m.Tag(), err)
+		}
+	}
+	r2, err := f.received(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.baseReceived += r2 - r1
+	f.gw, err = gateway.Dial(f.app.GRPCAddr(), gateway.Options{GenerateRequestID: true, Logger: log,
+		OnOutcome: func(o gateway.Outcome) {
+			f.mu.Lock()
+			f.outcomes[o.RequestID] = o
+			f.mu.Unlock()
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("live: gateway: %w", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("live: listen for the gateway on a loopback port: %w", err)
+	}
+	f.srv = &http.Server{Handler: f.gw, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = f.srv.Serve(lis) }()
+	f.url = "http://" + lis.Addr().String()
+	return f, nil
+}
+
+func (f *liveFleet) close() {
+	if f.srv != nil {
+		_ = f.srv.Close()
+	}
+	if f.gw != nil {
+		_ = f.gw.Close()
+	}
+	for _, e := range f.engines {
+		if err := e.Close(); err != nil {
+			f.log.Error("live: close engine", "engine", e.Addr(), "err", err)
+		}
+	}
+	if f.app != nil {
+		_ = f.app.Close()
+	}
+	f.client.CloseIdleConnections()
+}
+
+// received is how many LMCache messages the picker's controller has taken in (every type
+// and outcome), read from its /metrics.
+func (f *liveFleet) received(ctx context.Context) (float64, error) {
+	m, err := scrape(ctx, f.client, "http://"+f.app.MetricsAddr()+"/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("live: the picker's metrics: %w", err)
+	}
+	return m["loadaware_lmcache_messages_total"], nil
+}
+
+// emitted is how many LMCache messages the engines have produced.
+func (f *liveFleet) emitted() int64 {
+	var n int64
+	for _, e := range f.engines {
+		n += e.Emitted()
+	}
+	return n
+}
+
+// poll calls done every few milliseconds until it reports true, fails, or ctx or the
+// deadline ends. No signal exists for "the controller applied a message": the effect is
+// watched.
+func poll(ctx context.Context, limit time.Duration, what string, done func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("live: %s after %v", what, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// awaitRegistered waits until the index knows every engine's instance by its IP.
+func (f *liveFleet) awaitRegistered(ctx context.Context) error {
+	return poll(ctx, 10*time.Second, "the engines' LMCache workers did not register", func() (bool, error) {
+		byID := map[string]lmcache.InstanceInfo{}
+		for _, in := range f.app.LMCacheIndex.Instances() {
+			byID[in.ID] = in
+		}
+		for _, e := range f.engines {
+			in, ok := byID[e.InstanceID()]
+			if !ok || in.State != lmcache.StateActive || in.IP != e.cfg.IP {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// awaitDelivered waits until the controller has received every message the engines produced.
+func (f *liveFleet) awaitDelivered(ctx context.Context, limit time.Duration) (received float64, err error) {
+	err = poll(ctx, limit, "LMCache messages did not all reach the picker", func() (bool, error) {
+		want := f.emitted()
+		got, err := f.received(ctx)
+		received = got - f.baseReceived
+		return received >= float64(want), err
+	})
+	return received, err
+}
+
+// record is one request as the client saw it.
+type record struct {
+	sent     time.Time
+	tokens   []time.Time
+	status   int
+	err      string
+	usage    int // completion tokens the usage chunk reported; -1 without one
+	decision string
+}
+
+func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64, reqs []workload.Request, opts Options) (Result, error) {
+	res := Result{Decisions: map[int]string{}}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = reqs[len(reqs)-1].SendAt + 2*time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	before, err := f.engineCounters(ctx)
+	if err != nil {
+		return res, err
+	}
+	pushedBefore := f.pushed()
+	receivedBefore, err := f.received(ctx)
+	if err != nil {
+		return res, err
+	}
+	receivedBefore -= f.baseReceived
+
+	recs := make([]record, len(reqs))
+	start := time.Now()
+	stop := make(chan struct{})
+	var samples [][]int
+	var sampleErr error
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		samples, sampleErr = f.sample(ctx, start, cfg.SampleInterval, stop)
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	finish := func() {
+		if opts.Progress != nil {
+			mu.Lock()
+			done++
+			opts.Progress(done, len(reqs))
+			mu.Unlock()
+		}
+	}
+	for i, r := range reqs {
+		explain := opts.Explain != nil && opts.Explain(r.Index)
+		id := fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
+		if opts.Sequential {
+			if i > 0 {
+				f.gw.Wait()
+				if _, err := f.awaitDelivered(ctx, 10*time.Second); err != nil {
+					close(stop)
+					<-sampled
+					return res, err
+				}
+			}
+			recs[i] = f.send(ctx, id, r, explain)
+			finish()
+			continue
+		}
+		if d := time.Until(start.Add(r.SendAt)); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs[i] = f.send(ctx, id, r, explain)
+			finish()
+		}()
+	}
+	close(stop)
+	wg.Wait()
+	<-sampled
+	f.gw.Wait()
+	if sampleErr != nil {
+		return res, sampleErr
+	}
+	received, err := f.awaitDelivered(context.WithoutCancel(ctx), 10*time.Second)
+	if err != nil {
+		return res, err
+	}
+	res.Messages = f.pushed() - pushedBefore
+	res.Received = int64(received - receivedBefore)
+	after, err := f.engineCounters(context.WithoutCancel(ctx))
+	if err != nil {
+		return res, err
+	}
+	inflight, err := scrape(context.WithoutCancel(ctx), f.client, "http://"+f.app.MetricsAddr()+"/metrics")
+	if err != nil {
+		return res, err
+	}
+	res.InFlightAfter = inflight["loadaware_inflight_requests"]
+
+	run := vtime.Run{Arm: arm, Seed: seed, Interval: cfg.SampleInterval, Running: samples}
+	f.mu.Lock()
+	outcomes := f.outcomes
+	f.outcomes = map[string]gateway.Outcome{}
+	f.mu.Unlock()
+	first, last := math.Inf(1), math.Inf(-1)
+	served := map[string]int{}
+	for i, r := range reqs {
+		rec := recs[i]
+		id := fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
+		row := rowOf(r, rec, start)
+		row.Engine = outcomes[id].Endpoint
+		served[row.Engine]++
+		if rec.decision != "" {
+			res.Decisions[r.Index] = rec.decision
+		}
+		first = math.Min(first, row.SendAt)
+		if !math.IsNaN(row.E2E) {
+			last = math.Max(last, row.SendAt+row.E2E)
+		}
+		run.Rows = append(run.Rows, row)
+	}
+	if !math.IsInf(last, 0) {
+		run.Span = last - first
+	}
+	run.Window = run.Rows[len(run.Rows)-1].SendAt - run.Rows[0].SendAt
+	for i, e := range f.engines {
+		run.Engines = append(run.Engines, vtime.EngineStats{
+			Addr:          e.Addr(),
+			PrefixQueries: int64(after[i]["vllm:prefix_cache_queries_total"] - before[i]["vllm:prefix_cache_queries_total"]),
+			PrefixHits:    int64(after[i]["vllm:prefix_cache_hits_total"] - before[i]["vllm:prefix_cache_hits_total"]),
+			Preemptions:   int64(after[i]["vllm:num_preemptions_total"] - before[i]["vllm:num_preemptions_total"]),
+			Requests:      served[e.Addr()],
+		})
+	}
+	res.Run = run
+	return res, nil
+}
+
+// rowOf turns what the client saw into the per-request row virtual time writes.
+func rowOf(r workload.Request, rec record, start time.Time) vtime.Row {
+	row := vtime.Row{Index: r.Index, PrefixID: r.PrefixID, SendAt: rec.sent.Sub(start).Seconds(), TTFT: math.NaN(), E2E: math.NaN(),
+		PromptTokens: len(r.Tokens), CompletionTokens: len(rec.tokens), Status: "ok"}
+	if len(rec.tokens) > 0 {
+		row.TTFT = rec.tokens[0].Sub(rec.sent).Seconds()
+		row.E2E = rec.tokens[len(rec.tokens)-1].Sub(rec.sent).Seconds()
+		row.ITLs = make([]float64, len(rec.tokens)-1)
+		for i := 1; i < len(rec.tokens); i++ {
+			row.ITLs[i-1] = float64(rec.tokens[i].Sub(rec.tokens[i-1])) / 1e6
+		}
+	}
+	switch {
+	case rec.err != "":
+		row.Status, row.Error = "error", rec.err
+	case rec.usage >= 0 && rec.usage != len(rec.tokens):
+		row.Status, row.Error = "error", fmt.Sprintf("usage reports %d completion tokens, %d arrived", rec.usage, len(rec.tokens))
+	case len(rec.tokens) != r.MaxTokens:
+		row.Status, row.Error = "error", fmt.Sprintf("%d of %d tokens arrived", len(rec.tokens), r.MaxTokens)
+	}
+	return row
+}
+
+// pushed is how many messages the engines' sockets have accepted.
+func (f *liveFleet) pushed() int64 {
+	var n int64
+	for _, e := range f.engines {
+		n += e.Pushed()
+	}
+	return n
+}
+
+// engineCounters scrapes every engine's /metrics.
+func (f *liveFleet) engineCounters(ctx context.Context) ([]map[string]float64, error) {
+	out := make([]map[string]float64, len(f.engines))
+	for i, e := range f.engines {
+		m, err := scrape(ctx, f.client, "http://"+e.Addr()+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("live: engine %d: %w", i, err)
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// sample scrapes every engine's vllm:num_requests_running at start, start+interval, ...
+// until stop closes (a sample time not reached by then is not taken).
+func (f *liveFleet) sample(ctx context.Context, start time.Time, interval time.Duration, stop <-chan struct{}) ([][]int, error) {
+	var out [][]int
+	for k := 0; ; k++ {
+		t := time.NewTimer(time.Until(start.Add(time.Duration(k) * interval)))
+		select {
+		case <-stop:
+			t.Stop()
+			return out, nil
+		case <-ctx.Done():
+			t.Stop()
+			return out, nil
+		case <-t.C:
+		}
+		row := make([]int, len(f.engines))
+		errs := make([]error, len(f.engines))
+		var wg sync.WaitGroup
+		for i, e := range f.engines {
+			wg.Go(func() {
+				m, err := scrape(ctx, f.client, "http://"+e.Addr()+"/metrics")
+				row[i], errs[i] = int(m["vllm:num_requests_running"]), err
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			if ctx.Err() != nil {
+				return out, nil
+			}
+			return nil, fmt.Errorf("live: sample the engines' running requests: %w", err)
+		}
+		out = append(out, row)
+	}
+}
+
+// send posts one streamed completion with the prompt as token ids, through the gateway,
+// and records when it was sent and when every token arrived.
+func (f *liveFleet) send(ctx context.Context, id string, r workload.Request, explain bool) record {
+	rec := record{usage: -1, sent: time.Now()}
+	body, err := json.Marshal(map[string]any{
+		"model": DefaultModelName, "prompt": r.Tokens, "max_tokens": r.MaxTokens, "temperature": 0,
+		"stream": true, "stream_options": map[string]bool{"include_usage": true},
+	})
+	if err != nil {
+		rec.err = err.Error()
+		return rec
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		rec.err = err.Error()
+		return rec
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	if explain {
+		req.Header.Set("X-Loadaware-Explain", "1")
+	}
+	rec.sent = time.Now()
+	resp, err := f.client.Do(req)
+	if err != nil {
+		rec.err = err.Error()
+		return rec
+	}
+	defer resp.Body.Close()
+	rec.status = resp.StatusCode
+	rec.decision = resp.Header.Get("X-Loadaware-Decision")
+	if resp.StatusCode != http.StatusOK {
+		rec.err = fmt.Sprintf("status %d", resp.StatusCode)
+		return rec
+	}
+	sawDone, err := readStream(resp.Body, &rec)
+	switch {
+	case err != nil:
+		rec.err = err.Error()
+	case !sawDone:
+		rec.err = "the stream ended without data: [DONE]"
+	}
+	return rec
+}
+
+// readStream reads server-sent events, stamping every chunk that carries text.
+func readStream(body io.Reader, rec *record) (sawDone bool, err error) {
+	br := bufio.NewReaderSize(body, 16<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: "))
+			switch {
+			case !ok:
+			case string(data) == "[DONE]":
+				sawDone = true
+			default:
+				var c streamChunk
+				if jerr := json.Unmarshal(data, &c); jerr != nil {
+					return sawDone, fmt.Errorf("a stream chunk is not JSON: %v", jerr)
+				}
+				if len(c.Choices) > 0 && c.Choices[0].Text+c.Choices[0].Delta.Content != "" {
+					rec.tokens = append(rec.tokens, time.Now())
+				}
+				if c.Usage != nil {
+					rec.usage = c.Usage.CompletionTokens
+				}
+			}
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return sawDone, errors.New("a stream line is longer than 16 KiB")
+			}
+			if errors.Is(err, io.EOF) {
+				return sawDone, nil
+			}
+			return sawDone, err
+		}
+	}
+}
+
+type streamChunk struct {
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}

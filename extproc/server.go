@@ -173,7 +173,8 @@ type stream struct {
 	session           string
 	explain           bool
 	subset            []string
-	body              bytes.Buffer
+	body              bytes.Buffer // the request body, when it came in several frames
+	whole             []byte       // the request body, when it came in one frame
 	decided           bool
 	decision          picker.Decision
 	finished          bool // the response ended or an ImmediateResponse was sent
@@ -274,7 +275,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		if !h.GetEndOfStream() {
 			st.s.metrics.bodyless.WithLabelValues(st.reqMode.String()).Inc()
 		}
-		return st.decide(nil, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
+		return st.decide(nil, false, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
 			return &extprocv3.ProcessingResponse{
 				Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}},
 				DynamicMetadata: md,
@@ -295,7 +296,11 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if int64(st.body.Len()+len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
 		return st.tooLarge()
 	}
-	st.body.Write(b.GetBody())
+	if st.body.Len() == 0 && (b.GetEndOfStream() || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
+		st.whole = b.GetBody() // the body in one frame: no copy
+	} else {
+		st.body.Write(b.GetBody())
+	}
 	if st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		if !b.GetEndOfStream() {
 			return nil
@@ -303,7 +308,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		return st.decideFullDuplex(true)
 	}
 	// BUFFERED (and BUFFERED_PARTIAL): Envoy sent all it will send and waits.
-	return st.decide(st.body.Bytes(), func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
+	return st.decide(st.bodyBytes(), true, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
 		return &extprocv3.ProcessingResponse{
 			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}},
 			DynamicMetadata: md,
@@ -325,8 +330,8 @@ func (st *stream) requestTrailers() error {
 // decideFullDuplex routes on the buffered body, then sends the held headers response and
 // the body back in chunks; eos says whether the last chunk ends the request stream.
 func (st *stream) decideFullDuplex(eos bool) error {
-	body := st.body.Bytes()
-	err := st.decide(body, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
+	body := st.bodyBytes()
+	err := st.decide(body, true, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
 		return &extprocv3.ProcessingResponse{
 			Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}},
 			DynamicMetadata: md,
@@ -347,6 +352,14 @@ func (st *stream) decideFullDuplex(eos bool) error {
 	return nil
 }
 
+// bodyBytes is the request body received so far.
+func (st *stream) bodyBytes() []byte {
+	if st.whole != nil {
+		return st.whole
+	}
+	return st.body.Bytes()
+}
+
 // streamedBody is a request (or response) StreamedBodyResponse.
 func streamedBody(request bool, b []byte, eos bool) *extprocv3.ProcessingResponse {
 	br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
@@ -357,12 +370,12 @@ func streamedBody(request bool, b []byte, eos bool) *extprocv3.ProcessingRespons
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
-// decide parses body (nil: no body), picks, and sends the routing answer built by wrap.
+// decide parses body (when hasBody), picks, and sends the routing answer built by wrap.
 // Client errors and routing failures become an ImmediateResponse.
-func (st *stream) decide(body []byte, wrap func(*extprocv3.CommonResponse, *structpb.Struct) *extprocv3.ProcessingResponse) error {
+func (st *stream) decide(body []byte, hasBody bool, wrap func(*extprocv3.CommonResponse, *structpb.Struct) *extprocv3.ProcessingResponse) error {
 	st.decided = true
 	req := picker.Request{RequestID: st.requestID, Path: st.path, Session: st.session, Subset: st.subset, Explain: st.explain}
-	if body != nil {
+	if hasBody {
 		b, err := ParseBody(st.path, body)
 		if err != nil {
 			return st.immediate(typev3.StatusCode_BadRequest, "BadRequest", err.Error())

@@ -303,6 +303,8 @@ func TestErrorRows(t *testing.T) {
 	}{
 		{"body not JSON", []string{"10.0.0.1:1"}, PathCompletions, []string{`{"model":`}, nil, nil,
 			typev3.StatusCode_BadRequest, "BadRequest", "the request body is not valid JSON: unexpected end of JSON input"},
+		{"empty body", []string{"10.0.0.1:1"}, PathCompletions, []string{``}, nil, nil,
+			typev3.StatusCode_BadRequest, "BadRequest", `the request body is empty: send a JSON object with "model"`},
 		{"no model", []string{"10.0.0.1:1"}, PathCompletions, []string{`{"prompt":"x"}`}, nil, nil,
 			typev3.StatusCode_BadRequest, "BadRequest", `the request body has no "model": name the model to use`},
 		{"completions without prompt", []string{"10.0.0.1:1"}, PathCompletions, []string{`{"model":"m"}`}, nil, nil,

@@ -72,11 +72,11 @@ func ParseBody(path string, body []byte) (Body, error) {
 		if isNull(req.Messages) {
 			return Body{}, badRequest("a chat completions request needs \"messages\": a list of {\"role\", \"content\"} objects")
 		}
-		var msgs []json.RawMessage
-		if err := json.Unmarshal(req.Messages, &msgs); err != nil {
+		m := bytes.TrimSpace(req.Messages) // valid JSON: a list starts with '[', an empty one is "[ ]"
+		if m[0] != '[' {
 			return Body{}, badRequest("\"messages\" must be a list of {\"role\", \"content\"} objects")
 		}
-		if len(msgs) == 0 {
+		if bytes.TrimSpace(m[1:])[0] == ']' {
 			return Body{}, badRequest("\"messages\" is empty: send at least one message")
 		}
 		b.Chat = true

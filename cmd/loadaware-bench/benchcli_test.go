@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+)
+
+func TestParseArms(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []vtime.Arm
+		wantErr string
+	}{
+		{"all", vtime.DefaultArms(), ""},
+		{"kvaware,loadaware-b0.5", []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}}, ""},
+		{"loadaware:0.75", []vtime.Arm{{Name: "loadaware-b0.75", Policy: "loadaware", Beta: 0.75}}, ""},
+		{"loadaware", []vtime.Arm{{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}, ""},
+		{"session", []vtime.Arm{{Name: "session", Policy: "session", Beta: 1}}, ""},
+		{"fastest", nil, `unknown policy "fastest"`},
+		{"loadaware:x", nil, `beta "x" is not a number`},
+		{"loadaware:-1", nil, "out of range"},
+		{" , ", nil, "-arms is empty"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseArms(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []uint64
+		wantErr bool
+	}{
+		{"7", []uint64{7}, false},
+		{"1-4", []uint64{1, 2, 3, 4}, false},
+		{"3, 9,1", []uint64{3, 9, 1}, false},
+		{"4-1", nil, true},
+		{"1,1", nil, true},
+		{"x", nil, true},
+		{"", nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseSeeds(tc.in)
+			if (err != nil) != tc.wantErr || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("parseSeeds(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSavedResultsRoundTripExactly(t *testing.T) {
+	cfg := vtime.DefaultSweepConfig()
+	cfg.Arms, cfg.Seeds = cfg.Arms[:1], []uint64{4}
+	run := vtime.Run{Arm: cfg.Arms[0], Seed: 4, Interval: 250 * time.Millisecond, Running: [][]int{{1, 2}, {0, 3}}, Window: 1.5, Span: 2.25,
+		Engines: []vtime.EngineStats{{Addr: "127.0.1.1:8000", PrefixQueries: 10, PrefixHits: 7, Requests: 2}},
+		Rows: []vtime.Row{
+			{Index: 0, PrefixID: 3, SendAt: 0.1, TTFT: 0.123456789, E2E: 1.5, PromptTokens: 1579, CompletionTokens: 3, Status: "ok",
+				ITLs: []float64{float64(15234567) / 1e6, float64(1) / 1e6}, Engine: "127.0.1.1:8000", CachedTokens: 1536, LoadedTokens: 7, Preemptions: 1},
+			{Index: 1, PrefixID: -1, SendAt: 0.2, TTFT: math.NaN(), E2E: math.NaN(), Status: "error", Error: "status 503"},
+		}}
+	dir := t.TempDir()
+	meta := runMeta{Mode: modeLive, Command: "loadaware-bench live", Wall: 1500 * time.Millisecond, Workers: 1,
+		Live: []liveInfo{{Messages: 9, Received: 9, WarmEvents: 4, WallSeconds: 1.5}}, Reference: []vtime.Run{run}}
+	if err := saveResults(dir, vtime.Results{Config: cfg, Runs: []vtime.Run{run}}, meta); err != nil {
+		t.Fatal(err)
+	}
+	res, got, err := loadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nanOK := cmp.Comparer(func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) })
+	if diff := cmp.Diff(vtime.Results{Config: cfg, Runs: []vtime.Run{run}}, res, nanOK); diff != "" {
+		t.Errorf("results (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(meta, got, nanOK); diff != "" {
+		t.Errorf("meta (-want +got):\n%s", diff)
+	}
+	if _, _, err := loadResults(t.TempDir()); err == nil || !strings.Contains(err.Error(), "loadaware-bench sweep") {
+		t.Errorf("loading an empty directory: %v, want an error saying to run the sweep", err)
+	}
+}
+
+func runCmd(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), args, &out, &errOut); code != 0 {
+		t.Fatalf("%q exit %d\nstdout:\n%s\nstderr:\n%s", args, code, out.String(), errOut.String())
+	}
+	return out.String(), errOut.String()
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSweepThenCompareThenReport(t *testing.T) {
+	dir := t.TempDir()
+	out, _ := runCmd(t, "sweep", "-arms", "kvaware,loadaware-b1,roundrobin", "-seeds", "1-4", "-requests", "80", "-warmup", "80", "-out", dir, "-csv=false", "-progress=false")
+	if !strings.Contains(out, "12 runs (3 arms x 4 seeds x 80 requests, 80-request warm-up)") {
+		t.Errorf("sweep output: %s", out)
+	}
+	report := readFile(t, filepath.Join(dir, "REPORT.md"))
+	seeds := readFile(t, filepath.Join(dir, "seeds.csv"))
+
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"imbalance, flags after the arms", []string{"compare", "loadaware-b1", "kvaware", "-dir", dir, "-metric", "imbalance"},
+			[]string{"loadaware-b1 vs kvaware on imbalance (lower is better), 4 paired seeds", "median relative reduction:", "one-sided exact Wilcoxon signed-rank", "n = "}},
+		{"a higher-is-better metric", []string{"compare", "-dir", dir, "-metric", "req_per_s", "kvaware", "roundrobin"},
+			[]string{"on req/s (higher is better)", "median relative increase:", "(H1: kvaware is higher)"}},
+		{"the table name of a metric", []string{"compare", "-dir", dir, "-metric", "TTFT p95", "roundrobin", "kvaware"},
+			[]string{"roundrobin vs kvaware on TTFT p95 (lower is better)", " of 4\n", "significant at alpha 0.025: "}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _ := runCmd(t, tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("compare output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	// The relative increase of a higher-is-better metric agrees in sign with the medians.
+	out, _ = runCmd(t, "compare", "-dir", dir, "-metric", "req_per_s", "kvaware", "roundrobin")
+	m := regexp.MustCompile(`median over seeds: kvaware ([0-9.]+), roundrobin ([0-9.]+)`).FindStringSubmatch(out)
+	inc := regexp.MustCompile(`median relative increase: ([+-])`).FindStringSubmatch(out)
+	if m == nil || inc == nil || (m[1] > m[2]) != (inc[1] == "+") {
+		t.Errorf("the increase's sign disagrees with the medians:\n%s", out)
+	}
+
+	for _, bad := range [][]string{
+		{"compare", "-dir", dir, "kvaware"},
+		{"compare", "-dir", dir, "-metric", "speed", "kvaware", "roundrobin"},
+		{"report"},
+	} {
+		var o, e bytes.Buffer
+		if code := run(context.Background(), bad, &o, &e); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (usage)", bad, code)
+		}
+	}
+	var o, e bytes.Buffer
+	if code := run(context.Background(), []string{"compare", "-dir", dir, "leastload", "kvaware"}, &o, &e); code != 1 || !strings.Contains(e.String(), `arm "leastload": no runs`) {
+		t.Errorf("unknown arm: exit %d, %s", code, e.String())
+	}
+
+	if err := os.Remove(filepath.Join(dir, "REPORT.md")); err != nil {
+		t.Fatal(err)
+	}
+	runCmd(t, "report", dir)
+	if got := readFile(t, filepath.Join(dir, "REPORT.md")); got != report {
+		t.Errorf("report regenerated a different REPORT.md:\n%s", cmp.Diff(report, got))
+	}
+	if got := readFile(t, filepath.Join(dir, "seeds.csv")); got != seeds {
+		t.Error("report regenerated a different seeds.csv")
+	}
+}
+
+func TestLiveCommandReportsLiveAndVirtualTime(t *testing.T) {
+	dir := t.TempDir()
+	out, _ := runCmd(t, "live", "-arms", "loadaware-b1", "-seeds", "2", "-requests", "30", "-rate", "40", "-warmup", "100", "-max-tokens", "4",
+		"-slowdowns", "0.065,0.05", "-out", dir, "-progress=false")
+	for _, want := range []string{`(?m)^\s*loadaware-b1\s+2\s+live\s`, `(?m)^\s*loadaware-b1\s+2\s+virtual time\s`, `1 live runs in`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("live output does not match %q:\n%s", want, out)
+		}
+	}
+	report := readFile(t, filepath.Join(dir, "REPORT.md"))
+	for _, want := range []string{"# Benchmark report: the published experiment, live\n", "**Live mode**", "## Live against virtual time", "| loadaware-b1 | 2 | virtual time |"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("REPORT.md lacks %q", want)
+		}
+	}
+	runCmd(t, "report", dir)
+	if got := readFile(t, filepath.Join(dir, "REPORT.md")); got != report {
+		t.Errorf("report regenerated a different live REPORT.md:\n%s", cmp.Diff(report, got))
+	}
+}
+
+func TestDemoIsTheLiveDemo(t *testing.T) {
+	out, _ := runCmd(t, "demo", "-requests", "16", "-rate", "40", "-max-tokens", "4", "-warmup", "100", "-samples", "1", "-vtime-seeds", "3", "-progress=false")
+	for _, want := range []string{`(?m)^\s*engine 0 \(1.3x slower\)\s+\d+\s+\d+\s*$`, `(?m)^\s*kvaware\s+\S+\s+\S+.*\s(\d+)/(\d+)\s+\S+\s*$`,
+		`loadaware-b1\s+request 8: policy=loadaware beta=1 winner=127\.0\.1\.\d+:\d+ reason=\S+ prompt_tokens=1579 tokens=request; candidates: .*matched=`,
+		`The same arms on seeds 1-3 of this workload in virtual time`, `loadaware-b1 vs kvaware, imbalance: median reduction`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("demo output does not match %q:\n%s", want, out)
+		}
+	}
+	m := regexp.MustCompile(`(?m)^\s*loadaware-b1(?:\s+\S+){6}\s+0\s+(\d+)/(\d+)\s`).FindStringSubmatch(out)
+	if m == nil || m[1] != m[2] || m[1] == "0" {
+		t.Errorf("LMCache messages pushed/received not equal and positive:\n%s", out)
+	}
+	help, _ := runCmd(t, "help")
+	if !regexp.MustCompile(`(?m)^\s+demo\s+a short live run`).MatchString(help) || !regexp.MustCompile(`(?m)^\s+demo-simple\s+route a small`).MatchString(help) {
+		t.Errorf("help does not list demo (live) and demo-simple:\n%s", help)
+	}
+	var o, e bytes.Buffer
+	if code := run(context.Background(), []string{"demo-simple", "-requests", "0"}, &o, &e); code != 1 || !strings.Contains(e.String(), "loadaware-bench demo:") {
+		t.Errorf("demo-simple does not reach the simple demo: exit %d, %s", code, e.String())
+	}
+}

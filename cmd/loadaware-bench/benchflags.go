@@ -1,0 +1,175 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// sweepFlags are the flags sweep, live and calibrate share: which arms and seeds, the fleet
+// and every workload parameter. Parsing writes the plain ones into the config; apply writes
+// the rest.
+type sweepFlags struct {
+	arms, seeds, slowdowns string
+}
+
+// register adds the shared flags to fs, with cfg's values and the given arms and seeds as
+// defaults.
+func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds string) {
+	f.arms, f.seeds = arms, seeds
+	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+") or policy:beta")
+	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
+	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "simulated engines (GPUs)")
+	f.slowdowns = joinFloats(cfg.Slowdowns)
+	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "step-time factor of each engine, engine 0 first (engines not listed: 1); the calibrated testbed is 1.3,1")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "requests run through the same arm (and discarded) before each measured seed, so caches are warm")
+	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED, for LMCache chunk keys")
+	cfg.Workload.RegisterFlags(fs)
+}
+
+// apply writes the parsed arms, seeds and slowdowns into cfg and validates it.
+func (f *sweepFlags) apply(cfg *vtime.SweepConfig) error {
+	arms, err := parseArms(f.arms)
+	if err != nil {
+		return err
+	}
+	seeds, err := parseSeeds(f.seeds)
+	if err != nil {
+		return err
+	}
+	slow, err := parseFloats(f.slowdowns)
+	if err != nil {
+		return fmt.Errorf("-slowdowns: %w", err)
+	}
+	cfg.Arms, cfg.Seeds, cfg.Slowdowns = arms, seeds, slow
+	return cfg.Validate()
+}
+
+// parseArms reads -arms.
+func parseArms(s string) ([]vtime.Arm, error) {
+	if strings.TrimSpace(s) == "all" {
+		return vtime.DefaultArms(), nil
+	}
+	var out []vtime.Arm
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		arm, err := parseArm(item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, arm)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-arms is empty: name at least one arm, e.g. -arms kvaware,loadaware-b1")
+	}
+	return out, nil
+}
+
+func parseArm(item string) (vtime.Arm, error) {
+	for _, a := range vtime.DefaultArms() {
+		if a.Name == item {
+			return a, nil
+		}
+	}
+	policy, betaText, hasBeta := strings.Cut(item, ":")
+	if !slices.Contains(scoring.Names, policy) {
+		return vtime.Arm{}, fmt.Errorf("arm %q: unknown policy %q: use one of %s, optionally with :beta (loadaware:0.75)", item, policy, strings.Join(scoring.Names, ", "))
+	}
+	beta := scoring.DefaultParams().Beta
+	if hasBeta {
+		b, err := strconv.ParseFloat(betaText, 64)
+		if err != nil {
+			return vtime.Arm{}, fmt.Errorf("arm %q: beta %q is not a number", item, betaText)
+		}
+		if err := scoring.ValidateBeta(b); err != nil {
+			return vtime.Arm{}, fmt.Errorf("arm %q: %w", item, err)
+		}
+		beta = b
+	}
+	name := policy
+	if policy == "loadaware" {
+		name = "loadaware-b" + strconv.FormatFloat(beta, 'g', -1, 64)
+	}
+	return vtime.Arm{Name: name, Policy: policy, Beta: beta}, nil
+}
+
+// parseSeeds reads -seeds: "7", "1-20" or "1,4,9".
+func parseSeeds(s string) ([]uint64, error) {
+	s = strings.TrimSpace(s)
+	if lo, hi, ok := strings.Cut(s, "-"); ok {
+		a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 64)
+		b, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 64)
+		if err1 != nil || err2 != nil || b < a || b-a >= 100000 {
+			return nil, fmt.Errorf("-seeds %q: a range is A-B with A <= B (at most 100000 seeds)", s)
+		}
+		out := make([]uint64, 0, b-a+1)
+		for v := a; v <= b; v++ {
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	var out []uint64
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(part), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("-seeds %q: %q is not a seed: use N, A-B or a comma-separated list", s, part)
+		}
+		if slices.Contains(out, v) {
+			return nil, fmt.Errorf("-seeds %q: seed %d appears twice", s, v)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseFloats(s string) ([]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", part)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func joinFloats(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseInterleaved parses fs allowing flags after positional arguments (compare A B -metric
+// x), and returns the positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if rest[0] == "--" {
+			return append(pos, rest[1:]...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

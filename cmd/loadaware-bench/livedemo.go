@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/bench/live"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+)
+
+// liveDemoName is the registered name of the live demo; `loadaware-bench demo` runs it (see
+// renamed in main.go).
+const liveDemoName = "demo-live"
+
+func init() {
+	register(command{name: liveDemoName, summary: "a short live run through the real gateway, ext_proc and ZeroMQ paths: kvaware then loadaware", run: runLiveDemo})
+}
+
+type liveDemoConfig struct {
+	arms     string
+	requests int
+	rate     float64
+	tokens   int
+	warmup   int
+	seed     uint64
+	samples  int
+	vseeds   int
+	timeout  time.Duration
+	progress bool
+	verbose  bool
+}
+
+// runLiveDemo is `loadaware-bench demo`: each arm on a fresh live fleet (two simulated
+// engines, the calibrated testbed) warmed up in virtual time, then a short seed of live
+// requests; it prints the comparison.
+func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c liveDemoConfig
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.arms, "arms", "kvaware,loadaware-b1", "arms to run in turn (names as in sweep -arms)")
+	fs.IntVar(&c.requests, "requests", 100, "live requests per arm")
+	fs.Float64Var(&c.rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
+	fs.IntVar(&c.tokens, "max-tokens", 64, "output tokens per request")
+	fs.IntVar(&c.warmup, "warmup", vtime.DefaultSweepConfig().Warmup, "requests of virtual-time warm-up before each arm's live requests")
+	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same requests for every arm)")
+	fs.IntVar(&c.samples, "samples", 2, "decisions to print per arm (requests sent with x-loadaware-explain: 1)")
+	fs.IntVar(&c.vseeds, "vtime-seeds", 20, "then run the same arms on this many seeds of the same workload in virtual time and test the difference (0: skip)")
+	fs.DurationVar(&c.timeout, "timeout", 40*time.Second, "bound on one arm's live requests; unfinished requests count as errors")
+	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
+	fs.BoolVar(&c.verbose, "v", false, "show the picker's, the gateway's and the engines' logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := liveDemo(ctx, c, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) error {
+	if c.requests < 1 || c.rate <= 0 || c.tokens < 1 || c.warmup < 0 || c.samples < 0 || c.vseeds < 0 || c.timeout <= 0 {
+		return errors.New("-requests, -rate, -max-tokens and -timeout must be positive, -warmup, -samples and -vtime-seeds not negative")
+	}
+	cfg := vtime.DefaultSweepConfig()
+	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.requests, c.rate, c.tokens, c.warmup
+	arms, err := parseArms(c.arms)
+	if err != nil {
+		return err
+	}
+	cfg.Arms, cfg.Seeds = arms, []uint64{c.seed}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logLevel := slog.LevelError + 4
+	if c.verbose {
+		logLevel = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	w := cfg.Workload
+	fmt.Fprintf(stdout, "loadaware-bench demo: the real picker (ext_proc gRPC + the embedded LMCache controller) behind bench/gateway,\n")
+	fmt.Fprintf(stdout, "in front of %d live simulated vLLM + LMCache engines: the calibrated A10 model (bench/sim) on the wall clock,\n", cfg.Engines)
+	fmt.Fprintf(stdout, "each an HTTP server on its own loopback IP pushing its LMCache chunk events over ZeroMQ; engine 0 is %gx slower.\n", cfg.Slowdowns[0])
+	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %d requests in virtual time, then %d live requests at %g req/s\n", cfg.Warmup, w.Requests, w.Rate)
+	fmt.Fprintf(stdout, "(%d prefixes of %d tokens, Zipf %g, %d-token suffixes, %d output tokens; seed %d, the same requests for every arm).\n\n",
+		w.Prefixes, w.PrefixTokens, w.ZipfS, w.SuffixTokens, w.MaxTokens, c.seed)
+
+	step := max(c.requests/max(c.samples, 1), 1)
+	explain := func(i int) bool { return c.samples > 0 && i%step == step/2 && i/step < c.samples }
+	var results []live.Result
+	for _, arm := range arms {
+		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
+		r, err := live.Run(ctx, cfg, arm, c.seed, live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log})
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("%s: %w", arm.Name, err)
+		}
+		results = append(results, r)
+	}
+	printLiveDemo(stdout, cfg, results)
+	if c.vseeds > 0 {
+		if err := demoVirtualSweep(ctx, cfg, c, stdout, stderr); err != nil {
+			return err
+		}
+	}
+	for _, r := range results {
+		if r.InFlightAfter != 0 {
+			return fmt.Errorf("the picker still counts %v requests in flight after %s: a booking leaked", r.InFlightAfter, r.Run.Arm.Name)
+		}
+		if r.Messages != r.Received {
+			return fmt.Errorf("%s: the engines pushed %d LMCache messages but the controller received %d", r.Run.Arm.Name, r.Messages, r.Received)
+		}
+	}
+	return nil
+}
+
+func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
+	fmt.Fprintln(w, "\nRequests per engine:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "engine\t"
+	for _, r := range results {
+		head += r.Run.Arm.Name + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	for i := range cfg.Engines {
+		label := fmt.Sprintf("engine %d", i)
+		if i < len(cfg.Slowdowns) && cfg.Slowdowns[i] != 1 {
+			label += fmt.Sprintf(" (%gx slower)", cfg.Slowdowns[i])
+		}
+		row := label + "\t"
+		for _, r := range results {
+			row += fmt.Sprintf("%d\t", r.Run.Engines[i].Requests)
+		}
+		fmt.Fprintln(tw, row)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w, "\nAs the client saw it (seconds; imbalance = mean running requests of the busiest engine / the idlest, sampled from /metrics):")
+	cols := []string{"TTFT p50", "TTFT p95", "e2e p95", "imbalance", "hit rate", "miss@150ms"}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "arm\t%s\terrors\tLMCache msgs pushed/received\twall s\t\n", strings.Join(cols, "\t"))
+	metrics := make([]analysis.SeedMetrics, len(results))
+	for i, r := range results {
+		metrics[i] = analysis.SeedMetricsOf(r.Run)
+		fmt.Fprintf(tw, "%s\t", r.Run.Arm.Name)
+		for _, c := range cols {
+			met, _ := analysis.MetricByName(c)
+			fmt.Fprintf(tw, "%s\t", fmtMetric(c, met.Value(metrics[i])))
+		}
+		fmt.Fprintf(tw, "%d\t%d/%d\t%.1f\t\n", metrics[i].Errors, r.Messages, r.Received, r.Wall.Seconds())
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w, "\nSample decisions (x-loadaware-decision: matched = prompt tokens the engine holds, by the LMCache index):")
+	for _, r := range results {
+		idx := make([]int, 0, len(r.Decisions))
+		for i := range r.Decisions {
+			idx = append(idx, i)
+		}
+		sort.Ints(idx)
+		for _, i := range idx {
+			fmt.Fprintf(w, "  %-14s request %d: %s\n", r.Run.Arm.Name, i, r.Decisions[i])
+		}
+	}
+	base := slices.IndexFunc(results, func(r live.Result) bool { return r.Run.Arm.Name == analysis.Baseline })
+	if base >= 0 {
+		for i, r := range results {
+			if i == base {
+				continue
+			}
+			b, m := metrics[base], metrics[i]
+			fmt.Fprintf(w, "\n%s against %s: imbalance %.2f -> %.2f, TTFT p95 %.3f s -> %.3f s, hit rate %.3f -> %.3f.",
+				r.Run.Arm.Name, analysis.Baseline, b.Imbalance, m.Imbalance, b.TTFT.P95, m.TTFT.P95, b.HitRate, m.HitRate)
+		}
+		fmt.Fprintln(w, "\nOne short seed is one observation; the same arms on many seeds follow.")
+	}
+}
+
+// demoVirtualSweep runs the demo's arms on c.vseeds seeds of the demo's workload in virtual
+// time (the same picker code) and prints the medians and the paired tests against kvaware.
+func demoVirtualSweep(ctx context.Context, cfg vtime.SweepConfig, c liveDemoConfig, stdout, stderr io.Writer) error {
+	cfg.Seeds = make([]uint64, c.vseeds)
+	for i := range cfg.Seeds {
+		cfg.Seeds[i] = uint64(i + 1)
+	}
+	cfg.Workers = 0
+	bar := newProgressBar(stderr, "virtual time", c.progress)
+	start := time.Now()
+	res, err := vtime.RunSweep(ctx, cfg, bar.update)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	a, err := analysis.Analyze(res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nThe same arms on seeds 1-%d of this workload in virtual time (%.1f s): medians over seeds, then each arm against %s\n",
+		c.vseeds, time.Since(start).Seconds(), analysis.Baseline)
+	fmt.Fprintf(stdout, "(one-sided exact Wilcoxon signed-rank on paired seeds, significant below p = %.3f):\n", analysis.Alpha)
+	cols := []string{"TTFT p50", "TTFT p95", "e2e p95", "imbalance", "hit rate", "miss@150ms"}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "arm\t%s\t\n", strings.Join(cols, "\t"))
+	for _, s := range a.Arms {
+		fmt.Fprintf(tw, "%s\t", s.Arm.Name)
+		for _, col := range cols {
+			fmt.Fprintf(tw, "%s\t", fmtMetric(col, s.Median[col]))
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+	for _, p := range a.Comparisons {
+		sig := "not significant"
+		if p.Significant(analysis.Alpha) {
+			sig = "significant"
+		}
+		fmt.Fprintf(stdout, "  %s vs %s, %s: median reduction %+.1f%% (95%% CI %+.1f%% to %+.1f%%), %d of %d seeds improve, p = %.4g: %s\n",
+			p.Arm, analysis.Baseline, p.Metric, 100*p.Reduction, 100*p.CI.Lo, 100*p.CI.Hi, p.Improved, p.Seeds, p.Test.P, sig)
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+)
+
+func init() {
+	register(command{name: "sweep", summary: "arms x seeds in virtual time through the real picker: REPORT.md, figures, CSVs, saved results", run: runSweep})
+}
+
+// runSweep is `loadaware-bench sweep`: the published sweep (7 arms x 20 seeds x 500
+// requests) by default, every parameter a flag.
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := vtime.DefaultSweepConfig()
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sf sweepFlags
+	sf.register(fs, &cfg, "all", "1-20")
+	out := fs.String("out", "bench-results", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+resultsFile)
+	csvs := fs.Bool("csv", true, "write the per-request CSV of every run (about 200 kB each)")
+	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")
+	save := fs.Bool("save", true, "save every run in "+resultsFile+" (about 5 MB for the full sweep) for compare and report")
+	progress := fs.Bool("progress", true, "show progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := sf.apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
+		return 2
+	}
+	bar := newProgressBar(stderr, "sweep", *progress)
+	start := time.Now()
+	res, err := vtime.RunSweep(ctx, cfg, bar.update)
+	bar.finish()
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
+		return 1
+	}
+	wall := time.Since(start)
+	a, err := writeResults(*out, res, runMeta{Mode: modeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
+		Wall: wall, Workers: cfg.Workers, NoCSVs: !*csvs, NoSave: !*save})
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d runs (%d arms x %d seeds x %d requests, %d-request warm-up) in %.1f s with %d workers; calibration reproduced: %v\nreport: %s\n",
+		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.Warmup, wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(*out))
+	return 0
+}
+
+func reportPath(dir string) string { return strings.TrimSuffix(dir, "/") + "/REPORT.md" }

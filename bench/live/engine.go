@@ -192,7 +192,7 @@ func (e *Engine) Emitted() int64 {
 	return e.push.emitted.Load()
 }
 
-// Pushed: see Emitted.
+// Pushed is how many messages the engine's ZeroMQ socket has accepted (see Emitted).
 func (e *Engine) Pushed() int64 {
 	if e.push == nil {
 		return 0

@@ -1,10 +1,12 @@
 package live
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/bench/sim"
 )
 
 func TestSumMetricsAddsEveryLabelSet(t *testing.T) {
@@ -72,4 +74,19 @@ func FuzzParseSample(f *testing.F) {
 			t.Fatalf("%q parsed as %v, without labels as %q %v %v", line, v, name2, v2, err)
 		}
 	})
+}
+
+// BenchmarkSumMetrics measures reading one engine's /metrics page.
+func BenchmarkSumMetrics(b *testing.B) {
+	e := &Engine{cfg: EngineConfig{ModelName: DefaultModelName}}
+	e.metrics.Store(&sim.Metrics{Running: 12, Waiting: 3, KVUsage: 0.4, PrefixQueries: 123456, PrefixHits: 98765})
+	rec := httptest.NewRecorder()
+	e.metricsHandler(rec, nil)
+	page := rec.Body.String()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := sumMetrics(strings.NewReader(page)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -52,9 +52,9 @@ type Result struct {
 	Run vtime.Run
 	// Decisions are the x-loadaware-decision headers of the explained requests, by index.
 	Decisions map[int]string
-	// Messages is how many LMCache messages the engines pushed over ZeroMQ (registrations,
-	// admits and evicts); Received how many the picker's controller took in over the same
-	// time (they are equal when none was lost).
+	// Messages is how many LMCache messages (chunk admits and evicts) the engines pushed over
+	// ZeroMQ during the measured seed; Received how many the picker's controller took in over
+	// the same time (equal: the run waits for every message to arrive).
 	Messages, Received int64
 	// WarmEvents is how many warm-up chunk events were applied to the index directly.
 	WarmEvents int
@@ -65,8 +65,8 @@ type Result struct {
 	Wall time.Duration
 }
 
-// Addresses of the engines: engine i listens on the host of vtime.Addrs (127.0.1.<i+1>),
-// at a free port.
+// engineIPs returns the engines' loopback IPs: engine i listens on the host of vtime.Addrs
+// (127.0.1.<i+1>), at a free port.
 func engineIPs(n int) []string {
 	out := make([]string, n)
 	for i, a := range vtime.Addrs(n) {
@@ -334,7 +334,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 	if err != nil {
 		return res, err
 	}
-	pushedBefore := f.pushed()
+	emittedBefore := f.emitted()
 	receivedBefore, err := f.received(ctx)
 	if err != nil {
 		return res, err
@@ -404,7 +404,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 	if err != nil {
 		return res, err
 	}
-	res.Messages = f.pushed() - pushedBefore
+	res.Messages = f.emitted() - emittedBefore // all of them reached the controller (awaitDelivered)
 	res.Received = int64(received - receivedBefore)
 	after, err := f.engineCounters(context.WithoutCancel(ctx))
 	if err != nil {
@@ -476,15 +476,6 @@ func rowOf(r workload.Request, rec record, start time.Time) vtime.Row {
 		row.Status, row.Error = "error", fmt.Sprintf("%d of %d tokens arrived", len(rec.tokens), r.MaxTokens)
 	}
 	return row
-}
-
-// pushed is how many messages the engines' sockets have accepted.
-func (f *liveFleet) pushed() int64 {
-	var n int64
-	for _, e := range f.engines {
-		n += e.Pushed()
-	}
-	return n
 }
 
 // engineCounters scrapes every engine's /metrics.

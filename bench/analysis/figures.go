@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -123,9 +124,9 @@ func Figures(dir string, res vtime.Results, a Analysis) ([]Figure, error) {
 			}
 			cand := seedValues(a, s.Arm.Name, met)
 			ps := plot.Series{Name: s.Arm.Name}
-			for seed, v := range cand {
+			for _, seed := range slices.Sorted(maps.Keys(cand)) { // sorted: the PNG must be repeatable
 				if b, ok := base[seed]; ok {
-					ps.X, ps.Y = append(ps.X, b), append(ps.Y, v)
+					ps.X, ps.Y = append(ps.X, b), append(ps.Y, cand[seed])
 				}
 			}
 			if len(ps.X) > 0 {

@@ -4,7 +4,7 @@ GO ?= go
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-live gwload
 
 all: build
 
@@ -45,3 +45,15 @@ bench: deps testdata
 # The long differential test of the tokenizer against the HuggingFace reference.
 test-oracle: deps testdata
 	TOKENIZE_ORACLE_N=150000 $(GO) test -count=1 -run 'TestMatchesReference' -timeout 30m ./tokenize/
+
+# The published experiment (7 arms x 20 seeds x 500 requests) in virtual time, regenerating docs/bench/REPORT.md.
+bench-sweep: deps
+	$(GO) run ./cmd/loadaware-bench sweep -out docs/bench -csv=false -save=false
+
+# One live 500-request seed per arm through the real gateway, ext_proc and ZeroMQ, beside its virtual-time twin.
+bench-live: deps
+	$(GO) run ./cmd/loadaware-bench live -arms kvaware,loadaware-b1 -seeds 1 -out bench-live
+
+# Open-loop rate steps through gateway + picker: the highest rate with p99 added latency under 2 ms.
+gwload: deps
+	$(GO) run ./cmd/loadaware-bench gwload

@@ -203,16 +203,18 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	}
 	d.PromptTokens = len(tokens)
 
-	matches := make(map[string]CacheMatch, len(cands))
+	var matches []CacheMatch // aligned with cands; nil: no cache information
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
 		ms, err := p.opts.Cache.Match(ctx, tokens, cands)
-		if err != nil {
+		switch {
+		case err != nil:
 			p.metrics.cacheErrors.Inc()
 			d.Note = joinNote(d.Note, "cache lookup failed ("+err.Error()+"): no cache credit")
-		} else {
-			for i, a := range cands {
-				matches[a] = ms[i]
-			}
+		case len(ms) != len(cands):
+			p.metrics.cacheErrors.Inc()
+			d.Note = joinNote(d.Note, fmt.Sprintf("cache view answered %d matches for %d endpoints: no cache credit", len(ms), len(cands)))
+		default:
+			matches = ms
 		}
 	}
 
@@ -220,10 +222,14 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	now := p.opts.Now()
 	loads := p.opts.Fleet.Loads(cands)
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now, Candidates: make([]scoring.Candidate, len(loads))}
+	j := 0 // loads is cands in order, less endpoints removed since
 	for i, l := range loads {
-		m, ok := matches[l.Addr]
-		if !ok {
-			m.HolderRank = -1
+		for cands[j] != l.Addr {
+			j++
+		}
+		m := CacheMatch{HolderRank: -1}
+		if matches != nil {
+			m = matches[j]
 		}
 		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight()}
 	}

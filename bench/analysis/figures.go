@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -20,6 +21,9 @@ type Figure struct {
 func Figures(dir string, res vtime.Results, a Analysis) ([]Figure, error) {
 	var figs []Figure
 	add := func(file, caption string, err error) error {
+		if errors.Is(err, plot.ErrNoData) {
+			return nil // nothing finite to draw (e.g. an idle engine made the imbalance +Inf): no figure
+		}
 		if err != nil {
 			return fmt.Errorf("analysis: figure %s: %w", file, err)
 		}

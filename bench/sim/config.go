@@ -24,12 +24,13 @@ import (
 // Config is the engine model's constants.
 type Config struct {
 	// Model: Qwen2.5-3B-Instruct.
-	Params        float64 // parameters (3.09e9)
-	Layers        int     // transformer layers (36)
-	QueryHeads    int     // attention query heads (16)
-	KVHeads       int     // key/value heads (2, grouped-query attention)
-	HeadDim       int     // dimension per head (128)
-	BytesPerValue int     // bytes per weight / KV element (2, bf16)
+	Params          float64 // parameters (3.09e9), all read once per step
+	EmbeddingParams float64 // vocabulary x hidden (151,936 x 2,048 = 0.31e9): the tied embedding / LM head
+	Layers          int     // transformer layers (36)
+	QueryHeads      int     // attention query heads (16)
+	KVHeads         int     // key/value heads (2, grouped-query attention)
+	HeadDim         int     // dimension per head (128)
+	BytesPerValue   int     // bytes per weight / KV element (2, bf16)
 
 	// GPU: NVIDIA A10.
 	PeakFLOPS         float64 // dense bf16 tensor peak, FLOP/s (125e12)
@@ -58,16 +59,17 @@ type Config struct {
 // DefaultConfig returns the calibrated model of the published testbed.
 func DefaultConfig() Config {
 	return Config{
-		Params:        3.09e9,
-		Layers:        36,
-		QueryHeads:    16,
-		KVHeads:       2,
-		HeadDim:       128,
-		BytesPerValue: 2,
+		Params:          3.09e9,
+		EmbeddingParams: 151936 * 2048,
+		Layers:          36,
+		QueryHeads:      16,
+		KVHeads:         2,
+		HeadDim:         128,
+		BytesPerValue:   2,
 
 		PeakFLOPS:         125e12,
 		MemBandwidth:      600e9,
-		PrefillEfficiency: 0.30,
+		PrefillEfficiency: 0.25,
 		MemEfficiency:     0.8,
 
 		KVPoolTokens:     99000,
@@ -80,8 +82,8 @@ func DefaultConfig() Config {
 		PCIeBandwidth: 12e9,
 
 		Slowdown:       1,
-		StepOverhead:   5 * time.Millisecond,
-		SeqOverhead:    time.Millisecond,
+		StepOverhead:   3 * time.Millisecond,
+		SeqOverhead:    850 * time.Microsecond,
 		IngressLatency: 40 * time.Millisecond,
 	}
 }
@@ -116,6 +118,9 @@ func (c Config) Validate() error {
 		if !(p.v > 0) || math.IsInf(p.v, 0) {
 			return fmt.Errorf("sim: %s = %v: must be positive and finite", p.name, p.v)
 		}
+	}
+	if !(c.EmbeddingParams >= 0) || c.EmbeddingParams >= c.Params {
+		return fmt.Errorf("sim: EmbeddingParams = %v: must be at least 0 and below Params (%v)", c.EmbeddingParams, c.Params)
 	}
 	if c.PrefillEfficiency > 1 || c.MemEfficiency > 1 {
 		return fmt.Errorf("sim: efficiencies are fractions of peak: got prefill %v, memory %v", c.PrefillEfficiency, c.MemEfficiency)

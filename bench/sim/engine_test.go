@@ -90,7 +90,10 @@ func TestStepTimeFollowsTheRoofline(t *testing.T) {
 	}
 	n := 1579.0
 	pairs := n * (n + 1) / 2
-	prefill := n*2*3.09e9/compute + math.Max(4*36*16*128*pairs/compute, n*kvb/bw) + n*kvb/cfg.PCIeBandwidth
+	// The transformer body (3.09e9 minus the 151,936 x 2,048 tied embedding)
+	// acts on every prompt token, the LM head on the sampled position only.
+	body, head := 3.09e9-151936*2048, 151936*2048.0
+	prefill := (n*2*body+2*head)/compute + math.Max(4*36*16*128*pairs/compute, n*kvb/bw) + n*kvb/cfg.PCIeBandwidth
 	if want := overhead + sec(prefill); absDur(end-want) > time.Microsecond {
 		t.Fatalf("prefill step ends %v, want %v", end, want)
 	}
@@ -247,12 +250,19 @@ func TestRequestWaitsWhileItsBlocksDoNotFit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.Start(0)
+	end, _ := e.Start(0)
 	if m := e.Metrics(); m.Running != 1 || m.Waiting != 1 {
 		t.Fatalf("running %d waiting %d, want 1 and 1", m.Running, m.Waiting)
 	}
 	e.Finish()
-	drain(t, e, 0)
+	// vLLM counts a prefix-cache query at every attempt to admit a waiting
+	// request: b's failed attempt in the first step and its second one now.
+	end, _ = e.Start(end)
+	if m := e.Metrics(); m.PrefixQueries != 3*200 || m.Waiting != 1 {
+		t.Fatalf("%d queried tokens with %d waiting, want 600 (a once, b at each of two attempts) and b still waiting", m.PrefixQueries, m.Waiting)
+	}
+	e.Finish()
+	drain(t, e, end)
 	if !a.Done || !b.Done || b.TokenTimes[0] <= a.TokenTimes[len(a.TokenTimes)-1] {
 		t.Fatalf("b's first token %v should follow a's last %v", b.TokenTimes, a.TokenTimes)
 	}
@@ -404,6 +414,8 @@ func TestConfigValidate(t *testing.T) {
 		mutate func(*Config)
 	}{
 		{"zero params", func(c *Config) { c.Params = 0 }},
+		{"embedding as large as the model", func(c *Config) { c.EmbeddingParams = c.Params }},
+		{"negative embedding", func(c *Config) { c.EmbeddingParams = -1 }},
 		{"NaN bandwidth", func(c *Config) { c.MemBandwidth = math.NaN() }},
 		{"efficiency above one", func(c *Config) { c.PrefillEfficiency = 1.5 }},
 		{"pool smaller than a block", func(c *Config) { c.KVPoolTokens = 8 }},

@@ -63,6 +63,12 @@ func (e *Engine) schedule() time.Duration {
 				freeHits++
 			}
 		}
+		// vLLM counts the prefix-cache query and LMCache pins and touches
+		// the chunks it finds at every attempt to admit the request, also
+		// when the attempt then fails for lack of blocks.
+		e.stats.PrefixQueries += int64(nt)
+		e.stats.PrefixHits += int64(hit)
+		e.touchCPU(r, cpu)
 		if need > e.pool.free-freeHits {
 			break
 		}
@@ -76,14 +82,11 @@ func (e *Engine) schedule() time.Duration {
 		}
 		r.registered = len(hits)
 		r.computed = hit + ext
-		e.touchCPU(r, cpu)
 		loaded += ext
 		if !r.admitted {
 			r.admitted = true
 			r.CachedTokens, r.LoadedTokens = hit, ext
 		}
-		e.stats.PrefixQueries += int64(nt)
-		e.stats.PrefixHits += int64(hit)
 		e.running = append(e.running, r)
 		e.batch = append(e.batch, scheduled{r: r, start: r.computed, tokens: n})
 		stored += e.storeCost(r, r.computed+n)
@@ -191,16 +194,18 @@ func (e *Engine) stepCost(loaded, stored int) time.Duration {
 	bw := c.MemBandwidth * c.MemEfficiency
 	kvb := float64(c.KVBytesPerToken())
 	attnFLOPsPerPair := 4 * float64(c.Layers*c.QueryHeads*c.HeadDim) // QK^T and AV, 2 FLOPs per multiply-add
-	tokens := 0
-	var attn float64
+	var flops, attn float64
 	for _, s := range e.batch {
-		tokens += s.tokens
+		// The transformer's weights act on every computed token; the LM head
+		// only on the last position of each sequence (the one sampled).
+		flops += float64(s.tokens)*2*(c.Params-c.EmbeddingParams) + 2*c.EmbeddingParams
 		t, st := float64(s.tokens), float64(s.start)
 		pairs := t * (st + (t+1)/2) // query-key pairs under the causal mask
 		attn += max(attnFLOPsPerPair*pairs/compute, (st+t)*kvb/bw)
 	}
-	linear := max(c.Params*float64(c.BytesPerValue)/bw, float64(tokens)*2*c.Params/compute)
+	linear := max(c.Params*float64(c.BytesPerValue)/bw, flops/compute)
 	pcie := float64(loaded+stored) * kvb / c.PCIeBandwidth
-	sec := linear + attn + pcie + (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead).Seconds()
+	host := (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead).Seconds()
+	sec := linear + attn + pcie + host
 	return time.Duration(sec * c.Slowdown * float64(time.Second))
 }

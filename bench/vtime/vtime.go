@@ -64,7 +64,7 @@ type SweepConfig struct {
 
 // DefaultSweepConfig returns the published sweep: 7 arms x 20 seeds x 500
 // requests on 2 engines, each seed after a 2,000-request warm-up (the caches
-// of a testbed that has served earlier seeds), engine 0 calibrated 1.3 times
+// of a testbed that has served earlier seeds), engine 0 calibrated 1.35 times
 // slower than engine 1 (docs/bench/simulator.md).
 func DefaultSweepConfig() SweepConfig {
 	seeds := make([]uint64, 20)
@@ -75,7 +75,7 @@ func DefaultSweepConfig() SweepConfig {
 		Workload:       workload.DefaultConfig(),
 		Engine:         sim.DefaultConfig(),
 		Engines:        2,
-		Slowdowns:      []float64{1.3, 1},
+		Slowdowns:      []float64{1.35, 1},
 		Arms:           DefaultArms(),
 		Seeds:          seeds,
 		Warmup:         2000,

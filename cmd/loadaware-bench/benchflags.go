@@ -27,7 +27,7 @@ func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, se
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "simulated engines (GPUs)")
 	f.slowdowns = joinFloats(cfg.Slowdowns)
-	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "step-time factor of each engine, engine 0 first (engines not listed: 1); the calibrated testbed is 1.3,1")
+	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "step-time factor of each engine, engine 0 first (engines not listed: 1); the default is the calibrated testbed (docs/bench/simulator.md)")
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "requests run through the same arm (and discarded) before each measured seed, so caches are warm")
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED, for LMCache chunk keys")
 	cfg.Workload.RegisterFlags(fs)

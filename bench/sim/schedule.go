@@ -185,9 +185,11 @@ func (e *Engine) storePrompt(r *Request) {
 // stepCost is the duration of the scheduled batch, times Slowdown:
 //
 //	StepOverhead + SeqOverhead * sequences
-//	+ max(weights / bandwidth, tokens * 2 * Params / compute)      (linear layers, roofline)
+//	+ max(weights / bandwidth, FLOPs / compute)                    (linear layers, roofline)
 //	+ sum over sequences of max(attention FLOPs / compute, KV bytes read / bandwidth)
 //	+ (loaded + stored tokens) * KV bytes per token / PCIe bandwidth
+//
+// FLOPs = tokens * 2 * (Params - EmbeddingParams) + sequences * 2 * EmbeddingParams.
 func (e *Engine) stepCost(loaded, stored int) time.Duration {
 	c := e.cfg
 	compute := c.PeakFLOPS * c.PrefillEfficiency
@@ -196,8 +198,8 @@ func (e *Engine) stepCost(loaded, stored int) time.Duration {
 	attnFLOPsPerPair := 4 * float64(c.Layers*c.QueryHeads*c.HeadDim) // QK^T and AV, 2 FLOPs per multiply-add
 	var flops, attn float64
 	for _, s := range e.batch {
-		// The transformer's weights act on every computed token; the LM head
-		// only on the last position of each sequence (the one sampled).
+		// The transformer body acts on every computed token; vLLM computes
+		// logits (the LM head) at one position per scheduled sequence.
 		flops += float64(s.tokens)*2*(c.Params-c.EmbeddingParams) + 2*c.EmbeddingParams
 		t, st := float64(s.tokens), float64(s.start)
 		pairs := t * (st + (t+1)/2) // query-key pairs under the causal mask

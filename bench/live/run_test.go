@@ -13,11 +13,11 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
 
-// fastSweep is the calibrated sweep with engines 20 times faster (engine 0 still 1.3 times
+// fastSweep is the calibrated sweep with engines 20 times faster (engine 0 still 1.35 times
 // slower than engine 1) and a 5 ms ingress, so live tests take seconds.
 func fastSweep() vtime.SweepConfig {
 	cfg := vtime.DefaultSweepConfig()
-	cfg.Slowdowns = []float64{1.3 / 20, 1.0 / 20}
+	cfg.Slowdowns = []float64{1.35 / 20, 1.0 / 20}
 	cfg.Engine.IngressLatency = 5 * time.Millisecond
 	return cfg
 }

@@ -149,38 +149,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
 
-	if a.grpcLis, err = listen("ext_proc gRPC", cfg.GRPCAddr, "--grpc-port"); err != nil {
-		return nil, err
-	}
-	if cfg.HealthAddr != "-" {
-		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
-			a.grpcLis.Close()
-			return nil, err
-		}
-		a.healthSrv = grpc.NewServer()
-		healthpb.RegisterHealthServer(a.healthSrv, a.Health)
-	}
-	if a.metricsLis, err = listen("metrics", cfg.MetricsAddr, "--metrics-port"); err != nil {
-		a.grpcLis.Close()
-		if a.healthLis != nil {
-			a.healthLis.Close()
-		}
+	ctx, a.cancel = context.WithCancel(ctx)
+	if err := a.bind(ctx, cfg); err != nil {
+		a.cancel()
+		a.closeListeners()
 		return nil, err
 	}
 	a.httpSrv = &http.Server{Handler: a.httpHandler(adm), ReadHeaderTimeout: 10 * time.Second}
-
-	ctx, a.cancel = context.WithCancel(ctx)
-	if a.LMCacheServer != nil {
-		if err := a.LMCacheServer.Start(ctx); err != nil {
-			a.cancel()
-			a.grpcLis.Close()
-			a.metricsLis.Close()
-			if a.healthLis != nil {
-				a.healthLis.Close()
-			}
-			return nil, fmt.Errorf("LMCache controller: %w", err)
-		}
-	}
 	a.goServe("ext_proc gRPC", func() error { return a.grpcSrv.Serve(a.grpcLis) })
 	if a.healthSrv != nil {
 		a.goServe("gRPC health", func() error { return a.healthSrv.Serve(a.healthLis) })
@@ -212,6 +187,40 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	log.Info("loadaware-epp started", "ext_proc", a.GRPCAddr(), "tls", cfg.SecureServing, "metrics", a.MetricsAddr(),
 		"policy", cfg.Policy, "beta", cfg.Beta, "body_mode", cfg.BodyMode.String(), "endpoints", len(cfg.Endpoints))
 	return a, nil
+}
+
+// bind opens every listener and starts the LMCache controller's sockets, so that Start
+// fails before serving anything when a port is taken.
+func (a *App) bind(ctx context.Context, cfg Config) error {
+	var err error
+	if a.grpcLis, err = listen("ext_proc gRPC", cfg.GRPCAddr, "--grpc-port"); err != nil {
+		return err
+	}
+	if cfg.HealthAddr != "-" {
+		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
+			return err
+		}
+		a.healthSrv = grpc.NewServer()
+		healthpb.RegisterHealthServer(a.healthSrv, a.Health)
+	}
+	if a.metricsLis, err = listen("metrics", cfg.MetricsAddr, "--metrics-port"); err != nil {
+		return err
+	}
+	if a.LMCacheServer != nil {
+		if err := a.LMCacheServer.Start(ctx); err != nil {
+			return fmt.Errorf("LMCache controller: %w", err)
+		}
+	}
+	return nil
+}
+
+// closeListeners undoes a bind that failed part way.
+func (a *App) closeListeners() {
+	for _, l := range []net.Listener{a.grpcLis, a.healthLis, a.metricsLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
 }
 
 func setDefaults(c *Config) {

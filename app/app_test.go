@@ -167,3 +167,11 @@ func TestBadCertPathSaysWhatItExpects(t *testing.T) {
 }
 
 func pickerConfig(policy string) picker.Config { return picker.Config{Policy: policy, Beta: 1} }
+
+func TestTakenPortFailsTheStartAndFreesTheOthers(t *testing.T) {
+	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}})
+	_, err := Start(context.Background(), Config{GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: a.MetricsAddr()}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--metrics-port") {
+		t.Fatalf("err = %v, want one naming --metrics-port", err)
+	}
+}

@@ -275,12 +275,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		if !h.GetEndOfStream() {
 			st.s.metrics.bodyless.WithLabelValues(st.reqMode.String()).Inc()
 		}
-		return st.decide(nil, false, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
-			return &extprocv3.ProcessingResponse{
-				Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}},
-				DynamicMetadata: md,
-			}
-		})
+		return st.decide(nil, false, inHeaders)
 	}
 	if st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		return nil // hold the headers response until the body ends
@@ -308,12 +303,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		return st.decideFullDuplex(true)
 	}
 	// BUFFERED (and BUFFERED_PARTIAL): Envoy sent all it will send and waits.
-	return st.decide(st.bodyBytes(), true, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
-		return &extprocv3.ProcessingResponse{
-			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}},
-			DynamicMetadata: md,
-		}
-	})
+	return st.decide(st.bodyBytes(), true, inBody)
 }
 
 func (st *stream) requestTrailers() error {
@@ -331,12 +321,7 @@ func (st *stream) requestTrailers() error {
 // the body back in chunks; eos says whether the last chunk ends the request stream.
 func (st *stream) decideFullDuplex(eos bool) error {
 	body := st.bodyBytes()
-	err := st.decide(body, true, func(c *extprocv3.CommonResponse, md *structpb.Struct) *extprocv3.ProcessingResponse {
-		return &extprocv3.ProcessingResponse{
-			Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}},
-			DynamicMetadata: md,
-		}
-	})
+	err := st.decide(body, true, inHeaders)
 	if err != nil || st.finished {
 		return err
 	}
@@ -370,9 +355,16 @@ func streamedBody(request bool, b []byte, eos bool) *extprocv3.ProcessingRespons
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
-// decide parses body (when hasBody), picks, and sends the routing answer built by wrap.
-// Client errors and routing failures become an ImmediateResponse.
-func (st *stream) decide(body []byte, hasBody bool, wrap func(*extprocv3.CommonResponse, *structpb.Struct) *extprocv3.ProcessingResponse) error {
+// Where the routing answer goes: the request headers response (full-duplex, header-only)
+// or the request body response (buffered).
+const (
+	inHeaders = false
+	inBody    = true
+)
+
+// decide parses body (when hasBody), picks, and sends the routing answer in the headers or
+// the body response. Client errors and routing failures become an ImmediateResponse.
+func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	st.decided = true
 	req := picker.Request{RequestID: st.requestID, Path: st.path, Session: st.session, Subset: st.subset, Explain: st.explain}
 	if hasBody {
@@ -401,7 +393,13 @@ func (st *stream) decide(body []byte, hasBody bool, wrap func(*extprocv3.CommonR
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
 		LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			DestinationHeader: structpb.NewStringValue(value)}})}}
-	return st.send(wrap(&extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}, md))
+	c := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}
+	resp := &extprocv3.ProcessingResponse{DynamicMetadata: md,
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}
+	if answerInBody {
+		resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}}
+	}
+	return st.send(resp)
 }
 
 func (st *stream) tooLarge() error {

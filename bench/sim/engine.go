@@ -33,6 +33,21 @@ type Request struct {
 	hashes     []uint64 // content hashes of the full blocks known so far
 	keys       []int64  // LMCache chunk keys of the prompt
 	keyLens    []int    // tokens of each chunk
+	lmHit      int      // tokens the engine's LMCache lookup found at first admission
+}
+
+// skipSave reports whether LMCache saves nothing of r's prompt. LMCache's
+// vLLM connector (0.3.x, ReqMeta.from_request_tracker) starts a request's
+// saved-token count at its LMCache hit and skips the save while the prompt
+// does not reach the next chunk boundary past it: a request that found its
+// prefix in the CPU tier stores neither the prefix again nor its own partial
+// last chunk. Only requests with no LMCache hit store their prompts.
+func (r *Request) skipSave(chunk int) bool {
+	if r.lmHit == 0 {
+		return false
+	}
+	boundary := (r.lmHit + chunk) / chunk * chunk // cdiv(hit+1, chunk) * chunk
+	return len(r.Tokens) < boundary
 }
 
 func (r *Request) numTokens() int { return len(r.Tokens) + r.generated }
@@ -114,6 +129,11 @@ type Engine struct {
 
 	busy    bool
 	stepEnd time.Duration
+	// The gauges as vLLM last logged them: after each step, running after
+	// finished requests leave and waiting as the step's scheduling left it
+	// (requests that arrive during a step reach the scheduler's queue only
+	// before the next step).
+	gaugeRunning, gaugeWaiting, stepWaiting int
 	batch   []scheduled
 	stats   Metrics
 	out     Outcome
@@ -171,8 +191,8 @@ func (e *Engine) Busy() (time.Duration, bool) { return e.stepEnd, e.busy }
 // Metrics returns the current gauges and totals.
 func (e *Engine) Metrics() Metrics {
 	m := e.stats
-	m.Running = len(e.running)
-	m.Waiting = len(e.waiting)
+	m.Running = e.gaugeRunning
+	m.Waiting = e.gaugeWaiting
 	m.KVUsage = float64(e.pool.used()) / float64(len(e.pool.blocks))
 	m.CPUTokens = e.cpu.used
 	return m
@@ -190,6 +210,7 @@ func (e *Engine) Start(now time.Duration) (time.Duration, bool) {
 	}
 	e.busy = true
 	e.stepEnd = now + cost
+	e.stepWaiting = len(e.waiting)
 	e.stats.Steps++
 	return e.stepEnd, true
 }
@@ -236,5 +257,6 @@ func (e *Engine) Finish() Outcome {
 		e.running = kept
 	}
 	e.batch = e.batch[:0]
+	e.gaugeRunning, e.gaugeWaiting = len(e.running), e.stepWaiting
 	return e.out
 }

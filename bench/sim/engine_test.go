@@ -251,17 +251,17 @@ func TestRequestWaitsWhileItsBlocksDoNotFit(t *testing.T) {
 		}
 	}
 	end, _ := e.Start(0)
-	if m := e.Metrics(); m.Running != 1 || m.Waiting != 1 {
-		t.Fatalf("running %d waiting %d, want 1 and 1", m.Running, m.Waiting)
-	}
 	e.Finish()
+	if m := e.Metrics(); m.Running != 1 || m.Waiting != 1 {
+		t.Fatalf("after the first step: running %d waiting %d, want 1 and 1", m.Running, m.Waiting)
+	}
 	// vLLM counts a prefix-cache query at every attempt to admit a waiting
 	// request: b's failed attempt in the first step and its second one now.
 	end, _ = e.Start(end)
+	e.Finish()
 	if m := e.Metrics(); m.PrefixQueries != 3*200 || m.Waiting != 1 {
 		t.Fatalf("%d queried tokens with %d waiting, want 600 (a once, b at each of two attempts) and b still waiting", m.PrefixQueries, m.Waiting)
 	}
-	e.Finish()
 	drain(t, e, end)
 	if !a.Done || !b.Done || b.TokenTimes[0] <= a.TokenTimes[len(a.TokenTimes)-1] {
 		t.Fatalf("b's first token %v should follow a's last %v", b.TokenTimes, a.TokenTimes)
@@ -469,5 +469,74 @@ func BenchmarkEngineSeed(b *testing.B) {
 			}
 		}
 		drain(b, e, 0)
+	}
+}
+
+// vLLM logs its gauges once per step: a request that arrives while a step runs
+// is neither waiting nor running until the next step schedules it.
+func TestGaugesAreThoseOfTheLastStep(t *testing.T) {
+	e := newEngine(t, DefaultConfig())
+	a := &Request{ID: "a", Tokens: prompt(1, 200), MaxTokens: 4}
+	if err := e.Add(a); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := e.Start(0)
+	b := &Request{ID: "b", Tokens: prompt(2, 200), MaxTokens: 4}
+	if err := e.Add(b); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.Metrics(); m.Running != 0 || m.Waiting != 0 {
+		t.Fatalf("during the first step: running %d waiting %d, want the gauges before it (0, 0)", m.Running, m.Waiting)
+	}
+	e.Finish()
+	if m := e.Metrics(); m.Running != 1 || m.Waiting != 0 {
+		t.Fatalf("after the first step: running %d waiting %d, want 1 and 0 (b arrived during the step)", m.Running, m.Waiting)
+	}
+	e.Start(end)
+	e.Finish()
+	if m := e.Metrics(); m.Running != 2 || m.Waiting != 0 {
+		t.Fatalf("after the second step: running %d waiting %d, want 2 and 0", m.Running, m.Waiting)
+	}
+}
+
+// LMCache saves a prompt whose prefix it did not find, and saves nothing of a
+// prompt whose LMCache hit leaves less than a chunk boundary to the end: the
+// CPU tier of a fleet that serves shared prefixes stays flat.
+func TestLMCacheSavesOnlyPromptsItDidNotFind(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.KVPoolTokens = 16 * 150 // small GPU pool: the second prompt must come from the CPU tier
+	e := newEngine(t, cfg)
+	shared := prompt(1, 1544)
+	now := time.Duration(0)
+	first := &Request{ID: "first", Tokens: withPrefix(shared, 1, 34), MaxTokens: 2}
+	if err := e.Add(first); err != nil {
+		t.Fatal(err)
+	}
+	now, evs := drain(t, e, now)
+	admits := 0
+	for _, ev := range evs {
+		if ev.Admit {
+			admits++
+		}
+	}
+	if admits != 7 { // 6 full chunks and the partial one
+		t.Fatalf("first prompt stored %d chunks, want 7 (6 full + the trailing partial)", admits)
+	}
+	filler := &Request{ID: "filler", Tokens: prompt(9, 1800), MaxTokens: 2} // pushes the shared prefix out of the GPU pool
+	if err := e.Add(filler); err != nil {
+		t.Fatal(err)
+	}
+	now, _ = drain(t, e, now)
+	used := e.Metrics().CPUTokens
+	second := &Request{ID: "second", Tokens: withPrefix(shared, 2, 34), MaxTokens: 2}
+	if err := e.Add(second); err != nil {
+		t.Fatal(err)
+	}
+	_, evs = drain(t, e, now)
+	if second.LoadedTokens == 0 {
+		t.Fatalf("second prompt loaded nothing from the CPU tier (cached %d): the test needs a CPU hit", second.CachedTokens)
+	}
+	if len(evs) != 0 || e.Metrics().CPUTokens != used {
+		t.Fatalf("second prompt (LMCache hit %d tokens) produced %d events, CPU tier %d -> %d tokens: want no save", second.LoadedTokens, len(evs), used, e.Metrics().CPUTokens)
 	}
 }

@@ -86,6 +86,7 @@ func (e *Engine) schedule() time.Duration {
 		if !r.admitted {
 			r.admitted = true
 			r.CachedTokens, r.LoadedTokens = hit, ext
+			r.lmHit = cpu
 		}
 		e.running = append(e.running, r)
 		e.batch = append(e.batch, scheduled{r: r, start: r.computed, tokens: n})
@@ -150,7 +151,7 @@ func (e *Engine) touchCPU(r *Request, tokens int) {
 // storeCost returns the prompt tokens this step will copy to the CPU tier:
 // when r's prefill completes, every chunk the tier lacks.
 func (e *Engine) storeCost(r *Request, after int) int {
-	if r.computed >= len(r.Tokens) || after < len(r.Tokens) || e.cpu.capacity == 0 {
+	if r.computed >= len(r.Tokens) || after < len(r.Tokens) || e.cpu.capacity == 0 || r.skipSave(e.cfg.ChunkSize) {
 		return 0
 	}
 	n := 0
@@ -165,7 +166,7 @@ func (e *Engine) storeCost(r *Request, after int) int {
 // storePrompt saves r's prompt chunks that the CPU tier lacks, recording an
 // admit event for each and an evict event for each chunk pushed out.
 func (e *Engine) storePrompt(r *Request) {
-	if e.cpu.capacity == 0 {
+	if e.cpu.capacity == 0 || r.skipSave(e.cfg.ChunkSize) {
 		return
 	}
 	var evicted []int64

@@ -394,6 +394,14 @@ type world struct {
 	owners  map[*sim.Request]*pending
 	record  bool              // keep the LMCache events in log
 	log     []lmcache.Message // the events the index applied, when record
+
+	router   Router
+	policy   string
+	grid     *grid // cell-wide sampling, when running a cell
+	fallback struct {
+		addr string        // where the last group of unheld prompts went
+		at   time.Duration // when that group's first prompt was routed
+	}
 }
 
 type pending struct {
@@ -430,6 +438,7 @@ func (w *world) build(arm Arm) error {
 		return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 	}
 	w.picker = p
+	w.policy = arm.Policy
 	for i := range w.addrs {
 		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
 		if err != nil {
@@ -449,6 +458,7 @@ const (
 	evArrive
 	evStep
 	evSample
+	evGrid
 )
 
 type event struct {
@@ -533,6 +543,10 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 			}
 			open -= n
 			w.kick(ev.eng)
+		case evGrid:
+			if w.grid != nil {
+				w.onGrid()
+			}
 		case evSample:
 			row := make([]int, len(w.engines))
 			for i, e := range w.engines {
@@ -561,15 +575,23 @@ func (w *world) anyBusy() bool {
 }
 
 func (w *world) send(ctx context.Context, p *pending) error {
-	d, err := w.picker.Pick(ctx, picker.Request{
+	preq := picker.Request{
 		RequestID: fmt.Sprintf("req-%d", p.req.Index),
 		Path:      "/v1/completions",
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
-	})
+	}
+	stale, unheld := w.staleFallback(ctx, p.req.Tokens)
+	if stale != "" {
+		preq.Subset = []string{stale}
+	}
+	d, err := w.picker.Pick(ctx, preq)
 	if err != nil {
 		p.errText = err.Error()
 		return nil
+	}
+	if unheld && stale == "" {
+		w.fallback.addr, w.fallback.at = d.Endpoints[0], w.now
 	}
 	eng := -1
 	for i, a := range w.addrs {

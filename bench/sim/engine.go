@@ -134,9 +134,9 @@ type Engine struct {
 	// (requests that arrive during a step reach the scheduler's queue only
 	// before the next step).
 	gaugeRunning, gaugeWaiting, stepWaiting int
-	batch   []scheduled
-	stats   Metrics
-	out     Outcome
+	batch                                   []scheduled
+	stats                                   Metrics
+	out                                     Outcome
 }
 
 type scheduled struct {

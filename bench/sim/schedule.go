@@ -210,5 +210,5 @@ func (e *Engine) stepCost(loaded, stored int) time.Duration {
 	pcie := float64(loaded+stored) * kvb / c.PCIeBandwidth
 	host := (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead).Seconds()
 	sec := linear + attn + pcie + host
-	return time.Duration(sec * c.Slowdown * float64(time.Second))
+	return time.Duration(sec*c.Slowdown*float64(time.Second)) + c.HostDelay
 }

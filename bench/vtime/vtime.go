@@ -52,14 +52,15 @@ func DefaultArms() []Arm {
 type SweepConfig struct {
 	Workload       workload.Config
 	Engine         sim.Config
-	Engines        int           // simulated engines (GPUs)
-	Slowdowns      []float64     // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
-	Arms           []Arm         //
-	Seeds          []uint64      // one measured run per arm and seed
-	Warmup         int           // requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
-	SampleInterval time.Duration // how often each engine's running count is sampled
-	HashSeed       string        // the engines' PYTHONHASHSEED, for LMCache chunk keys
-	Workers        int           // runs in parallel; 0 = GOMAXPROCS
+	Engines        int             // simulated engines (GPUs)
+	Slowdowns      []float64       // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
+	HostDelays     []time.Duration // per-engine extra host time per step (overrides Engine.HostDelay); missing entries use Engine.HostDelay
+	Arms           []Arm           //
+	Seeds          []uint64        // one measured run per arm and seed
+	Warmup         int             // requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
+	SampleInterval time.Duration   // how often each engine's running count is sampled
+	HashSeed       string          // the engines' PYTHONHASHSEED, for LMCache chunk keys
+	Workers        int             // runs in parallel; 0 = GOMAXPROCS
 }
 
 // DefaultSweepConfig returns the published sweep: 7 arms x 20 seeds x 500
@@ -108,6 +109,13 @@ func (c SweepConfig) Validate() error {
 		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
 	case len(c.Slowdowns) > c.Engines:
 		return fmt.Errorf("vtime: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
+	case len(c.HostDelays) > c.Engines:
+		return fmt.Errorf("vtime: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
+	}
+	for i, d := range c.HostDelays {
+		if d < 0 {
+			return fmt.Errorf("vtime: host delay of engine %d is %v: must not be negative", i, d)
+		}
 	}
 	for i, s := range c.Slowdowns {
 		if !(s > 0) || math.IsInf(s, 0) {
@@ -309,6 +317,9 @@ func (c SweepConfig) EngineConfig(i int) sim.Config {
 	e := c.Engine
 	if i < len(c.Slowdowns) {
 		e.Slowdown = c.Slowdowns[i]
+	}
+	if i < len(c.HostDelays) {
+		e.HostDelay = c.HostDelays[i]
 	}
 	return e
 }

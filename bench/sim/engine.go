@@ -23,6 +23,7 @@ type Request struct {
 	Preemptions  int             // times the request lost its blocks and was recomputed
 	CachedTokens int             // prompt tokens found in the GPU prefix cache at first admission
 	LoadedTokens int             // prompt tokens loaded from the LMCache CPU tier at first admission
+	AdmittedAt   time.Duration   // when the scheduler first admitted the request (the start of that step)
 
 	uid        uint64
 	admitted   bool
@@ -129,6 +130,7 @@ type Engine struct {
 
 	busy    bool
 	stepEnd time.Duration
+	apiFree time.Duration // when the API server has streamed every output so far
 	// The gauges as vLLM last logged them: after each step, running after
 	// finished requests leave and waiting as the step's scheduling left it
 	// (requests that arrive during a step reach the scheduler's queue only
@@ -204,7 +206,7 @@ func (e *Engine) Start(now time.Duration) (time.Duration, bool) {
 	if e.busy || (len(e.running) == 0 && len(e.waiting) == 0) {
 		return 0, false
 	}
-	cost := e.schedule()
+	cost := e.schedule(now)
 	if len(e.batch) == 0 {
 		return 0, false
 	}
@@ -224,6 +226,20 @@ func (e *Engine) Finish() Outcome {
 	}
 	e.busy = false
 	bs := e.cfg.BlockSize
+	// The API server streams a step's outputs after the step, one token at a
+	// time, while the engine runs the next steps: a token reaches the client
+	// when the API server has handled it.
+	delivered := e.stepEnd
+	if e.cfg.OutputCost > 0 {
+		n := 0
+		for _, s := range e.batch {
+			if s.r.computed+s.tokens == s.r.numTokens() {
+				n++
+			}
+		}
+		e.apiFree = max(e.apiFree, e.stepEnd) + time.Duration(n)*e.cfg.OutputCost
+		delivered = e.apiFree
+	}
 	for _, s := range e.batch {
 		r := s.r
 		r.computed += s.tokens
@@ -235,7 +251,7 @@ func (e *Engine) Finish() Outcome {
 		}
 		if r.computed == r.numTokens() {
 			r.generated++
-			r.TokenTimes = append(r.TokenTimes, e.stepEnd)
+			r.TokenTimes = append(r.TokenTimes, delivered)
 			e.out.Tokens = append(e.out.Tokens, r)
 			if r.generated == r.MaxTokens {
 				r.Done = true

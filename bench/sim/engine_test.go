@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -98,8 +99,9 @@ func TestStepTimeFollowsTheRoofline(t *testing.T) {
 		t.Fatalf("prefill step ends %v, want %v", end, want)
 	}
 	out := e.Finish()
-	if len(out.Tokens) != 1 || r.TokenTimes[0] != end {
-		t.Fatalf("prefill step gave %d tokens at %v, want the first token at %v", len(out.Tokens), r.TokenTimes, end)
+	// The API server streams the token after the step: one token's output cost.
+	if len(out.Tokens) != 1 || r.TokenTimes[0] != end+cfg.OutputCost {
+		t.Fatalf("prefill step gave %d tokens at %v, want the first token at %v", len(out.Tokens), r.TokenTimes, end+cfg.OutputCost)
 	}
 	// Decode: weights streamed once, the sequence's KV read once.
 	end2, _ := e.Start(end)
@@ -142,8 +144,8 @@ func TestChunkedPrefillSplitsLongPromptsOverSteps(t *testing.T) {
 	if want := []int{2048, 2048, 904}; !reflect.DeepEqual(starts, want) {
 		t.Fatalf("prefill chunks %v, want %v", starts, want)
 	}
-	if long.TokenTimes[0] != now {
-		t.Fatalf("first token at %v, want the end of the last chunk %v", long.TokenTimes[0], now)
+	if long.TokenTimes[0] != now+cfg.OutputCost {
+		t.Fatalf("first token at %v, want the end of the last chunk %v and its output cost %v", long.TokenTimes[0], now, cfg.OutputCost)
 	}
 }
 
@@ -538,5 +540,44 @@ func TestLMCacheSavesOnlyPromptsItDidNotFind(t *testing.T) {
 	}
 	if len(evs) != 0 || e.Metrics().CPUTokens != used {
 		t.Fatalf("second prompt (LMCache hit %d tokens) produced %d events, CPU tier %d -> %d tokens: want no save", second.LoadedTokens, len(evs), used, e.Metrics().CPUTokens)
+	}
+}
+
+// The API server streams each step's tokens one after another, pipelined with
+// the engine's next steps: n tokens of one step reach the client n output
+// costs after it, and a step that ends while the API server is still busy
+// waits for it.
+func TestOutputsQueueAtTheAPIServer(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.OutputCost = 30 * time.Millisecond // longer than a step: the API server falls behind
+	e := newEngine(t, cfg)
+	var rs []*Request
+	for i := range 3 {
+		r := &Request{ID: fmt.Sprint(i), Tokens: prompt(uint32(i+1), 64), MaxTokens: 3}
+		if err := e.Add(r); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	var ends []time.Duration
+	now := time.Duration(0)
+	for range 3 {
+		end, ok := e.Start(now)
+		if !ok {
+			t.Fatal("engine idle with work")
+		}
+		e.Finish()
+		ends = append(ends, end)
+		now = end
+	}
+	api := ends[0] + 3*cfg.OutputCost // three tokens of step 1
+	for step := 1; step < 3; step++ {
+		api = max(api, ends[step]) + 3*cfg.OutputCost
+	}
+	if got := rs[0].TokenTimes; len(got) != 3 || got[0] != ends[0]+3*cfg.OutputCost || got[2] != api {
+		t.Fatalf("token times %v: want %v first and %v last (steps end %v)", got, ends[0]+3*cfg.OutputCost, api, ends)
+	}
+	if itl := rs[0].TokenTimes[1] - rs[0].TokenTimes[0]; itl != 3*cfg.OutputCost {
+		t.Fatalf("gap %v: want the API server's %v per step of three tokens", itl, 3*cfg.OutputCost)
 	}
 }

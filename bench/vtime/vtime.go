@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,16 +58,31 @@ type SweepConfig struct {
 	HostDelays     []time.Duration // per-engine extra host time per step (overrides Engine.HostDelay); missing entries use Engine.HostDelay
 	Arms           []Arm           //
 	Seeds          []uint64        // one measured run per arm and seed
-	Warmup         int             // requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
+	Protocol       string          // ProtocolPublished (one fleet per arm, seeds back to back) or ProtocolPerSeed
+	SeedGap        time.Duration   // published protocol: idle time between a seed's last completion and the next seed's first send
+	Warmup         int             // per-seed protocol: requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
 	SampleInterval time.Duration   // how often each engine's running count is sampled
 	HashSeed       string          // the engines' PYTHONHASHSEED, for LMCache chunk keys
+	Router         Router          // the router and data path in front of the engines
 	Workers        int             // runs in parallel; 0 = GOMAXPROCS
 }
 
+// The protocols a sweep can follow.
+const (
+	// ProtocolPublished is the published experiment's: per arm, a cold
+	// fleet, the warm-up routed by the arm (2 passes over the prefixes in
+	// prefix order, 4 at a time), then every seed back to back on the same
+	// engines, SeedGap after the previous seed's last completion.
+	ProtocolPublished = "published"
+	// ProtocolPerSeed gives every seed a fleet of its own, warmed up by
+	// Warmup requests of a seed-derived workload through the arm: seeds
+	// independent of their order.
+	ProtocolPerSeed = "per-seed"
+)
+
 // DefaultSweepConfig returns the published sweep: 7 arms x 20 seeds x 500
-// requests on 2 engines, each seed after a 2,000-request warm-up (the caches
-// of a testbed that has served earlier seeds), engine 0 calibrated 1.35 times
-// slower than engine 1 (docs/bench/simulator.md).
+// requests on 2 engines under the published protocol, engine 1 the slower
+// one (docs/bench/simulator.md), behind the published Python router.
 func DefaultSweepConfig() SweepConfig {
 	seeds := make([]uint64, 20)
 	for i := range seeds {
@@ -76,12 +92,16 @@ func DefaultSweepConfig() SweepConfig {
 		Workload:       workload.DefaultConfig(),
 		Engine:         sim.DefaultConfig(),
 		Engines:        2,
-		Slowdowns:      []float64{1.35, 1},
+		Slowdowns:      []float64{1, 1},
+		HostDelays:     []time.Duration{0, 20 * time.Millisecond},
 		Arms:           DefaultArms(),
 		Seeds:          seeds,
+		Protocol:       ProtocolPublished,
+		SeedGap:        DefaultSeedGap,
 		Warmup:         2000,
 		SampleInterval: 250 * time.Millisecond,
 		HashSeed:       lmcache.DefaultHashSeed,
+		Router:         PublishedRouter(),
 	}
 }
 
@@ -103,6 +123,10 @@ func (c SweepConfig) Validate() error {
 		return errors.New("vtime: no arms: use DefaultArms() or name at least one policy")
 	case len(c.Seeds) == 0:
 		return errors.New("vtime: no seeds: pass at least one")
+	case c.Protocol != ProtocolPublished && c.Protocol != ProtocolPerSeed:
+		return fmt.Errorf("vtime: protocol %q: use %q or %q", c.Protocol, ProtocolPublished, ProtocolPerSeed)
+	case c.SeedGap < 0:
+		return fmt.Errorf("vtime: seed gap %v: must not be negative", c.SeedGap)
 	case c.Warmup < 0:
 		return fmt.Errorf("vtime: warm-up %d: use 0 (cold caches) or more", c.Warmup)
 	case c.SampleInterval <= 0:
@@ -111,6 +135,9 @@ func (c SweepConfig) Validate() error {
 		return fmt.Errorf("vtime: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
 	case len(c.HostDelays) > c.Engines:
 		return fmt.Errorf("vtime: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
+	}
+	if c.Router.StatsLag < 0 || c.Router.RequestLatency < 0 || c.Router.ResponseLatency < 0 {
+		return fmt.Errorf("vtime: router %+v: lags and latencies must not be negative", c.Router)
 	}
 	for i, d := range c.HostDelays {
 		if d < 0 {
@@ -208,28 +235,42 @@ func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total in
 	total := len(cfg.Arms) * len(cfg.Seeds)
 	runs := make([]Run, total)
 	errs := make([]error, total)
-	jobs := make(chan int)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
+	tick := func() {
+		mu.Lock()
+		done++
+		if progress != nil {
+			progress(done, total)
+		}
+		mu.Unlock()
+	}
+	// A job is one run (per-seed protocol) or one arm's seeds in order on
+	// one fleet (published protocol).
+	njobs := total
+	if cfg.Protocol == ProtocolPublished {
+		njobs = len(cfg.Arms)
+	}
+	jobs := make(chan int)
+	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
+				if cfg.Protocol == ProtocolPublished {
+					err := runArm(ctx, cfg, pool, j, runs[j*len(cfg.Seeds):(j+1)*len(cfg.Seeds)], tick)
+					errs[j*len(cfg.Seeds)] = err
+					continue
+				}
 				arm, seed := cfg.Arms[j/len(cfg.Seeds)], cfg.Seeds[j%len(cfg.Seeds)]
 				runs[j], errs[j] = runOne(ctx, cfg, pool, arm, seed)
-				mu.Lock()
-				done++
-				if progress != nil {
-					progress(done, total)
-				}
-				mu.Unlock()
+				tick()
 			}
 		}()
 	}
 feed:
-	for j := range total {
+	for j := range njobs {
 		select {
 		case jobs <- j:
 		case <-ctx.Done():
@@ -247,6 +288,28 @@ feed:
 		}
 	}
 	return Results{Config: cfg, Runs: runs}, nil
+}
+
+// runArm runs arm a's seeds back to back on one warmed-up fleet into out
+// (one run per seed, in cfg.Seeds order), calling tick after each.
+func runArm(ctx context.Context, cfg SweepConfig, pool *workload.Pool, a int, out []Run, tick func()) error {
+	arm := cfg.Arms[a]
+	w, err := warmWorld(ctx, cfg, pool, arm, cfg.Seeds[0], false)
+	if err != nil {
+		return err
+	}
+	for i, seed := range cfg.Seeds {
+		reqs, err := workload.Generate(cfg.Workload, pool, seed)
+		if err != nil {
+			return err
+		}
+		if out[i], err = w.measure(ctx, arm, seed, reqs); err != nil {
+			return err
+		}
+		w.pause(cfg.SeedGap)
+		tick()
+	}
+	return nil
 }
 
 // RunOne runs one arm on one seed.
@@ -311,6 +374,28 @@ func WarmUp(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Warm, e
 	return Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
 }
 
+// ProtocolText says in a few words how the sweep's seeds run.
+func (c SweepConfig) ProtocolText() string {
+	if c.Protocol == ProtocolPublished {
+		return fmt.Sprintf("published protocol: per arm a cold fleet, %d warm-up passes over the prefixes %d at a time, the seeds back to back %v apart",
+			workload.WarmupPasses, workload.WarmupInFlight, c.SeedGap)
+	}
+	return fmt.Sprintf("per-seed protocol: each seed on a fleet warmed up by %d requests", c.Warmup)
+}
+
+// EngineNote says how engine i differs from the nominal model, or "".
+func (c SweepConfig) EngineNote(i int) string {
+	e := c.EngineConfig(i)
+	var parts []string
+	if e.Slowdown != 1 {
+		parts = append(parts, fmt.Sprintf("%gx slower steps", e.Slowdown))
+	}
+	if e.HostDelay > 0 {
+		parts = append(parts, fmt.Sprintf("+%v host time per step", e.HostDelay))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // EngineConfig returns engine i's model: cfg.Engine with its step-time factor
 // from cfg.Slowdowns.
 func (c SweepConfig) EngineConfig(i int) sim.Config {
@@ -358,9 +443,29 @@ func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Ar
 	if err != nil {
 		return nil, err
 	}
-	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher, record: record}
+	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher, record: record, router: cfg.Router}
 	if err := w.build(arm); err != nil {
 		return nil, err
+	}
+	if cfg.Protocol == ProtocolPublished {
+		if err := w.publishedWarmup(ctx, pool); err != nil {
+			return nil, err
+		}
+		// The seeds that ran before this one on the same engines.
+		for _, s := range cfg.Seeds {
+			if s == seed {
+				break
+			}
+			reqs, err := workload.Generate(cfg.Workload, pool, s)
+			if err != nil {
+				return nil, err
+			}
+			if err := w.play(ctx, reqs, false); err != nil {
+				return nil, err
+			}
+			w.pause(cfg.SeedGap)
+		}
+		return w, nil
 	}
 	if cfg.Warmup > 0 {
 		wcfg := cfg.Workload
@@ -375,6 +480,29 @@ func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Ar
 		w.now += time.Second // idle gap between warm-up and the measured seed
 	}
 	return w, nil
+}
+
+// publishedWarmup plays the published warm-up on the world's fleet: the
+// passes over the prefix pool in prefix order, WarmupInFlight requests at a
+// time (each batch sent together once the previous one has finished), then
+// the seed gap. A workload without shared prefixes has nothing to warm.
+func (w *world) publishedWarmup(ctx context.Context, pool *workload.Pool) error {
+	if w.cfg.Workload.Profile != workload.ProfileShared {
+		return nil
+	}
+	for pass := range workload.WarmupPasses {
+		reqs, err := workload.Warmup(w.cfg.Workload, pool, pass)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < len(reqs); i += workload.WarmupInFlight {
+			if err := w.play(ctx, reqs[i:min(i+workload.WarmupInFlight, len(reqs))], false); err != nil {
+				return err
+			}
+		}
+	}
+	w.pause(w.cfg.SeedGap)
+	return nil
 }
 
 // measure plays the measured requests and returns the run.
@@ -406,10 +534,14 @@ type world struct {
 	record  bool              // keep the LMCache events in log
 	log     []lmcache.Message // the events the index applied, when record
 
-	router   Router
-	policy   string
-	grid     *grid // cell-wide sampling, when running a cell
-	fallback struct {
+	router Router
+	policy string
+	firsts []firstTokens // per engine, every request's first token so far
+	// lastDelivery is when the client received the last token of any
+	// request so far (engine token time plus the response leg).
+	lastDelivery time.Duration
+	grid         *grid // cell-wide sampling, when running a cell
+	fallback     struct {
 		addr string        // where the last group of unheld prompts went
 		at   time.Duration // when that group's first prompt was routed
 	}
@@ -458,6 +590,7 @@ func (w *world) build(arm Arm) error {
 		w.engines = append(w.engines, e)
 	}
 	w.served = make([]int, len(w.addrs))
+	w.firsts = make([]firstTokens, len(w.addrs))
 	w.owners = make(map[*sim.Request]*pending)
 	return nil
 }
@@ -619,7 +752,7 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	p.sim = sim.Request{ID: fmt.Sprintf("req-%d", p.req.Index), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
 	w.owners[&p.sim] = p
 	w.served[eng]++
-	w.push(event{at: w.now + w.cfg.Engine.IngressLatency, kind: evArrive, p: p})
+	w.push(event{at: w.now + w.cfg.Router.RequestLatency + w.cfg.Engine.IngressLatency, kind: evArrive, p: p})
 	return nil
 }
 
@@ -651,13 +784,33 @@ func (w *world) finishStep(i int) (int, error) {
 	for _, r := range out.Tokens {
 		if len(r.TokenTimes) == 1 {
 			w.bookingOf(r).Decoding()
+			arrived := w.owners[r].sent + w.cfg.Router.RequestLatency + w.cfg.Engine.IngressLatency
+			f := &w.firsts[i]
+			f.n++
+			f.ttft += (r.TokenTimes[0] - arrived).Seconds()
+			f.prefill += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
 		}
 	}
 	for _, r := range out.Finished {
+		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
 		w.bookingOf(r).Release()
 		delete(w.owners, r)
 	}
 	return len(out.Finished), nil
+}
+
+// pause idles the fleet for gap after the client has received every
+// response: the driver starts its next seed gap after the last completion
+// it saw.
+func (w *world) pause(gap time.Duration) {
+	w.now = max(w.now, w.lastDelivery) + gap
+}
+
+// firstTokens counts one engine's first tokens as vLLM's TTFT and prefill-time
+// histograms do (count and sums).
+type firstTokens struct {
+	n             int64
+	ttft, prefill float64
 }
 
 // bookingOf returns the booking of the request r belongs to.

@@ -51,7 +51,7 @@ func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.IntVar(&c.requests, "requests", 100, "live requests per arm")
 	fs.Float64Var(&c.rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
 	fs.IntVar(&c.tokens, "max-tokens", 64, "output tokens per request")
-	fs.IntVar(&c.warmup, "warmup", vtime.DefaultSweepConfig().Warmup, "requests of virtual-time warm-up before each arm's live requests")
+	fs.IntVar(&c.warmup, "warmup", 0, "0: the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm); N: N random requests instead")
 	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same requests for every arm)")
 	fs.IntVar(&c.samples, "samples", 2, "decisions to print per arm (requests sent with x-loadaware-explain: 1)")
 	fs.IntVar(&c.vseeds, "vtime-seeds", 20, "then run the same arms on this many seeds of the same workload in virtual time and test the difference (0: skip)")
@@ -74,6 +74,11 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	}
 	cfg := vtime.DefaultSweepConfig()
 	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.requests, c.rate, c.tokens, c.warmup
+	if c.warmup > 0 {
+		cfg.Protocol = vtime.ProtocolPerSeed
+	}
+	// The demo shows this picker: Envoy (bench/gateway) in front, no Python proxy.
+	cfg.Router = vtime.EnvoyRouter()
 	arms, err := parseArms(c.arms)
 	if err != nil {
 		return err
@@ -90,8 +95,12 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	w := cfg.Workload
 	fmt.Fprintf(stdout, "loadaware-bench demo: the real picker (ext_proc gRPC + the embedded LMCache controller) behind bench/gateway,\n")
 	fmt.Fprintf(stdout, "in front of %d live simulated vLLM + LMCache engines: the calibrated A10 model (bench/sim) on the wall clock,\n", cfg.Engines)
-	fmt.Fprintf(stdout, "each an HTTP server on its own loopback IP pushing its LMCache chunk events over ZeroMQ; engine 0 is %gx slower.\n", cfg.Slowdowns[0])
-	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %d requests in virtual time, then %d live requests at %g req/s\n", cfg.Warmup, w.Requests, w.Rate)
+	fmt.Fprintf(stdout, "each an HTTP server on its own loopback IP pushing its LMCache chunk events over ZeroMQ%s.\n", engineNotes(cfg))
+	warm := "the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm)"
+	if cfg.Protocol == vtime.ProtocolPerSeed {
+		warm = fmt.Sprintf("%d requests", cfg.Warmup)
+	}
+	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %s in virtual time, then %d live requests at %g req/s\n", warm, w.Requests, w.Rate)
 	fmt.Fprintf(stdout, "(%d prefixes of %d tokens, Zipf %g, %d-token suffixes, %d output tokens; seed %d, the same requests for every arm).\n\n",
 		w.Prefixes, w.PrefixTokens, w.ZipfS, w.SuffixTokens, w.MaxTokens, c.seed)
 
@@ -134,8 +143,8 @@ func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
 	fmt.Fprintln(tw, head)
 	for i := range cfg.Engines {
 		label := fmt.Sprintf("engine %d", i)
-		if i < len(cfg.Slowdowns) && cfg.Slowdowns[i] != 1 {
-			label += fmt.Sprintf(" (%gx slower)", cfg.Slowdowns[i])
+		if n := cfg.EngineNote(i); n != "" {
+			label += " (" + n + ")"
 		}
 		row := label + "\t"
 		for _, r := range results {
@@ -228,4 +237,15 @@ func demoVirtualSweep(ctx context.Context, cfg vtime.SweepConfig, c liveDemoConf
 			p.Arm, analysis.Baseline, p.Metric, 100*p.Reduction, 100*p.CI.Lo, 100*p.CI.Hi, p.Improved, p.Seeds, p.Test.P, sig)
 	}
 	return nil
+}
+
+// engineNotes says which engines differ from the nominal model, as ", engine 1: ...".
+func engineNotes(cfg vtime.SweepConfig) string {
+	var b strings.Builder
+	for i := range cfg.Engines {
+		if n := cfg.EngineNote(i); n != "" {
+			fmt.Fprintf(&b, "; engine %d: %s", i, n)
+		}
+	}
+	return b.String()
 }

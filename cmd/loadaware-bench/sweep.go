@@ -51,8 +51,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%d runs (%d arms x %d seeds x %d requests, %d-request warm-up) in %.1f s with %d workers; calibration reproduced: %v\nreport: %s\n",
-		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.Warmup, wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(*out))
+	fmt.Fprintf(stdout, "%d runs (%d arms x %d seeds x %d requests; %s) in %.1f s with %d workers; calibration reproduced: %v\nreport: %s\n",
+		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.ProtocolText(), wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(*out))
 	return 0
 }
 

@@ -210,7 +210,8 @@ func (e *Engine) stepCost(loaded, stored, admitted int) time.Duration {
 	}
 	linear := max(c.Params*float64(c.BytesPerValue)/bw, flops/compute)
 	pcie := float64(loaded+stored) * kvb / c.PCIeBandwidth
-	host := (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead + time.Duration(admitted)*c.AdmitOverhead).Seconds()
+	host := (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead +
+		time.Duration(admitted)*(c.AdmitOverhead+time.Duration(len(e.batch))*c.AdmitSeqCost)).Seconds()
 	sec := linear + attn + pcie + host
 	return time.Duration(sec*c.Slowdown*float64(time.Second)) + c.HostDelay
 }

@@ -551,9 +551,43 @@ type pending struct {
 	req     workload.Request
 	sent    time.Duration
 	engine  int
-	booking *fleet.Booking
+	booking *fleet.Booking // nil until the router's statistics show the request
 	sim     sim.Request
 	errText string
+
+	decoding, released bool // reached before the booking was made
+}
+
+// decode marks the booking decoding (at once, or when it is made).
+func (p *pending) decode() {
+	p.decoding = true
+	if p.booking != nil {
+		p.booking.Decoding()
+	}
+}
+
+// release ends the booking (at once, or as soon as it is made).
+func (p *pending) release() {
+	p.released = true
+	if p.booking != nil {
+		p.booking.Release()
+	}
+}
+
+// book makes the booking the router's statistics show from now on.
+func (w *world) book(p *pending) error {
+	b, err := w.fleet.Book(w.addrs[p.engine])
+	if err != nil {
+		return fmt.Errorf("vtime: book %s: %w", w.addrs[p.engine], err)
+	}
+	p.booking = b
+	if p.decoding {
+		b.Decoding()
+	}
+	if p.released {
+		b.Release()
+	}
+	return nil
 }
 
 func (w *world) build(arm Arm) error {
@@ -603,6 +637,7 @@ const (
 	evStep
 	evSample
 	evGrid
+	evBook
 )
 
 type event struct {
@@ -675,11 +710,15 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 			e := w.engines[ev.p.engine]
 			if err := e.Add(&ev.p.sim); err != nil {
 				ev.p.errText = err.Error()
-				ev.p.booking.Release()
+				ev.p.release()
 				open--
 				continue
 			}
 			w.kick(ev.p.engine)
+		case evBook:
+			if err := w.book(ev.p); err != nil {
+				return err
+			}
 		case evStep:
 			n, err := w.finishStep(ev.eng)
 			if err != nil {
@@ -749,6 +788,13 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	}
 	p.engine = eng
 	p.booking = d.Booking
+	if w.router.StatsLag > 0 {
+		// The published router counts the request only once its lookup has
+		// returned: decisions within the lag do not see it.
+		d.Booking.Release()
+		p.booking = nil
+		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
+	}
 	p.sim = sim.Request{ID: fmt.Sprintf("req-%d", p.req.Index), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
 	w.owners[&p.sim] = p
 	w.served[eng]++
@@ -783,7 +829,7 @@ func (w *world) finishStep(i int) (int, error) {
 	}
 	for _, r := range out.Tokens {
 		if len(r.TokenTimes) == 1 {
-			w.bookingOf(r).Decoding()
+			w.owners[r].decode()
 			arrived := w.owners[r].sent + w.cfg.Router.RequestLatency + w.cfg.Engine.IngressLatency
 			f := &w.firsts[i]
 			f.n++
@@ -793,7 +839,7 @@ func (w *world) finishStep(i int) (int, error) {
 	}
 	for _, r := range out.Finished {
 		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
-		w.bookingOf(r).Release()
+		w.owners[r].release()
 		delete(w.owners, r)
 	}
 	return len(out.Finished), nil
@@ -813,8 +859,6 @@ type firstTokens struct {
 	ttft, prefill float64
 }
 
-// bookingOf returns the booking of the request r belongs to.
-func (w *world) bookingOf(r *sim.Request) *fleet.Booking { return w.owners[r].booking }
 
 func (w *world) engineStats() []EngineStats {
 	out := make([]EngineStats, len(w.engines))

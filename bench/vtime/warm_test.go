@@ -187,3 +187,45 @@ func TestPublishedSeedsRunBackToBack(t *testing.T) {
 		t.Fatal("seed 2 after seed 1 equals seed 2 on a fleet without seed 1's history")
 	}
 }
+
+// Four prompts of one prefix arrive at the same instant, its holder idle. The
+// published router counts each request only after its lookup returns, so
+// loadaware sends all four to the holder; this picker books at once, so the
+// third already sees the holder loaded and goes to the other engine (which
+// then stores the prefix too).
+func TestStaleLoadsKeepSimultaneousRequestsOnTheHolder(t *testing.T) {
+	onHolder := func(r Router) int {
+		cfg := small()
+		cfg.Router, cfg.Protocol, cfg.Warmup = r, ProtocolPerSeed, 0
+		cfg.Workload.Requests = 5
+		reqs, err := workload.Generate(cfg.Workload, nil, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			reqs[i].Tokens = append(append([]uint32(nil), reqs[0].Tokens[:1544]...), reqs[i].Tokens[1544:]...)
+			reqs[i].SendAt = 5 * time.Second // after the first has finished and stored the prefix
+		}
+		reqs[0].SendAt = 0
+		run, err := RunRequests(context.Background(), cfg, Arm{Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}, 1, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, row := range run.Rows[1:] {
+			if row.Engine == run.Rows[0].Engine {
+				n++
+			}
+		}
+		return n
+	}
+	if got := onHolder(PublishedRouter()); got != 4 {
+		t.Errorf("published router: %d of 4 simultaneous requests on the holder, want 4", got)
+	}
+	// The third sees the holder at 2 in flight and the other at 0 (relative
+	// loads +1 and -1: 0.973 - 0.5 < 0 + 0.5); the fourth sees 2 vs 1 and
+	// returns to the holder.
+	if got := onHolder(EnvoyRouter()); got != 3 {
+		t.Errorf("synchronous bookings: %d of 4 simultaneous requests on the holder, want 3", got)
+	}
+}

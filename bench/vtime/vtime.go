@@ -859,7 +859,6 @@ type firstTokens struct {
 	ttft, prefill float64
 }
 
-
 func (w *world) engineStats() []EngineStats {
 	out := make([]EngineStats, len(w.engines))
 	for i, e := range w.engines {

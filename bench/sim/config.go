@@ -86,10 +86,12 @@ func DefaultConfig() Config {
 		PCIeBandwidth: 12e9,
 
 		Slowdown:       1,
-		StepOverhead:   0,
-		SeqOverhead:    1350 * time.Microsecond,
-		IngressLatency: 30 * time.Millisecond,
-		OutputCost:     time.Millisecond,
+		StepOverhead:   6 * time.Millisecond,
+		SeqOverhead:    500 * time.Microsecond,
+		AdmitOverhead:  25 * time.Millisecond,
+		AdmitSeqCost:   150 * time.Microsecond,
+		IngressLatency: 0,
+		OutputCost:     310 * time.Microsecond,
 	}
 }
 

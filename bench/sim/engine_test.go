@@ -95,7 +95,8 @@ func TestStepTimeFollowsTheRoofline(t *testing.T) {
 	// acts on every prompt token, the LM head on the sampled position only.
 	body, head := 3.09e9-151936*2048, 151936*2048.0
 	prefill := (n*2*body+2*head)/compute + math.Max(4*36*16*128*pairs/compute, n*kvb/bw) + n*kvb/cfg.PCIeBandwidth
-	if want := overhead + sec(prefill); absDur(end-want) > time.Microsecond {
+	// The step admits the request: its admission costs once, with one sequence in the batch.
+	if want := overhead + cfg.AdmitOverhead + cfg.AdmitSeqCost + sec(prefill); absDur(end-want) > time.Microsecond {
 		t.Fatalf("prefill step ends %v, want %v", end, want)
 	}
 	out := e.Finish()

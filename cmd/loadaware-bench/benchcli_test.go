@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,7 @@ func TestSweepThenCompareThenReport(t *testing.T) {
 	out, _ = runCmd(t, "compare", "-dir", dir, "-metric", "req_per_s", "kvaware", "roundrobin")
 	m := regexp.MustCompile(`median over seeds: kvaware ([0-9.]+), roundrobin ([0-9.]+)`).FindStringSubmatch(out)
 	inc := regexp.MustCompile(`median relative increase: ([+-])`).FindStringSubmatch(out)
-	if m == nil || inc == nil || (m[1] > m[2]) != (inc[1] == "+") {
+	if m == nil || inc == nil || (parseF(t, m[1]) > parseF(t, m[2])) != (inc[1] == "+") {
 		t.Errorf("the increase's sign disagrees with the medians:\n%s", out)
 	}
 
@@ -218,7 +219,7 @@ func TestDemoIsTheLiveDemo(t *testing.T) {
 	// kvaware seed sends no ZeroMQ traffic. A warm-up of 100 random requests
 	// leaves prefixes for the live seed to store.
 	out, _ := runCmd(t, "demo", "-requests", "24", "-rate", "40", "-max-tokens", "4", "-warmup", "100", "-samples", "1", "-vtime-seeds", "3", "-progress=false")
-	for _, want := range []string{`(?m)^\s*engine 1 \([^)]*host time per step\)\s+\d+\s+\d+\s*$`, `warmed up with 100 requests`, `(?m)^\s*kvaware\s+\S+\s+\S+.*\s(\d+)/(\d+)\s+\S+\s*$`,
+	for _, want := range []string{`(?m)^\s*engine 1 \([\d.]+x slower steps\)\s+\d+\s+\d+\s*$`, `warmed up with 100 requests`, `(?m)^\s*kvaware\s+\S+\s+\S+.*\s(\d+)/(\d+)\s+\S+\s*$`,
 		`loadaware-b1\s+request \d+: policy=loadaware beta=1 winner=127\.0\.1\.\d+:\d+ reason=\S+ prompt_tokens=1579 tokens=request; candidates: .*matched=`,
 		`The same arms on seeds 1-3 of this workload in virtual time`, `loadaware-b1 vs kvaware, imbalance: median reduction`} {
 		if !regexp.MustCompile(want).MatchString(out) {
@@ -237,4 +238,13 @@ func TestDemoIsTheLiveDemo(t *testing.T) {
 	if code := run(context.Background(), []string{"demo-simple", "-requests", "0"}, &o, &e); code != 1 || !strings.Contains(e.String(), "loadaware-bench demo:") {
 		t.Errorf("demo-simple does not reach the simple demo: exit %d, %s", code, e.String())
 	}
+}
+
+func parseF(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return v
 }

@@ -23,6 +23,7 @@ func (r Report) WriteJSON(w io.Writer) error {
 // paired effects and the rank correlations.
 func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
+	b.WriteString("# Replay: the measured cells beside their simulation\n\n")
 	fmt.Fprintf(&b, "Replay of %d measured cells through the shipped picker on the simulated fleet (%.1f s).\n", len(r.Cells), r.Elapsed)
 	if r.Source != "" {
 		fmt.Fprintf(&b, "Data: %s\n", r.Source)

@@ -101,7 +101,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "\nJSON: %s\n", *jsonOut)
+		fmt.Fprintf(stdout, "\nEverything above, per seed, as JSON: `%s`.\n", filepath.Base(*jsonOut))
 	}
 	return 0
 }

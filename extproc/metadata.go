@@ -19,7 +19,7 @@ const (
 	DecisionNamespace = "loadaware.decision"
 	// MaxScored bounds the candidates listed, best first, so the metadata of a large fleet
 	// stays small.
-	MaxScored = 32
+	MaxScored = 8
 )
 
 // routingMetadata is the dynamic metadata of a routing answer: the destination value in
@@ -32,14 +32,21 @@ func routingMetadata(dest string, d picker.Decision, omitScores bool) *structpb.
 		return md
 	}
 	n := min(len(d.Ranked), MaxScored)
+	// One allocation per kind of value rather than three per candidate: this runs on
+	// every decision.
+	vals := make([]structpb.Value, 2*n)
+	nums := make([]structpb.Value_NumberValue, n)
+	strs := make([]structpb.Value_StringValue, n)
 	scores := make(map[string]*structpb.Value, n)
 	ranked := make([]*structpb.Value, 0, n)
-	for _, r := range d.Ranked[:n] {
+	for i, r := range d.Ranked[:n] {
 		if math.IsNaN(r.Score) || math.IsInf(r.Score, 0) {
 			continue // JSON (and so Envoy's access log) cannot carry it
 		}
-		scores[r.Addr] = structpb.NewNumberValue(r.Score)
-		ranked = append(ranked, structpb.NewStringValue(r.Addr))
+		nums[i].NumberValue, strs[i].StringValue = r.Score, r.Addr
+		vals[2*i].Kind, vals[2*i+1].Kind = &nums[i], &strs[i]
+		scores[r.Addr] = &vals[2*i]
+		ranked = append(ranked, &vals[2*i+1])
 	}
 	lb[ScoresKey] = structpb.NewStructValue(&structpb.Struct{Fields: scores})
 	md.Fields[DecisionNamespace] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{

@@ -155,7 +155,7 @@ func TestScoresOnTheStream(t *testing.T) {
 // BenchmarkRoutingMetadata measures building and marshalling the routing answer's
 // dynamic metadata for n candidates, with and without the scores.
 func BenchmarkRoutingMetadata(b *testing.B) {
-	for _, n := range []int{3, 32} {
+	for _, n := range []int{3, 8, 32} {
 		d := picker.Decision{Policy: "loadaware"}
 		for i := range n {
 			d.Ranked = append(d.Ranked, scoring.Ranked{Addr: fmt.Sprintf("10.0.0.%d:8000", i+1), Score: 1 - float64(i)/10, Reason: scoring.ReasonCacheAffinity})

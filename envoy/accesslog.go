@@ -83,13 +83,9 @@ func logFields(al *accesslogv3.AccessLog, receiving []string) ([]string, error) 
 	if err := tc.UnmarshalTo(&fl); err != nil {
 		return nil, err
 	}
-	var formats []string
-	if lf := fl.GetLogFormat(); lf != nil {
-		formats = append(formats, lf.GetTextFormat())
-		formats = append(formats, structStrings(lf.GetJsonFormat())...)
-	}
-	formats = append(formats, fl.GetFormat())
-	formats = append(formats, structStrings(fl.GetJsonFormat())...)
+	// log_format only: the older format and json_format fields are deprecated.
+	lf := fl.GetLogFormat()
+	formats := append(structStrings(lf.GetJsonFormat()), lf.GetTextFormatSource().GetInlineString())
 	var out []string
 	for _, f := range formats {
 		for _, m := range operator.FindAllStringSubmatch(f, -1) {

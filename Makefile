@@ -3,6 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
+DEMO_FLAGS ?=
 
 .PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload
 
@@ -36,8 +37,9 @@ fuzz: deps testdata
 
 test: vet staticcheck unit fuzz-short
 
+# DEMO_FLAGS=-hold keeps the last arm's picker up (metrics URL printed) until Ctrl-C.
 demo: deps
-	$(GO) run ./cmd/loadaware-bench demo
+	$(GO) run ./cmd/loadaware-bench demo $(DEMO_FLAGS)
 
 bench: deps testdata
 	$(GO) test -run '^$$' -bench . -benchmem ./...

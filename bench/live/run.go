@@ -42,6 +42,12 @@ type Options struct {
 	Progress func(done, total int)
 	// Logger receives the picker's, the gateway's and the engines' logs; nil discards them.
 	Logger *slog.Logger
+	// Started, when set, is called once the fleet is up, before the first request, with the
+	// picker's metrics URL and the gateway's base URL.
+	Started func(metricsURL, gatewayURL string)
+	// Hold, when set, is called with the result once the requests have been measured, while
+	// the fleet is still up; the fleet closes when it returns.
+	Hold func(ctx context.Context, r Result)
 }
 
 // Result is one live run of one arm on one seed.
@@ -110,9 +116,15 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 		return Result{}, err
 	}
 	defer f.close()
+	if opts.Started != nil {
+		opts.Started("http://"+f.app.MetricsAddr()+"/metrics", f.url)
+	}
 	res, err := f.measure(ctx, cfg, arm, seed, reqs, opts)
 	res.WarmEvents = len(warm.Events)
 	res.Wall = time.Since(began)
+	if err == nil && opts.Hold != nil {
+		opts.Hold(ctx, res)
+	}
 	return res, err
 }
 

@@ -38,6 +38,7 @@ type liveDemoConfig struct {
 	timeout  time.Duration
 	progress bool
 	verbose  bool
+	hold     bool
 }
 
 // runLiveDemo is `loadaware-bench demo`: each arm on a fresh live fleet (two simulated
@@ -58,6 +59,7 @@ func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.DurationVar(&c.timeout, "timeout", 40*time.Second, "bound on one arm's live requests; unfinished requests count as errors")
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.BoolVar(&c.verbose, "v", false, "show the picker's, the gateway's and the engines' logs on stderr")
+	fs.BoolVar(&c.hold, "hold", false, "after the last arm's requests, print the results and keep its picker, gateway and engines up (send your own traffic, watch /metrics) until interrupted")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -107,18 +109,48 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	step := max(c.requests/max(c.samples, 1), 1)
 	explain := func(i int) bool { return c.samples > 0 && i%step == step/2 && i/step < c.samples }
 	var results []live.Result
-	for _, arm := range arms {
+	summary := func(ctx context.Context) error {
+		printLiveDemo(stdout, cfg, results)
+		if c.vseeds > 0 {
+			return demoVirtualSweep(ctx, cfg, c, stdout, stderr)
+		}
+		return nil
+	}
+	var held bool
+	var holdErr error
+	for i, arm := range arms {
 		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
-		r, err := live.Run(ctx, cfg, arm, c.seed, live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log})
+		opts := live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log}
+		var metricsURL, gatewayURL string
+		opts.Started = func(m, g string) {
+			metricsURL, gatewayURL = m, g
+			fmt.Fprintf(stdout, "%s: the picker's metrics are at %s while its requests run\n", arm.Name, m)
+		}
+		if c.hold && i == len(arms)-1 {
+			opts.Hold = func(ctx context.Context, r live.Result) {
+				bar.finish()
+				held, results = true, append(results, r)
+				if holdErr = summary(ctx); holdErr != nil {
+					return
+				}
+				printHold(stdout, arm.Name, metricsURL, gatewayURL)
+				<-ctx.Done()
+			}
+		}
+		r, err := live.Run(ctx, cfg, arm, c.seed, opts)
 		bar.finish()
 		if err != nil {
 			return fmt.Errorf("%s: %w", arm.Name, err)
 		}
-		results = append(results, r)
+		if !held {
+			results = append(results, r)
+		}
 	}
-	printLiveDemo(stdout, cfg, results)
-	if c.vseeds > 0 {
-		if err := demoVirtualSweep(ctx, cfg, c, stdout, stderr); err != nil {
+	if holdErr != nil {
+		return holdErr
+	}
+	if !held {
+		if err := summary(ctx); err != nil {
 			return err
 		}
 	}
@@ -248,4 +280,12 @@ func engineNotes(cfg vtime.SweepConfig) string {
 		}
 	}
 	return b.String()
+}
+
+// printHold says where to look while -hold keeps the last arm's fleet up.
+func printHold(w io.Writer, arm, metricsURL, gatewayURL string) {
+	fmt.Fprintf(w, "\n-hold: the %s picker, its gateway and engines stay up until you press Ctrl-C.\n", arm)
+	fmt.Fprintf(w, "  metrics:  %s\n", metricsURL)
+	fmt.Fprintf(w, "  gateway:  %s (OpenAI completions, e.g. curl %s/v1/completions -d '{\"model\":\"m\",\"prompt\":[1,2,3],\"max_tokens\":8}')\n", gatewayURL, gatewayURL)
+	fmt.Fprintf(w, "  Grafana:  import manifests/helm/loadaware-epp/files/grafana-dashboard.json with a Prometheus that scrapes the metrics URL\n")
 }

@@ -99,3 +99,29 @@ func TestPairedVerdicts(t *testing.T) {
 		t.Fatalf("%+v, %v: want the one finite pair", s, err)
 	}
 }
+
+func TestScore(t *testing.T) {
+	cell := func(sim float64, ok bool) Cell {
+		return Cell{Arm: "a", Verdicts: []Verdict{{Metric: "ttft_p95", Real: 1, Sim: sim, Tolerance: 0.15, OK: ok}, {Metric: "hit_rate", Real: 0.9, Sim: 0.89, RelErr: -0.01, Tolerance: 0.02, OK: true}},
+			Facts:   map[string]FactPair{"request_share": {Real: []float64{0.6, 0.4}, Sim: []float64{0.55, 0.45}}},
+			Medians: map[string]Pair{}}
+	}
+	perfect := Report{Cells: []Cell{cell(1, true)}}
+	s := perfect.Score()
+	// hit rate (-0.01/0.02)^2 = 0.25, share (-0.05/0.05)^2 = 1.
+	if math.Abs(s.Loss-1.25) > 1e-12 || s.Failed != 0 {
+		t.Fatalf("%+v: want loss 1.25, nothing failed", s)
+	}
+	off := Report{Cells: []Cell{cell(1.3, false)},
+		Ordering: map[string]Ordering{"x": {Discordant: [][2]string{{"a", "b"}}}},
+		Effects:  []Effect{{SameSign: false, SameVerdict: true}}}
+	s = off.Score()
+	want := 1.25 + math.Pow(math.Log(1.3)/0.15, 2) + 2*2
+	if math.Abs(s.Loss-want) > 1e-9 || s.Failed != 1 || s.Discordant != 1 || s.EffectMismatch != 1 {
+		t.Fatalf("%+v: want loss %v, 1 failed, 1 discordant, 1 mismatch", s, want)
+	}
+	nan := Report{Cells: []Cell{cell(math.NaN(), false)}}
+	if s := nan.Score(); s.Loss < 100 {
+		t.Fatalf("a NaN metric must weigh: %+v", s)
+	}
+}

@@ -22,7 +22,7 @@ type sweepFlags struct {
 
 // register adds the shared flags to fs, with cfg's values and the given arms and seeds as
 // defaults.
-func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds string) {
+func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds, router string) {
 	f.arms, f.seeds = arms, seeds
 	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+") or policy:beta")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
@@ -34,7 +34,7 @@ func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, se
 	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "published: per arm a cold fleet, the published warm-up routed by the arm, the seeds back to back; per-seed: each seed on its own fleet after -warmup requests")
 	fs.DurationVar(&cfg.SeedGap, "seed-gap", cfg.SeedGap, "published protocol: idle time between a seed's last completion and the next seed")
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "per-seed protocol: requests run through the same arm (and discarded) before each measured seed, so caches are warm")
-	f.router = routerPublished
+	f.router = router
 	fs.StringVar(&f.router, "router", f.router, "what stands in front of the engines: published (the Production Stack's Python router: stale fallback stats, 48 ms on the first token) or envoy (Envoy with this picker)")
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED, for LMCache chunk keys")
 	cfg.Workload.RegisterFlags(fs)

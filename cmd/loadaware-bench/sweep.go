@@ -25,7 +25,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var sf sweepFlags
-	sf.register(fs, &cfg, "all", "1-20")
+	sf.register(fs, &cfg, "all", "1-20", routerPublished)
 	out := fs.String("out", "bench-results", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+resultsFile)
 	csvs := fs.Bool("csv", true, "write the per-request CSV of every run (about 200 kB each)")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")

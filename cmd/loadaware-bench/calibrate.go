@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -54,10 +53,6 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *seeds < 0 {
-		fmt.Fprintf(stderr, "loadaware-bench calibrate: -seeds %d: use 0 (all) or a positive count\n", *seeds)
-		return 2
-	}
 	values := make([][]float64, len(fittedConstants))
 	points := 1
 	for i, g := range grids {
@@ -69,23 +64,10 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		values[i] = v
 		points *= len(v)
 	}
-	var data capture.Compact
-	var err error
-	if *real == "" {
-		data, err = capture.Embedded()
-	} else {
-		data, err = capture.BuildCompact(*real)
-	}
+	data, code, err := measuredCells(*real, "", *seeds)
 	if err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench calibrate: %v\n", err)
-		return 1
-	}
-	if *seeds > 0 {
-		for i := range data.Cells {
-			c := &data.Cells[i]
-			n := min(*seeds, len(c.Seeds))
-			c.Seeds, c.SeedMetrics = c.Seeds[:n], c.SeedMetrics[:min(n, len(c.SeedMetrics))]
-		}
+		return code
 	}
 	type point struct {
 		vals  []float64

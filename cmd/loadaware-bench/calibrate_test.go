@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -20,5 +22,41 @@ func TestCalibrateRanksGridPointsOnTheReplay(t *testing.T) {
 	var o, e bytes.Buffer
 	if code := run(context.Background(), []string{"calibrate", "-admit-ms", "x"}, &o, &e); code != 2 || !strings.Contains(e.String(), "-admit-ms") {
 		t.Fatalf("bad grid: exit %d, %q", code, e.String())
+	}
+}
+
+func TestReplaySubcommand(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r", "replay.json")
+	out, _ := runCmd(t, "replay", "-cells", "kvaware", "-seeds", "2", "-json", path, "-quiet")
+	if !strings.Contains(out, "| kvaware |") || strings.Contains(out, "| roundrobin |") {
+		t.Fatalf("replay of kvaware alone:\n%s", out)
+	}
+	var doc struct {
+		Cells []struct {
+			Arm   string `json:"arm"`
+			Seeds []struct {
+				Seed int `json:"seed"`
+			} `json:"seeds"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, path)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cells) != 1 || doc.Cells[0].Arm != "kvaware" || len(doc.Cells[0].Seeds) != 2 {
+		t.Fatalf("JSON %+v: want kvaware with 2 seeds", doc)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "-cells", "fastest"}, "the data has kvaware"},
+		{[]string{"replay", "-seeds", "-1"}, "-seeds -1"},
+		{[]string{"replay", "-real", t.TempDir()}, "no cell directories"},
+		{[]string{"replay", "extra"}, "after -real"},
+	} {
+		var o, e bytes.Buffer
+		if code := run(context.Background(), bad.args, &o, &e); code == 0 || !strings.Contains(e.String(), bad.want) {
+			t.Errorf("%v: exit %d, %q: want a failure naming %q", bad.args, code, e.String(), bad.want)
+		}
 	}
 }

@@ -39,48 +39,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "loadaware-bench replay: unexpected argument %q: the directory goes after -real\n", fs.Arg(0))
 		return 2
 	}
-	var data capture.Compact
-	var err error
-	if *real == "" {
-		data, err = capture.Embedded()
-	} else {
-		data, err = capture.BuildCompact(*real)
-	}
+	data, code, err := measuredCells(*real, *cells, *seeds)
 	if err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
-		return 1
-	}
-	if *cells != "" {
-		want := map[string]bool{}
-		for _, c := range strings.Split(*cells, ",") {
-			want[strings.TrimSpace(c)] = true
-		}
-		kept := data.Cells[:0]
-		for _, c := range data.Cells {
-			if want[c.ArmLabel()] || want[c.Name] {
-				kept = append(kept, c)
-			}
-		}
-		if len(kept) == 0 {
-			var have []string
-			for _, c := range data.Cells {
-				have = append(have, c.ArmLabel())
-			}
-			fmt.Fprintf(stderr, "loadaware-bench replay: -cells %s matches no cell; the data has %s\n", *cells, strings.Join(have, ", "))
-			return 2
-		}
-		data.Cells = kept
-	}
-	if *seeds < 0 {
-		fmt.Fprintf(stderr, "loadaware-bench replay: -seeds %d: use 0 (all) or a positive count\n", *seeds)
-		return 2
-	}
-	if *seeds > 0 {
-		for i := range data.Cells {
-			c := &data.Cells[i]
-			n := min(*seeds, len(c.Seeds))
-			c.Seeds, c.SeedMetrics = c.Seeds[:n], c.SeedMetrics[:min(n, len(c.SeedMetrics))]
-		}
+		return code
 	}
 	opt := replay.DefaultOptions()
 	opt.Baseline, opt.Workers = *baseline, *workers
@@ -121,4 +83,50 @@ func writeReplayJSON(path string, rep replay.Report) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// measuredCells loads real (a directory in the published layout; "" is the embedded gen2
+// sweep), keeps the cells named in cells (comma-separated arm labels or directory names;
+// "" keeps all) and each cell's first seeds seeds (0 keeps all). On error it returns the
+// exit code: 2 for a bad flag, 1 for data that cannot be read.
+func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) {
+	if seeds < 0 {
+		return capture.Compact{}, 2, fmt.Errorf("-seeds %d: use 0 (all) or a positive count", seeds)
+	}
+	var data capture.Compact
+	var err error
+	if real == "" {
+		data, err = capture.Embedded()
+	} else {
+		data, err = capture.BuildCompact(real)
+	}
+	if err != nil {
+		return data, 1, err
+	}
+	if cells != "" {
+		want := map[string]bool{}
+		for _, c := range strings.Split(cells, ",") {
+			want[strings.TrimSpace(c)] = true
+		}
+		var have []string
+		var out []capture.CompactCell
+		for _, c := range data.Cells {
+			have = append(have, c.ArmLabel())
+			if want[c.ArmLabel()] || want[c.Name] {
+				out = append(out, c)
+			}
+		}
+		if len(out) == 0 {
+			return data, 2, fmt.Errorf("-cells %s matches no cell; the data has %s", cells, strings.Join(have, ", "))
+		}
+		data.Cells = out
+	}
+	if seeds > 0 {
+		for i := range data.Cells {
+			c := &data.Cells[i]
+			n := min(seeds, len(c.Seeds))
+			c.Seeds, c.SeedMetrics = c.Seeds[:n], c.SeedMetrics[:min(n, len(c.SeedMetrics))]
+		}
+	}
+	return data, 0, nil
 }

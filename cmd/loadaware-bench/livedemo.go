@@ -201,6 +201,12 @@ func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
 		fmt.Fprintf(tw, "%d\t%d/%d\t%.1f\t\n", metrics[i].Errors, r.Messages, r.Received, r.Wall.Seconds())
 	}
 	_ = tw.Flush()
+	for _, r := range results {
+		if r.Messages == 0 {
+			fmt.Fprintf(w, "%s: no LMCache message during the seed: every prompt's prefix was already in its engine's CPU tier (the warm-up's %d chunk events reached the index), and LMCache saves nothing it finds.\n",
+				r.Run.Arm.Name, r.WarmEvents)
+		}
+	}
 
 	fmt.Fprintln(w, "\nSample decisions (x-loadaware-decision: matched = prompt tokens the engine holds, by the LMCache index):")
 	for _, r := range results {

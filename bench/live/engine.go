@@ -260,6 +260,10 @@ func (e *Engine) drive() {
 		case <-timer.C:
 			out := e.model.Finish()
 			busy, last = false, out.At
+			// Publish the step's gauges before any client can see its tokens or
+			// the end of its stream, so /metrics never lags a finished request.
+			m := e.model.Metrics()
+			e.metrics.Store(&m)
 			for _, ev := range out.KV {
 				var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: e.cfg.InstanceID, Key: ev.Key, Location: vtime.Location}
 				if !ev.Admit {

@@ -42,6 +42,3 @@ func (t *tracker) classifyLive(seq int64) verdict {
 	}
 	return vGap
 }
-
-// restart forgets every number: the next live batch starts the stream again.
-func (t *tracker) restart() { t.applied, t.live = -1, -1 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	mbits "math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -89,16 +90,27 @@ type IndexConfig struct {
 // Index records which endpoint holds which token blocks, from applied batches, and
 // answers the contiguous cached prefix of a prompt per endpoint. It is safe for
 // concurrent use; lookups run in parallel with each other and between events.
+//
+// Layout (docs/decisions/0802): every stream (an endpoint's data-parallel rank) has a
+// slot; for each tier, one table maps (block key, slot word) to the bitmask of the
+// slots of that word holding the block, so a lookup costs one probe per prompt block
+// and tier for up to 64 streams. Each stream maps engine hashes to block keys (for
+// BlockRemoved and parent links), and the first block of each chain keeps its store
+// order (for HolderRank).
 type Index struct {
 	credit [numMedia]float64
+	order  []Medium // credited tiers, best credit first
 	root   uint64
 	m      *indexMetrics
 
 	mu      sync.RWMutex
-	entries map[uint64]uint64 // pair(block key, stream salt) -> stamp<<8 | tier bits
+	held    [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
+	stamps  table           // pair(first block key, stream salt) -> store order
 	streams map[streamID]*stream
 	byEP    map[string][]*stream
 	sizes   map[int]int // block size -> streams using it
+	free    []int       // released slots
+	slots   int         // slots handed out
 	stamp   uint64
 	salt    uint64
 }
@@ -111,10 +123,17 @@ type streamID struct {
 // stream is one publisher's view: an endpoint's data-parallel rank.
 type stream struct {
 	id        streamID
+	slot      int
 	salt      uint64
 	blockSize int
-	engine    map[uint64]uint64 // engine block hash -> block key
+	engine    table // engine block hash -> block key
 }
+
+func (s *stream) word() uint64 { return uint64(s.slot / 64) }
+func (s *stream) bit() uint64  { return 1 << (s.slot % 64) }
+
+// wordKey is the key of (block key, slot word) in the tier tables.
+func wordKey(key, word uint64) uint64 { return key ^ word*0x9e3779b97f4a7c15 }
 
 // NewIndex returns an empty index.
 func NewIndex(cfg IndexConfig) (*Index, error) {
@@ -129,11 +148,16 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	ix := &Index{
 		credit:  [numMedia]float64{cfg.Credits.GPU, cfg.Credits.CPU, cfg.Credits.Disk},
 		root:    cfg.Seed,
-		entries: map[uint64]uint64{},
 		streams: map[streamID]*stream{},
 		byEP:    map[string][]*stream{},
 		sizes:   map[int]int{},
 	}
+	for m := range numMedia {
+		if ix.credit[m] > 0 {
+			ix.order = append(ix.order, m)
+		}
+	}
+	slices.SortStableFunc(ix.order, func(a, b Medium) int { return cmpF(ix.credit[b], ix.credit[a]) })
 	if ix.root == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -147,11 +171,25 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	return ix, nil
 }
 
+func cmpF(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // Blocks returns the number of (block, endpoint rank) entries held.
 func (ix *Index) Blocks() int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return len(ix.entries)
+	n := 0
+	for _, s := range ix.streams {
+		n += s.engine.Len()
+	}
+	return n
 }
 
 // The outcomes of one block in Apply (they label loadaware_kvevents_blocks_total).
@@ -191,33 +229,64 @@ func (ix *Index) applyEvent(id streamID, ev *Event) {
 			ix.m.dropped.WithLabelValues("cleared").Add(float64(ix.clear(s)))
 		}
 	case BlockRemoved:
-		s := ix.streams[id]
-		med, ok := ParseMedium(ev.Medium)
-		if !ok {
-			ix.m.count(OutUnknownMedium, len(ev.Hashes))
-			return
-		}
-		for _, h := range ev.Hashes {
-			key, held := uint64(0), false
-			if s != nil {
-				key, held = s.engine[h]
-			}
-			if !held {
-				ix.m.count(OutRemovedUnknown, 1)
-				continue
-			}
-			pk := pair(key, s.salt)
-			v := ix.entries[pk] &^ (1 << med)
-			if v&0xff == 0 {
-				delete(ix.entries, pk)
-				delete(s.engine, h)
-			} else {
-				ix.entries[pk] = v
-			}
-			ix.m.count(OutRemoved, 1)
-		}
+		ix.remove(ix.streams[id], ev)
 	case BlockStored:
 		ix.store(id, ev)
+	}
+}
+
+// setBit and clearBit change one stream's bit for key in a tier table.
+func (ix *Index) setBit(med Medium, s *stream, key uint64) {
+	ix.held[med].or(wordKey(key, s.word()), s.bit())
+}
+
+func (ix *Index) clearBit(med Medium, s *stream, key uint64) {
+	wk := wordKey(key, s.word())
+	v, ok := ix.held[med].get(wk)
+	if !ok {
+		return
+	}
+	if v &^= s.bit(); v == 0 {
+		ix.held[med].del(wk)
+	} else {
+		ix.held[med].put(wk, v)
+	}
+}
+
+func (ix *Index) holds(s *stream, key uint64) bool {
+	wk := wordKey(key, s.word())
+	for m := range numMedia {
+		if v, _ := ix.held[m].get(wk); v&s.bit() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (ix *Index) remove(s *stream, ev *Event) {
+	med, ok := ParseMedium(ev.Medium)
+	if !ok {
+		ix.m.count(OutUnknownMedium, len(ev.Hashes))
+		return
+	}
+	for i, h := range ev.Hashes {
+		if i > 0 && i%lockSpan == 0 && s != nil && !ix.yield(s.id, s) {
+			return // the stream was dropped meanwhile: nothing left to remove
+		}
+		key, held := uint64(0), false
+		if s != nil {
+			key, held = s.engine.get(h)
+		}
+		if !held {
+			ix.m.count(OutRemovedUnknown, 1)
+			continue
+		}
+		ix.clearBit(med, s, key)
+		if !ix.holds(s, key) {
+			s.engine.del(h)
+			ix.stamps.del(pair(key, s.salt))
+		}
+		ix.m.count(OutRemoved, 1)
 	}
 }
 
@@ -248,14 +317,13 @@ func (ix *Index) store(id streamID, ev *Event) {
 		for _, h := range ev.Hashes {
 			key, known := uint64(0), false
 			if s != nil {
-				key, known = s.engine[h]
+				key, known = s.engine.get(h)
 			}
 			if !known {
 				ix.m.count(OutUnknownBlock, 1)
 				continue
 			}
-			pk := pair(key, s.salt)
-			ix.entries[pk] |= 1 << med
+			ix.setBit(med, s, key)
 			ix.m.count(OutTierAdded, 1)
 		}
 		return
@@ -269,7 +337,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 	if ev.HasParent {
 		key, known := uint64(0), false
 		if s != nil {
-			key, known = s.engine[ev.Parent]
+			key, known = s.engine.get(ev.Parent)
 		}
 		if !known {
 			refuse(OutUnknownParent)
@@ -282,31 +350,58 @@ func (ix *Index) store(id streamID, ev *Event) {
 	} else if s.blockSize != bs {
 		// A new block size means a restarted engine with another configuration.
 		ix.m.dropped.WithLabelValues("block_size_changed").Add(float64(ix.clear(s)))
-		ix.sizes[s.blockSize]--
-		if ix.sizes[s.blockSize] == 0 {
-			delete(ix.sizes, s.blockSize)
-		}
-		s.blockSize = bs
-		ix.sizes[bs]++
+		ix.resize(s, bs)
 	}
 	for i, h := range ev.Hashes {
-		key := chain(parent, ev.Tokens[i*bs:(i+1)*bs])
-		s.engine[h] = key
-		pk := pair(key, s.salt)
-		v, had := ix.entries[pk]
-		if !had {
-			ix.stamp++
-			v = ix.stamp << 8
+		if i > 0 && i%lockSpan == 0 && !ix.yield(id, s) {
+			ix.m.count(OutStored, i)
+			ix.m.count(OutUnknownParent, n-i)
+			return
 		}
-		ix.entries[pk] = v | 1<<med
+		key := chain(parent, ev.Tokens[i*bs:(i+1)*bs])
+		s.engine.put(h, key)
+		ix.setBit(med, s, key)
+		if i == 0 && !ev.HasParent {
+			if _, had := ix.stamps.get(pair(key, s.salt)); !had {
+				ix.stamp++
+				ix.stamps.put(pair(key, s.salt), ix.stamp)
+			}
+		}
 		parent = key
 	}
 	ix.m.count(OutStored, n)
 }
 
+// lockSpan is how many blocks of one event are applied under one hold of the write
+// lock: lookups wait at most that long for a writer (a partly applied store is a valid
+// shorter chain; a partly applied removal a valid smaller set).
+const lockSpan = 8
+
+// yield lets waiting lookups in between parts of a long event and reports whether s is
+// still the stream of id. ix.mu is held, and is held again on return.
+func (ix *Index) yield(id streamID, s *stream) bool {
+	ix.mu.Unlock()
+	ix.mu.Lock()
+	return ix.streams[id] == s
+}
+
+func (ix *Index) resize(s *stream, bs int) {
+	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
+		delete(ix.sizes, s.blockSize)
+	}
+	s.blockSize = bs
+	ix.sizes[bs]++
+}
+
 func (ix *Index) addStream(id streamID, bs int) *stream {
 	ix.salt = fmix(ix.salt + 0x9e3779b97f4a7c15)
-	s := &stream{id: id, salt: ix.salt, blockSize: bs, engine: map[uint64]uint64{}}
+	slot := ix.slots
+	if n := len(ix.free); n > 0 {
+		slot, ix.free = ix.free[n-1], ix.free[:n-1]
+	} else {
+		ix.slots++
+	}
+	s := &stream{id: id, slot: slot, salt: ix.salt, blockSize: bs}
 	ix.streams[id] = s
 	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
 	ix.sizes[bs]++
@@ -315,11 +410,14 @@ func (ix *Index) addStream(id streamID, bs int) *stream {
 
 // clear removes every entry of s and returns how many there were. ix.mu is held.
 func (ix *Index) clear(s *stream) int {
-	n := len(s.engine)
-	for _, key := range s.engine {
-		delete(ix.entries, pair(key, s.salt))
-	}
-	clear(s.engine)
+	n := s.engine.Len()
+	s.engine.each(func(_, key uint64) {
+		for m := range numMedia {
+			ix.clearBit(m, s, key)
+		}
+		ix.stamps.del(pair(key, s.salt))
+	})
+	s.engine.reset()
 	return n
 }
 
@@ -332,8 +430,8 @@ func (ix *Index) Drop(endpoint, reason string) {
 	for _, s := range ix.byEP[endpoint] {
 		n += ix.clear(s)
 		delete(ix.streams, s.id)
-		ix.sizes[s.blockSize]--
-		if ix.sizes[s.blockSize] == 0 {
+		ix.free = append(ix.free, s.slot)
+		if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
 			delete(ix.sizes, s.blockSize)
 		}
 	}
@@ -352,38 +450,68 @@ type Match struct {
 // order in which the holders of the first block stored it.
 func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	out := make([]Match, len(endpoints))
-	stamps := make([]uint64, len(endpoints))
 	for i := range out {
 		out[i].HolderRank = -1
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	var keys map[int][]uint64 // block size -> the prompt's block keys
+	// The streams asked about, grouped by block size, then by slot word.
+	type want struct {
+		ep int // index in endpoints
+		s  *stream
+	}
+	groups := map[int]map[uint64][]want{}
 	for i, ep := range endpoints {
 		for _, s := range ix.byEP[ep] {
-			bs := s.blockSize
-			ks, ok := keys[bs]
-			if !ok {
-				ks = ix.promptKeys(tokens, bs)
-				if keys == nil {
-					keys = make(map[int][]uint64, len(ix.sizes))
-				}
-				keys[bs] = ks
+			g := groups[s.blockSize]
+			if g == nil {
+				g = map[uint64][]want{}
+				groups[s.blockSize] = g
 			}
-			credit, first := 0.0, uint64(0)
-			for j, k := range ks {
-				v, held := ix.entries[pair(k, s.salt)]
-				c := ix.best(v)
-				if !held || c == 0 {
+			g[s.word()] = append(g[s.word()], want{i, s})
+		}
+	}
+	stamps := make([]uint64, len(endpoints))
+	var credit [64]float64
+	for bs, words := range groups {
+		keys := ix.promptKeys(tokens, bs)
+		if len(keys) == 0 {
+			continue
+		}
+		for word, ws := range words {
+			var alive uint64
+			for _, w := range ws {
+				alive |= w.s.bit()
+			}
+			clear(credit[:])
+			for _, k := range keys {
+				wk := wordKey(k, word)
+				var covered uint64
+				for _, m := range ix.order {
+					if ix.held[m].Len() == 0 {
+						continue
+					}
+					v, _ := ix.held[m].get(wk)
+					bits := v & alive &^ covered
+					covered |= bits
+					for ; bits != 0; bits &= bits - 1 {
+						credit[mbits.TrailingZeros64(bits)] += ix.credit[m] * float64(bs)
+					}
+				}
+				if alive = covered; alive == 0 {
 					break
 				}
-				if j == 0 {
-					first = v >> 8
-				}
-				credit += c * float64(bs)
 			}
-			if m := int(math.Round(credit)); m > out[i].Matched {
-				out[i].Matched, stamps[i] = m, first
+			for _, w := range ws {
+				m := int(math.Round(credit[w.s.slot%64]))
+				if m == 0 || m < out[w.ep].Matched {
+					continue
+				}
+				st, _ := ix.stamps.get(pair(keys[0], w.s.salt))
+				if m == out[w.ep].Matched && st >= stamps[w.ep] {
+					continue // a tie between ranks: the earlier store counts
+				}
+				out[w.ep].Matched, stamps[w.ep] = m, st
 			}
 		}
 	}
@@ -408,17 +536,6 @@ func cmpU64(a, b uint64) int {
 		return 1
 	}
 	return 0
-}
-
-// best is the credit of the best tier in an entry's tier bits.
-func (ix *Index) best(v uint64) float64 {
-	c := 0.0
-	for m := range numMedia {
-		if v&(1<<m) != 0 {
-			c = max(c, ix.credit[m])
-		}
-	}
-	return c
 }
 
 // promptKeys returns the keys of the prompt's full blocks of bs tokens.

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -154,5 +155,41 @@ func TestParseCredits(t *testing.T) {
 		if (err != nil) != tc.bad || (!tc.bad && got != tc.want) {
 			t.Errorf("ParseCredits(%q) = %+v, %v", tc.in, got, err)
 		}
+	}
+}
+
+// TestIndexManyStreams: more streams than one slot word holds, some dropped and their
+// slots reused; every endpoint's match stays its own.
+func TestIndexManyStreams(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Seed: 3})
+	var eps []string
+	for i := 0; i < 150; i++ {
+		eps = append(eps, "10.1.0."+strconv.Itoa(i)+":8000")
+	}
+	held := func(i int) int { return 1 + i%6 } // blocks of prompt endpoint i holds
+	for i, ep := range eps {
+		ix.Apply(ep, batch(stored(0, held(i), uint64(i)*100)))
+	}
+	for i := 0; i < 150; i += 3 {
+		ix.Drop(eps[i], "left")
+	}
+	for i := 0; i < 150; i += 6 { // back, on reused slots, holding one block
+		ix.Apply(eps[i], batch(stored(0, 1, 77)))
+	}
+	got := ix.Match(prompt, eps)
+	for i := range eps {
+		want := held(i) * bs
+		switch {
+		case i%6 == 0:
+			want = bs
+		case i%3 == 0:
+			want = 0
+		}
+		if got[i].Matched != want {
+			t.Errorf("endpoint %d: matched %d, want %d", i, got[i].Matched, want)
+		}
+	}
+	if ix.Blocks() == 0 || got[1].HolderRank < 0 || got[3].HolderRank != -1 {
+		t.Errorf("blocks %d, holder ranks %d %d", ix.Blocks(), got[1].HolderRank, got[3].HolderRank)
 	}
 }

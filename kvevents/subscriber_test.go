@@ -44,13 +44,13 @@ func TestTracker(t *testing.T) {
 
 // net127 is a loopback /24 of its own for one test (all of 127/8 is loopback on Linux),
 // so every engine of the test has its own IP and all share one port, as pods do.
-func net127(t *testing.T) string {
+func net127(t testing.TB) string {
 	return fmt.Sprintf("127.%d.%d.", 100+rand.IntN(150), rand.IntN(256))
 }
 
 // engines starts n publishers on hosts prefix1..prefixn sharing one PUB port (and one
 // replay port when replay is set).
-func engines(t *testing.T, n int, replay bool, l Layout) (pubs []*Publisher, eps []string, port, rport int) {
+func engines(t testing.TB, n int, replay bool, l Layout) (pubs []*Publisher, eps []string, port, rport int) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		prefix := net127(t)

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,6 +128,70 @@ func (e *Engine) KVBatches() int64 {
 		return 0
 	}
 	return e.kv.published.Load()
+}
+
+// kvEventsPorts picks the PUB and replay ports every engine of a run binds on its own IP
+// (the picker subscribes to one port on every endpoint IP): ports free on the first IP.
+func kvEventsPorts(ip string) (*KVEventsConfig, error) {
+	var ports [2]int
+	for i := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("live: find a free port for the KV events on %s: %w", ip, err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		defer l.Close()
+	}
+	return &KVEventsConfig{Port: ports[0], ReplayPort: ports[1]}, nil
+}
+
+// awaitSubscribed waits until the picker's KV events subscriber has finished its first
+// replays and every engine sees its subscription (nothing published before is lost).
+func (f *liveFleet) awaitSubscribed(ctx context.Context) error {
+	if !f.kv {
+		return nil
+	}
+	select {
+	case <-f.app.KVEventsSubscriber.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for _, e := range f.engines {
+		if err := e.WaitKVSubscribed(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kvDelivered reports whether the picker has applied every KV event batch the engines
+// published (true without KV events).
+func (f *liveFleet) kvDelivered() bool {
+	if !f.kv {
+		return true
+	}
+	var sent int64
+	for _, e := range f.engines {
+		sent += e.KVBatches()
+	}
+	mfs, err := f.app.Registry.Gather()
+	if err != nil {
+		return false
+	}
+	applied := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "loadaware_kvevents_batches_total" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "outcome" && l.GetValue() == "applied" {
+					applied += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return applied >= float64(sent)
 }
 
 // WaitKVSubscribed waits for the picker's subscription to the engine's KV events.

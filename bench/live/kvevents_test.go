@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/lmcache"
@@ -198,5 +200,55 @@ func decideAlike(t *testing.T, layout kvevents.Layout) {
 	}
 	if credited == 0 {
 		t.Fatal("no query matched anything: the comparison is vacuous")
+	}
+}
+
+// TestLiveOnVLLMEventsDecidesAsVirtualTime runs the seed of
+// TestLiveAndVirtualTimeMakeTheSameDecisions live with the picker routing on the engines'
+// vLLM KV events instead of LMCache messages, and compares each request's engine with
+// virtual time's (which routes on the LMCache index).
+func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
+	cfg := fastSweep()
+	cfg.Warmup = 0
+	cfg.Workload.Requests = 40
+	cfg.Workload.Prefixes = 8
+	cfg.Workload.MaxTokens = 2
+	const seed = 3
+	reqs, err := workload.Generate(cfg.Workload, nil, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		reqs[i].SendAt = time.Duration(i) * time.Second / 3
+	}
+	arm := vtime.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
+	vt, err := vtime.RunRequests(context.Background(), cfg, arm, seed, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv, err := Run(context.Background(), cfg, arm, seed, Options{Requests: reqs, Sequential: true, CacheSource: picker.SourceVLLMEvents,
+		Explain: func(int) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vIdx, lIdx := engineIndex(vt), engineIndex(lv.Run)
+	fromEvents := 0
+	for i := range reqs {
+		v, l := vt.Rows[i], lv.Run.Rows[i]
+		if l.Status != "ok" {
+			t.Fatalf("live request %d failed: %s", i, l.Error)
+		}
+		if ve, le := vIdx[v.Engine], lIdx[l.Engine]; ve != le {
+			t.Errorf("request %d (prefix %d): virtual time (LMCache) chose engine %d, live on vLLM events engine %d (%s)", i, reqs[i].PrefixID, ve, le, lv.Decisions[i])
+		}
+		if strings.Contains(lv.Decisions[i], "source=vllm-events") {
+			fromEvents++
+		}
+	}
+	if fromEvents == 0 {
+		t.Error("no decision was credited from vLLM events: the comparison is vacuous")
+	}
+	if _, err := Run(context.Background(), fastSweep(), arm, seed, Options{Requests: reqs[:1], CacheSource: picker.SourceVLLMEvents}); err == nil || !strings.Contains(err.Error(), "warm-up to 0") {
+		t.Errorf("a warm fleet on vLLM events: %v, want an error naming the warm-up", err)
 	}
 }

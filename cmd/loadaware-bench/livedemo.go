@@ -38,6 +38,7 @@ type liveDemoConfig struct {
 	timeout  time.Duration
 	progress bool
 	verbose  bool
+	cache    string // the picker's --cache-source
 }
 
 // runLiveDemo is `loadaware-bench demo`: each arm on a fresh live fleet (two simulated
@@ -58,6 +59,7 @@ func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.DurationVar(&c.timeout, "timeout", 40*time.Second, "bound on one arm's live requests; unfinished requests count as errors")
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.BoolVar(&c.verbose, "v", false, "show the picker's, the gateway's and the engines' logs on stderr")
+	fs.StringVar(&c.cache, "cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,7 +102,7 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	var results []live.Result
 	for _, arm := range arms {
 		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
-		r, err := live.Run(ctx, cfg, arm, c.seed, live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log})
+		r, err := live.Run(ctx, cfg, arm, c.seed, live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache})
 		bar.finish()
 		if err != nil {
 			return fmt.Errorf("%s: %w", arm.Name, err)

@@ -30,7 +30,7 @@ func newIndexMetrics(reg prometheus.Registerer, ix *Index) (*indexMetrics, error
 		}, []string{"outcome"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_dropped_blocks_total",
-			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), block_size_changed.",
+			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), disconnect, block_size_changed.",
 		}, []string{"reason"}),
 	}
 	for _, k := range []Kind{BlockStored, BlockRemoved, AllBlocksCleared} {
@@ -73,7 +73,7 @@ func newSubMetrics(reg prometheus.Registerer) (*subMetrics, error) {
 		}, []string{"outcome"}),
 		sequence: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_sequence_breaks_total",
-			Help: "Breaks in an engine's batch sequence: gap (batches lost) or reset (the engine restarted).",
+			Help: "Breaks in an engine's batch stream: gap (batches lost), reset (the engine restarted), disconnect (the connection to its PUB socket was lost; its entries are dropped).",
 		}, []string{"kind"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_replays_total",
@@ -99,7 +99,7 @@ func newSubMetrics(reg prometheus.Registerer) (*subMetrics, error) {
 	for _, o := range []string{"applied", "duplicate", "bad_frames"} {
 		m.batches.WithLabelValues(o)
 	}
-	for _, o := range []string{"gap", "reset"} {
+	for _, o := range []string{"gap", "reset", "disconnect"} {
 		m.sequence.WithLabelValues(o)
 	}
 	for _, o := range []string{"complete", "incomplete", "timeout", "failed"} {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -180,10 +181,15 @@ type conn struct {
 	s          *Subscriber
 	f          *follower
 	sub        *zmq.Socket
+	mon        *zmq.Socket // the SUB socket's disconnect events
 	dealer     *zmq.Socket // nil without replay
 	replayAddr string
 	t          tracker
+	resync     bool // reconnected: replay from 0 before the next live batch
 }
+
+// monitors numbers the inproc addresses of the SUB sockets' monitors.
+var monitors atomic.Int64
 
 func (s *Subscriber) follow(f *follower, host string) {
 	defer s.idx.Drop(f.endpoint, "left")
@@ -207,6 +213,7 @@ func (s *Subscriber) follow(f *follower, host string) {
 	s.synced(f.endpoint)
 	poller := zmq.NewPoller()
 	poller.Add(c.sub, zmq.POLLIN)
+	poller.Add(c.mon, zmq.POLLIN)
 	for {
 		select {
 		case <-f.stop:
@@ -222,6 +229,9 @@ func (s *Subscriber) follow(f *follower, host string) {
 		}
 		if len(polled) == 0 {
 			continue
+		}
+		if ev, _, _, err := c.mon.RecvEvent(zmq.DONTWAIT); err == nil && ev == zmq.EVENT_DISCONNECTED {
+			c.disconnected()
 		}
 		frames, err := c.sub.RecvMessageBytes(zmq.DONTWAIT)
 		if err != nil {
@@ -246,6 +256,19 @@ func (c *conn) open(host string) error {
 		if err := set(); err != nil {
 			return err
 		}
+	}
+	mon := "inproc://kvevents-monitor-" + strconv.FormatInt(monitors.Add(1), 10)
+	if err := c.sub.Monitor(mon, zmq.EVENT_DISCONNECTED); err != nil {
+		return fmt.Errorf("monitor the SUB socket: %w", err)
+	}
+	if c.mon, err = s.zctx.NewSocket(zmq.PAIR); err != nil {
+		return err
+	}
+	if err := c.mon.SetLinger(0); err != nil {
+		return err
+	}
+	if err := c.mon.Connect(mon); err != nil {
+		return fmt.Errorf("connect the SUB socket's monitor: %w", err)
 	}
 	addr := "tcp://" + net.JoinHostPort(host, strconv.Itoa(s.cfg.Port))
 	if err := c.sub.Connect(addr); err != nil {
@@ -276,7 +299,10 @@ func (c *conn) openDealer() error {
 }
 
 func (c *conn) close() {
-	for _, so := range []*zmq.Socket{c.sub, c.dealer} {
+	if c.sub != nil && c.mon != nil {
+		_ = c.sub.Monitor("", 0) // stop the monitor before its socket goes
+	}
+	for _, so := range []*zmq.Socket{c.mon, c.sub, c.dealer} {
 		if so != nil {
 			so.Close()
 		}
@@ -294,6 +320,10 @@ func (c *conn) live(frames [][]byte) {
 		s.m.batches.WithLabelValues("bad_frames").Inc()
 		s.log.Warn("kvevents: skipped a message that is not [topic, seq, payload]", "endpoint", ep, "err", err)
 		return
+	}
+	if c.resync {
+		c.resync = false
+		c.replay(0, "reconnect")
 	}
 	switch c.t.classifyLive(msg.Seq) {
 	case vDuplicate:
@@ -329,6 +359,19 @@ func (c *conn) live(frames [][]byte) {
 	default:
 		c.apply(msg)
 	}
+}
+
+// disconnected handles the loss of the connection to the engine's PUB socket. Whatever
+// happened meanwhile is unknown (the engine may have restarted and published past the
+// last sequence number seen), so its entries are dropped at once and the stream starts
+// again: from a full replay when the engine offers one, else from the next batch.
+func (c *conn) disconnected() {
+	s := c.s
+	s.m.sequence.WithLabelValues("disconnect").Inc()
+	s.idx.Drop(c.f.endpoint, "disconnect")
+	c.t = newTracker()
+	c.resync = c.dealer != nil
+	s.log.Info("kvevents: lost the connection to an engine's KV events: its entries were dropped until it is back", "endpoint", c.f.endpoint)
 }
 
 // apply decodes and applies one batch in sequence.

@@ -326,3 +326,37 @@ func TestSubscriberBadPayloadCountedAndSkipped(t *testing.T) {
 		t.Errorf("after the bad batch: %d, want %d", m, 2*bs)
 	}
 }
+
+// TestSubscriberEngineRestartWhileDisconnected: the engine restarts and publishes past
+// the last sequence number seen before the picker reconnects, so the numbers alone look
+// like a gap. The lost connection is what tells: the old engine's blocks are dropped and
+// the new engine's replayed, with no phantom credit for what the old one held.
+func TestSubscriberEngineRestartWhileDisconnected(t *testing.T) {
+	pubs, eps, port, rport := engines(t, 1, true, Layout{})
+	r := newRig(t, eps, port, rport)
+	r.ready()
+	subscribed(t, pubs)
+	publish(t, pubs[0], stored(0, 4, 100))
+	r.await(publish(t, pubs[0]))
+	cfg := pubs[0].cfg
+	cfg.Addr, cfg.ReplayAddr = pubs[0].Addr(), pubs[0].ReplayAddr()
+	if err := pubs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	np, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatalf("restart the engine on the same address: %v", err)
+	}
+	t.Cleanup(func() { np.Close() })
+	np.Skip([]Event{stored(0, 1, 700)})
+	np.Skip(nil)
+	np.Skip(nil)
+	subscribed(t, []*Publisher{np})
+	r.await(publish(t, np, stored(1, 2, 700)))
+	if m := r.matched(eps[0]); m != 2*bs {
+		t.Errorf("after a restart behind a disconnect: %d tokens, want the new engine's %d", m, 2*bs)
+	}
+	if got := r.counter("loadaware_kvevents_sequence_breaks_total", "kind", "disconnect"); got != 1 {
+		t.Errorf("disconnects = %v, want 1", got)
+	}
+}

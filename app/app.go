@@ -96,7 +96,7 @@ type App struct {
 
 // Start listens on every port and serves until Close. It returns once all listeners are
 // bound, so their addresses can be read at once.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -118,6 +118,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		if err := a.newKVEvents(&cfg, reg); err != nil {
 			return nil, err
 		}
+		defer func() {
+			if err != nil { // its loops start with the endpoint set, before the ports are bound
+				a.KVEventsSubscriber.Close()
+			}
+		}()
 	}
 	params := scoring.DefaultParams()
 	params.Beta = cfg.Beta

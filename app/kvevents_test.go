@@ -110,3 +110,18 @@ func TestKVEventsBothNeedsLMCache(t *testing.T) {
 		t.Errorf("Start = %v, want an error naming --lmcache-pull-port", err)
 	}
 }
+
+// TestKVEventsStartFailureStopsTheSubscriber: a start that fails after the endpoint set
+// is known (here a taken metrics port) leaves no subscriber loop behind (goleak checks).
+func TestKVEventsStartFailureStopsTheSubscriber(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, err = Start(context.Background(), Config{GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: taken.Addr().String(),
+		Endpoints: []string{"127.0.0.1:8000"}, CacheSource: picker.SourceVLLMEvents, KVEvents: &KVEventsConfig{Port: 1}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--metrics-port") {
+		t.Fatalf("Start = %v, want the taken metrics port named", err)
+	}
+}

@@ -3,8 +3,9 @@ SHELL := /bin/bash
 GO ?= go
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
+DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-live gwload
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload
 
 all: build
 
@@ -36,8 +37,9 @@ fuzz: deps testdata
 
 test: vet staticcheck unit fuzz-short
 
+# DEMO_FLAGS=-hold keeps the last arm's picker up (metrics URL printed) until Ctrl-C.
 demo: deps
-	$(GO) run ./cmd/loadaware-bench demo
+	$(GO) run ./cmd/loadaware-bench demo $(DEMO_FLAGS)
 
 bench: deps testdata
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -46,9 +48,14 @@ bench: deps testdata
 test-oracle: deps testdata
 	TOKENIZE_ORACLE_N=150000 $(GO) test -count=1 -run 'TestMatchesReference' -timeout 30m ./tokenize/
 
-# The published experiment (7 arms x 20 seeds x 500 requests) in virtual time, regenerating docs/bench/REPORT.md.
+# The published experiment (7 arms x 20 seeds x 500 requests, the published protocol) in virtual time behind
+# the published router, then behind Envoy and this picker, regenerating docs/bench/REPORT.md.
 bench-sweep: deps
-	$(GO) run ./cmd/loadaware-bench sweep -out docs/bench -csv=false -save=false
+	$(GO) run ./cmd/loadaware-bench sweep -out docs/bench -csv=false -save=false -also-envoy
+
+# Every published gen2 cell replayed with its real protocol, real beside simulated: docs/bench/replay.md and .json.
+bench-replay: deps
+	$(GO) run ./cmd/loadaware-bench replay -quiet -json docs/bench/replay.json > docs/bench/replay.md
 
 # One live 500-request seed per arm through the real gateway, ext_proc and ZeroMQ, beside its virtual-time twin.
 bench-live: deps

@@ -45,6 +45,7 @@ type Config struct {
 	MaxEndpoints int      // default 1
 	MaxBodyBytes int64    // default extproc.DefaultMaxBodySize
 	BodyMode     extproc.BodyMode
+	OmitScores   bool // leave the candidates' scores and the reason out of the dynamic metadata
 
 	AdminToken string // bearer token for POST /admin/config; empty: changes refused
 
@@ -152,6 +153,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	ext, err := extproc.NewServer(p, extproc.Config{
 		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
+		OmitScores: cfg.OmitScores,
 	})
 	if err != nil {
 		return nil, err

@@ -30,6 +30,7 @@ import (
 
 	// Typed configs the shipped files use, registered for Any resolution.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/health_check/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -125,12 +126,18 @@ type Picker struct {
 	Cluster  string // the cluster ext_proc calls
 	Address  string // the picker cluster's first endpoint, "host:port"
 	TLS      bool   // whether the picker cluster has a transport socket
+
+	FailOpen        bool   // failure_mode_allow: requests go on when the picker fails
+	Fallback        string // the cluster of requests without the picker's header ("" if none)
+	FallbackAddress string // its first endpoint, "host:port"
 }
 
 // CheckPicker verifies that some listener runs ext_proc, as the picker's
-// protocol requires, before its router, and that its routes end at an
-// ORIGINAL_DST cluster keyed by DestinationHeader; that every referenced
-// cluster exists; and that the picker cluster speaks HTTP/2.
+// protocol requires, before its router, and that the routes of the requests it
+// routes end at an ORIGINAL_DST cluster keyed by DestinationHeader; with
+// failure_mode_allow, that requests without that header have a fallback route
+// and that clients cannot send the header themselves (see checkRoutes); that
+// every referenced cluster exists; and that the picker cluster speaks HTTP/2.
 func CheckPicker(b *bootstrapv3.Bootstrap) (Picker, error) {
 	clusters := map[string]*clusterv3.Cluster{}
 	for _, c := range b.GetStaticResources().GetClusters() {
@@ -161,12 +168,9 @@ func CheckPicker(b *bootstrapv3.Bootstrap) (Picker, error) {
 		if err := CheckExtProc(ep); err != nil {
 			return Picker{}, fmt.Errorf("envoy: listener %s: %w", l.GetName(), err)
 		}
-		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-			for _, r := range vh.GetRoutes() {
-				if err := checkOriginalDst(clusters[r.GetRoute().GetCluster()]); err != nil {
-					return Picker{}, fmt.Errorf("envoy: listener %s, route %q: %w", l.GetName(), r.GetMatch().GetPrefix()+r.GetMatch().GetPath(), err)
-				}
-			}
+		rt, err := checkRoutes(hcm, clusters, ep.GetFailureModeAllow())
+		if err != nil {
+			return Picker{}, fmt.Errorf("envoy: listener %s: %w", l.GetName(), err)
 		}
 		name := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName()
 		pc := clusters[name]
@@ -176,14 +180,10 @@ func CheckPicker(b *bootstrapv3.Bootstrap) (Picker, error) {
 		if err := checkHTTP2(pc); err != nil {
 			return Picker{}, err
 		}
-		p := Picker{Listener: l.GetName(), Cluster: name, TLS: pc.GetTransportSocket() != nil}
-		for _, le := range pc.GetLoadAssignment().GetEndpoints() {
-			for _, lb := range le.GetLbEndpoints() {
-				sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
-				if p.Address == "" && sa != nil {
-					p.Address = fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
-				}
-			}
+		p := Picker{Listener: l.GetName(), Cluster: name, Address: clusterAddress(pc), TLS: pc.GetTransportSocket() != nil,
+			FailOpen: ep.GetFailureModeAllow(), Fallback: rt.fallback}
+		if rt.fallback != "" {
+			p.FallbackAddress = clusterAddress(clusters[rt.fallback])
 		}
 		if p.Address == "" {
 			return Picker{}, fmt.Errorf("envoy: picker cluster %q has no endpoint address", name)

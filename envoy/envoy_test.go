@@ -14,8 +14,10 @@ func TestShippedConfigs(t *testing.T) {
 		file string
 		want Picker
 	}{
-		{"gateway.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "loadaware-epp:9002", TLS: true}},
-		{"sidecar.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "127.0.0.1:9002", TLS: false}},
+		{"gateway.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "loadaware-epp:9002", TLS: true,
+			Fallback: "engine_fallback", FallbackAddress: "vllm-engines:8000"}},
+		{"sidecar.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "127.0.0.1:9002", TLS: false,
+			Fallback: "engine_fallback", FallbackAddress: "vllm-engines:8000"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -33,6 +35,9 @@ func TestShippedConfigs(t *testing.T) {
 			}
 			if got != tt.want {
 				t.Fatalf("CheckPicker = %+v, want %+v", got, tt.want)
+			}
+			if err := CheckDecisionLog(b); err != nil {
+				t.Fatalf("CheckDecisionLog: %v", err)
 			}
 		})
 	}
@@ -106,7 +111,7 @@ func TestCheckPickerRejects(t *testing.T) {
 	}{
 		{"buffered body mode", "request_body_mode: FULL_DUPLEX_STREAMED", "request_body_mode: BUFFERED", "processing_mode"},
 		{"default message timeout", "message_timeout: 1000s", "message_timeout: 0.2s", "message_timeout"},
-		{"no envoy.lb namespace", "receiving_namespaces: { untyped: [envoy.lb] }", "receiving_namespaces: { untyped: [other] }", "receiving_namespaces"},
+		{"no envoy.lb namespace", "receiving_namespaces: { untyped: [envoy.lb, loadaware.decision] }", "receiving_namespaces: { untyped: [other] }", "receiving_namespaces"},
 		{"no subset hint forwarding", "forwarding_namespaces: { untyped: [envoy.lb.subset_hint] }", "forwarding_namespaces: { untyped: [] }", "forwarding_namespaces"},
 		{"header name", "http_header_name: x-gateway-destination-endpoint", "http_header_name: x-destination", "original_dst_lb_config"},
 		{"not original dst", "type: ORIGINAL_DST\n      lb_policy: CLUSTER_PROVIDED", "type: STATIC\n      lb_policy: ROUND_ROBIN", "ORIGINAL_DST"},

@@ -3,7 +3,8 @@
 //
 // It reads the request headers and the OpenAI body, asks a Picker for endpoints, and
 // answers Envoy with the x-gateway-destination-endpoint header and the same value in the
-// envoy.lb dynamic metadata. It then passes the response through unchanged and releases
+// envoy.lb dynamic metadata, with the candidates' scores and the decision's reason beside it
+// (metadata.go). It then passes the response through unchanged and releases
 // the booking exactly once however the stream ends. Client errors become
 // ImmediateResponses with a readable body, never gRPC errors. extproc is transport only:
 // it makes no routing decision itself.
@@ -90,6 +91,7 @@ type Config struct {
 	SessionHeader string   // default "x-user-id"
 	Logger        *slog.Logger
 	Registerer    prometheus.Registerer // nil: metrics are not registered
+	OmitScores    bool                  // leave the candidates' scores and the reason out of the dynamic metadata
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -390,9 +392,7 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	if st.generatedID {
 		set = append(set, setHeader(RequestIDHeader, st.requestID))
 	}
-	md := &structpb.Struct{Fields: map[string]*structpb.Value{
-		LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationHeader: structpb.NewStringValue(value)}})}}
+	md := routingMetadata(value, d, st.s.cfg.OmitScores)
 	c := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}
 	resp := &extprocv3.ProcessingResponse{DynamicMetadata: md,
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}

@@ -40,6 +40,7 @@ type harnessOpts struct {
 	mode      BodyMode
 	maxBody   int64
 	maxEps    int
+	scores    bool // emit the scores and the reason in the dynamic metadata
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -52,7 +53,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewServer(p, Config{BodyMode: o.mode, MaxBodyBytes: o.maxBody})
+	s, err := NewServer(p, Config{BodyMode: o.mode, MaxBodyBytes: o.maxBody, OmitScores: !o.scores})
 	if err != nil {
 		t.Fatal(err)
 	}

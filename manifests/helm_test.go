@@ -268,8 +268,8 @@ func TestChartModes(t *testing.T) {
 					t.Fatalf("InferencePool: %v", err)
 				}
 				ref := pool.Spec.EndpointPickerRef
-				if ref == nil || ref.Name != picker || ref.Port.Number != 9002 || ref.FailureMode != "FailClose" {
-					t.Errorf("endpointPickerRef = %+v, want the picker Service on 9002, FailClose", ref)
+				if ref == nil || ref.Name != picker || ref.Port.Number != 9002 || ref.FailureMode != "FailOpen" {
+					t.Errorf("endpointPickerRef = %+v, want the picker Service on 9002, FailOpen (GIE's default)", ref)
 				}
 				if args["pool-name"] != pool.Name || args["pool-namespace"] != "llm" {
 					t.Errorf("picker watches %s/%s, the pool is llm/%s", args["pool-namespace"], args["pool-name"], pool.Name)
@@ -285,7 +285,7 @@ func TestChartModes(t *testing.T) {
 				"--set", "picker.adminTokenSecret.name=epp-admin", "--set", "tokenizer.source=file",
 				"--set", "tokenizer.file.volume.persistentVolumeClaim.claimName=models", "--set", "tokenizer.model=Qwen/Qwen2.5-3B-Instruct",
 				"--set", "picker.maxBodyBytes=16777216", "--set", "picker.beta=0.5", "--set", "inferencePool.name=qwen",
-				"--set", "engines.targetPorts={8000,8001}", "--set", "inferencePool.failureMode=FailOpen"},
+				"--set", "engines.targetPorts={8000,8001}", "--set", "inferencePool.failureMode=FailClose"},
 			wantObjs: append(append([]string{"InferencePool/qwen", "ServiceMonitor/" + picker}, pickerKinds...), rbacKinds...),
 			wantMode: kube.ModePool,
 			wantRules: []rbacv1.PolicyRule{
@@ -331,7 +331,7 @@ func TestChartModes(t *testing.T) {
 				if err := pool.check(); err != nil {
 					t.Fatal(err)
 				}
-				if len(pool.Spec.TargetPorts) != 2 || pool.Spec.EndpointPickerRef.FailureMode != "FailOpen" {
+				if len(pool.Spec.TargetPorts) != 2 || pool.Spec.EndpointPickerRef.FailureMode != "FailClose" {
 					t.Errorf("pool spec = %+v", pool.Spec)
 				}
 				sm := get[monitoringv1.ServiceMonitor](r, "ServiceMonitor", picker)
@@ -363,6 +363,9 @@ func TestChartModes(t *testing.T) {
 				if p.Address != svcHost+":9002" || !p.TLS {
 					t.Errorf("Envoy reaches the picker at %s (TLS %v), want %s:9002 over TLS", p.Address, p.TLS, svcHost)
 				}
+				if p.FailOpen {
+					t.Error("Envoy fails open by default in mode envoy, which has no fallback engines")
+				}
 				if args["secure-serving"] != "true" {
 					t.Errorf("--secure-serving=%s, but Envoy speaks TLS", args["secure-serving"])
 				}
@@ -380,6 +383,29 @@ func TestChartModes(t *testing.T) {
 				}
 				if args["endpoint-selector"] != "app=vllm" || args["endpoint-target-ports"] != "8000" {
 					t.Errorf("picker discovery flags = %v", args)
+				}
+			},
+		},
+		{
+			name:      "envoy failing open",
+			args:      []string{"--set", "mode=envoy", "--set", "envoy.failureMode=FailOpen", "--set", "envoy.fallback.host=vllm-engine-service", "--set", "envoy.fallback.port=80"},
+			wantObjs:  append(append([]string{"ConfigMap/" + picker + "-envoy", "Deployment/" + picker + "-envoy", "Service/" + picker + "-envoy"}, pickerKinds...), rbacKinds...),
+			wantMode:  kube.ModeSelector,
+			wantRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				b, err := envoy.Load([]byte(get[corev1.ConfigMap](r, "ConfigMap", picker+"-envoy").Data["envoy.yaml"]))
+				if err != nil {
+					t.Fatalf("rendered Envoy config: %v", err)
+				}
+				p, err := envoy.CheckPicker(b)
+				if err != nil {
+					t.Fatalf("rendered Envoy config: %v", err)
+				}
+				if !p.FailOpen || p.FallbackAddress != "vllm-engine-service:80" {
+					t.Errorf("Envoy = %+v, want fail open to vllm-engine-service:80", p)
+				}
+				if err := envoy.CheckDecisionLog(b); err != nil {
+					t.Errorf("rendered Envoy config: %v", err)
 				}
 			},
 		},
@@ -545,6 +571,8 @@ func TestChartRejects(t *testing.T) {
 		{"envoy without TLS", []string{"--set", "mode=envoy", "--set", "picker.secureServing=false"}, "keep picker.secureServing true"},
 		{"tokenizer file without a volume", []string{"--set", "tokenizer.source=file"}, "needs tokenizer.file.volume"},
 		{"no hash seed", []string{"--set", "lmcache.hashSeed="}, "lmcache.hashSeed is empty"},
+		{"envoy failing open nowhere", []string{"--set", "mode=envoy", "--set", "envoy.failureMode=FailOpen"}, "needs envoy.fallback.host"},
+		{"unknown failure mode", []string{"--set", "inferencePool.failureMode=Open"}, "/inferencePool/failureMode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

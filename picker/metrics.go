@@ -8,6 +8,7 @@ type metrics struct {
 	pickErrors  *prometheus.CounterVec
 	untokenized *prometheus.CounterVec
 	cacheErrors prometheus.Counter
+	share       *cacheShare
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,9 +34,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loadaware_cache_lookup_errors_total",
 			Help: "Cache lookups that failed; those requests got no cache credit.",
 		}),
+		share: newCacheShare(),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors} {
+		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors}, m.share.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

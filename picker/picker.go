@@ -128,6 +128,7 @@ type Picker struct {
 	active  atomic.Pointer[active]
 	decide  sync.Mutex // held for load snapshot + rank + book
 	metrics *metrics
+	source  string // the cache view's name, for the cache-share metrics
 }
 
 // New checks opts and returns a Picker.
@@ -157,7 +158,7 @@ func New(opts Options) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache)}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
 	}
@@ -181,7 +182,10 @@ func (p *Picker) SetConfig(c Config) error {
 }
 
 // Forget drops the routing history of endpoints not in keep (they left the fleet).
-func (p *Picker) Forget(keep []string) { p.state.Forget(keep) }
+func (p *Picker) Forget(keep []string) {
+	p.state.Forget(keep)
+	p.metrics.share.forget(keep)
+}
 
 // Pick chooses endpoints for r and books the first. The caller must Release the
 // Decision's Booking when the request ends.
@@ -260,8 +264,11 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	for i := 0; i < len(d.Ranked) && i < p.opts.MaxEndpoints; i++ {
 		d.Endpoints = append(d.Endpoints, d.Ranked[i].Addr)
 	}
-	if p.opts.Observer != nil && len(tokens) > 0 {
-		p.opts.Observer.Routed(d.Endpoints[0], tokens)
+	if len(tokens) > 0 {
+		p.metrics.share.routed(d.Endpoints[0], p.source, len(tokens), d.Ranked[0].Matched)
+		if p.opts.Observer != nil {
+			p.opts.Observer.Routed(d.Endpoints[0], tokens)
+		}
 	}
 	reason := d.Ranked[0].Reason
 	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()

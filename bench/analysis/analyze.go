@@ -170,13 +170,22 @@ func pair(base, cand []SeedMetrics, met Metric) ([]float64, []float64, error) {
 		bySeed[m.Seed] = met.Value(m)
 	}
 	var b, c []float64
+	common := 0
 	for _, m := range cand {
 		if v, ok := bySeed[m.Seed]; ok {
-			b, c = append(b, v), append(c, met.Value(m))
+			common++
+			// A short seed can leave an engine idle (+Inf imbalance): such a
+			// seed has no paired difference and is left out of the test.
+			if w := met.Value(m); !math.IsInf(v, 0) && !math.IsNaN(v) && !math.IsInf(w, 0) && !math.IsNaN(w) {
+				b, c = append(b, v), append(c, w)
+			}
 		}
 	}
-	if len(b) == 0 {
+	if common == 0 {
 		return nil, nil, errors.New("no seed in common")
+	}
+	if len(b) == 0 {
+		return nil, nil, fmt.Errorf("none of the %d common seeds has finite values of both arms (an engine idle through every seed?): run longer seeds", common)
 	}
 	return b, c, nil
 }

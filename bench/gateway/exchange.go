@@ -322,4 +322,7 @@ func (ex *exchange) noteMetadata(resp *extprocv3.ProcessingResponse) {
 	if v, ok := lbMetadata(resp.GetDynamicMetadata()); ok {
 		ex.metaDest, ex.metaOK = v, true
 	}
+	if d, ok := decisionMetadata(resp.GetDynamicMetadata()); ok {
+		ex.out.Decision = d
+	}
 }

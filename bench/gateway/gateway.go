@@ -98,6 +98,9 @@ type Outcome struct {
 	Attempts int
 	// Destinations is the picker's ordered endpoint list.
 	Destinations []string
+	// Decision is the candidates' scores and the decision's reason from the picker's dynamic
+	// metadata (zero when the picker sent none).
+	Decision Decision
 	// Status is the HTTP status sent to the client; 0 when the client went away first.
 	Status int
 	// Immediate is true when the picker answered the client itself (ImmediateResponse).

@@ -48,6 +48,12 @@ type Options struct {
 	// see KVEventsConfig). The vLLM-events sources need cfg.Warmup 0: the warm-up's chunk
 	// events exist only as LMCache messages.
 	CacheSource string
+	// Started, when set, is called once the fleet is up, before the first request, with the
+	// picker's metrics URL and the gateway's base URL.
+	Started func(metricsURL, gatewayURL string)
+	// Hold, when set, is called with the result once the requests have been measured, while
+	// the fleet is still up; the fleet closes when it returns.
+	Hold func(ctx context.Context, r Result)
 }
 
 // Result is one live run of one arm on one seed.
@@ -120,9 +126,15 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 		return Result{}, err
 	}
 	defer f.close()
+	if opts.Started != nil {
+		opts.Started("http://"+f.app.MetricsAddr()+"/metrics", f.url)
+	}
 	res, err := f.measure(ctx, cfg, arm, seed, reqs, opts)
 	res.WarmEvents = len(warm.Events)
 	res.Wall = time.Since(began)
+	if err == nil && opts.Hold != nil {
+		opts.Hold(ctx, res)
+	}
 	return res, err
 }
 

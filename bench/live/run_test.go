@@ -13,12 +13,17 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
 
-// fastSweep is the calibrated sweep with engines 20 times faster (engine 0 still 1.35 times
-// slower than engine 1) and a 5 ms ingress, so live tests take seconds.
+// fastSweep is the calibrated sweep with engines 20 times faster (engine 1 1.35 times
+// slower than engine 0) and a 5 ms ingress, so live tests take seconds.
 func fastSweep() vtime.SweepConfig {
 	cfg := vtime.DefaultSweepConfig()
-	cfg.Slowdowns = []float64{1.35 / 20, 1.0 / 20}
+	cfg.Slowdowns = []float64{1.0 / 20, 1.35 / 20}
+	cfg.HostDelays = nil
 	cfg.Engine.IngressLatency = 5 * time.Millisecond
+	// The live fleet sits behind the real gateway and picker: its twin in
+	// virtual time behind the Envoy router model, each seed on its own fleet.
+	cfg.Router = vtime.EnvoyRouter()
+	cfg.Protocol = vtime.ProtocolPerSeed
 	return cfg
 }
 

@@ -53,7 +53,11 @@ type Config struct {
 	Slowdown       float64       // multiplies every step's duration: 1 = nominal; >1 models a slower GPU host
 	StepOverhead   time.Duration // fixed cost of one engine step (scheduler, launch, sampling, output)
 	SeqOverhead    time.Duration // cost per scheduled sequence per step (per-request bookkeeping and streaming)
+	AdmitOverhead  time.Duration // cost per request the step admits (LMCache lookup and load/save set-up, input preparation)
+	AdmitSeqCost   time.Duration // cost per request the step admits and per sequence in the step (the batch re-prepared around it)
 	IngressLatency time.Duration // client send -> request in the engine's queue (HTTP, router hop, tokenizing)
+	HostDelay      time.Duration // extra host time added to every step of this engine (CPU contention on its node); not scaled by Slowdown
+	OutputCost     time.Duration // API server time per output token (detokenize, stream), pipelined with the next steps
 }
 
 // DefaultConfig returns the calibrated model of the published testbed.
@@ -82,9 +86,12 @@ func DefaultConfig() Config {
 		PCIeBandwidth: 12e9,
 
 		Slowdown:       1,
-		StepOverhead:   3 * time.Millisecond,
-		SeqOverhead:    850 * time.Microsecond,
-		IngressLatency: 40 * time.Millisecond,
+		StepOverhead:   6 * time.Millisecond,
+		SeqOverhead:    500 * time.Microsecond,
+		AdmitOverhead:  25 * time.Millisecond,
+		AdmitSeqCost:   150 * time.Microsecond,
+		IngressLatency: 0,
+		OutputCost:     310 * time.Microsecond,
 	}
 }
 
@@ -131,7 +138,7 @@ func (c Config) Validate() error {
 	if c.CPUTierBytes < 0 {
 		return fmt.Errorf("sim: CPUTierBytes %d is negative: use 0 to disable the CPU tier", c.CPUTierBytes)
 	}
-	if c.StepOverhead < 0 || c.SeqOverhead < 0 || c.IngressLatency < 0 {
+	if c.StepOverhead < 0 || c.SeqOverhead < 0 || c.AdmitOverhead < 0 || c.AdmitSeqCost < 0 || c.IngressLatency < 0 || c.HostDelay < 0 || c.OutputCost < 0 {
 		return fmt.Errorf("sim: overheads and latencies must not be negative")
 	}
 	return nil

@@ -23,6 +23,7 @@ type Request struct {
 	Preemptions  int             // times the request lost its blocks and was recomputed
 	CachedTokens int             // prompt tokens found in the GPU prefix cache at first admission
 	LoadedTokens int             // prompt tokens loaded from the LMCache CPU tier at first admission
+	AdmittedAt   time.Duration   // when the scheduler first admitted the request (the start of that step)
 
 	uid        uint64
 	admitted   bool
@@ -33,6 +34,21 @@ type Request struct {
 	hashes     []uint64 // content hashes of the full blocks known so far
 	keys       []int64  // LMCache chunk keys of the prompt
 	keyLens    []int    // tokens of each chunk
+	lmHit      int      // tokens the engine's LMCache lookup found at first admission
+}
+
+// skipSave reports whether LMCache saves nothing of r's prompt. LMCache's
+// vLLM connector (0.3.x, ReqMeta.from_request_tracker) starts a request's
+// saved-token count at its LMCache hit and skips the save while the prompt
+// does not reach the next chunk boundary past it: a request that found its
+// prefix in the CPU tier stores neither the prefix again nor its own partial
+// last chunk. Only requests with no LMCache hit store their prompts.
+func (r *Request) skipSave(chunk int) bool {
+	if r.lmHit == 0 {
+		return false
+	}
+	boundary := (r.lmHit + chunk) / chunk * chunk // cdiv(hit+1, chunk) * chunk
+	return len(r.Tokens) < boundary
 }
 
 func (r *Request) numTokens() int { return len(r.Tokens) + r.generated }
@@ -114,9 +130,15 @@ type Engine struct {
 
 	busy    bool
 	stepEnd time.Duration
-	batch   []scheduled
-	stats   Metrics
-	out     Outcome
+	apiFree time.Duration // when the API server has streamed every output so far
+	// The gauges as vLLM last logged them: after each step, running after
+	// finished requests leave and waiting as the step's scheduling left it
+	// (requests that arrive during a step reach the scheduler's queue only
+	// before the next step).
+	gaugeRunning, gaugeWaiting, stepWaiting int
+	batch                                   []scheduled
+	stats                                   Metrics
+	out                                     Outcome
 }
 
 type scheduled struct {
@@ -171,8 +193,8 @@ func (e *Engine) Busy() (time.Duration, bool) { return e.stepEnd, e.busy }
 // Metrics returns the current gauges and totals.
 func (e *Engine) Metrics() Metrics {
 	m := e.stats
-	m.Running = len(e.running)
-	m.Waiting = len(e.waiting)
+	m.Running = e.gaugeRunning
+	m.Waiting = e.gaugeWaiting
 	m.KVUsage = float64(e.pool.used()) / float64(len(e.pool.blocks))
 	m.CPUTokens = e.cpu.used
 	return m
@@ -184,12 +206,13 @@ func (e *Engine) Start(now time.Duration) (time.Duration, bool) {
 	if e.busy || (len(e.running) == 0 && len(e.waiting) == 0) {
 		return 0, false
 	}
-	cost := e.schedule()
+	cost := e.schedule(now)
 	if len(e.batch) == 0 {
 		return 0, false
 	}
 	e.busy = true
 	e.stepEnd = now + cost
+	e.stepWaiting = len(e.waiting)
 	e.stats.Steps++
 	return e.stepEnd, true
 }
@@ -203,6 +226,20 @@ func (e *Engine) Finish() Outcome {
 	}
 	e.busy = false
 	bs := e.cfg.BlockSize
+	// The API server streams a step's outputs after the step, one token at a
+	// time, while the engine runs the next steps: a token reaches the client
+	// when the API server has handled it.
+	delivered := e.stepEnd
+	if e.cfg.OutputCost > 0 {
+		n := 0
+		for _, s := range e.batch {
+			if s.r.computed+s.tokens == s.r.numTokens() {
+				n++
+			}
+		}
+		e.apiFree = max(e.apiFree, e.stepEnd) + time.Duration(n)*e.cfg.OutputCost
+		delivered = e.apiFree
+	}
 	for _, s := range e.batch {
 		r := s.r
 		r.computed += s.tokens
@@ -214,7 +251,7 @@ func (e *Engine) Finish() Outcome {
 		}
 		if r.computed == r.numTokens() {
 			r.generated++
-			r.TokenTimes = append(r.TokenTimes, e.stepEnd)
+			r.TokenTimes = append(r.TokenTimes, delivered)
 			e.out.Tokens = append(e.out.Tokens, r)
 			if r.generated == r.MaxTokens {
 				r.Done = true
@@ -236,5 +273,6 @@ func (e *Engine) Finish() Outcome {
 		e.running = kept
 	}
 	e.batch = e.batch[:0]
+	e.gaugeRunning, e.gaugeWaiting = len(e.running), e.stepWaiting
 	return e.out
 }

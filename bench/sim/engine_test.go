@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -94,12 +95,14 @@ func TestStepTimeFollowsTheRoofline(t *testing.T) {
 	// acts on every prompt token, the LM head on the sampled position only.
 	body, head := 3.09e9-151936*2048, 151936*2048.0
 	prefill := (n*2*body+2*head)/compute + math.Max(4*36*16*128*pairs/compute, n*kvb/bw) + n*kvb/cfg.PCIeBandwidth
-	if want := overhead + sec(prefill); absDur(end-want) > time.Microsecond {
+	// The step admits the request: its admission costs once, with one sequence in the batch.
+	if want := overhead + cfg.AdmitOverhead + cfg.AdmitSeqCost + sec(prefill); absDur(end-want) > time.Microsecond {
 		t.Fatalf("prefill step ends %v, want %v", end, want)
 	}
 	out := e.Finish()
-	if len(out.Tokens) != 1 || r.TokenTimes[0] != end {
-		t.Fatalf("prefill step gave %d tokens at %v, want the first token at %v", len(out.Tokens), r.TokenTimes, end)
+	// The API server streams the token after the step: one token's output cost.
+	if len(out.Tokens) != 1 || r.TokenTimes[0] != end+cfg.OutputCost {
+		t.Fatalf("prefill step gave %d tokens at %v, want the first token at %v", len(out.Tokens), r.TokenTimes, end+cfg.OutputCost)
 	}
 	// Decode: weights streamed once, the sequence's KV read once.
 	end2, _ := e.Start(end)
@@ -142,8 +145,8 @@ func TestChunkedPrefillSplitsLongPromptsOverSteps(t *testing.T) {
 	if want := []int{2048, 2048, 904}; !reflect.DeepEqual(starts, want) {
 		t.Fatalf("prefill chunks %v, want %v", starts, want)
 	}
-	if long.TokenTimes[0] != now {
-		t.Fatalf("first token at %v, want the end of the last chunk %v", long.TokenTimes[0], now)
+	if long.TokenTimes[0] != now+cfg.OutputCost {
+		t.Fatalf("first token at %v, want the end of the last chunk %v and its output cost %v", long.TokenTimes[0], now, cfg.OutputCost)
 	}
 }
 
@@ -251,17 +254,17 @@ func TestRequestWaitsWhileItsBlocksDoNotFit(t *testing.T) {
 		}
 	}
 	end, _ := e.Start(0)
-	if m := e.Metrics(); m.Running != 1 || m.Waiting != 1 {
-		t.Fatalf("running %d waiting %d, want 1 and 1", m.Running, m.Waiting)
-	}
 	e.Finish()
+	if m := e.Metrics(); m.Running != 1 || m.Waiting != 1 {
+		t.Fatalf("after the first step: running %d waiting %d, want 1 and 1", m.Running, m.Waiting)
+	}
 	// vLLM counts a prefix-cache query at every attempt to admit a waiting
 	// request: b's failed attempt in the first step and its second one now.
 	end, _ = e.Start(end)
+	e.Finish()
 	if m := e.Metrics(); m.PrefixQueries != 3*200 || m.Waiting != 1 {
 		t.Fatalf("%d queried tokens with %d waiting, want 600 (a once, b at each of two attempts) and b still waiting", m.PrefixQueries, m.Waiting)
 	}
-	e.Finish()
 	drain(t, e, end)
 	if !a.Done || !b.Done || b.TokenTimes[0] <= a.TokenTimes[len(a.TokenTimes)-1] {
 		t.Fatalf("b's first token %v should follow a's last %v", b.TokenTimes, a.TokenTimes)
@@ -469,5 +472,113 @@ func BenchmarkEngineSeed(b *testing.B) {
 			}
 		}
 		drain(b, e, 0)
+	}
+}
+
+// vLLM logs its gauges once per step: a request that arrives while a step runs
+// is neither waiting nor running until the next step schedules it.
+func TestGaugesAreThoseOfTheLastStep(t *testing.T) {
+	e := newEngine(t, DefaultConfig())
+	a := &Request{ID: "a", Tokens: prompt(1, 200), MaxTokens: 4}
+	if err := e.Add(a); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := e.Start(0)
+	b := &Request{ID: "b", Tokens: prompt(2, 200), MaxTokens: 4}
+	if err := e.Add(b); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.Metrics(); m.Running != 0 || m.Waiting != 0 {
+		t.Fatalf("during the first step: running %d waiting %d, want the gauges before it (0, 0)", m.Running, m.Waiting)
+	}
+	e.Finish()
+	if m := e.Metrics(); m.Running != 1 || m.Waiting != 0 {
+		t.Fatalf("after the first step: running %d waiting %d, want 1 and 0 (b arrived during the step)", m.Running, m.Waiting)
+	}
+	e.Start(end)
+	e.Finish()
+	if m := e.Metrics(); m.Running != 2 || m.Waiting != 0 {
+		t.Fatalf("after the second step: running %d waiting %d, want 2 and 0", m.Running, m.Waiting)
+	}
+}
+
+// LMCache saves a prompt whose prefix it did not find, and saves nothing of a
+// prompt whose LMCache hit leaves less than a chunk boundary to the end: the
+// CPU tier of a fleet that serves shared prefixes stays flat.
+func TestLMCacheSavesOnlyPromptsItDidNotFind(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.KVPoolTokens = 16 * 150 // small GPU pool: the second prompt must come from the CPU tier
+	e := newEngine(t, cfg)
+	shared := prompt(1, 1544)
+	now := time.Duration(0)
+	first := &Request{ID: "first", Tokens: withPrefix(shared, 1, 34), MaxTokens: 2}
+	if err := e.Add(first); err != nil {
+		t.Fatal(err)
+	}
+	now, evs := drain(t, e, now)
+	admits := 0
+	for _, ev := range evs {
+		if ev.Admit {
+			admits++
+		}
+	}
+	if admits != 7 { // 6 full chunks and the partial one
+		t.Fatalf("first prompt stored %d chunks, want 7 (6 full + the trailing partial)", admits)
+	}
+	filler := &Request{ID: "filler", Tokens: prompt(9, 1800), MaxTokens: 2} // pushes the shared prefix out of the GPU pool
+	if err := e.Add(filler); err != nil {
+		t.Fatal(err)
+	}
+	now, _ = drain(t, e, now)
+	used := e.Metrics().CPUTokens
+	second := &Request{ID: "second", Tokens: withPrefix(shared, 2, 34), MaxTokens: 2}
+	if err := e.Add(second); err != nil {
+		t.Fatal(err)
+	}
+	_, evs = drain(t, e, now)
+	if second.LoadedTokens == 0 {
+		t.Fatalf("second prompt loaded nothing from the CPU tier (cached %d): the test needs a CPU hit", second.CachedTokens)
+	}
+	if len(evs) != 0 || e.Metrics().CPUTokens != used {
+		t.Fatalf("second prompt (LMCache hit %d tokens) produced %d events, CPU tier %d -> %d tokens: want no save", second.LoadedTokens, len(evs), used, e.Metrics().CPUTokens)
+	}
+}
+
+// The API server streams each step's tokens one after another, pipelined with
+// the engine's next steps: n tokens of one step reach the client n output
+// costs after it, and a step that ends while the API server is still busy
+// waits for it.
+func TestOutputsQueueAtTheAPIServer(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.OutputCost = 30 * time.Millisecond // longer than a step: the API server falls behind
+	e := newEngine(t, cfg)
+	var rs []*Request
+	for i := range 3 {
+		r := &Request{ID: fmt.Sprint(i), Tokens: prompt(uint32(i+1), 64), MaxTokens: 3}
+		if err := e.Add(r); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	var ends []time.Duration
+	now := time.Duration(0)
+	for range 3 {
+		end, ok := e.Start(now)
+		if !ok {
+			t.Fatal("engine idle with work")
+		}
+		e.Finish()
+		ends = append(ends, end)
+		now = end
+	}
+	api := ends[0] + 3*cfg.OutputCost // three tokens of step 1
+	for step := 1; step < 3; step++ {
+		api = max(api, ends[step]) + 3*cfg.OutputCost
+	}
+	if got := rs[0].TokenTimes; len(got) != 3 || got[0] != ends[0]+3*cfg.OutputCost || got[2] != api {
+		t.Fatalf("token times %v: want %v first and %v last (steps end %v)", got, ends[0]+3*cfg.OutputCost, api, ends)
+	}
+	if itl := rs[0].TokenTimes[1] - rs[0].TokenTimes[0]; itl != 3*cfg.OutputCost {
+		t.Fatalf("gap %v: want the API server's %v per step of three tokens", itl, 3*cfg.OutputCost)
 	}
 }

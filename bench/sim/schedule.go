@@ -12,10 +12,10 @@ import "time"
 // allow: each reuses its longest cached prefix of full blocks, loads the
 // contiguous chunks the CPU tier holds beyond that, and prefills the rest in
 // chunks. The head of the queue blocks the rest when it does not fit.
-func (e *Engine) schedule() time.Duration {
+func (e *Engine) schedule(now time.Duration) time.Duration {
 	bs := e.cfg.BlockSize
 	budget := e.cfg.MaxBatchedTokens
-	var loaded, stored int
+	var loaded, stored, admitted int
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
@@ -86,13 +86,16 @@ func (e *Engine) schedule() time.Duration {
 		if !r.admitted {
 			r.admitted = true
 			r.CachedTokens, r.LoadedTokens = hit, ext
+			r.lmHit = cpu
+			r.AdmittedAt = now
 		}
 		e.running = append(e.running, r)
+		admitted++
 		e.batch = append(e.batch, scheduled{r: r, start: r.computed, tokens: n})
 		stored += e.storeCost(r, r.computed+n)
 		budget -= n
 	}
-	return e.stepCost(loaded, stored)
+	return e.stepCost(loaded, stored, admitted)
 }
 
 // grow makes r hold blocks for its first tokens tokens; false when the pool is
@@ -150,7 +153,7 @@ func (e *Engine) touchCPU(r *Request, tokens int) {
 // storeCost returns the prompt tokens this step will copy to the CPU tier:
 // when r's prefill completes, every chunk the tier lacks.
 func (e *Engine) storeCost(r *Request, after int) int {
-	if r.computed >= len(r.Tokens) || after < len(r.Tokens) || e.cpu.capacity == 0 {
+	if r.computed >= len(r.Tokens) || after < len(r.Tokens) || e.cpu.capacity == 0 || r.skipSave(e.cfg.ChunkSize) {
 		return 0
 	}
 	n := 0
@@ -165,7 +168,7 @@ func (e *Engine) storeCost(r *Request, after int) int {
 // storePrompt saves r's prompt chunks that the CPU tier lacks, recording an
 // admit event for each and an evict event for each chunk pushed out.
 func (e *Engine) storePrompt(r *Request) {
-	if e.cpu.capacity == 0 {
+	if e.cpu.capacity == 0 || r.skipSave(e.cfg.ChunkSize) {
 		return
 	}
 	var evicted []int64
@@ -190,7 +193,7 @@ func (e *Engine) storePrompt(r *Request) {
 //	+ (loaded + stored tokens) * KV bytes per token / PCIe bandwidth
 //
 // FLOPs = tokens * 2 * (Params - EmbeddingParams) + sequences * 2 * EmbeddingParams.
-func (e *Engine) stepCost(loaded, stored int) time.Duration {
+func (e *Engine) stepCost(loaded, stored, admitted int) time.Duration {
 	c := e.cfg
 	compute := c.PeakFLOPS * c.PrefillEfficiency
 	bw := c.MemBandwidth * c.MemEfficiency
@@ -207,7 +210,8 @@ func (e *Engine) stepCost(loaded, stored int) time.Duration {
 	}
 	linear := max(c.Params*float64(c.BytesPerValue)/bw, flops/compute)
 	pcie := float64(loaded+stored) * kvb / c.PCIeBandwidth
-	host := (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead).Seconds()
+	host := (c.StepOverhead + time.Duration(len(e.batch))*c.SeqOverhead +
+		time.Duration(admitted)*(c.AdmitOverhead+time.Duration(len(e.batch))*c.AdmitSeqCost)).Seconds()
 	sec := linear + attn + pcie + host
-	return time.Duration(sec * c.Slowdown * float64(time.Second))
+	return time.Duration(sec*c.Slowdown*float64(time.Second)) + c.HostDelay
 }

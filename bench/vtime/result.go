@@ -33,8 +33,9 @@ func (w *world) result(arm Arm, seed uint64, reqs []workload.Request, before []E
 			row.Status, row.Error = "error", "request did not finish"
 		}
 		if len(r.TokenTimes) > 0 {
-			row.TTFT = (r.TokenTimes[0] - p.sent).Seconds()
-			row.E2E = (r.TokenTimes[len(r.TokenTimes)-1] - p.sent).Seconds()
+			back := w.cfg.Router.ResponseLatency // every chunk's way back to the client
+			row.TTFT = (r.TokenTimes[0] + back - p.sent).Seconds()
+			row.E2E = (r.TokenTimes[len(r.TokenTimes)-1] + back - p.sent).Seconds()
 			last = math.Max(last, row.SendAt+row.E2E)
 			row.ITLs = make([]float64, len(r.TokenTimes)-1)
 			for i := 1; i < len(r.TokenTimes); i++ {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,20 +53,36 @@ func DefaultArms() []Arm {
 type SweepConfig struct {
 	Workload       workload.Config
 	Engine         sim.Config
-	Engines        int           // simulated engines (GPUs)
-	Slowdowns      []float64     // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
-	Arms           []Arm         //
-	Seeds          []uint64      // one measured run per arm and seed
-	Warmup         int           // requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
-	SampleInterval time.Duration // how often each engine's running count is sampled
-	HashSeed       string        // the engines' PYTHONHASHSEED, for LMCache chunk keys
-	Workers        int           // runs in parallel; 0 = GOMAXPROCS
+	Engines        int             // simulated engines (GPUs)
+	Slowdowns      []float64       // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
+	HostDelays     []time.Duration // per-engine extra host time per step (overrides Engine.HostDelay); missing entries use Engine.HostDelay
+	Arms           []Arm           //
+	Seeds          []uint64        // one measured run per arm and seed
+	Protocol       string          // ProtocolPublished (one fleet per arm, seeds back to back) or ProtocolPerSeed
+	SeedGap        time.Duration   // published protocol: idle time between a seed's last completion and the next seed's first send
+	Warmup         int             // per-seed protocol: requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
+	SampleInterval time.Duration   // how often each engine's running count is sampled
+	HashSeed       string          // the engines' PYTHONHASHSEED, for LMCache chunk keys
+	Router         Router          // the router and data path in front of the engines
+	Workers        int             // runs in parallel; 0 = GOMAXPROCS
 }
 
+// The protocols a sweep can follow.
+const (
+	// ProtocolPublished is the published experiment's: per arm, a cold
+	// fleet, the warm-up routed by the arm (2 passes over the prefixes in
+	// prefix order, 4 at a time), then every seed back to back on the same
+	// engines, SeedGap after the previous seed's last completion.
+	ProtocolPublished = "published"
+	// ProtocolPerSeed gives every seed a fleet of its own, warmed up by
+	// Warmup requests of a seed-derived workload through the arm: seeds
+	// independent of their order.
+	ProtocolPerSeed = "per-seed"
+)
+
 // DefaultSweepConfig returns the published sweep: 7 arms x 20 seeds x 500
-// requests on 2 engines, each seed after a 2,000-request warm-up (the caches
-// of a testbed that has served earlier seeds), engine 0 calibrated 1.35 times
-// slower than engine 1 (docs/bench/simulator.md).
+// requests on 2 engines under the published protocol, engine 1 the slower
+// one (docs/bench/simulator.md), behind the published Python router.
 func DefaultSweepConfig() SweepConfig {
 	seeds := make([]uint64, 20)
 	for i := range seeds {
@@ -75,12 +92,15 @@ func DefaultSweepConfig() SweepConfig {
 		Workload:       workload.DefaultConfig(),
 		Engine:         sim.DefaultConfig(),
 		Engines:        2,
-		Slowdowns:      []float64{1.35, 1},
+		Slowdowns:      []float64{1, 1.3},
 		Arms:           DefaultArms(),
 		Seeds:          seeds,
+		Protocol:       ProtocolPublished,
+		SeedGap:        DefaultSeedGap,
 		Warmup:         2000,
 		SampleInterval: 250 * time.Millisecond,
 		HashSeed:       lmcache.DefaultHashSeed,
+		Router:         PublishedRouter(),
 	}
 }
 
@@ -102,12 +122,26 @@ func (c SweepConfig) Validate() error {
 		return errors.New("vtime: no arms: use DefaultArms() or name at least one policy")
 	case len(c.Seeds) == 0:
 		return errors.New("vtime: no seeds: pass at least one")
+	case c.Protocol != ProtocolPublished && c.Protocol != ProtocolPerSeed:
+		return fmt.Errorf("vtime: protocol %q: use %q or %q", c.Protocol, ProtocolPublished, ProtocolPerSeed)
+	case c.SeedGap < 0:
+		return fmt.Errorf("vtime: seed gap %v: must not be negative", c.SeedGap)
 	case c.Warmup < 0:
 		return fmt.Errorf("vtime: warm-up %d: use 0 (cold caches) or more", c.Warmup)
 	case c.SampleInterval <= 0:
 		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
 	case len(c.Slowdowns) > c.Engines:
 		return fmt.Errorf("vtime: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
+	case len(c.HostDelays) > c.Engines:
+		return fmt.Errorf("vtime: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
+	}
+	if c.Router.StatsLag < 0 || c.Router.RequestLatency < 0 || c.Router.ResponseLatency < 0 {
+		return fmt.Errorf("vtime: router %+v: lags and latencies must not be negative", c.Router)
+	}
+	for i, d := range c.HostDelays {
+		if d < 0 {
+			return fmt.Errorf("vtime: host delay of engine %d is %v: must not be negative", i, d)
+		}
 	}
 	for i, s := range c.Slowdowns {
 		if !(s > 0) || math.IsInf(s, 0) {
@@ -200,28 +234,42 @@ func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total in
 	total := len(cfg.Arms) * len(cfg.Seeds)
 	runs := make([]Run, total)
 	errs := make([]error, total)
-	jobs := make(chan int)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
+	tick := func() {
+		mu.Lock()
+		done++
+		if progress != nil {
+			progress(done, total)
+		}
+		mu.Unlock()
+	}
+	// A job is one run (per-seed protocol) or one arm's seeds in order on
+	// one fleet (published protocol).
+	njobs := total
+	if cfg.Protocol == ProtocolPublished {
+		njobs = len(cfg.Arms)
+	}
+	jobs := make(chan int)
+	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
+				if cfg.Protocol == ProtocolPublished {
+					err := runArm(ctx, cfg, pool, j, runs[j*len(cfg.Seeds):(j+1)*len(cfg.Seeds)], tick)
+					errs[j*len(cfg.Seeds)] = err
+					continue
+				}
 				arm, seed := cfg.Arms[j/len(cfg.Seeds)], cfg.Seeds[j%len(cfg.Seeds)]
 				runs[j], errs[j] = runOne(ctx, cfg, pool, arm, seed)
-				mu.Lock()
-				done++
-				if progress != nil {
-					progress(done, total)
-				}
-				mu.Unlock()
+				tick()
 			}
 		}()
 	}
 feed:
-	for j := range total {
+	for j := range njobs {
 		select {
 		case jobs <- j:
 		case <-ctx.Done():
@@ -239,6 +287,28 @@ feed:
 		}
 	}
 	return Results{Config: cfg, Runs: runs}, nil
+}
+
+// runArm runs arm a's seeds back to back on one warmed-up fleet into out
+// (one run per seed, in cfg.Seeds order), calling tick after each.
+func runArm(ctx context.Context, cfg SweepConfig, pool *workload.Pool, a int, out []Run, tick func()) error {
+	arm := cfg.Arms[a]
+	w, err := warmWorld(ctx, cfg, pool, arm, cfg.Seeds[0], false)
+	if err != nil {
+		return err
+	}
+	for i, seed := range cfg.Seeds {
+		reqs, err := workload.Generate(cfg.Workload, pool, seed)
+		if err != nil {
+			return err
+		}
+		if out[i], err = w.measure(ctx, arm, seed, reqs); err != nil {
+			return err
+		}
+		w.pause(cfg.SeedGap)
+		tick()
+	}
+	return nil
 }
 
 // RunOne runs one arm on one seed.
@@ -303,12 +373,37 @@ func WarmUp(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Warm, e
 	return Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
 }
 
+// ProtocolText says in a few words how the sweep's seeds run.
+func (c SweepConfig) ProtocolText() string {
+	if c.Protocol == ProtocolPublished {
+		return fmt.Sprintf("published protocol: per arm a cold fleet, %d warm-up passes over the prefixes %d at a time, the seeds back to back %v apart",
+			workload.WarmupPasses, workload.WarmupInFlight, c.SeedGap)
+	}
+	return fmt.Sprintf("per-seed protocol: each seed on a fleet warmed up by %d requests", c.Warmup)
+}
+
+// EngineNote says how engine i differs from the nominal model, or "".
+func (c SweepConfig) EngineNote(i int) string {
+	e := c.EngineConfig(i)
+	var parts []string
+	if e.Slowdown != 1 {
+		parts = append(parts, fmt.Sprintf("%gx slower steps", e.Slowdown))
+	}
+	if e.HostDelay > 0 {
+		parts = append(parts, fmt.Sprintf("+%v host time per step", e.HostDelay))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // EngineConfig returns engine i's model: cfg.Engine with its step-time factor
 // from cfg.Slowdowns.
 func (c SweepConfig) EngineConfig(i int) sim.Config {
 	e := c.Engine
 	if i < len(c.Slowdowns) {
 		e.Slowdown = c.Slowdowns[i]
+	}
+	if i < len(c.HostDelays) {
+		e.HostDelay = c.HostDelays[i]
 	}
 	return e
 }
@@ -347,9 +442,29 @@ func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Ar
 	if err != nil {
 		return nil, err
 	}
-	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher, record: record}
+	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher, record: record, router: cfg.Router}
 	if err := w.build(arm); err != nil {
 		return nil, err
+	}
+	if cfg.Protocol == ProtocolPublished {
+		if err := w.publishedWarmup(ctx, pool); err != nil {
+			return nil, err
+		}
+		// The seeds that ran before this one on the same engines.
+		for _, s := range cfg.Seeds {
+			if s == seed {
+				break
+			}
+			reqs, err := workload.Generate(cfg.Workload, pool, s)
+			if err != nil {
+				return nil, err
+			}
+			if err := w.play(ctx, reqs, false); err != nil {
+				return nil, err
+			}
+			w.pause(cfg.SeedGap)
+		}
+		return w, nil
 	}
 	if cfg.Warmup > 0 {
 		wcfg := cfg.Workload
@@ -364,6 +479,29 @@ func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Ar
 		w.now += time.Second // idle gap between warm-up and the measured seed
 	}
 	return w, nil
+}
+
+// publishedWarmup plays the published warm-up on the world's fleet: the
+// passes over the prefix pool in prefix order, WarmupInFlight requests at a
+// time (each batch sent together once the previous one has finished), then
+// the seed gap. A workload without shared prefixes has nothing to warm.
+func (w *world) publishedWarmup(ctx context.Context, pool *workload.Pool) error {
+	if w.cfg.Workload.Profile != workload.ProfileShared {
+		return nil
+	}
+	for pass := range workload.WarmupPasses {
+		reqs, err := workload.Warmup(w.cfg.Workload, pool, pass)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < len(reqs); i += workload.WarmupInFlight {
+			if err := w.play(ctx, reqs[i:min(i+workload.WarmupInFlight, len(reqs))], false); err != nil {
+				return err
+			}
+		}
+	}
+	w.pause(w.cfg.SeedGap)
+	return nil
 }
 
 // measure plays the measured requests and returns the run.
@@ -394,15 +532,61 @@ type world struct {
 	owners  map[*sim.Request]*pending
 	record  bool              // keep the LMCache events in log
 	log     []lmcache.Message // the events the index applied, when record
+
+	router Router
+	policy string
+	firsts []firstTokens // per engine, every request's first token so far
+	// lastDelivery is when the client received the last token of any
+	// request so far (engine token time plus the response leg).
+	lastDelivery time.Duration
+	grid         *grid // cell-wide sampling, when running a cell
+	fallback     struct {
+		addr string        // where the last group of unheld prompts went
+		at   time.Duration // when that group's first prompt was routed
+	}
 }
 
 type pending struct {
 	req     workload.Request
 	sent    time.Duration
 	engine  int
-	booking *fleet.Booking
+	booking *fleet.Booking // nil until the router's statistics show the request
 	sim     sim.Request
 	errText string
+
+	decoding, released bool // reached before the booking was made
+}
+
+// decode marks the booking decoding (at once, or when it is made).
+func (p *pending) decode() {
+	p.decoding = true
+	if p.booking != nil {
+		p.booking.Decoding()
+	}
+}
+
+// release ends the booking (at once, or as soon as it is made).
+func (p *pending) release() {
+	p.released = true
+	if p.booking != nil {
+		p.booking.Release()
+	}
+}
+
+// book makes the booking the router's statistics show from now on.
+func (w *world) book(p *pending) error {
+	b, err := w.fleet.Book(w.addrs[p.engine])
+	if err != nil {
+		return fmt.Errorf("vtime: book %s: %w", w.addrs[p.engine], err)
+	}
+	p.booking = b
+	if p.decoding {
+		b.Decoding()
+	}
+	if p.released {
+		b.Release()
+	}
+	return nil
 }
 
 func (w *world) build(arm Arm) error {
@@ -430,6 +614,7 @@ func (w *world) build(arm Arm) error {
 		return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 	}
 	w.picker = p
+	w.policy = arm.Policy
 	for i := range w.addrs {
 		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
 		if err != nil {
@@ -438,6 +623,7 @@ func (w *world) build(arm Arm) error {
 		w.engines = append(w.engines, e)
 	}
 	w.served = make([]int, len(w.addrs))
+	w.firsts = make([]firstTokens, len(w.addrs))
 	w.owners = make(map[*sim.Request]*pending)
 	return nil
 }
@@ -449,6 +635,8 @@ const (
 	evArrive
 	evStep
 	evSample
+	evGrid
+	evBook
 )
 
 type event struct {
@@ -521,11 +709,15 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 			e := w.engines[ev.p.engine]
 			if err := e.Add(&ev.p.sim); err != nil {
 				ev.p.errText = err.Error()
-				ev.p.booking.Release()
+				ev.p.release()
 				open--
 				continue
 			}
 			w.kick(ev.p.engine)
+		case evBook:
+			if err := w.book(ev.p); err != nil {
+				return err
+			}
 		case evStep:
 			n, err := w.finishStep(ev.eng)
 			if err != nil {
@@ -533,6 +725,10 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 			}
 			open -= n
 			w.kick(ev.eng)
+		case evGrid:
+			if w.grid != nil {
+				w.onGrid()
+			}
 		case evSample:
 			row := make([]int, len(w.engines))
 			for i, e := range w.engines {
@@ -561,15 +757,23 @@ func (w *world) anyBusy() bool {
 }
 
 func (w *world) send(ctx context.Context, p *pending) error {
-	d, err := w.picker.Pick(ctx, picker.Request{
+	preq := picker.Request{
 		RequestID: fmt.Sprintf("req-%d", p.req.Index),
 		Path:      "/v1/completions",
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
-	})
+	}
+	stale, unheld := w.staleFallback(ctx, p.req.Tokens)
+	if stale != "" {
+		preq.Subset = []string{stale}
+	}
+	d, err := w.picker.Pick(ctx, preq)
 	if err != nil {
 		p.errText = err.Error()
 		return nil
+	}
+	if unheld && stale == "" {
+		w.fallback.addr, w.fallback.at = d.Endpoints[0], w.now
 	}
 	eng := -1
 	for i, a := range w.addrs {
@@ -583,10 +787,17 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	}
 	p.engine = eng
 	p.booking = d.Booking
+	if w.router.StatsLag > 0 {
+		// The published router counts the request only once its lookup has
+		// returned: decisions within the lag do not see it.
+		d.Booking.Release()
+		p.booking = nil
+		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
+	}
 	p.sim = sim.Request{ID: fmt.Sprintf("req-%d", p.req.Index), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
 	w.owners[&p.sim] = p
 	w.served[eng]++
-	w.push(event{at: w.now + w.cfg.Engine.IngressLatency, kind: evArrive, p: p})
+	w.push(event{at: w.now + w.cfg.Router.RequestLatency + w.cfg.Engine.IngressLatency, kind: evArrive, p: p})
 	return nil
 }
 
@@ -617,18 +828,35 @@ func (w *world) finishStep(i int) (int, error) {
 	}
 	for _, r := range out.Tokens {
 		if len(r.TokenTimes) == 1 {
-			w.bookingOf(r).Decoding()
+			w.owners[r].decode()
+			arrived := w.owners[r].sent + w.cfg.Router.RequestLatency + w.cfg.Engine.IngressLatency
+			f := &w.firsts[i]
+			f.n++
+			f.ttft += (r.TokenTimes[0] - arrived).Seconds()
+			f.prefill += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
 		}
 	}
 	for _, r := range out.Finished {
-		w.bookingOf(r).Release()
+		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
+		w.owners[r].release()
 		delete(w.owners, r)
 	}
 	return len(out.Finished), nil
 }
 
-// bookingOf returns the booking of the request r belongs to.
-func (w *world) bookingOf(r *sim.Request) *fleet.Booking { return w.owners[r].booking }
+// pause idles the fleet for gap after the client has received every
+// response: the driver starts its next seed gap after the last completion
+// it saw.
+func (w *world) pause(gap time.Duration) {
+	w.now = max(w.now, w.lastDelivery) + gap
+}
+
+// firstTokens counts one engine's first tokens as vLLM's TTFT and prefill-time
+// histograms do (count and sums).
+type firstTokens struct {
+	n             int64
+	ttft, prefill float64
+}
 
 func (w *world) engineStats() []EngineStats {
 	out := make([]EngineStats, len(w.engines))

@@ -36,16 +36,18 @@ func TestRunRequestsWithTheSeedsWorkloadIsRunOne(t *testing.T) {
 
 func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 	tests := []struct {
-		name   string
-		warmup int
+		name     string
+		protocol string
+		warmup   int
 	}{
-		{"no warm-up: new idle engines at time zero", 0},
-		{"a warm-up fills the caches and reports every chunk", 150},
+		{"per-seed, no warm-up: new idle engines at time zero", ProtocolPerSeed, 0},
+		{"per-seed warm-up fills the caches and reports every chunk", ProtocolPerSeed, 150},
+		{"published warm-up and the seeds before this one", ProtocolPublished, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := small()
-			cfg.Warmup = tc.warmup
+			cfg.Protocol, cfg.Warmup = tc.protocol, tc.warmup
 			w, err := WarmUp(context.Background(), cfg, cfg.Arms[0], 1)
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +63,7 @@ func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 					t.Errorf("engine %d slowdown %v, want %v", i, got, want)
 				}
 			}
-			if tc.warmup == 0 {
+			if tc.protocol == ProtocolPerSeed && tc.warmup == 0 {
 				if w.Now != 0 || len(w.Events) != 0 {
 					t.Fatalf("no warm-up gave time %v and %d events, want 0 and 0", w.Now, len(w.Events))
 				}
@@ -105,5 +107,125 @@ func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 				t.Error("two warm-ups of the same arm and seed differ")
 			}
 		})
+	}
+}
+
+// The published warm-up sends each batch of four prompts at one instant. The
+// published router reads the same request statistics for all four (its
+// stats lag), so a batch of unheld prompts lands on one engine and the
+// batches alternate; this picker books synchronously, so behind Envoy the
+// prompts alternate one by one.
+func TestPublishedWarmupPlacement(t *testing.T) {
+	tests := []struct {
+		name   string
+		router Router
+		engine func(prefix int) string
+	}{
+		{"published router: batches of four alternate", PublishedRouter(), func(p int) string { return InstanceID((p / 4) % 2) }},
+		{"Envoy and this picker: prompts alternate", EnvoyRouter(), func(p int) string { return InstanceID(p % 2) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := small()
+			cfg.Router = tc.router
+			cfg.Seeds = []uint64{1}
+			w, err := WarmUp(context.Background(), cfg, cfg.Arms[0], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := hasherFor(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := workload.NewPool(cfg.Workload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder := map[int64]string{}
+			for _, m := range w.Events {
+				if a, ok := m.(lmcache.KVAdmitMsg); ok {
+					if _, seen := holder[a.Key]; !seen {
+						holder[a.Key] = a.InstanceID
+					}
+				}
+			}
+			for p := range pool.Len() {
+				key := h.ChunkKeys(pool.Tokens(p))[0]
+				if got, want := holder[key], tc.engine(p); got != want {
+					t.Fatalf("prefix %d first stored on %q, want %q", p, got, want)
+				}
+			}
+		})
+	}
+}
+
+// Under the published protocol a seed starts from the fleet the seeds before
+// it left: RunOne of a later seed equals that seed's run in the sweep, and
+// differs from the same seed on a fleet that only had the warm-up.
+func TestPublishedSeedsRunBackToBack(t *testing.T) {
+	cfg := small()
+	cfg.Protocol = ProtocolPublished
+	res, err := RunSweep(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := RunOne(context.Background(), cfg, cfg.Arms[0], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrap := func(r Run) Results { return nanFree(Results{Runs: []Run{r}}) }
+	if !reflect.DeepEqual(wrap(one), wrap(res.Runs[1])) {
+		t.Fatal("RunOne of seed 2 differs from seed 2 of the published sweep")
+	}
+	alone := cfg
+	alone.Seeds = []uint64{2}
+	fresh, err := RunOne(context.Background(), alone, cfg.Arms[0], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(wrap(fresh), wrap(one)) {
+		t.Fatal("seed 2 after seed 1 equals seed 2 on a fleet without seed 1's history")
+	}
+}
+
+// Four prompts of one prefix arrive at the same instant, its holder idle. The
+// published router counts each request only after its lookup returns, so
+// loadaware sends all four to the holder; this picker books at once, so the
+// third already sees the holder loaded and goes to the other engine (which
+// then stores the prefix too).
+func TestStaleLoadsKeepSimultaneousRequestsOnTheHolder(t *testing.T) {
+	onHolder := func(r Router) int {
+		cfg := small()
+		cfg.Router, cfg.Protocol, cfg.Warmup = r, ProtocolPerSeed, 0
+		cfg.Workload.Requests = 5
+		reqs, err := workload.Generate(cfg.Workload, nil, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			reqs[i].Tokens = append(append([]uint32(nil), reqs[0].Tokens[:1544]...), reqs[i].Tokens[1544:]...)
+			reqs[i].SendAt = 5 * time.Second // after the first has finished and stored the prefix
+		}
+		reqs[0].SendAt = 0
+		run, err := RunRequests(context.Background(), cfg, Arm{Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}, 1, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, row := range run.Rows[1:] {
+			if row.Engine == run.Rows[0].Engine {
+				n++
+			}
+		}
+		return n
+	}
+	if got := onHolder(PublishedRouter()); got != 4 {
+		t.Errorf("published router: %d of 4 simultaneous requests on the holder, want 4", got)
+	}
+	// The third sees the holder at 2 in flight and the other at 0 (relative
+	// loads +1 and -1: 0.973 - 0.5 < 0 + 0.5); the fourth sees 2 vs 1 and
+	// returns to the holder.
+	if got := onHolder(EnvoyRouter()); got != 3 {
+		t.Errorf("synchronous bookings: %d of 4 simultaneous requests on the holder, want 3", got)
 	}
 }

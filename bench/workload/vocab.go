@@ -7,10 +7,12 @@ import "fmt"
 // like real token ids; words take ids from wordBase on. Only equality of ids
 // matters to the cache: the ids are not claimed to be Qwen2.5's.
 const (
-	newlineID = 198 // "\n"
-	wordBase  = 10000
-	prefixID  = 9000 // the word "PREFIX" in a tag
-	novelID   = 9001 // the word "NOVEL" in a tag
+	newlineID   = 198 // "\n"
+	wordBase    = 10000
+	prefixID    = 9000 // the word "PREFIX" in a tag
+	novelID     = 9001 // the word "NOVEL" in a tag
+	warmupID    = 9002 // the word "WARMUP" in a warm-up tag
+	summarizeID = 9003 // " summarize" in a warm-up prompt
 )
 
 func charPiece(c byte) piece { return piece{text: string(c), id: uint32(c) - 33} }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/scoring"
@@ -16,19 +17,25 @@ import (
 // and every workload parameter. Parsing writes the plain ones into the config; apply writes
 // the rest.
 type sweepFlags struct {
-	arms, seeds, slowdowns string
+	arms, seeds, slowdowns, hostDelays, router string
 }
 
 // register adds the shared flags to fs, with cfg's values and the given arms and seeds as
 // defaults.
-func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds string) {
+func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds, router string) {
 	f.arms, f.seeds = arms, seeds
 	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+") or policy:beta")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "simulated engines (GPUs)")
 	f.slowdowns = joinFloats(cfg.Slowdowns)
 	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "step-time factor of each engine, engine 0 first (engines not listed: 1); the default is the calibrated testbed (docs/bench/simulator.md)")
-	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "requests run through the same arm (and discarded) before each measured seed, so caches are warm")
+	f.hostDelays = joinDurations(cfg.HostDelays)
+	fs.StringVar(&f.hostDelays, "host-delays", f.hostDelays, "extra host time per step of each engine, engine 0 first (engines not listed: 0); the default is the calibrated testbed")
+	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "published: per arm a cold fleet, the published warm-up routed by the arm, the seeds back to back; per-seed: each seed on its own fleet after -warmup requests")
+	fs.DurationVar(&cfg.SeedGap, "seed-gap", cfg.SeedGap, "published protocol: idle time between a seed's last completion and the next seed")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "per-seed protocol: requests run through the same arm (and discarded) before each measured seed, so caches are warm")
+	f.router = router
+	fs.StringVar(&f.router, "router", f.router, "what stands in front of the engines: published (the Production Stack's Python router: stale fallback stats, 48 ms on the first token) or envoy (Envoy with this picker)")
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED, for LMCache chunk keys")
 	cfg.Workload.RegisterFlags(fs)
 }
@@ -47,8 +54,54 @@ func (f *sweepFlags) apply(cfg *vtime.SweepConfig) error {
 	if err != nil {
 		return fmt.Errorf("-slowdowns: %w", err)
 	}
-	cfg.Arms, cfg.Seeds, cfg.Slowdowns = arms, seeds, slow
+	hosts, err := parseDurations(f.hostDelays)
+	if err != nil {
+		return fmt.Errorf("-host-delays: %w", err)
+	}
+	if cfg.Router, err = parseRouter(f.router); err != nil {
+		return err
+	}
+	cfg.Arms, cfg.Seeds, cfg.Slowdowns, cfg.HostDelays = arms, seeds, slow, hosts
 	return cfg.Validate()
+}
+
+// The -router values.
+const (
+	routerPublished = "published"
+	routerEnvoy     = "envoy"
+)
+
+func parseRouter(s string) (vtime.Router, error) {
+	switch s {
+	case routerPublished:
+		return vtime.PublishedRouter(), nil
+	case routerEnvoy:
+		return vtime.EnvoyRouter(), nil
+	}
+	return vtime.Router{}, fmt.Errorf("-router %q: use %s or %s", s, routerPublished, routerEnvoy)
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []time.Duration
+	for _, part := range strings.Split(s, ",") {
+		v, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration (e.g. 20ms)", part)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func joinDurations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // parseArms reads -arms.

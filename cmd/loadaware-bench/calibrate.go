@@ -5,145 +5,122 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/analysis"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
 func init() {
-	register(command{name: "calibrate", summary: "fit the simulator's free constants on the kvaware and roundrobin rows (grid search, TSV)", run: runCalibrate})
+	register(command{name: "calibrate", summary: "grid search of the simulator's fitted constants on the replay of measured cells (every arm, one set of constants), TSV", run: runCalibrate})
 }
 
-// calibrationTargets are the fitted quantities and the scale of a miss on each: the spec's
-// tolerance where it gives one, 25% otherwise. The loadaware rows are never looked at: they
-// stay predictions.
-var calibrationTargets = []struct {
-	arm, metric string
-	scale       float64
-}{
-	{"kvaware", "TTFT p50", 0.25}, {"kvaware", "TTFT p95", 0.25}, {"kvaware", "req/s", 0.25}, {"kvaware", "imbalance", 0.20},
-	{"roundrobin", "TTFT p50", 0.25}, {"roundrobin", "TTFT p95", 0.25}, {"roundrobin", "req/s", 0.25}, {"roundrobin", "imbalance", 0.20},
+// fittedConstant is one of the model's fitted constants and the grid to try.
+type fittedConstant struct {
+	flag, usage string
+	def         string // the grid's default: the kept value alone
+	set         func(o *replay.Options, v float64)
 }
 
-// gridPoint is one combination of the free constants and its loss.
-type gridPoint struct {
-	slowdown, eff, stepMs, seqMs, ingressMs float64
-	loss                                    float64
-	got                                     map[string]float64
+func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// fittedConstants are the constants docs/bench/simulator.md marks fitted.
+var fittedConstants = []fittedConstant{
+	{"slowdown", "step-time factor of engine 1 (engine 0 is nominal)", "1.3", func(o *replay.Options, v float64) { o.Fleet.Slowdowns = []float64{1, v} }},
+	{"prefill-efficiency", "fraction of peak FLOP/s in the linear layers", "0.25", func(o *replay.Options, v float64) { o.Fleet.Engine.PrefillEfficiency = v }},
+	{"step-ms", "fixed host time per step, ms", "6", func(o *replay.Options, v float64) { o.Fleet.Engine.StepOverhead = msDur(v) }},
+	{"seq-ms", "host time per sequence per step, ms", "0.5", func(o *replay.Options, v float64) { o.Fleet.Engine.SeqOverhead = msDur(v) }},
+	{"admit-ms", "cost per admitted request, ms", "25", func(o *replay.Options, v float64) { o.Fleet.Engine.AdmitOverhead = msDur(v) }},
+	{"admit-seq-ms", "cost per admitted request per sequence in the step, ms", "0.15", func(o *replay.Options, v float64) { o.Fleet.Engine.AdmitSeqCost = msDur(v) }},
+	{"output-ms", "API server time per streamed token, ms", "0.31", func(o *replay.Options, v float64) { o.Fleet.Engine.OutputCost = msDur(v) }},
 }
 
-// runCalibrate is `loadaware-bench calibrate`: it runs kvaware and roundrobin on every point
-// of a grid of the free constants and prints the points, best first, as TSV on stdout. The
-// loss is the sum over both rows of (log(simulated/published)/scale)^2.
+// runCalibrate is `loadaware-bench calibrate`: it replays the measured cells (the embedded
+// gen2 sweep or -real DIR) on every point of a grid of the fitted constants and prints the
+// points, best first, as TSV: replay.Report.Score's loss, its counts, and the constants.
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg := vtime.DefaultSweepConfig()
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	seeds := fs.Int("seeds", 6, "seeds per grid point (1..n)")
-	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up requests per seed")
-	slow := fs.String("slowdown", "1.2,1.3,1.4,1.5", "step-time factor of engine 0 (engine 1 is nominal)")
-	eff := fs.String("prefill-efficiency", "0.3,0.35,0.4", "fraction of peak FLOP/s in prefill")
-	step := fs.String("step-ms", "5,10,15", "fixed step overhead, ms")
-	seq := fs.String("seq-ms", "0.8,0.9,1.0,1.1", "per-sequence step overhead, ms")
-	ing := fs.String("ingress-ms", "20,40", "client-to-engine-queue latency, ms")
+	real := fs.String("real", "", "directory in the published layout (empty: the embedded gen2 sweep)")
+	seeds := fs.Int("seeds", 0, "replay only each cell's first N seeds (0: all)")
+	grids := make([]*string, len(fittedConstants))
+	for i, c := range fittedConstants {
+		grids[i] = fs.String(c.flag, c.def, c.usage+": comma-separated values to try")
+	}
 	progress := fs.Bool("progress", true, "show progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *seeds < 1 {
-		fmt.Fprintf(stderr, "loadaware-bench calibrate: -seeds %d: need at least 1\n", *seeds)
-		return 2
-	}
-	grids := make([][]float64, 5)
-	for i, s := range []string{*slow, *eff, *step, *seq, *ing} {
-		g, err := parseFloats(s)
-		if err != nil || len(g) == 0 {
-			fmt.Fprintf(stderr, "loadaware-bench calibrate: grid %q: give comma-separated numbers\n", s)
+	values := make([][]float64, len(fittedConstants))
+	points := 1
+	for i, g := range grids {
+		v, err := parseFloats(*g)
+		if err != nil || len(v) == 0 {
+			fmt.Fprintf(stderr, "loadaware-bench calibrate: -%s %q: give comma-separated numbers\n", fittedConstants[i].flag, *g)
 			return 2
 		}
-		grids[i] = g
+		values[i] = v
+		points *= len(v)
 	}
-	var pts []gridPoint
-	for _, a := range grids[0] {
-		for _, b := range grids[1] {
-			for _, c := range grids[2] {
-				for _, d := range grids[3] {
-					for _, e := range grids[4] {
-						pts = append(pts, gridPoint{slowdown: a, eff: b, stepMs: c, seqMs: d, ingressMs: e})
-					}
-				}
-			}
-		}
+	data, code, err := measuredCells(*real, "", *seeds)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench calibrate: %v\n", err)
+		return code
 	}
-	cfg.Arms = []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "roundrobin", Policy: "roundrobin"}}
-	cfg.Seeds = make([]uint64, *seeds)
-	for i := range cfg.Seeds {
-		cfg.Seeds[i] = uint64(i + 1)
+	type point struct {
+		vals  []float64
+		score replay.Score
 	}
+	pts := make([]point, 0, points)
 	bar := newProgressBar(stderr, "calibrate", *progress)
-	for i := range pts {
-		if err := evaluatePoint(ctx, cfg, &pts[i]); err != nil {
+	idx := make([]int, len(values))
+	for n := 0; n < points; n++ {
+		opt := replay.DefaultOptions()
+		p := point{vals: make([]float64, len(values))}
+		for i, c := range fittedConstants {
+			p.vals[i] = values[i][idx[i]]
+			c.set(&opt, p.vals[i])
+		}
+		rep, err := replay.Run(ctx, data, opt)
+		if err != nil {
 			bar.finish()
 			fmt.Fprintf(stderr, "loadaware-bench calibrate: %v\n", err)
 			return 1
 		}
-		bar.update(i+1, len(pts))
+		p.score = rep.Score()
+		pts = append(pts, p)
+		bar.update(n+1, points)
+		for i := range idx { // next grid point, odometer order
+			if idx[i]++; idx[i] < len(values[i]) {
+				break
+			}
+			idx[i] = 0
+		}
 	}
 	bar.finish()
-	slices.SortStableFunc(pts, func(x, y gridPoint) int {
+	slices.SortStableFunc(pts, func(x, y point) int {
 		switch {
-		case x.loss < y.loss:
+		case x.score.Loss < y.score.Loss:
 			return -1
-		case x.loss > y.loss:
+		case x.score.Loss > y.score.Loss:
 			return 1
 		}
 		return 0
 	})
-	cols := []string{"loss", "slowdown", "prefill_eff", "step_ms", "seq_ms", "ingress_ms"}
-	for _, t := range calibrationTargets {
-		cols = append(cols, t.arm+" "+t.metric)
+	cols := []string{"loss", "failed", "discordant", "effect_mismatch"}
+	for _, c := range fittedConstants {
+		cols = append(cols, strings.ReplaceAll(c.flag, "-", "_"))
 	}
 	fmt.Fprintln(stdout, strings.Join(cols, "\t"))
-	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 	for _, p := range pts {
-		vals := []string{f(p.loss), f(p.slowdown), f(p.eff), f(p.stepMs), f(p.seqMs), f(p.ingressMs)}
-		for _, t := range calibrationTargets {
-			vals = append(vals, f(p.got[t.arm+" "+t.metric]))
+		row := []string{f(p.score.Loss), strconv.Itoa(p.score.Failed), strconv.Itoa(p.score.Discordant), strconv.Itoa(p.score.EffectMismatch)}
+		for _, v := range p.vals {
+			row = append(row, f(v))
 		}
-		fmt.Fprintln(stdout, strings.Join(vals, "\t"))
+		fmt.Fprintln(stdout, strings.Join(row, "\t"))
 	}
 	return 0
-}
-
-func evaluatePoint(ctx context.Context, cfg vtime.SweepConfig, p *gridPoint) error {
-	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
-	cfg.Slowdowns = []float64{p.slowdown, 1}
-	cfg.Engine.PrefillEfficiency = p.eff
-	cfg.Engine.StepOverhead = ms(p.stepMs)
-	cfg.Engine.SeqOverhead = ms(p.seqMs)
-	cfg.Engine.IngressLatency = ms(p.ingressMs)
-	res, err := vtime.RunSweep(ctx, cfg, nil)
-	if err != nil {
-		return err
-	}
-	a, err := analysis.Analyze(res)
-	if err != nil {
-		return err
-	}
-	p.got = map[string]float64{}
-	for _, t := range calibrationTargets {
-		s, _ := a.Arm(t.arm)
-		pub, _ := analysis.PublishedFor(t.arm)
-		got := s.Median[t.metric]
-		want := map[string]float64{"TTFT p50": pub.TTFTP50, "TTFT p95": pub.TTFTP95, "req/s": pub.ReqPerSec, "imbalance": pub.Imb}[t.metric]
-		p.got[t.arm+" "+t.metric] = got
-		d := math.Log(got/want) / t.scale
-		p.loss += d * d
-	}
-	return nil
 }

@@ -27,7 +27,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("live", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var sf sweepFlags
-	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1")
+	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy)
 	out := fs.String("out", "bench-live", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+resultsFile)
 	csvs := fs.Bool("csv", true, "write the per-request CSV of every run")
 	twins := fs.Bool("vtime", true, "also run every arm and seed in virtual time and report both")

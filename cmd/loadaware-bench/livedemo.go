@@ -38,6 +38,7 @@ type liveDemoConfig struct {
 	timeout  time.Duration
 	progress bool
 	verbose  bool
+	hold     bool
 	cache    string // the picker's --cache-source
 }
 
@@ -52,13 +53,14 @@ func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.IntVar(&c.requests, "requests", 100, "live requests per arm")
 	fs.Float64Var(&c.rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
 	fs.IntVar(&c.tokens, "max-tokens", 64, "output tokens per request")
-	fs.IntVar(&c.warmup, "warmup", vtime.DefaultSweepConfig().Warmup, "requests of virtual-time warm-up before each arm's live requests")
+	fs.IntVar(&c.warmup, "warmup", 0, "0: the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm); N: N random requests instead")
 	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same requests for every arm)")
 	fs.IntVar(&c.samples, "samples", 2, "decisions to print per arm (requests sent with x-loadaware-explain: 1)")
 	fs.IntVar(&c.vseeds, "vtime-seeds", 20, "then run the same arms on this many seeds of the same workload in virtual time and test the difference (0: skip)")
 	fs.DurationVar(&c.timeout, "timeout", 40*time.Second, "bound on one arm's live requests; unfinished requests count as errors")
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.BoolVar(&c.verbose, "v", false, "show the picker's, the gateway's and the engines' logs on stderr")
+	fs.BoolVar(&c.hold, "hold", false, "after the last arm's requests, print the results and keep its picker, gateway and engines up (send your own traffic, watch /metrics) until interrupted")
 	fs.StringVar(&c.cache, "cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -76,6 +78,11 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	}
 	cfg := vtime.DefaultSweepConfig()
 	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.requests, c.rate, c.tokens, c.warmup
+	if c.warmup > 0 {
+		cfg.Protocol = vtime.ProtocolPerSeed
+	}
+	// The demo shows this picker: Envoy (bench/gateway) in front, no Python proxy.
+	cfg.Router = vtime.EnvoyRouter()
 	arms, err := parseArms(c.arms)
 	if err != nil {
 		return err
@@ -92,26 +99,60 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	w := cfg.Workload
 	fmt.Fprintf(stdout, "loadaware-bench demo: the real picker (ext_proc gRPC + the embedded LMCache controller) behind bench/gateway,\n")
 	fmt.Fprintf(stdout, "in front of %d live simulated vLLM + LMCache engines: the calibrated A10 model (bench/sim) on the wall clock,\n", cfg.Engines)
-	fmt.Fprintf(stdout, "each an HTTP server on its own loopback IP pushing its LMCache chunk events over ZeroMQ; engine 0 is %gx slower.\n", cfg.Slowdowns[0])
-	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %d requests in virtual time, then %d live requests at %g req/s\n", cfg.Warmup, w.Requests, w.Rate)
+	fmt.Fprintf(stdout, "each an HTTP server on its own loopback IP pushing its LMCache chunk events over ZeroMQ%s.\n", engineNotes(cfg))
+	warm := "the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm)"
+	if cfg.Protocol == vtime.ProtocolPerSeed {
+		warm = fmt.Sprintf("%d requests", cfg.Warmup)
+	}
+	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %s in virtual time, then %d live requests at %g req/s\n", warm, w.Requests, w.Rate)
 	fmt.Fprintf(stdout, "(%d prefixes of %d tokens, Zipf %g, %d-token suffixes, %d output tokens; seed %d, the same requests for every arm).\n\n",
 		w.Prefixes, w.PrefixTokens, w.ZipfS, w.SuffixTokens, w.MaxTokens, c.seed)
 
 	step := max(c.requests/max(c.samples, 1), 1)
 	explain := func(i int) bool { return c.samples > 0 && i%step == step/2 && i/step < c.samples }
 	var results []live.Result
-	for _, arm := range arms {
+	summary := func(ctx context.Context) error {
+		printLiveDemo(stdout, cfg, results)
+		if c.vseeds > 0 {
+			return demoVirtualSweep(ctx, cfg, c, stdout, stderr)
+		}
+		return nil
+	}
+	var held bool
+	var holdErr error
+	for i, arm := range arms {
 		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
-		r, err := live.Run(ctx, cfg, arm, c.seed, live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache})
+		opts := live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache}
+		var metricsURL, gatewayURL string
+		opts.Started = func(m, g string) {
+			metricsURL, gatewayURL = m, g
+			fmt.Fprintf(stdout, "%s: the picker's metrics are at %s while its requests run\n", arm.Name, m)
+		}
+		if c.hold && i == len(arms)-1 {
+			opts.Hold = func(ctx context.Context, r live.Result) {
+				bar.finish()
+				held, results = true, append(results, r)
+				if holdErr = summary(ctx); holdErr != nil {
+					return
+				}
+				printHold(stdout, arm.Name, metricsURL, gatewayURL)
+				<-ctx.Done()
+			}
+		}
+		r, err := live.Run(ctx, cfg, arm, c.seed, opts)
 		bar.finish()
 		if err != nil {
 			return fmt.Errorf("%s: %w", arm.Name, err)
 		}
-		results = append(results, r)
+		if !held {
+			results = append(results, r)
+		}
 	}
-	printLiveDemo(stdout, cfg, results)
-	if c.vseeds > 0 {
-		if err := demoVirtualSweep(ctx, cfg, c, stdout, stderr); err != nil {
+	if holdErr != nil {
+		return holdErr
+	}
+	if !held {
+		if err := summary(ctx); err != nil {
 			return err
 		}
 	}
@@ -136,8 +177,8 @@ func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
 	fmt.Fprintln(tw, head)
 	for i := range cfg.Engines {
 		label := fmt.Sprintf("engine %d", i)
-		if i < len(cfg.Slowdowns) && cfg.Slowdowns[i] != 1 {
-			label += fmt.Sprintf(" (%gx slower)", cfg.Slowdowns[i])
+		if n := cfg.EngineNote(i); n != "" {
+			label += " (" + n + ")"
 		}
 		row := label + "\t"
 		for _, r := range results {
@@ -230,4 +271,23 @@ func demoVirtualSweep(ctx context.Context, cfg vtime.SweepConfig, c liveDemoConf
 			p.Arm, analysis.Baseline, p.Metric, 100*p.Reduction, 100*p.CI.Lo, 100*p.CI.Hi, p.Improved, p.Seeds, p.Test.P, sig)
 	}
 	return nil
+}
+
+// engineNotes says which engines differ from the nominal model, as ", engine 1: ...".
+func engineNotes(cfg vtime.SweepConfig) string {
+	var b strings.Builder
+	for i := range cfg.Engines {
+		if n := cfg.EngineNote(i); n != "" {
+			fmt.Fprintf(&b, "; engine %d: %s", i, n)
+		}
+	}
+	return b.String()
+}
+
+// printHold says where to look while -hold keeps the last arm's fleet up.
+func printHold(w io.Writer, arm, metricsURL, gatewayURL string) {
+	fmt.Fprintf(w, "\n-hold: the %s picker, its gateway and engines stay up until you press Ctrl-C.\n", arm)
+	fmt.Fprintf(w, "  metrics:  %s\n", metricsURL)
+	fmt.Fprintf(w, "  gateway:  %s (OpenAI completions, e.g. curl %s/v1/completions -d '{\"model\":\"m\",\"prompt\":[1,2,3],\"max_tokens\":8}')\n", gatewayURL, gatewayURL)
+	fmt.Fprintf(w, "  Grafana:  import manifests/helm/loadaware-epp/files/grafana-dashboard.json with a Prometheus that scrapes the metrics URL\n")
 }

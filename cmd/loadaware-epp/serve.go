@@ -35,6 +35,7 @@ type options struct {
 	sessionKey                        string
 	maxEndpoints                      int
 	maxBodyBytes                      int64
+	endpointScores                    bool
 	bodyMode                          string
 	adminToken                        string
 	logLevel, logFormat               string
@@ -88,6 +89,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.sessionKey, "session-key", "x-user-id", "request header that carries the session key")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints", 1, "endpoints in x-gateway-destination-endpoint (an ordered fallback list when > 1)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodySize, "largest request body the picker reads; larger gets 413")
+	fs.BoolVar(&o.endpointScores, "endpoint-scores", true, "put every candidate's score (envoy.lb x-gateway-destination-endpoint-scores) and the decision's reason (loadaware.decision) in the dynamic metadata, for Envoy's access log")
 	fs.StringVar(&o.bodyMode, "body-mode", "full-duplex", "body mode when Envoy sends no protocol_config: full-duplex or buffered")
 	fs.StringVar(&o.adminToken, "admin-token", getenv("LOADAWARE_ADMIN_TOKEN"), "bearer token that allows POST /admin/config (env LOADAWARE_ADMIN_TOKEN); empty: changes refused")
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer.json or model directory of the served model (tokenizes prompts exactly as vLLM)")
@@ -219,7 +221,7 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		GRPCAddr: addr(o.grpcPort), HealthAddr: addr(o.healthPort), MetricsAddr: addr(o.metricsPort),
 		SecureServing: o.secure, CertPath: o.certPath, Endpoints: eps, Policy: o.policy, Beta: o.beta,
 		SessionKey: o.sessionKey, MaxEndpoints: o.maxEndpoints, MaxBodyBytes: o.maxBodyBytes, BodyMode: mode,
-		AdminToken: o.adminToken, LMCache: lm, CacheSource: source, KVEvents: kv,
+		AdminToken: o.adminToken, LMCache: lm, OmitScores: !o.endpointScores, CacheSource: source, KVEvents: kv,
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"

@@ -79,6 +79,9 @@ app.kubernetes.io/component: envoy-gateway
 {{- if and (eq .Values.mode "envoy") (not .Values.picker.secureServing) -}}
 {{- fail "mode envoy reaches the picker over TLS (envoy/gateway.yaml): keep picker.secureServing true" -}}
 {{- end -}}
+{{- if and (eq .Values.mode "envoy") (eq .Values.envoy.failureMode "FailOpen") (not .Values.envoy.fallback.host) -}}
+{{- fail "envoy.failureMode FailOpen needs envoy.fallback.host: a Service in front of every engine, where Envoy sends requests while the picker is down" -}}
+{{- end -}}
 {{- if not (has .Values.tokenizer.source (list "engine" "file")) -}}
 {{- fail (printf "tokenizer.source %q is not engine or file" .Values.tokenizer.source) -}}
 {{- end -}}

@@ -1,0 +1,211 @@
+package capture
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+)
+
+func TestPercentile(t *testing.T) {
+	ten := []float64{9, 8, 7, 6, 5, 4, 3, 2, 1, 0} // sorted: 0..9, n-1 = 9
+	cases := []struct {
+		xs   []float64
+		p    float64
+		want float64
+	}{
+		{ten, 0, 0},
+		{ten, 100, 9},
+		{ten, 50, 4},                         // rank 4.5 -> 4 (half to even)
+		{ten, 90, 8},                         // rank 8.1 -> 8
+		{ten, 95, 9},                         // rank 8.55 -> 9
+		{ten, 99, 9},                         // rank 8.91 -> 9
+		{ten[:9], 50, 5},                     // sorted 1..9, rank 4 -> 5
+		{[]float64{0, 1, 2, 3}, 50, 2},       // rank 1.5 -> 2 (even)
+		{[]float64{0, 1, 2, 3, 4, 5}, 50, 2}, // rank 2.5 -> 2 (even), not 3
+		{[]float64{0, 1, 2, 3, 4, 5}, 30, 2}, // rank 1.5 -> 2
+		{[]float64{7}, 99, 7},
+		{nil, 50, math.NaN()},
+		{ten, -1, math.NaN()},
+		{ten, 101, math.NaN()},
+		{ten, math.NaN(), math.NaN()},
+	}
+	for _, tc := range cases {
+		got := Percentile(tc.xs, tc.p)
+		if !same(got, tc.want) {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", tc.xs, tc.p, got, tc.want)
+		}
+	}
+	if ten[0] != 9 {
+		t.Error("Percentile sorted its input")
+	}
+}
+
+func same(a, b float64) bool {
+	return a == b || (math.IsNaN(a) && math.IsNaN(b)) || math.Abs(a-b) < 1e-12
+}
+
+func TestSeedMetrics(t *testing.T) {
+	rows := []Request{
+		{Send: 100, TTFT: 0.1, E2E: 1, OK: true, CompletionTokens: 3, ITLs: []float64{20, 30, 90}},
+		{Send: 99, E2E: 0.02, OK: false, Error: "HTTP 500"},
+		{Send: 101, TTFT: 0.3, E2E: 2, OK: true, CompletionTokens: 2, ITLs: []float64{10, 100}},
+		{Send: 102, TTFT: 0.2, E2E: 0.5, OK: true, CompletionTokens: 5},
+	}
+	m := SeedMetrics(rows)
+	// ok TTFTs 0.1, 0.2, 0.3; gaps (s) .01 .02 .03 .09 .10; window 99 .. 103.
+	want := map[string]float64{
+		OKCount: 3, Errors: 1,
+		TTFTMean: 0.2, TTFTP50: 0.2, TTFTP90: 0.3, TTFTP95: 0.3, TTFTP99: 0.3,
+		ITLP50: 0.03, ITLP95: 0.10, ITLP99: 0.10, ITLStall: 2.0 / 5,
+		E2EMean: 3.5 / 3, E2EP95: 2, E2EP99: 2,
+		ReqS: 3.0 / 4, TokS: 10.0 / 4,
+	}
+	for k, w := range want {
+		if !same(m[k], w) {
+			t.Errorf("%s = %v, want %v", k, m[k], w)
+		}
+	}
+	if _, ok := m[ImbalanceKey]; ok {
+		t.Error("SeedMetrics set imbalance")
+	}
+	none := SeedMetrics([]Request{{Send: 1, OK: false}})
+	if none[Errors] != 1 || !math.IsNaN(none[TTFTP95]) || !math.IsNaN(none[ReqS]) || !math.IsNaN(none[ITLStall]) {
+		t.Errorf("no ok rows: %v", none)
+	}
+}
+
+func TestImbalance(t *testing.T) {
+	a := Series{Instance: "a", T: []float64{0, 5, 10, 15}, V: []float64{1, 2, 3, 100}}
+	b := Series{Instance: "b", T: []float64{0, 5, 10, 15}, V: []float64{4, 4, 4, 1}}
+	zero := Series{Instance: "z", T: []float64{0, 5}, V: []float64{0, 0}}
+	cases := []struct {
+		name     string
+		ss       []Series
+		from, to float64
+		want     float64
+	}{
+		{"closed both ends", []Series{a, b}, 0, 10, 4.0 / 2}, // samples at 0, 5, 10
+		{"inside", []Series{a, b}, 0.1, 9.9, 4.0 / 2},        // only t=5
+		{"all", []Series{a, b}, 0, 15, 26.5 / 3.25},
+		{"order free", []Series{b, a}, 4, 11, 4.0 / 2.5},
+		{"idle engine", []Series{a, zero}, 0, 5, math.Inf(1)},
+		{"both idle", []Series{zero, zero}, 0, 5, math.NaN()},
+		{"no sample in window", []Series{a, b}, 1, 2, math.NaN()},
+		{"one engine", []Series{a}, 0, 15, math.NaN()},
+	}
+	for _, tc := range cases {
+		if got := Imbalance(tc.ss, tc.from, tc.to); !same(got, tc.want) {
+			t.Errorf("%s: Imbalance = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestIncrease(t *testing.T) {
+	cases := []struct {
+		v    []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{5}, 0},
+		{[]float64{5, 7, 7, 10}, 5},
+		{[]float64{5, 40, 2, 3}, 35 + 2 + 1}, // reset: the new value counts from 0
+	}
+	for _, tc := range cases {
+		if got := Increase(tc.v); got != tc.want {
+			t.Errorf("Increase(%v) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestArmLabel(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	cases := []struct {
+		arm  string
+		beta *float64
+		want string
+	}{
+		{"kvaware", nil, "kvaware"},
+		{"roundrobin", nil, "roundrobin"},
+		{"loadaware", f(0), "loadaware-b0"},
+		{"loadaware", f(0.5), "loadaware-b0.5"},
+		{"loadaware", f(1.0), "loadaware-b1"},
+		{"loadaware", f(2), "loadaware-b2"},
+	}
+	for _, tc := range cases {
+		if got := (Cell{Arm: tc.arm, Beta: tc.beta}).ArmLabel(); got != tc.want {
+			t.Errorf("ArmLabel(%s, %v) = %q, want %q", tc.arm, tc.beta, got, tc.want)
+		}
+	}
+}
+
+func TestCellSeedMetricsAndFacts(t *testing.T) {
+	dir := writeGoodCell(t, t.TempDir(), "c", "1")
+	c, err := LoadCell(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := c.SeedMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Seed 1 sends over [1001, 1003] and seed 2 over [1011, 1013]: no 5 s
+	// sample falls in either window, so imbalance is NaN.
+	if len(ms) != 2 || !math.IsNaN(ms[0][ImbalanceKey]) || ms[1][OKCount] != 2 {
+		t.Errorf("seed metrics %v", ms)
+	}
+	c.Seeds[0].Requests[2].Send = 1016 // window [1001, 1016]: samples at 1005, 1010, 1015
+	ms, _ = c.SeedMetrics()
+	if got := ms[0][ImbalanceKey]; !same(got, (2+2+4)/3.0/1) {
+		t.Errorf("imbalance = %v", got)
+	}
+
+	f, err := c.Facts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want []float64
+	}{
+		{"hit rate", []float64{f.HitRate}, []float64{80.0 / 157}},
+		{"waiting any", []float64{f.WaitingShare}, []float64{2.0 / 7}},
+		{"waiting per engine", f.WaitingShareEngine, []float64{1.0 / 7, 1.0 / 7}},
+		{"preemptions", f.Preemptions, []float64{3, 0}},
+		{"kv max", f.KVUsageMax, []float64{0.5, 0.3}},
+		{"cpu tier", f.CPUTierBytes, []float64{4, 1}},
+		{"request share", f.RequestShare, []float64{1.0 / 3, 2.0 / 3}},
+		{"engine ttft", f.EngineTTFTMean, []float64{1, 0.5}},
+		{"prefill", f.PrefillMean, []float64{math.NaN(), 0.25}},
+	}
+	if len(f.Instances) != 2 || f.Instances[0] != engA || f.Instances[1] != engB {
+		t.Errorf("instances %v", f.Instances)
+	}
+	for _, ck := range checks {
+		if len(ck.got) != len(ck.want) {
+			t.Errorf("%s: %v, want %v", ck.name, ck.got, ck.want)
+			continue
+		}
+		for i := range ck.got {
+			if !same(ck.got[i], ck.want[i]) {
+				t.Errorf("%s: %v, want %v", ck.name, ck.got, ck.want)
+			}
+		}
+	}
+}
+
+func TestFactsMissingMetric(t *testing.T) {
+	dir := writeGoodCell(t, t.TempDir(), "c", "1")
+	rm(t, dir, filepath.Join("prom", CPUTierMetric+".json"))
+	writeFile(t, dir, "prom/"+HitsMetric+".json", promMatrix(1000, engine(engA, 1)))
+	c, err := LoadCell(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Facts()
+	mustContain(t, err, HitsMetric+".json", engB)
+	writeGoodCell(t, filepath.Dir(dir), "c", "1")
+	rm(t, dir, filepath.Join("prom", CPUTierMetric+".json"))
+	c, _ = LoadCell(dir)
+	_, err = c.Facts()
+	mustContain(t, err, CPUTierMetric+".json", "missing")
+}

@@ -1,0 +1,248 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/stats"
+)
+
+// OrderedMetrics are the metrics whose ordering of the arms is compared.
+var OrderedMetrics = []string{capture.TTFTP95, capture.ImbalanceKey}
+
+// Significance is the threshold of the paired tests (Bonferroni for two
+// primary metrics, as the published analysis).
+const Significance = 0.025
+
+// Ordering is the arms sorted by one metric's median over seeds, lowest
+// first, on each side, and the pairs of arms the two orders disagree on.
+type Ordering struct {
+	Real       []string    `json:"real"`
+	Sim        []string    `json:"sim"`
+	Discordant [][2]string `json:"discordant"`
+}
+
+func orderings(cells []Cell) map[string]Ordering {
+	out := map[string]Ordering{}
+	for _, m := range OrderedMetrics {
+		real := map[string]float64{}
+		sim := map[string]float64{}
+		for _, c := range cells {
+			real[c.Arm], sim[c.Arm] = c.Medians[m].Real, c.Medians[m].Sim
+		}
+		out[m] = Order(real, sim)
+	}
+	return out
+}
+
+// Order sorts the arms by their values on each side and lists the pairs whose
+// order differs (a tie on one side and not the other counts as discordant).
+func Order(real, sim map[string]float64) Ordering {
+	var arms []string
+	for a := range real {
+		if _, ok := sim[a]; ok {
+			arms = append(arms, a)
+		}
+	}
+	sort.Strings(arms)
+	by := func(v map[string]float64) []string {
+		s := append([]string(nil), arms...)
+		sort.SliceStable(s, func(i, j int) bool { return v[s[i]] < v[s[j]] })
+		return s
+	}
+	o := Ordering{Real: by(real), Sim: by(sim)}
+	for i, a := range arms {
+		for _, b := range arms[i+1:] {
+			if sign(real[a]-real[b]) != sign(sim[a]-sim[b]) {
+				o.Discordant = append(o.Discordant, [2]string{a, b})
+			}
+		}
+	}
+	return o
+}
+
+func sign(x float64) int {
+	switch {
+	case x > 0:
+		return 1
+	case x < 0:
+		return -1
+	}
+	return 0
+}
+
+// Side is one side's paired comparison of an arm with the baseline.
+type Side struct {
+	Effect   float64 `json:"effect"`   // median over seeds of (baseline - arm) / baseline: > 0 is better
+	PBetter  float64 `json:"p_better"` // one-sided exact Wilcoxon signed-rank, the arm lower
+	PWorse   float64 `json:"p_worse"`  // the same test, the arm higher
+	Verdict  string  `json:"verdict"`  // "better", "worse" (p < Significance) or "null"
+	Improved int     `json:"improved"` // seeds on which the arm is lower
+	Seeds    int     `json:"seeds"`    //
+}
+
+// Effect is one arm against the baseline on one metric, real and simulated.
+type Effect struct {
+	Arm         string `json:"arm"`
+	Metric      string `json:"metric"`
+	Real        Side   `json:"real"`
+	Sim         Side   `json:"sim"`
+	SameSign    bool   `json:"same_sign"`
+	SameVerdict bool   `json:"same_verdict"`
+}
+
+func effects(cells []Cell, baseline string) ([]Effect, error) {
+	var base *Cell
+	for i := range cells {
+		if cells[i].Arm == baseline {
+			base = &cells[i]
+		}
+	}
+	if base == nil {
+		return nil, nil // no baseline cell: nothing to pair against
+	}
+	var out []Effect
+	for _, c := range cells {
+		if c.Arm == baseline {
+			continue
+		}
+		if len(c.Seeds) != len(base.Seeds) {
+			return nil, fmt.Errorf("replay: arm %s has %d seeds and the baseline %s %d: paired tests need the same seeds", c.Arm, len(c.Seeds), baseline, len(base.Seeds))
+		}
+		for i := range c.Seeds {
+			if c.Seeds[i].Seed != base.Seeds[i].Seed {
+				return nil, fmt.Errorf("replay: arm %s seed #%d is %d, the baseline's is %d: paired tests need the same seeds in the same order", c.Arm, i, c.Seeds[i].Seed, base.Seeds[i].Seed)
+			}
+		}
+		for _, m := range OrderedMetrics {
+			br, bs := column(base.Seeds, m)
+			ar, as := column(c.Seeds, m)
+			e := Effect{Arm: c.Arm, Metric: m}
+			var err error
+			if e.Real, err = Paired(br, ar); err != nil {
+				return nil, fmt.Errorf("replay: %s vs %s on %s (real): %w", c.Arm, baseline, m, err)
+			}
+			if e.Sim, err = Paired(bs, as); err != nil {
+				return nil, fmt.Errorf("replay: %s vs %s on %s (simulated): %w", c.Arm, baseline, m, err)
+			}
+			e.SameSign = sign(e.Real.Effect) == sign(e.Sim.Effect)
+			e.SameVerdict = e.Real.Verdict == e.Sim.Verdict
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Paired compares a candidate with a baseline over paired seeds: the median
+// relative reduction and one-sided exact Wilcoxon signed-rank tests in both
+// directions. Seeds where either value is not finite are left out.
+func Paired(baseline, candidate []float64) (Side, error) {
+	var b, c []float64
+	for i := range baseline {
+		if finite(baseline[i]) && finite(candidate[i]) && baseline[i] != 0 {
+			b, c = append(b, baseline[i]), append(c, candidate[i])
+		}
+	}
+	if len(b) == 0 {
+		return Side{Verdict: "null", PBetter: 1, PWorse: 1}, nil
+	}
+	red, err := stats.RelativeReductions(b, c)
+	if err != nil {
+		return Side{}, err
+	}
+	s := Side{Effect: stats.Median(red), Seeds: len(b)}
+	for i := range b {
+		if c[i] < b[i] {
+			s.Improved++
+		}
+	}
+	better, err := stats.WilcoxonPaired(c, b, stats.Less)
+	if err != nil {
+		return Side{}, err
+	}
+	worse, err := stats.WilcoxonPaired(c, b, stats.Greater)
+	if err != nil {
+		return Side{}, err
+	}
+	s.PBetter, s.PWorse = better.P, worse.P
+	switch {
+	case s.PBetter < Significance:
+		s.Verdict = "better"
+	case s.PWorse < Significance:
+		s.Verdict = "worse"
+	default:
+		s.Verdict = "null"
+	}
+	return s, nil
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Spearman is the rank correlation of x and y (average ranks for ties),
+// over the pairs where both are finite; NaN with fewer than 3 such pairs or
+// when either side is constant.
+func Spearman(x, y []float64) float64 {
+	var a, b []float64
+	for i := range x {
+		if i < len(y) && finite(x[i]) && finite(y[i]) {
+			a, b = append(a, x[i]), append(b, y[i])
+		}
+	}
+	if len(a) < 3 {
+		return math.NaN()
+	}
+	ra, rb := ranks(a), ranks(b)
+	return pearson(ra, rb)
+}
+
+func ranks(v []float64) []float64 {
+	idx := make([]int, len(v))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return v[idx[i]] < v[idx[j]] })
+	r := make([]float64, len(v))
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && v[idx[j+1]] == v[idx[i]] {
+			j++
+		}
+		avg := float64(i+j)/2 + 1
+		for k := i; k <= j; k++ {
+			r[idx[k]] = avg
+		}
+		i = j + 1
+	}
+	return r
+}
+
+func pearson(x, y []float64) float64 {
+	mx, my := stats.Mean(x), stats.Mean(y)
+	var sxy, sxx, syy float64
+	for i := range x {
+		dx, dy := x[i]-mx, y[i]-my
+		sxy += dx * dy
+		sxx += dx * dx
+		syy += dy * dy
+	}
+	if sxx == 0 || syy == 0 {
+		return math.NaN()
+	}
+	return sxy / math.Sqrt(sxx*syy)
+}
+
+// median is the median of the finite values (NaN when there are none).
+func median(v []float64) float64 {
+	var f []float64
+	for _, x := range v {
+		if !math.IsNaN(x) {
+			f = append(f, x)
+		}
+	}
+	if len(f) == 0 {
+		return math.NaN()
+	}
+	return stats.Median(f)
+}

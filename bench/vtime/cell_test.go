@@ -1,0 +1,100 @@
+package vtime
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func cellSeeds(n int) []CellSeed {
+	var out []CellSeed
+	for s := range n {
+		sd := CellSeed{Seed: uint64(s + 1)}
+		for i := range 40 {
+			sd.PrefixIDs = append(sd.PrefixIDs, (i*7+s)%20)
+			sd.SendAt = append(sd.SendAt, time.Duration(i)*70*time.Millisecond)
+		}
+		out = append(out, sd)
+	}
+	return out
+}
+
+func TestRunCellFollowsTheProtocol(t *testing.T) {
+	cfg := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(3),
+		SeedGap: DefaultSeedGap, SampleInterval: time.Second, Warmup: true}
+	res, err := RunCell(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 3 || len(res.SeedStart) != 3 {
+		t.Fatalf("%d runs, %d seed starts: want 3 each", len(res.Runs), len(res.SeedStart))
+	}
+	// Warm-up: 2 passes over the 128 prefixes, split between the engines.
+	if got := res.Start.Requests[0] + res.Start.Requests[1]; got != 256 {
+		t.Fatalf("%d warm-up requests, want 256", got)
+	}
+	if res.Start.CPUBytes[0] == 0 || res.Start.CPUBytes[1] == 0 {
+		t.Fatalf("CPU tiers %v after the warm-up: want both filled", res.Start.CPUBytes)
+	}
+	for k := 1; k < 3; k++ {
+		prev := res.Runs[k-1]
+		last := 0.0
+		for _, r := range prev.Rows {
+			last = max(last, r.SendAt+r.E2E)
+		}
+		// The driver waits SeedGap after the last completion it saw.
+		gap := res.SeedStart[k].Seconds() - (res.SeedStart[k-1].Seconds() + last)
+		want := cfg.SeedGap.Seconds()
+		if gap < want-1e-9 || gap > want+1e-6 {
+			t.Fatalf("seed %d starts %.6f s after seed %d's last completion, want %.6f", k+1, gap, k, want)
+		}
+	}
+	for i := 1; i < len(res.Samples); i++ {
+		if d := res.Samples[i].At - res.Samples[i-1].At; d != cfg.SampleInterval {
+			t.Fatalf("samples %d and %d are %v apart, want %v", i-1, i, d, cfg.SampleInterval)
+		}
+	}
+	if res.Samples[0].At != 0 {
+		t.Fatalf("first sample at %v, want the first seed's first send", res.Samples[0].At)
+	}
+	if res.End.Requests[0]+res.End.Requests[1] != 256+120 {
+		t.Fatalf("routed %v requests in all, want 376", res.End.Requests)
+	}
+	again, err := RunCell(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.End.Hits[0] != res.End.Hits[0] || again.Runs[2].Rows[39].E2E != res.Runs[2].Rows[39].E2E {
+		t.Fatal("the same cell twice gave different results")
+	}
+}
+
+func TestCellConfigValidate(t *testing.T) {
+	good := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(1), SeedGap: time.Second, SampleInterval: time.Second}
+	tests := []struct {
+		name string
+		edit func(*CellConfig)
+		want string
+	}{
+		{"no seeds", func(c *CellConfig) { c.Seeds = nil }, "no seeds"},
+		{"negative gap", func(c *CellConfig) { c.SeedGap = -1 }, "seed gap"},
+		{"no sample interval", func(c *CellConfig) { c.SampleInterval = 0 }, "sample interval"},
+		{"lengths differ", func(c *CellConfig) {
+			c.Seeds = []CellSeed{{Seed: 1, PrefixIDs: []int{1, 2}, SendAt: []time.Duration{0}}}
+		}, "same number"},
+		{"unknown policy", func(c *CellConfig) { c.Arm.Policy = "fastest" }, "fastest"},
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			tt.edit(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// watchedBuffer is a concurrency-safe buffer that closes seen once it holds want.
+type watchedBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *watchedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *watchedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// decisions sums loadaware_decisions_total on the metrics page at url.
+func decisions(t *testing.T, url string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^loadaware_decisions_total\{[^}]*\} (\S+)$`).FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// TestDemoHoldKeepsThePickerUp runs the demo with -hold: it prints the metrics URL, keeps
+// the picker serving traffic sent to the printed gateway, and exits cleanly on interrupt.
+func TestDemoHoldKeepsThePickerUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &watchedBuffer{want: "  Grafana:", seen: make(chan struct{})}
+	var errOut bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"demo", "-arms", "loadaware-b1", "-requests", "8", "-rate", "40", "-max-tokens", "4",
+			"-warmup", "50", "-samples", "0", "-vtime-seeds", "0", "-progress=false", "-hold"}, out, &errOut)
+	}()
+	select {
+	case <-out.seen:
+	case c := <-code:
+		t.Fatalf("demo -hold ended (exit %d) without holding:\n%s\n%s", c, out.String(), errOut.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("demo -hold printed no hold message within 2 minutes:\n%s", out.String())
+	}
+	s := out.String()
+	started := regexp.MustCompile(`loadaware-b1: the picker's metrics are at (http://\S+/metrics) while its requests run`).FindStringSubmatch(s)
+	held := regexp.MustCompile(`(?m)^  metrics:  (http://\S+/metrics)\n  gateway:  (http://\S+) `).FindStringSubmatch(s)
+	if started == nil || held == nil || started[1] != held[1] {
+		t.Fatalf("demo output lacks the metrics URL at the start and in the hold message:\n%s", s)
+	}
+	if !strings.Contains(s, "Requests per engine:") {
+		t.Errorf("the results were not printed before holding:\n%s", s)
+	}
+	before := decisions(t, held[1])
+	if before < 8 {
+		t.Errorf("the held picker counts %v decisions, want the run's 8 at least", before)
+	}
+	resp, err := http.Post(held[2]+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":[1,2,3],"max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a request through the held gateway: %d", resp.StatusCode)
+	}
+	if after := decisions(t, held[1]); after != before+1 {
+		t.Errorf("decisions %v after one more request, want %v", after, before+1)
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("demo -hold exit %d after the interrupt:\n%s", c, errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("demo -hold did not stop within a minute of the interrupt")
+	}
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/replay"
+)
+
+func init() {
+	register(command{name: "replay", summary: "replay measured cells (the published gen2 sweep, or -real DIR) through the picker on the simulated fleet; real beside simulated", run: runReplay})
+}
+
+// runReplay is `loadaware-bench replay [-real DIR] [-json FILE] [-cells a,b]`.
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	real := fs.String("real", "", "directory in the published layout (cell directories with driver-seed*.csv, prom/*.json, run.json, window.env); empty: the embedded published gen2 sweep")
+	jsonOut := fs.String("json", "", "also write the whole comparison as JSON to this file")
+	cells := fs.String("cells", "", "comma-separated arm labels or cell directory names to replay (default: all)")
+	seeds := fs.Int("seeds", 0, "replay only each cell's first N seeds (0: all)")
+	baseline := fs.String("baseline", "kvaware", "arm the paired effects are computed against")
+	workers := fs.Int("workers", 0, "cells simulated in parallel (0: one per CPU)")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: loadaware-bench replay [flags]\n\nReplays each measured cell's protocol (cold fleet, warm-up routed by the cell's policy, seeds back to back\nwith their real prefix sequences and send offsets) through the shipped picker on the simulated fleet and\nprints every metric computed the same way from the real data and from the simulation.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loadaware-bench replay: unexpected argument %q: the directory goes after -real\n", fs.Arg(0))
+		return 2
+	}
+	data, code, err := measuredCells(*real, *cells, *seeds)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
+		return code
+	}
+	opt := replay.DefaultOptions()
+	opt.Baseline, opt.Workers = *baseline, *workers
+	bar := newProgressBar(stderr, "replay", !*quiet)
+	opt.Progress = func(done, total int, _ string) { bar.update(done, total) }
+	rep, err := replay.Run(ctx, data, opt)
+	bar.finish()
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
+		return 1
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
+		return 1
+	}
+	if *jsonOut != "" {
+		if err := writeReplayJSON(*jsonOut, rep); err != nil {
+			fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nEverything above, per seed, as JSON: `%s`.\n", filepath.Base(*jsonOut))
+	}
+	return 0
+}
+
+func writeReplayJSON(path string, rep replay.Report) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write the JSON report: %w", err)
+	}
+	if err := rep.WriteJSON(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// measuredCells loads real (a directory in the published layout; "" is the embedded gen2
+// sweep), keeps the cells named in cells (comma-separated arm labels or directory names;
+// "" keeps all) and each cell's first seeds seeds (0 keeps all). On error it returns the
+// exit code: 2 for a bad flag, 1 for data that cannot be read.
+func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) {
+	if seeds < 0 {
+		return capture.Compact{}, 2, fmt.Errorf("-seeds %d: use 0 (all) or a positive count", seeds)
+	}
+	var data capture.Compact
+	var err error
+	if real == "" {
+		data, err = capture.Embedded()
+	} else {
+		data, err = capture.BuildCompact(real)
+	}
+	if err != nil {
+		return data, 1, err
+	}
+	if cells != "" {
+		want := map[string]bool{}
+		for _, c := range strings.Split(cells, ",") {
+			want[strings.TrimSpace(c)] = true
+		}
+		var have []string
+		var out []capture.CompactCell
+		for _, c := range data.Cells {
+			have = append(have, c.ArmLabel())
+			if want[c.ArmLabel()] || want[c.Name] {
+				out = append(out, c)
+			}
+		}
+		if len(out) == 0 {
+			return data, 2, fmt.Errorf("-cells %s matches no cell; the data has %s", cells, strings.Join(have, ", "))
+		}
+		data.Cells = out
+	}
+	if seeds > 0 {
+		for i := range data.Cells {
+			c := &data.Cells[i]
+			n := min(seeds, len(c.Seeds))
+			c.Seeds, c.SeedMetrics = c.Seeds[:n], c.SeedMetrics[:min(n, len(c.SeedMetrics))]
+		}
+	}
+	return data, 0, nil
+}

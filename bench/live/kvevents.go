@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/kvevents"
@@ -199,5 +200,5 @@ func (e *Engine) WaitKVSubscribed() error {
 	if e.kv == nil {
 		return errors.New("live: the engine publishes no KV events")
 	}
-	return e.kv.pub.WaitSubscribed(10e9)
+	return e.kv.pub.WaitSubscribed(10 * time.Second)
 }

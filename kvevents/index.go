@@ -358,7 +358,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 			ix.m.count(OutUnknownParent, n-i)
 			return
 		}
-		key := chain(parent, ev.Tokens[i*bs:(i+1)*bs])
+		key := chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
 		s.engine.put(h, key)
 		ix.setBit(med, s, key)
 		if i == 0 && !ev.HasParent {
@@ -543,7 +543,7 @@ func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
 	ks := make([]uint64, len(tokens)/bs)
 	parent := ix.root
 	for j := range ks {
-		parent = chain(parent, tokens[j*bs:(j+1)*bs])
+		parent = chain(parent, ix.root, tokens[j*bs:(j+1)*bs])
 		ks[j] = parent
 	}
 	return ks

@@ -455,64 +455,73 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	// The streams asked about, grouped by block size, then by slot word.
+	// The streams asked about, grouped by block size, then by slot word (usually one
+	// group: a fleet has one block size and up to 64 streams).
 	type want struct {
 		ep int // index in endpoints
 		s  *stream
 	}
-	groups := map[int]map[uint64][]want{}
+	type group struct {
+		bs   int
+		word uint64
+		ws   []want
+	}
+	var groups []group
 	for i, ep := range endpoints {
 		for _, s := range ix.byEP[ep] {
-			g := groups[s.blockSize]
-			if g == nil {
-				g = map[uint64][]want{}
-				groups[s.blockSize] = g
+			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
+			if g < 0 {
+				groups = append(groups, group{bs: s.blockSize, word: s.word()})
+				g = len(groups) - 1
 			}
-			g[s.word()] = append(g[s.word()], want{i, s})
+			groups[g].ws = append(groups[g].ws, want{i, s})
 		}
 	}
 	stamps := make([]uint64, len(endpoints))
 	var credit [64]float64
-	for bs, words := range groups {
-		keys := ix.promptKeys(tokens, bs)
+	keysOf := map[int][]uint64{}
+	for _, g := range groups {
+		keys, ok := keysOf[g.bs]
+		if !ok {
+			keys = ix.promptKeys(tokens, g.bs)
+			keysOf[g.bs] = keys
+		}
 		if len(keys) == 0 {
 			continue
 		}
-		for word, ws := range words {
-			var alive uint64
-			for _, w := range ws {
-				alive |= w.s.bit()
-			}
-			clear(credit[:])
-			for _, k := range keys {
-				wk := wordKey(k, word)
-				var covered uint64
-				for _, m := range ix.order {
-					if ix.held[m].Len() == 0 {
-						continue
-					}
-					v, _ := ix.held[m].get(wk)
-					bits := v & alive &^ covered
-					covered |= bits
-					for ; bits != 0; bits &= bits - 1 {
-						credit[mbits.TrailingZeros64(bits)] += ix.credit[m] * float64(bs)
-					}
-				}
-				if alive = covered; alive == 0 {
-					break
-				}
-			}
-			for _, w := range ws {
-				m := int(math.Round(credit[w.s.slot%64]))
-				if m == 0 || m < out[w.ep].Matched {
+		var alive uint64
+		for _, w := range g.ws {
+			alive |= w.s.bit()
+		}
+		clear(credit[:])
+		for _, k := range keys {
+			wk := wordKey(k, g.word)
+			var covered uint64
+			for _, m := range ix.order {
+				if ix.held[m].Len() == 0 {
 					continue
 				}
-				st, _ := ix.stamps.get(pair(keys[0], w.s.salt))
-				if m == out[w.ep].Matched && st >= stamps[w.ep] {
-					continue // a tie between ranks: the earlier store counts
+				v, _ := ix.held[m].get(wk)
+				bits := v & alive &^ covered
+				covered |= bits
+				for ; bits != 0; bits &= bits - 1 {
+					credit[mbits.TrailingZeros64(bits)] += ix.credit[m] * float64(g.bs)
 				}
-				out[w.ep].Matched, stamps[w.ep] = m, st
 			}
+			if alive = covered; alive == 0 {
+				break
+			}
+		}
+		for _, w := range g.ws {
+			m := int(math.Round(credit[w.s.slot%64]))
+			if m == 0 || m < out[w.ep].Matched {
+				continue
+			}
+			st, _ := ix.stamps.get(pair(keys[0], w.s.salt))
+			if m == out[w.ep].Matched && st >= stamps[w.ep] {
+				continue // a tie between ranks: the earlier store counts
+			}
+			out[w.ep].Matched, stamps[w.ep] = m, st
 		}
 	}
 	ranked := make([]int, 0, len(endpoints))

@@ -14,6 +14,7 @@ type KVEventsConfig struct {
 	Port          int    // the engines' KV events PUB port (vLLM default 5557)
 	ReplayPort    int    // the engines' replay ROUTER port; 0: no replay
 	Topic         string // topic prefix filter; empty: every topic
+	Ranks         int    // data-parallel ranks per endpoint (rank r on Port+r); 0: 1
 	Credits       kvevents.Credits
 	ReplayTimeout time.Duration // 0: 2 s
 }
@@ -33,7 +34,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 		return err
 	}
 	if a.KVEventsSubscriber, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,
-		Topic: c.Topic, ReplayTimeout: c.ReplayTimeout, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
+		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
 		return err
 	}
 	var view picker.CacheView = picker.KVEventsView{Index: a.KVEventsIndex}
@@ -42,7 +43,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 	}
 	cfg.Cache = view
 	a.log.Info("vLLM KV events source configured", "cache_source", cfg.CacheSource, "port", c.Port, "replay_port", c.ReplayPort,
-		"topic", c.Topic, "credit_gpu", c.Credits.GPU, "credit_cpu", c.Credits.CPU, "credit_disk", c.Credits.Disk)
+		"topic", c.Topic, "dp_ranks", max(c.Ranks, 1), "credit_gpu", c.Credits.GPU, "credit_cpu", c.Credits.CPU, "credit_disk", c.Credits.Disk)
 	return nil
 }
 

@@ -429,14 +429,38 @@ func (ix *Index) Drop(endpoint, reason string) {
 	n := 0
 	for _, s := range ix.byEP[endpoint] {
 		n += ix.clear(s)
-		delete(ix.streams, s.id)
-		ix.free = append(ix.free, s.slot)
-		if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
-			delete(ix.sizes, s.blockSize)
-		}
+		ix.forget(s)
 	}
 	delete(ix.byEP, endpoint)
 	ix.m.dropped.WithLabelValues(reason).Add(float64(n))
+}
+
+// DropRank forgets what one rank of endpoint holds (its stream can no longer be trusted,
+// or it stopped). reason labels loadaware_kvevents_dropped_blocks_total.
+func (ix *Index) DropRank(endpoint string, rank int, reason string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s := ix.streams[streamID{endpoint, rank}]
+	if s == nil {
+		return
+	}
+	ix.m.dropped.WithLabelValues(reason).Add(float64(ix.clear(s)))
+	ix.forget(s)
+	rest := slices.DeleteFunc(ix.byEP[endpoint], func(o *stream) bool { return o == s })
+	if len(rest) == 0 {
+		delete(ix.byEP, endpoint)
+	} else {
+		ix.byEP[endpoint] = rest
+	}
+}
+
+// forget removes an emptied stream and frees its slot. ix.mu is held.
+func (ix *Index) forget(s *stream) {
+	delete(ix.streams, s.id)
+	ix.free = append(ix.free, s.slot)
+	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
+		delete(ix.sizes, s.blockSize)
+	}
 }
 
 // Match is how much of a prompt one endpoint holds.

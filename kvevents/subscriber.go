@@ -23,6 +23,10 @@ type SubscriberConfig struct {
 	ReplayPort int
 	// Topic filters batches by topic prefix (vLLM's topic, default empty: all).
 	Topic string
+	// Ranks is the engines' data-parallel size: rank r publishes on Port+r (and replays on
+	// ReplayPort+r), as vLLM's offset_endpoint_port does; each rank is a stream of its own
+	// and the endpoint is credited with its best rank. 0 means 1.
+	Ranks int
 	// ReplayTimeout bounds one replay, end marker included; 0 means 2 s.
 	ReplayTimeout time.Duration
 	// PollInterval is how often an endpoint's loop checks for being stopped; 0 means 100 ms.
@@ -50,16 +54,19 @@ type Subscriber struct {
 	zctx *zmq.Context
 
 	mu      sync.Mutex
-	subs    map[string]*follower
-	pending map[string]bool // endpoints of the first set whose first sync has not finished
+	subs    map[string]*follower // by follower key
+	pending map[string]bool      // followers of the first set whose first sync has not finished
 	ready   chan struct{}
 	setOnce bool
 	closed  bool
 	wg      sync.WaitGroup
 }
 
+// follower is one endpoint rank's stream.
 type follower struct {
 	endpoint string
+	rank     int
+	key      string // endpoint#rank
 	stop     chan struct{}
 }
 
@@ -73,6 +80,12 @@ func NewSubscriber(cfg SubscriberConfig, idx *Index) (*Subscriber, error) {
 	}
 	if cfg.Port < 0 || cfg.Port > 65535 || cfg.ReplayPort < 0 || cfg.ReplayPort > 65535 {
 		return nil, fmt.Errorf("kvevents: ports %d/%d: use 1-65535 (replay 0 = none)", cfg.Port, cfg.ReplayPort)
+	}
+	if cfg.Ranks <= 0 {
+		cfg.Ranks = 1
+	}
+	if cfg.Port+cfg.Ranks-1 > 65535 || (cfg.ReplayPort != 0 && cfg.ReplayPort+cfg.Ranks-1 > 65535) {
+		return nil, fmt.Errorf("kvevents: %d ranks from ports %d/%d run past 65535: lower the data-parallel size or the ports", cfg.Ranks, cfg.Port, cfg.ReplayPort)
 	}
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = 2 * time.Second
@@ -114,26 +127,29 @@ func (s *Subscriber) SetEndpoints(endpoints []string) {
 	keep := make(map[string]bool, len(endpoints))
 	for _, ep := range endpoints {
 		keep[ep] = true
-		if s.subs[ep] != nil {
-			continue
-		}
 		host, _, err := net.SplitHostPort(ep)
 		if err != nil {
 			s.log.Error("kvevents: endpoint is not ip:port; its KV events are not followed", "endpoint", ep, "err", err)
 			continue
 		}
-		f := &follower{endpoint: ep, stop: make(chan struct{})}
-		s.subs[ep] = f
-		if !s.setOnce {
-			s.pending[ep] = true
+		for r := range s.cfg.Ranks {
+			key := ep + "#" + strconv.Itoa(r)
+			if s.subs[key] != nil {
+				continue
+			}
+			f := &follower{endpoint: ep, rank: r, key: key, stop: make(chan struct{})}
+			s.subs[key] = f
+			if !s.setOnce {
+				s.pending[key] = true
+			}
+			s.wg.Go(func() { s.follow(f, host) })
 		}
-		s.wg.Go(func() { s.follow(f, host) })
 	}
-	for ep, f := range s.subs {
-		if !keep[ep] {
+	for key, f := range s.subs {
+		if !keep[f.endpoint] {
 			close(f.stop)
-			delete(s.subs, ep)
-			delete(s.pending, ep)
+			delete(s.subs, key)
+			delete(s.pending, key)
 		}
 	}
 	s.setOnce = true
@@ -141,10 +157,10 @@ func (s *Subscriber) SetEndpoints(endpoints []string) {
 	s.checkReady()
 }
 
-func (s *Subscriber) synced(ep string) {
+func (s *Subscriber) synced(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.pending, ep)
+	delete(s.pending, key)
 	s.checkReady()
 }
 
@@ -192,25 +208,25 @@ type conn struct {
 var monitors atomic.Int64
 
 func (s *Subscriber) follow(f *follower, host string) {
-	defer s.idx.Drop(f.endpoint, "left")
+	defer s.idx.DropRank(f.endpoint, f.rank, "left")
 	c := &conn{s: s, f: f, t: newTracker()}
 	defer c.close()
 	first := true
 	defer func() {
 		if first {
-			s.synced(f.endpoint)
+			s.synced(f.key)
 		}
 	}()
 	if err := c.open(host); err != nil {
 		s.m.connectErrors.Inc()
-		s.log.Error("kvevents: cannot subscribe to an endpoint's KV events; it gets no cache credit", "endpoint", f.endpoint, "err", err)
+		s.log.Error("kvevents: cannot subscribe to an endpoint's KV events; it gets no cache credit", "endpoint", f.endpoint, "rank", f.rank, "err", err)
 		return
 	}
 	if c.dealer != nil {
 		c.replay(0, "initial")
 	}
 	first = false
-	s.synced(f.endpoint)
+	s.synced(f.key)
 	poller := zmq.NewPoller()
 	poller.Add(c.sub, zmq.POLLIN)
 	poller.Add(c.mon, zmq.POLLIN)
@@ -270,12 +286,12 @@ func (c *conn) open(host string) error {
 	if err := c.mon.Connect(mon); err != nil {
 		return fmt.Errorf("connect the SUB socket's monitor: %w", err)
 	}
-	addr := "tcp://" + net.JoinHostPort(host, strconv.Itoa(s.cfg.Port))
+	addr := "tcp://" + net.JoinHostPort(host, strconv.Itoa(s.cfg.Port+c.f.rank))
 	if err := c.sub.Connect(addr); err != nil {
 		return fmt.Errorf("connect %s: %w", addr, err)
 	}
 	if s.cfg.ReplayPort != 0 {
-		c.replayAddr = "tcp://" + net.JoinHostPort(host, strconv.Itoa(s.cfg.ReplayPort))
+		c.replayAddr = "tcp://" + net.JoinHostPort(host, strconv.Itoa(s.cfg.ReplayPort+c.f.rank))
 		return c.openDealer()
 	}
 	return nil
@@ -334,7 +350,7 @@ func (c *conn) live(frames [][]byte) {
 		return
 	case vReset:
 		s.m.sequence.WithLabelValues("reset").Inc()
-		s.idx.Drop(ep, "reset")
+		s.idx.DropRank(ep, c.f.rank, "reset")
 		c.t.applied = -1
 		s.log.Info("kvevents: an engine's event sequence went back (it restarted): its entries were dropped", "endpoint", ep, "seq", msg.Seq)
 		if msg.Seq > 0 && c.dealer != nil {
@@ -368,7 +384,7 @@ func (c *conn) live(frames [][]byte) {
 func (c *conn) disconnected() {
 	s := c.s
 	s.m.sequence.WithLabelValues("disconnect").Inc()
-	s.idx.Drop(c.f.endpoint, "disconnect")
+	s.idx.DropRank(c.f.endpoint, c.f.rank, "disconnect")
 	c.t = newTracker()
 	c.resync = c.dealer != nil
 	s.log.Info("kvevents: lost the connection to an engine's KV events: its entries were dropped until it is back", "endpoint", c.f.endpoint)
@@ -391,13 +407,14 @@ func (c *conn) apply(msg Message) {
 		return
 	}
 	s.m.skipped.Add(float64(b.Skipped))
+	b.DPRank = c.f.rank // the socket names the stream
 	s.idx.Apply(ep, b)
 	s.m.batches.WithLabelValues("applied").Inc()
 }
 
 func (c *conn) failClosed(reason, why string) {
 	s := c.s
-	s.idx.Drop(c.f.endpoint, reason)
+	s.idx.DropRank(c.f.endpoint, c.f.rank, reason)
 	s.m.endpointDrops.WithLabelValues(reason).Inc()
 	hint := "enable vLLM's replay socket (replay_endpoint in --kv-events-config) and pass --kv-events-replay-port"
 	if c.dealer != nil {

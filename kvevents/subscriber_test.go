@@ -360,3 +360,61 @@ func TestSubscriberEngineRestartWhileDisconnected(t *testing.T) {
 		t.Errorf("disconnects = %v, want 1", got)
 	}
 }
+
+// TestSubscriberDataParallelRanks: rank r of an endpoint publishes on Port+r; each rank
+// is a stream of its own, the endpoint gets its best rank's prefix, and a rank that loses
+// a batch drops only its own entries.
+func TestSubscriberDataParallelRanks(t *testing.T) {
+	var pubs []*Publisher
+	var host string
+	var port int
+	for attempt := 0; len(pubs) < 2; attempt++ {
+		for _, p := range pubs {
+			p.Close()
+		}
+		pubs = nil
+		if attempt == 5 {
+			t.Fatal("cannot bind two consecutive ports")
+		}
+		host = net127(t) + "1"
+		p0, err := NewPublisher(PublisherConfig{Addr: host + ":0", DPRank: 0})
+		if err != nil {
+			continue
+		}
+		pubs = append(pubs, p0)
+		_, ps, _ := net.SplitHostPort(p0.Addr())
+		port, _ = strconv.Atoi(ps)
+		if p1, err := NewPublisher(PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port+1)), DPRank: 1}); err == nil {
+			pubs = append(pubs, p1)
+		}
+	}
+	for _, p := range pubs {
+		t.Cleanup(func() { p.Close() })
+	}
+	ep := net.JoinHostPort(host, "8000")
+	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
+	r.ix, _ = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg})
+	var err error
+	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, Ranks: 2, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+		OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.sub.Close() })
+	r.sub.SetEndpoints([]string{ep})
+	r.ready()
+	subscribed(t, pubs)
+	r.await(publish(t, pubs[0], stored(0, 2, 100)))
+	r.await(publish(t, pubs[1], stored(0, 5, 100)))
+	if m := r.matched(ep); m != 5*bs {
+		t.Fatalf("two ranks: %d tokens, want rank 1's %d", m, 5*bs)
+	}
+	pubs[1].Skip(nil)
+	r.await(publish(t, pubs[1]))
+	if m := r.matched(ep); m != 2*bs {
+		t.Errorf("after rank 1 lost a batch: %d tokens, want rank 0's %d", m, 2*bs)
+	}
+	if n := testutil.ToFloat64(r.sub.m.subscriptions); n != 2 {
+		t.Errorf("subscriptions = %v, want one per rank", n)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
@@ -55,6 +56,13 @@ type Config struct {
 	// learns which prompts went where (silent-miss detection). It overrides Cache.
 	LMCache *LMCacheConfig
 
+	// CacheSource says which cache view to use with KVEvents: picker.SourceVLLMEvents or
+	// picker.SourceBoth (the longer prefix of LMCache and vLLM events per endpoint).
+	CacheSource string
+	// KVEvents, when set, follows the engines' vLLM KV cache events (the view CacheSource
+	// names). It overrides Cache.
+	KVEvents *KVEventsConfig
+
 	Cache     picker.CacheView // nil: no cache information
 	Tokenizer picker.Tokenizer // nil: text and chat prompts routed on load alone
 	Observer  picker.Observer  // nil: none
@@ -78,8 +86,10 @@ type App struct {
 	grpcLis, healthLis, metricsLis net.Listener
 	grpcSrv, healthSrv             *grpc.Server
 	httpSrv                        *http.Server
-	LMCacheIndex                   *lmcache.Index  // nil without LMCache
-	LMCacheServer                  *lmcache.Server // nil without LMCache
+	LMCacheIndex                   *lmcache.Index       // nil without LMCache
+	LMCacheServer                  *lmcache.Server      // nil without LMCache
+	KVEventsIndex                  *kvevents.Index      // nil without vLLM KV events
+	KVEventsSubscriber             *kvevents.Subscriber // nil without vLLM KV events
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -87,7 +97,7 @@ type App struct {
 
 // Start listens on every port and serves until Close. It returns once all listeners are
 // bound, so their addresses can be read at once.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -104,6 +114,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 		cfg.Cache = picker.LMCacheView{Index: a.LMCacheIndex}
 		cfg.Observer = a.LMCacheIndex
+	}
+	if cfg.KVEvents != nil {
+		if err := a.newKVEvents(&cfg, reg); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil { // its loops start with the endpoint set, before the ports are bound
+				a.KVEventsSubscriber.Close()
+			}
+		}()
 	}
 	params := scoring.DefaultParams()
 	params.Beta = cfg.Beta
@@ -168,6 +188,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		defer a.wg.Done()
 		select {
 		case <-a.Fleet.Ready():
+			select {
+			case <-a.kvEventsReady(): // the index rebuilt from the engines' replays
+			case <-ctx.Done():
+				return
+			}
 			a.Health.SetServing(true)
 			log.Info("endpoint set known: serving", "endpoints", len(a.Fleet.Endpoints()))
 		case <-ctx.Done():
@@ -272,6 +297,9 @@ func (a *App) UpdateEndpoints(addrs []string) {
 	if a.LMCacheServer != nil {
 		a.LMCacheServer.SetAllowedIPs(addrs)
 	}
+	if a.KVEventsSubscriber != nil {
+		a.KVEventsSubscriber.SetEndpoints(addrs)
+	}
 }
 
 // GRPCAddr is the bound ext_proc address.
@@ -297,6 +325,9 @@ func (a *App) Close() error {
 	err := a.httpSrv.Shutdown(ctx)
 	if a.LMCacheServer != nil {
 		err = errors.Join(err, a.LMCacheServer.Close())
+	}
+	if a.KVEventsSubscriber != nil {
+		err = errors.Join(err, a.KVEventsSubscriber.Close())
 	}
 	stopped := make(chan struct{})
 	go func() {

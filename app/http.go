@@ -23,6 +23,12 @@ func (a *App) httpHandler(adm *admin) http.Handler {
 			http.Error(w, "not ready: the endpoint set is not known yet (pass --endpoints or wait for discovery)", http.StatusServiceUnavailable)
 			return
 		}
+		select {
+		case <-a.kvEventsReady():
+		default:
+			http.Error(w, "not ready: rebuilding the vLLM KV events index from the engines' replay sockets (at most --kv-events-replay-timeout per engine)", http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintf(w, "ready: %d endpoints\n", len(a.Fleet.Endpoints()))
 	})
 	mux.Handle("/admin/config", adm)

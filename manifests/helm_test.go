@@ -640,6 +640,7 @@ func TestChartFlagsExist(t *testing.T) {
 			"--set", "picker.certSecret=s", "--set", "picker.maxBodyBytes=1"},
 		{"--set", "mode=envoy"},
 		{"--set", "mode=selector", "--set", "engines.endpoints={10.0.0.1:8000}"},
+		{"--set", "cacheSource=both", "--set", "kvEvents.replayPort=5558", "--set", "kvEvents.topic=kv@"},
 	} {
 		r := render(t, release, args...)
 		for name := range pickerArgs(t, get[appsv1.Deployment](r, "Deployment", picker)) {

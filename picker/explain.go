@@ -42,7 +42,11 @@ func (d Decision) candidates(limit int) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(r.Addr + " matched=" + strconv.Itoa(r.Matched) + " inflight=" + strconv.Itoa(r.InFlight) +
+		b.WriteString(r.Addr + " matched=" + strconv.Itoa(r.Matched))
+		if src := d.Sources[r.Addr]; src != "" {
+			b.WriteString(" source=" + src)
+		}
+		b.WriteString(" inflight=" + strconv.Itoa(r.InFlight) +
 			" rel_load=" + strconv.FormatFloat(r.RelativeLoad, 'f', 3, 64) +
 			" score=" + strconv.FormatFloat(r.Score, 'f', 3, 64))
 	}

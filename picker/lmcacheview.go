@@ -15,7 +15,7 @@ func (v LMCacheView) Match(_ context.Context, tokens []uint32, endpoints []strin
 	ms := v.Index.MatchEndpoints(tokens, endpoints)
 	out := make([]CacheMatch, len(ms))
 	for i, m := range ms {
-		out[i] = CacheMatch{Matched: m.Matched, HolderRank: m.HolderRank}
+		out[i] = CacheMatch{Matched: m.Matched, HolderRank: m.HolderRank, Source: SourceLMCache}
 	}
 	return out, nil
 }

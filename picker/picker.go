@@ -51,15 +51,17 @@ type Decision struct {
 	Policy       string
 	Beta         float64
 	PromptTokens int
-	Tokens       string // where the token ids came from: "request", "tokenizer", "none", or "not-needed" (the policy ignores prompts)
-	Note         string // why the decision had less information than usual, if it did
+	Tokens       string            // where the token ids came from: "request", "tokenizer", "none", or "not-needed" (the policy ignores prompts)
+	Note         string            // why the decision had less information than usual, if it did
+	Sources      map[string]string // endpoint -> the cache source of its match, for endpoints matched by a named source
 	Booking      *fleet.Booking
 }
 
 // CacheMatch is how much of a prompt one endpoint holds.
 type CacheMatch struct {
-	Matched    int // contiguous prefix, in tokens
-	HolderRank int // order in which it stored the prompt's first chunk; -1 if it did not
+	Matched    int    // contiguous prefix, in tokens
+	HolderRank int    // order in which it stored the prompt's first chunk; -1 if it did not
+	Source     string // the cache source that matched ("lmcache", "vllm-events"); "" when unnamed
 }
 
 // CacheView reports, for a prompt's token ids, what each endpoint holds.
@@ -219,6 +221,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 			d.Note = joinNote(d.Note, fmt.Sprintf("cache view answered %d matches for %d endpoints: no cache credit", len(ms), len(cands)))
 		default:
 			matches = ms
+			d.Sources = sources(cands, ms)
 		}
 	}
 

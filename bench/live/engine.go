@@ -57,6 +57,8 @@ type EngineConfig struct {
 	// (PYTHONHASHSEED, empty: lmcache.DefaultHashSeed; key format); its chunk size must be the
 	// model's (0 takes it). A model given in From keeps the key function it was built with.
 	Keys lmcache.KeyConfig
+	// KVEvents, when set, makes the engine publish vLLM KV cache events for its CPU tier.
+	KVEvents *KVEventsConfig
 	// ModelName is the served model name; empty: DefaultModelName.
 	ModelName string
 	// Tokenizer encodes text and chat prompts; nil: one id per UTF-8 byte (only equality of
@@ -73,6 +75,7 @@ type Engine struct {
 	srv     *http.Server
 	lis     net.Listener
 	push    *pusher // nil without PullAddr
+	kv      *kvPub  // nil without KVEvents
 	log     *slog.Logger
 	ingress time.Duration // the model's IngressLatency: waited between reading a request and queueing it
 
@@ -164,6 +167,14 @@ func StartEngine(cfg EngineConfig) (_ *Engine, err error) {
 			return nil, err
 		}
 	}
+	if cfg.KVEvents != nil {
+		if e.kv, err = startKVPub(cfg.IP, *cfg.KVEvents, keys.ChunkKeys, modelCfg.ChunkSize); err != nil {
+			if e.push != nil {
+				_ = e.push.close()
+			}
+			return nil, err
+		}
+	}
 	m := model.Metrics()
 	e.metrics.Store(&m)
 	e.epoch = time.Now()
@@ -210,6 +221,7 @@ func (e *Engine) Close() error {
 		if e.push != nil {
 			err = errors.Join(err, e.push.close())
 		}
+		err = errors.Join(err, e.kv.close())
 		e.closeErr = err
 	})
 	return e.closeErr
@@ -254,6 +266,7 @@ func (e *Engine) drive() {
 				continue
 			}
 			jobs[&j.req] = j
+			e.kv.learn(j.req.Tokens)
 			if !busy {
 				start(max(last, e.modelNow()))
 			}
@@ -275,6 +288,7 @@ func (e *Engine) drive() {
 					}
 				}
 			}
+			e.kv.publish(out.KV, e.log)
 			for _, r := range out.Tokens {
 				select {
 				case jobs[r].token <- struct{}{}: // buffered for MaxTokens tokens, the most the model produces

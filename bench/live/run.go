@@ -21,6 +21,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/picker"
 )
 
 // Options configure a live run beyond its sweep config.
@@ -42,6 +43,11 @@ type Options struct {
 	Progress func(done, total int)
 	// Logger receives the picker's, the gateway's and the engines' logs; nil discards them.
 	Logger *slog.Logger
+	// CacheSource is the picker's --cache-source: "" or "lmcache" (LMCache messages only),
+	// "vllm-events" or "both" (the engines also publish their CPU tier as vLLM KV events,
+	// see KVEventsConfig). The vLLM-events sources need cfg.Warmup 0: the warm-up's chunk
+	// events exist only as LMCache messages.
+	CacheSource string
 	// Started, when set, is called once the fleet is up, before the first request, with the
 	// picker's metrics URL and the gateway's base URL.
 	Started func(metricsURL, gatewayURL string)
@@ -111,7 +117,11 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f, err := startFleet(ctx, cfg, arm, warm, log)
+	kvSource := opts.CacheSource != "" && opts.CacheSource != picker.SourceLMCache
+	if kvSource && cfg.Warmup > 0 {
+		return Result{}, fmt.Errorf("live: cache source %s needs a cold fleet: set the warm-up to 0 requests (its chunk events exist only as LMCache messages)", opts.CacheSource)
+	}
+	f, err := startFleet(ctx, cfg, arm, warm, log, opts.CacheSource)
 	if err != nil {
 		return Result{}, err
 	}
@@ -144,9 +154,10 @@ type liveFleet struct {
 	// baseReceived is the controller's message count that did not come from the engines'
 	// sockets: what it showed before they started, plus the warm-up events applied directly.
 	baseReceived float64
+	kv           bool // the engines publish vLLM KV events to the picker
 }
 
-func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm vtime.Warm, log *slog.Logger) (f *liveFleet, err error) {
+func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm vtime.Warm, log *slog.Logger, source string) (f *liveFleet, err error) {
 	f = &liveFleet{log: log, outcomes: map[string]gateway.Outcome{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}}
 	defer func() {
@@ -167,11 +178,20 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 		endpoints[i] = listeners[i].Addr().String()
 	}
 	keys := lmcache.KeyConfig{HashSeed: cfg.HashSeed, ChunkSize: cfg.Engine.ChunkSize}
-	f.app, err = app.Start(ctx, app.Config{
+	acfg := app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
 		Endpoints: endpoints, Policy: arm.Policy, Beta: arm.Beta,
 		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
-	}, log)
+	}
+	var kvCfg *KVEventsConfig
+	if f.kv = source != "" && source != picker.SourceLMCache; f.kv {
+		if kvCfg, err = kvEventsPorts(ips[0]); err != nil {
+			return nil, err
+		}
+		acfg.CacheSource = source
+		acfg.KVEvents = &app.KVEventsConfig{Port: kvCfg.Port, ReplayPort: kvCfg.ReplayPort}
+	}
+	f.app, err = app.Start(ctx, acfg, log)
 	if err != nil {
 		for _, l := range listeners {
 			_ = l.Close()
@@ -185,7 +205,7 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 	f.baseReceived = before
 	for i, ip := range ips {
 		e, err := StartEngine(EngineConfig{From: warm.Engines[i], Clock: warm.Now, IP: ip, Listener: listeners[i],
-			InstanceID: vtime.InstanceID(i), PullAddr: f.app.LMCachePullAddr(), Keys: keys, Logger: log})
+			InstanceID: vtime.InstanceID(i), PullAddr: f.app.LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
 		if err != nil {
 			for _, l := range listeners[i:] {
 				_ = l.Close()
@@ -195,6 +215,9 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 		f.engines = append(f.engines, e)
 	}
 	if err := f.awaitRegistered(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.awaitSubscribed(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := f.awaitDelivered(ctx, 10*time.Second); err != nil {
@@ -319,7 +342,7 @@ func (f *liveFleet) awaitDelivered(ctx context.Context, limit time.Duration) (re
 		want := f.emitted()
 		got, err := f.received(ctx)
 		received = got - f.baseReceived
-		return received >= float64(want), err
+		return received >= float64(want) && f.kvDelivered(), err
 	})
 	return received, err
 }

@@ -34,6 +34,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "bound on one seed's run from its first send (0: its send window plus 2 minutes)")
 	progress := fs.Bool("progress", true, "show progress on stderr")
 	verbose := fs.Bool("v", false, "show the picker's, the gateway's and the engines' logs on stderr")
+	cache := fs.String("cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -54,7 +55,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
 			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
-			r, err := live.Run(ctx, cfg, arm, seed, live.Options{Timeout: *timeout, Progress: bar.update, Logger: log})
+			r, err := live.Run(ctx, cfg, arm, seed, live.Options{Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache})
 			bar.finish()
 			if err != nil {
 				fmt.Fprintf(stderr, "loadaware-bench live: %s seed %d: %v\n", arm.Name, seed, err)

@@ -39,6 +39,7 @@ type liveDemoConfig struct {
 	progress bool
 	verbose  bool
 	hold     bool
+	cache    string // the picker's --cache-source
 }
 
 // runLiveDemo is `loadaware-bench demo`: each arm on a fresh live fleet (two simulated
@@ -60,6 +61,7 @@ func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.BoolVar(&c.verbose, "v", false, "show the picker's, the gateway's and the engines' logs on stderr")
 	fs.BoolVar(&c.hold, "hold", false, "after the last arm's requests, print the results and keep its picker, gateway and engines up (send your own traffic, watch /metrics) until interrupted")
+	fs.StringVar(&c.cache, "cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -120,7 +122,7 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	var holdErr error
 	for i, arm := range arms {
 		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
-		opts := live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log}
+		opts := live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache}
 		var metricsURL, gatewayURL string
 		opts.Started = func(m, g string) {
 			metricsURL, gatewayURL = m, g

@@ -48,6 +48,11 @@ func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
 		{"lmcache allow", []string{ok, "--lmcache-allow-from", "everyone"}, env(), "--lmcache-allow-from"},
 		{"lmcache chunk size", []string{ok, "--lmcache-chunk-size", "0"}, env(), "--lmcache-chunk-size"},
 		{"lmcache port", []string{ok, "--lmcache-pull-port", "99999"}, env(), "--lmcache-pull-port 99999 is not a port"},
+		{"cache source", []string{ok, "--cache-source", "redis"}, env(), "--cache-source: unknown cache source \"redis\": use lmcache"},
+		{"kv events port", []string{ok, "--cache-source", "vllm-events", "--kv-events-port", "0"}, env(), "--kv-events-port 0 is not a port"},
+		{"kv events credit", []string{ok, "--cache-source", "both", "--kv-events-medium-credit", "CPU=3"}, env(), "--kv-events-medium-credit"},
+		{"kv events dp size", []string{ok, "--cache-source", "vllm-events", "--kv-events-dp-size", "0"}, env(), "--kv-events-dp-size 0"},
+		{"both without LMCache", []string{ok, "--cache-source", "both", "--lmcache-pull-port", "0"}, env(), "drop --lmcache-pull-port 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -52,6 +52,8 @@ type options struct {
 	lmAllow                      string
 	lmInstanceTimeout            time.Duration
 
+	kv kvFlags // --cache-source and the vLLM KV events source
+
 	// Kubernetes discovery (GIE's flag names).
 	kube kube.Config
 
@@ -103,6 +105,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.lmKeyFormat, "lmcache-key-format", "v0.3", "chunk-key format: v0.3 (LMCache 0.3.x: None third element) or v0.4 (())")
 	fs.StringVar(&o.lmAllow, "lmcache-allow-from", "fleet", "who may connect to the controller: fleet (only the endpoints' IPs) or any")
 	fs.DurationVar(&o.lmInstanceTimeout, "lmcache-instance-timeout", 0, "drop an LMCache instance silent this long (heartbeating workers only); 0 = 6x the heartbeat period; negative = never")
+	o.kv.register(fs)
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	// GIE compatibility.
@@ -188,6 +191,10 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	if err != nil {
 		return app.Config{}, o, err
 	}
+	source, lm, kv, err := o.kv.config(lm)
+	if err != nil {
+		return app.Config{}, o, err
+	}
 	if o.engineTimeout <= 0 {
 		return app.Config{}, o, fmt.Errorf("--tokenize-timeout %v: use a positive duration such as 2s", o.engineTimeout)
 	}
@@ -214,7 +221,7 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		GRPCAddr: addr(o.grpcPort), HealthAddr: addr(o.healthPort), MetricsAddr: addr(o.metricsPort),
 		SecureServing: o.secure, CertPath: o.certPath, Endpoints: eps, Policy: o.policy, Beta: o.beta,
 		SessionKey: o.sessionKey, MaxEndpoints: o.maxEndpoints, MaxBodyBytes: o.maxBodyBytes, BodyMode: mode,
-		AdminToken: o.adminToken, LMCache: lm, OmitScores: !o.endpointScores,
+		AdminToken: o.adminToken, LMCache: lm, OmitScores: !o.endpointScores, CacheSource: source, KVEvents: kv,
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"

@@ -1,0 +1,59 @@
+package app
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// KVEventsConfig configures the vLLM KV events cache source.
+type KVEventsConfig struct {
+	Port          int    // the engines' KV events PUB port (vLLM default 5557)
+	ReplayPort    int    // the engines' replay ROUTER port; 0: no replay
+	Topic         string // topic prefix filter; empty: every topic
+	Ranks         int    // data-parallel ranks per endpoint (rank r on Port+r); 0: 1
+	Credits       kvevents.Credits
+	ReplayTimeout time.Duration // 0: 2 s
+}
+
+// newKVEvents creates the vLLM KV events index and subscriber and puts the cache view
+// chosen by cfg.CacheSource in cfg.Cache.
+func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
+	c := *cfg.KVEvents
+	switch {
+	case cfg.CacheSource == picker.SourceBoth && a.LMCacheIndex == nil:
+		return fmt.Errorf("cache source both needs the LMCache controller: set --lmcache-pull-port, or use --cache-source vllm-events")
+	case cfg.CacheSource != picker.SourceBoth && cfg.CacheSource != picker.SourceVLLMEvents:
+		return fmt.Errorf("vLLM KV events are configured but the cache source is %q: use --cache-source vllm-events or both", cfg.CacheSource)
+	}
+	var err error
+	if a.KVEventsIndex, err = kvevents.NewIndex(kvevents.IndexConfig{Credits: c.Credits, Registerer: reg}); err != nil {
+		return err
+	}
+	if a.KVEventsSubscriber, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,
+		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
+		return err
+	}
+	var view picker.CacheView = picker.KVEventsView{Index: a.KVEventsIndex}
+	if cfg.CacheSource == picker.SourceBoth {
+		view = picker.Longest{picker.LMCacheView{Index: a.LMCacheIndex}, view}
+	}
+	cfg.Cache = view
+	a.log.Info("vLLM KV events source configured", "cache_source", cfg.CacheSource, "port", c.Port, "replay_port", c.ReplayPort,
+		"topic", c.Topic, "dp_ranks", max(c.Ranks, 1), "credit_gpu", c.Credits.GPU, "credit_cpu", c.Credits.CPU, "credit_disk", c.Credits.Disk)
+	return nil
+}
+
+// kvEventsReady is closed once the KV events index holds what the engines' replays
+// offered at start (at once without the KV events source).
+func (a *App) kvEventsReady() <-chan struct{} {
+	if a.KVEventsSubscriber == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return a.KVEventsSubscriber.Ready()
+}

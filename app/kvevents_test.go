@@ -1,0 +1,127 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/picker"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// kvEngine starts a vLLM-shaped KV events publisher with replay on a loopback IP of its own.
+func kvEngine(t *testing.T) (*kvevents.Publisher, string) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		host := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(150), rand.IntN(256))
+		p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Addr: host + ":0", ReplayAddr: host + ":0", DPRank: -1})
+		if err == nil {
+			t.Cleanup(func() { p.Close() })
+			return p, host
+		}
+		if attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func port(t *testing.T, addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// TestKVEventsIndexRebuiltBeforeServing: a picker started after its engines serves only
+// once their replays are in the index, and its first decision already uses them.
+func TestKVEventsIndexRebuiltBeforeServing(t *testing.T) {
+	pub, host := kvEngine(t)
+	tokens := make([]uint32, 64)
+	for i := range tokens {
+		tokens[i] = uint32(1000 + i)
+	}
+	if _, err := pub.Publish([]kvevents.Event{{Kind: kvevents.BlockStored, Hashes: []uint64{1, 2, 3}, Tokens: tokens[:48], BlockSize: 16, Medium: "GPU"}}); err != nil {
+		t.Fatal(err)
+	}
+	ep := net.JoinHostPort(host, "8000")
+	a := start(t, Config{Endpoints: []string{ep, "10.0.0.9:8000"}, CacheSource: picker.SourceVLLMEvents,
+		KVEvents: &KVEventsConfig{Port: port(t, pub.Addr()), ReplayPort: port(t, pub.ReplayAddr()), ReplayTimeout: 5 * time.Second}})
+	conn, err := grpc.NewClient(a.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := w.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+	}
+	if got := a.KVEventsIndex.Match(tokens, []string{ep})[0].Matched; got != 48 {
+		t.Fatalf("at SERVING the index holds %d tokens for %s, want the replayed 48", got, ep)
+	}
+	d, err := a.Picker.Pick(context.Background(), picker.Request{Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Booking.Release()
+	if ex := d.Explain(); !strings.Contains(ex, "winner="+ep) || !strings.Contains(ex, "matched=48 source=vllm-events") {
+		t.Errorf("first decision: %s", ex)
+	}
+	if code, _ := httpDo(t, "GET", "http://"+a.MetricsAddr()+"/readyz", "", ""); code != 200 {
+		t.Errorf("readyz = %d after SERVING", code)
+	}
+}
+
+// TestKVEventsNotReadyWhileReplaying: with a replay port that does not answer, /readyz
+// says why it is not ready until the replay times out.
+func TestKVEventsNotReadyWhileReplaying(t *testing.T) {
+	a := start(t, Config{Endpoints: []string{"127.0.0.1:8000"}, CacheSource: picker.SourceVLLMEvents,
+		KVEvents: &KVEventsConfig{Port: 1, ReplayPort: 2, ReplayTimeout: time.Minute}})
+	code, body := httpDo(t, "GET", "http://"+a.MetricsAddr()+"/readyz", "", "")
+	if code != 503 || !strings.Contains(body, "replay") {
+		t.Errorf("readyz during the first replay = %d %q", code, body)
+	}
+}
+
+func TestKVEventsBothNeedsLMCache(t *testing.T) {
+	_, err := Start(context.Background(), Config{GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
+		CacheSource: picker.SourceBoth, KVEvents: &KVEventsConfig{}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--lmcache-pull-port") {
+		t.Errorf("Start = %v, want an error naming --lmcache-pull-port", err)
+	}
+}
+
+// TestKVEventsStartFailureStopsTheSubscriber: a start that fails after the endpoint set
+// is known (here a taken metrics port) leaves no subscriber loop behind (goleak checks).
+func TestKVEventsStartFailureStopsTheSubscriber(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, err = Start(context.Background(), Config{GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: taken.Addr().String(),
+		Endpoints: []string{"127.0.0.1:8000"}, CacheSource: picker.SourceVLLMEvents, KVEvents: &KVEventsConfig{Port: 1}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--metrics-port") {
+		t.Fatalf("Start = %v, want the taken metrics port named", err)
+	}
+}

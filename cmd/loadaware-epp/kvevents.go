@@ -1,0 +1,70 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/picker"
+)
+
+// kvFlags are the flags of the cache source choice and the vLLM KV events source.
+type kvFlags struct {
+	source        string
+	port, replay  int
+	ranks         int
+	topic         string
+	credit        string
+	replayTimeout time.Duration
+}
+
+func (k *kvFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.source, "cache-source", picker.SourceLMCache, "where the picker learns what each engine caches: lmcache (the embedded LMCache controller), vllm-events (vLLM's KV cache events, --kv-events-config) or both (the longer prefix per endpoint wins)")
+	fs.IntVar(&k.port, "kv-events-port", 5557, "the engines' vLLM KV events PUB port (the port of --kv-events-config endpoint); one SUB per endpoint IP")
+	fs.IntVar(&k.replay, "kv-events-replay-port", 0, "the engines' KV events replay (ROUTER) port (replay_endpoint); 0: no replay, a lost batch drops that engine's entries")
+	fs.IntVar(&k.ranks, "kv-events-dp-size", 1, "data-parallel ranks behind each endpoint: rank r publishes on --kv-events-port+r (and replays on --kv-events-replay-port+r), as vLLM offsets them; the endpoint gets its best rank's prefix")
+	fs.StringVar(&k.topic, "kv-events-topic", "", "topic prefix of the KV events to follow (vLLM's topic; default empty: all)")
+	fs.StringVar(&k.credit, "kv-events-medium-credit", "GPU=1,CPU=1,DISK=0.5", "fraction of a cached block credited per tier named by the events' medium")
+	fs.DurationVar(&k.replayTimeout, "kv-events-replay-timeout", 2*time.Second, "longest wait for one engine's replay (at start, the picker is ready only after every replay ended or timed out)")
+}
+
+// config returns the cache source, the LMCache controller config to use (nil when the
+// source does not need it) and the KV events config (nil when not used).
+func (k kvFlags) config(lm *app.LMCacheConfig) (string, *app.LMCacheConfig, *app.KVEventsConfig, error) {
+	source, err := picker.ParseCacheSource(k.source)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("--cache-source: %v", err)
+	}
+	if source == picker.SourceLMCache {
+		return source, lm, nil, nil
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+		zero bool
+	}{{"kv-events-port", k.port, false}, {"kv-events-replay-port", k.replay, true}} {
+		if p.v < 0 || p.v > 65535 || (p.v == 0 && !p.zero) {
+			return "", nil, nil, fmt.Errorf("--%s %d is not a port: use 1-65535", p.name, p.v)
+		}
+	}
+	if k.ranks < 1 || k.port+k.ranks-1 > 65535 || (k.replay != 0 && k.replay+k.ranks-1 > 65535) {
+		return "", nil, nil, fmt.Errorf("--kv-events-dp-size %d: use 1 or more, with the ranks' ports (port + rank) at most 65535", k.ranks)
+	}
+	credits, err := kvevents.ParseCredits(k.credit)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("--kv-events-medium-credit: %v", err)
+	}
+	if k.replayTimeout <= 0 {
+		return "", nil, nil, fmt.Errorf("--kv-events-replay-timeout %v: use a positive duration such as 2s", k.replayTimeout)
+	}
+	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, Credits: credits, ReplayTimeout: k.replayTimeout}
+	if source == picker.SourceVLLMEvents {
+		return source, nil, kv, nil // no LMCache controller: its ports stay free
+	}
+	if lm == nil {
+		return "", nil, nil, fmt.Errorf("--cache-source both needs the LMCache controller: drop --lmcache-pull-port 0, or use --cache-source vllm-events")
+	}
+	return source, lm, kv, nil
+}

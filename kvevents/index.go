@@ -1,0 +1,583 @@
+package kvevents
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math"
+	mbits "math/bits"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Medium is a cache tier named by an event's medium field.
+type Medium uint8
+
+// The tiers the index credits. A block may be held in several at once.
+const (
+	GPU Medium = iota
+	CPU
+	Disk
+	numMedia
+)
+
+// ParseMedium maps an event's medium to a tier: "" (None, vLLM before #19737) and "GPU"
+// are GPU; "CPU" and LMCache's "cpu"/"LocalCPUBackend" are CPU; names containing "disk"
+// are Disk. ok is false for anything else.
+func ParseMedium(s string) (m Medium, ok bool) {
+	l := strings.ToLower(s)
+	switch {
+	case l == "" || l == "gpu" || l == "cuda":
+		return GPU, true
+	case l == "cpu" || strings.Contains(l, "cpubackend"):
+		return CPU, true
+	case strings.Contains(l, "disk"):
+		return Disk, true
+	}
+	return 0, false
+}
+
+// Credits is the fraction of a block's tokens credited when an endpoint holds it in a
+// tier (its best tier counts). A tier with credit 0 also ends the contiguous prefix.
+type Credits struct{ GPU, CPU, Disk float64 }
+
+// DefaultCredits credits GPU and CPU blocks fully (the LMCache source credits its CPU
+// tier fully too) and disk blocks at half (see docs/decisions/0801).
+func DefaultCredits() Credits { return Credits{GPU: 1, CPU: 1, Disk: 0.5} }
+
+// ParseCredits parses "GPU=1,CPU=1,DISK=0.5" (any subset; the rest keep their defaults).
+func ParseCredits(s string) (Credits, error) {
+	c := DefaultCredits()
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(kv, "=")
+		var f float64
+		if ok {
+			_, err := fmt.Sscanf(val, "%g", &f)
+			ok = err == nil && f >= 0 && f <= 1
+		}
+		m, known := ParseMedium(name)
+		if !ok || !known {
+			return c, fmt.Errorf("kvevents: medium credit %q: use TIER=FRACTION with TIER one of GPU, CPU, DISK and FRACTION in [0,1], e.g. GPU=1,CPU=1,DISK=0.5", kv)
+		}
+		switch m {
+		case GPU:
+			c.GPU = f
+		case CPU:
+			c.CPU = f
+		case Disk:
+			c.Disk = f
+		}
+	}
+	return c, nil
+}
+
+// IndexConfig configures an Index.
+type IndexConfig struct {
+	Credits Credits // zero value: DefaultCredits
+	// Seed keys the index's block hash; 0: a random seed (prompts cannot be crafted to
+	// collide with another tenant's blocks).
+	Seed       uint64
+	Registerer prometheus.Registerer // nil: metrics not registered
+}
+
+// Index records which endpoint holds which token blocks, from applied batches, and
+// answers the contiguous cached prefix of a prompt per endpoint. It is safe for
+// concurrent use; lookups run in parallel with each other and between events.
+//
+// Layout (docs/decisions/0802): every stream (an endpoint's data-parallel rank) has a
+// slot; for each tier, one table maps (block key, slot word) to the bitmask of the
+// slots of that word holding the block, so a lookup costs one probe per prompt block
+// and tier for up to 64 streams. Each stream maps engine hashes to block keys (for
+// BlockRemoved and parent links), and the first block of each chain keeps its store
+// order (for HolderRank).
+type Index struct {
+	credit [numMedia]float64
+	order  []Medium // credited tiers, best credit first
+	root   uint64
+	m      *indexMetrics
+
+	mu      sync.RWMutex
+	held    [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
+	stamps  table           // pair(first block key, stream salt) -> store order
+	streams map[streamID]*stream
+	byEP    map[string][]*stream
+	sizes   map[int]int // block size -> streams using it
+	free    []int       // released slots
+	slots   int         // slots handed out
+	stamp   uint64
+	salt    uint64
+}
+
+type streamID struct {
+	endpoint string
+	rank     int
+}
+
+// stream is one publisher's view: an endpoint's data-parallel rank.
+type stream struct {
+	id        streamID
+	slot      int
+	salt      uint64
+	blockSize int
+	engine    table // engine block hash -> block key
+}
+
+func (s *stream) word() uint64 { return uint64(s.slot / 64) }
+func (s *stream) bit() uint64  { return 1 << (s.slot % 64) }
+
+// wordKey is the key of (block key, slot word) in the tier tables.
+func wordKey(key, word uint64) uint64 { return key ^ word*0x9e3779b97f4a7c15 }
+
+// NewIndex returns an empty index.
+func NewIndex(cfg IndexConfig) (*Index, error) {
+	if cfg.Credits == (Credits{}) {
+		cfg.Credits = DefaultCredits()
+	}
+	for _, c := range []float64{cfg.Credits.GPU, cfg.Credits.CPU, cfg.Credits.Disk} {
+		if !(c >= 0 && c <= 1) {
+			return nil, fmt.Errorf("kvevents: medium credit %v: use a fraction in [0,1]", c)
+		}
+	}
+	ix := &Index{
+		credit:  [numMedia]float64{cfg.Credits.GPU, cfg.Credits.CPU, cfg.Credits.Disk},
+		root:    cfg.Seed,
+		streams: map[streamID]*stream{},
+		byEP:    map[string][]*stream{},
+		sizes:   map[int]int{},
+	}
+	for m := range numMedia {
+		if ix.credit[m] > 0 {
+			ix.order = append(ix.order, m)
+		}
+	}
+	slices.SortStableFunc(ix.order, func(a, b Medium) int { return cmpF(ix.credit[b], ix.credit[a]) })
+	if ix.root == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		ix.root = binary.LittleEndian.Uint64(b[:]) | 1
+	}
+	ix.salt = fmix(ix.root + 0x632be59bd9b4e019)
+	var err error
+	if ix.m, err = newIndexMetrics(cfg.Registerer, ix); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
+
+func cmpF(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Blocks returns the number of (block, endpoint rank) entries held.
+func (ix *Index) Blocks() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	n := 0
+	for _, s := range ix.streams {
+		n += s.engine.Len()
+	}
+	return n
+}
+
+// The outcomes of one block in Apply (they label loadaware_kvevents_blocks_total).
+const (
+	OutStored         = "stored"
+	OutTierAdded      = "tier_added"
+	OutRemoved        = "removed"
+	OutRemovedUnknown = "removed_unknown"
+	OutLoRA           = "refused_lora"
+	OutExtraKeys      = "refused_extra_keys"
+	OutGroup          = "refused_hma_group"
+	OutSpecKind       = "refused_spec_kind"
+	OutUnknownParent  = "refused_unknown_parent"
+	OutUnknownMedium  = "refused_unknown_medium"
+	OutNonDense       = "refused_non_dense"
+	OutUnknownBlock   = "refused_unknown_block"
+)
+
+// Apply applies the events of one batch published by endpoint (the batch's
+// DPRank names the stream). Each block's outcome is counted in the metrics; refused
+// blocks are left out of the index, so an endpoint is never credited for a block it may
+// not hold.
+func (ix *Index) Apply(endpoint string, b Batch) {
+	id := streamID{endpoint, b.DPRank}
+	for i := range b.Events {
+		ix.applyEvent(id, &b.Events[i])
+	}
+}
+
+func (ix *Index) applyEvent(id streamID, ev *Event) {
+	ix.m.events.WithLabelValues(ev.Kind.String()).Inc()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	switch ev.Kind {
+	case AllBlocksCleared:
+		if s := ix.streams[id]; s != nil {
+			ix.m.dropped.WithLabelValues("cleared").Add(float64(ix.clear(s)))
+		}
+	case BlockRemoved:
+		ix.remove(ix.streams[id], ev)
+	case BlockStored:
+		ix.store(id, ev)
+	}
+}
+
+// setBit and clearBit change one stream's bit for key in a tier table.
+func (ix *Index) setBit(med Medium, s *stream, key uint64) {
+	ix.held[med].or(wordKey(key, s.word()), s.bit())
+}
+
+func (ix *Index) clearBit(med Medium, s *stream, key uint64) {
+	wk := wordKey(key, s.word())
+	v, ok := ix.held[med].get(wk)
+	if !ok {
+		return
+	}
+	if v &^= s.bit(); v == 0 {
+		ix.held[med].del(wk)
+	} else {
+		ix.held[med].put(wk, v)
+	}
+}
+
+func (ix *Index) holds(s *stream, key uint64) bool {
+	wk := wordKey(key, s.word())
+	for m := range numMedia {
+		if v, _ := ix.held[m].get(wk); v&s.bit() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (ix *Index) remove(s *stream, ev *Event) {
+	med, ok := ParseMedium(ev.Medium)
+	if !ok {
+		ix.m.count(OutUnknownMedium, len(ev.Hashes))
+		return
+	}
+	for i, h := range ev.Hashes {
+		if i > 0 && i%lockSpan == 0 && s != nil && !ix.yield(s.id, s) {
+			return // the stream was dropped meanwhile: nothing left to remove
+		}
+		key, held := uint64(0), false
+		if s != nil {
+			key, held = s.engine.get(h)
+		}
+		if !held {
+			ix.m.count(OutRemovedUnknown, 1)
+			continue
+		}
+		ix.clearBit(med, s, key)
+		if !ix.holds(s, key) {
+			s.engine.del(h)
+			ix.stamps.del(pair(key, s.salt))
+		}
+		ix.m.count(OutRemoved, 1)
+	}
+}
+
+func (ix *Index) store(id streamID, ev *Event) {
+	n := len(ev.Hashes)
+	refuse := func(out string) { ix.m.count(out, n) }
+	med, ok := ParseMedium(ev.Medium)
+	switch {
+	case !ok:
+		refuse(OutUnknownMedium)
+		return
+	case ev.LoRAName != "" || ev.LoRAID != 0:
+		refuse(OutLoRA)
+		return
+	case ev.ExtraKeys:
+		refuse(OutExtraKeys)
+		return
+	case ev.Group != 0:
+		refuse(OutGroup)
+		return
+	case ev.SpecKind != "" && !strings.Contains(strings.ToLower(ev.SpecKind), "full"):
+		refuse(OutSpecKind)
+		return
+	}
+	s := ix.streams[id]
+	if len(ev.Tokens) == 0 {
+		// A tier update without tokens (offload connectors): only blocks already known.
+		for _, h := range ev.Hashes {
+			key, known := uint64(0), false
+			if s != nil {
+				key, known = s.engine.get(h)
+			}
+			if !known {
+				ix.m.count(OutUnknownBlock, 1)
+				continue
+			}
+			ix.setBit(med, s, key)
+			ix.m.count(OutTierAdded, 1)
+		}
+		return
+	}
+	bs := ev.BlockSize
+	if bs <= 0 || len(ev.Tokens) != n*bs {
+		refuse(OutNonDense)
+		return
+	}
+	parent := ix.root
+	if ev.HasParent {
+		key, known := uint64(0), false
+		if s != nil {
+			key, known = s.engine.get(ev.Parent)
+		}
+		if !known {
+			refuse(OutUnknownParent)
+			return
+		}
+		parent = key
+	}
+	if s == nil {
+		s = ix.addStream(id, bs)
+	} else if s.blockSize != bs {
+		// A new block size means a restarted engine with another configuration.
+		ix.m.dropped.WithLabelValues("block_size_changed").Add(float64(ix.clear(s)))
+		ix.resize(s, bs)
+	}
+	for i, h := range ev.Hashes {
+		if i > 0 && i%lockSpan == 0 && !ix.yield(id, s) {
+			ix.m.count(OutStored, i)
+			ix.m.count(OutUnknownParent, n-i)
+			return
+		}
+		key := chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
+		s.engine.put(h, key)
+		ix.setBit(med, s, key)
+		if i == 0 && !ev.HasParent {
+			if _, had := ix.stamps.get(pair(key, s.salt)); !had {
+				ix.stamp++
+				ix.stamps.put(pair(key, s.salt), ix.stamp)
+			}
+		}
+		parent = key
+	}
+	ix.m.count(OutStored, n)
+}
+
+// lockSpan is how many blocks of one event are applied under one hold of the write
+// lock: lookups wait at most that long for a writer (a partly applied store is a valid
+// shorter chain; a partly applied removal a valid smaller set).
+const lockSpan = 8
+
+// yield lets waiting lookups in between parts of a long event and reports whether s is
+// still the stream of id. ix.mu is held, and is held again on return.
+func (ix *Index) yield(id streamID, s *stream) bool {
+	ix.mu.Unlock()
+	ix.mu.Lock()
+	return ix.streams[id] == s
+}
+
+func (ix *Index) resize(s *stream, bs int) {
+	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
+		delete(ix.sizes, s.blockSize)
+	}
+	s.blockSize = bs
+	ix.sizes[bs]++
+}
+
+func (ix *Index) addStream(id streamID, bs int) *stream {
+	ix.salt = fmix(ix.salt + 0x9e3779b97f4a7c15)
+	slot := ix.slots
+	if n := len(ix.free); n > 0 {
+		slot, ix.free = ix.free[n-1], ix.free[:n-1]
+	} else {
+		ix.slots++
+	}
+	s := &stream{id: id, slot: slot, salt: ix.salt, blockSize: bs}
+	ix.streams[id] = s
+	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
+	ix.sizes[bs]++
+	return s
+}
+
+// clear removes every entry of s and returns how many there were. ix.mu is held.
+func (ix *Index) clear(s *stream) int {
+	n := s.engine.Len()
+	s.engine.each(func(_, key uint64) {
+		for m := range numMedia {
+			ix.clearBit(m, s, key)
+		}
+		ix.stamps.del(pair(key, s.salt))
+	})
+	s.engine.reset()
+	return n
+}
+
+// Drop forgets everything endpoint holds, on every rank (it left the fleet, or its
+// stream can no longer be trusted). reason labels loadaware_kvevents_dropped_blocks_total.
+func (ix *Index) Drop(endpoint, reason string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	n := 0
+	for _, s := range ix.byEP[endpoint] {
+		n += ix.clear(s)
+		ix.forget(s)
+	}
+	delete(ix.byEP, endpoint)
+	ix.m.dropped.WithLabelValues(reason).Add(float64(n))
+}
+
+// DropRank forgets what one rank of endpoint holds (its stream can no longer be trusted,
+// or it stopped). reason labels loadaware_kvevents_dropped_blocks_total.
+func (ix *Index) DropRank(endpoint string, rank int, reason string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s := ix.streams[streamID{endpoint, rank}]
+	if s == nil {
+		return
+	}
+	ix.m.dropped.WithLabelValues(reason).Add(float64(ix.clear(s)))
+	ix.forget(s)
+	rest := slices.DeleteFunc(ix.byEP[endpoint], func(o *stream) bool { return o == s })
+	if len(rest) == 0 {
+		delete(ix.byEP, endpoint)
+	} else {
+		ix.byEP[endpoint] = rest
+	}
+}
+
+// forget removes an emptied stream and frees its slot. ix.mu is held.
+func (ix *Index) forget(s *stream) {
+	delete(ix.streams, s.id)
+	ix.free = append(ix.free, s.slot)
+	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
+		delete(ix.sizes, s.blockSize)
+	}
+}
+
+// Match is how much of a prompt one endpoint holds.
+type Match struct {
+	Matched    int // credited tokens of the contiguous cached prefix from the first block
+	HolderRank int // order among the endpoints asked in which it stored the first block; -1 if it does not hold it
+}
+
+// Match returns, for each endpoint (aligned), the credited tokens of the longest
+// contiguous prefix of tokens it holds in a credited tier, on its best rank, and the
+// order in which the holders of the first block stored it.
+func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
+	out := make([]Match, len(endpoints))
+	for i := range out {
+		out[i].HolderRank = -1
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	// The streams asked about, grouped by block size, then by slot word (usually one
+	// group: a fleet has one block size and up to 64 streams).
+	type want struct {
+		ep int // index in endpoints
+		s  *stream
+	}
+	type group struct {
+		bs   int
+		word uint64
+		ws   []want
+	}
+	var groups []group
+	for i, ep := range endpoints {
+		for _, s := range ix.byEP[ep] {
+			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
+			if g < 0 {
+				groups = append(groups, group{bs: s.blockSize, word: s.word()})
+				g = len(groups) - 1
+			}
+			groups[g].ws = append(groups[g].ws, want{i, s})
+		}
+	}
+	stamps := make([]uint64, len(endpoints))
+	var credit [64]float64
+	keysOf := map[int][]uint64{}
+	for _, g := range groups {
+		keys, ok := keysOf[g.bs]
+		if !ok {
+			keys = ix.promptKeys(tokens, g.bs)
+			keysOf[g.bs] = keys
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		var alive uint64
+		for _, w := range g.ws {
+			alive |= w.s.bit()
+		}
+		clear(credit[:])
+		for _, k := range keys {
+			wk := wordKey(k, g.word)
+			var covered uint64
+			for _, m := range ix.order {
+				if ix.held[m].Len() == 0 {
+					continue
+				}
+				v, _ := ix.held[m].get(wk)
+				bits := v & alive &^ covered
+				covered |= bits
+				for ; bits != 0; bits &= bits - 1 {
+					credit[mbits.TrailingZeros64(bits)] += ix.credit[m] * float64(g.bs)
+				}
+			}
+			if alive = covered; alive == 0 {
+				break
+			}
+		}
+		for _, w := range g.ws {
+			m := int(math.Round(credit[w.s.slot%64]))
+			if m == 0 || m < out[w.ep].Matched {
+				continue
+			}
+			st, _ := ix.stamps.get(pair(keys[0], w.s.salt))
+			if m == out[w.ep].Matched && st >= stamps[w.ep] {
+				continue // a tie between ranks: the earlier store counts
+			}
+			out[w.ep].Matched, stamps[w.ep] = m, st
+		}
+	}
+	ranked := make([]int, 0, len(endpoints))
+	for i := range out {
+		if stamps[i] != 0 {
+			ranked = append(ranked, i)
+		}
+	}
+	slices.SortFunc(ranked, func(a, b int) int { return cmpU64(stamps[a], stamps[b]) })
+	for r, i := range ranked {
+		out[i].HolderRank = r
+	}
+	return out
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// promptKeys returns the keys of the prompt's full blocks of bs tokens.
+func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
+	ks := make([]uint64, len(tokens)/bs)
+	parent := ix.root
+	for j := range ks {
+		parent = chain(parent, ix.root, tokens[j*bs:(j+1)*bs])
+		ks[j] = parent
+	}
+	return ks
+}

@@ -1,0 +1,34 @@
+package kvevents
+
+import "testing"
+
+func TestChainDependsOnEverything(t *testing.T) {
+	base := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	k := chain(7, 99, base)
+	variants := map[string]uint64{
+		"another parent":     chain(8, 99, base),
+		"another seed":       chain(7, 98, base),
+		"one token changed":  chain(7, 99, append(append([]uint32{}, base[:15]...), 17)),
+		"two tokens swapped": chain(7, 99, append([]uint32{2, 1}, base[2:]...)),
+		"lanes swapped":      chain(7, 99, append([]uint32{3, 4, 1, 2}, base[4:]...)),
+		"one token less":     chain(7, 99, base[:15]),
+		"a zero token more":  chain(7, 99, append(append([]uint32{}, base...), 0)),
+	}
+	for name, v := range variants {
+		if v == k {
+			t.Errorf("%s: same key %#x", name, k)
+		}
+	}
+}
+
+// BenchmarkPromptKeys measures the keys of a 1,578-token prompt in 16-token blocks.
+func BenchmarkPromptKeys(b *testing.B) {
+	ix, _ := NewIndex(IndexConfig{Seed: 1})
+	p := make([]uint32, 1578)
+	for i := range p {
+		p[i] = uint32(i)
+	}
+	for b.Loop() {
+		ix.promptKeys(p, benchBlock)
+	}
+}

@@ -1,0 +1,420 @@
+package kvevents
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestTracker(t *testing.T) {
+	tests := []struct {
+		name    string
+		applied int64
+		live    int64
+		seq     int64
+		want    verdict
+	}{
+		{"nothing seen", -1, -1, 5, vFirst},
+		{"the next one", 4, 4, 5, vNext},
+		{"after a replay, the next one", 9, -1, 10, vNext},
+		{"after a replay, one it applied", 9, -1, 7, vDuplicate},
+		{"a jump", 4, 4, 7, vGap},
+		{"back to zero", 9, 9, 0, vReset},
+		{"the same number again", 9, 9, 9, vReset},
+	}
+	for _, tc := range tests {
+		tr := tracker{applied: tc.applied, live: tc.live}
+		if got := tr.classifyLive(tc.seq); got != tc.want {
+			t.Errorf("%s: classifyLive(%d) = %v, want %v", tc.name, tc.seq, got, tc.want)
+		}
+		if tr.live < tc.seq {
+			t.Errorf("%s: live = %d after seeing %d", tc.name, tr.live, tc.seq)
+		}
+	}
+}
+
+// net127 is a loopback /24 of its own for one test (all of 127/8 is loopback on Linux),
+// so every engine of the test has its own IP and all share one port, as pods do.
+func net127(t testing.TB) string {
+	return fmt.Sprintf("127.%d.%d.", 100+rand.IntN(150), rand.IntN(256))
+}
+
+// engines starts n publishers on hosts prefix1..prefixn sharing one PUB port (and one
+// replay port when replay is set).
+func engines(t testing.TB, n int, replay bool, l Layout) (pubs []*Publisher, eps []string, port, rport int) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		prefix := net127(t)
+		pubs, eps, port, rport = nil, nil, 0, 0
+		var err error
+		for i := 1; i <= n && err == nil; i++ {
+			host := prefix + strconv.Itoa(i)
+			cfg := PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Layout: l, DPRank: 0}
+			if replay {
+				cfg.ReplayAddr = net.JoinHostPort(host, strconv.Itoa(rport))
+			}
+			var p *Publisher
+			if p, err = NewPublisher(cfg); err == nil {
+				pubs = append(pubs, p)
+				eps = append(eps, net.JoinHostPort(host, "8000"))
+				_, ps, _ := net.SplitHostPort(p.Addr())
+				port, _ = strconv.Atoi(ps)
+				if replay {
+					_, rs, _ := net.SplitHostPort(p.ReplayAddr())
+					rport, _ = strconv.Atoi(rs)
+				}
+			}
+		}
+		if err == nil {
+			for _, p := range pubs {
+				t.Cleanup(func() { p.Close() })
+			}
+			return pubs, eps, port, rport
+		}
+		for _, p := range pubs {
+			p.Close()
+		}
+		if attempt == 5 {
+			t.Fatalf("cannot start publishers: %v", err)
+		}
+	}
+}
+
+type rig struct {
+	t    *testing.T
+	ix   *Index
+	sub  *Subscriber
+	reg  *prometheus.Registry
+	seen chan int64
+}
+
+func newRig(t *testing.T, eps []string, port, rport int) *rig {
+	t.Helper()
+	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
+	var err error
+	if r.ix, err = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
+		t.Fatal(err)
+	}
+	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+		ReplayTimeout: 5 * time.Second, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.sub.Close() })
+	r.sub.SetEndpoints(eps)
+	return r
+}
+
+// await waits until the subscriber has handled the batch numbered seq.
+func (r *rig) await(seq int64) {
+	r.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case s := <-r.seen:
+			if s == seq {
+				return
+			}
+		case <-timeout:
+			r.t.Fatalf("batch %d was not handled within 10s", seq)
+		}
+	}
+}
+
+func (r *rig) ready() {
+	r.t.Helper()
+	select {
+	case <-r.sub.Ready():
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("subscriber not ready within 10s")
+	}
+}
+
+func (r *rig) matched(ep string) int { return r.ix.Match(prompt, []string{ep})[0].Matched }
+
+func (r *rig) counter(name, label, value string) float64 {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func publish(t *testing.T, p *Publisher, evs ...Event) int64 {
+	t.Helper()
+	seq, err := p.Publish(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// subscribed publishes on every publisher once its subscriber is connected.
+func subscribed(t *testing.T, pubs []*Publisher) {
+	t.Helper()
+	for _, p := range pubs {
+		if err := p.WaitSubscribed(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSubscriberFollowsEndpoints(t *testing.T) {
+	for _, l := range []Layout{{}, {MapEvents: true, BytesHashes: true}} {
+		t.Run(fmt.Sprintf("%+v", l), func(t *testing.T) {
+			pubs, eps, port, _ := engines(t, 2, false, l)
+			r := newRig(t, eps, port, 0)
+			r.ready()
+			subscribed(t, pubs)
+			r.await(publish(t, pubs[0], stored(0, 3, 100)))
+			r.await(publish(t, pubs[1], stored(0, 5, 900)))
+			got := r.ix.Match(prompt, eps)
+			if got[0].Matched != 3*bs || got[1].Matched != 5*bs {
+				t.Fatalf("Match = %+v, want %d and %d", got, 3*bs, 5*bs)
+			}
+			r.await(publish(t, pubs[1], removed("GPU", 902)))
+			if m := r.matched(eps[1]); m != 2*bs {
+				t.Errorf("after removing block 2: %d, want %d", m, 2*bs)
+			}
+			if n := testutil.ToFloat64(r.sub.m.subscriptions); n != 2 {
+				t.Errorf("subscriptions = %v, want 2", n)
+			}
+			r.sub.SetEndpoints(eps[:1])
+			if err := r.sub.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if m := r.matched(eps[1]); m != 0 {
+				t.Errorf("endpoint that left still matches %d tokens", m)
+			}
+		})
+	}
+}
+
+// TestSubscriberGapWithoutReplayFailsClosed: a lost batch (here a removal) cannot be
+// known, so the endpoint is credited with nothing from the next batch on.
+func TestSubscriberGapWithoutReplayFailsClosed(t *testing.T) {
+	pubs, eps, port, _ := engines(t, 1, false, Layout{})
+	r := newRig(t, eps, port, 0)
+	r.ready()
+	subscribed(t, pubs)
+	r.await(publish(t, pubs[0], stored(0, 4, 100)))
+	pubs[0].Skip([]Event{removed("GPU", 103)})
+	r.await(publish(t, pubs[0]))
+	if m := r.matched(eps[0]); m != 0 {
+		t.Errorf("after a gap without replay: %d tokens credited, want 0", m)
+	}
+	if got := r.counter("loadaware_kvevents_endpoint_drops_total", "reason", "gap"); got != 1 {
+		t.Errorf("endpoint drops for gap = %v, want 1", got)
+	}
+	r.await(publish(t, pubs[0], stored(0, 1, 500)))
+	if m := r.matched(eps[0]); m != bs {
+		t.Errorf("new events after the drop: %d, want %d", m, bs)
+	}
+}
+
+// TestSubscriberGapRepairedByReplay: the lost removal is replayed, so the index is exact
+// again: neither the removed block credited (phantom) nor the rest dropped.
+func TestSubscriberGapRepairedByReplay(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replay without topic %v", old), func(t *testing.T) {
+			pubs, eps, port, rport := engines(t, 1, true, Layout{MapEvents: true})
+			pubs[0].cfg.ReplayWithoutTopic = old
+			r := newRig(t, eps, port, rport)
+			r.ready()
+			subscribed(t, pubs)
+			r.await(publish(t, pubs[0], stored(0, 4, 100)))
+			pubs[0].Skip([]Event{removed("GPU", 103)})
+			r.await(publish(t, pubs[0], stored(4, 5, 100)))
+			if m := r.matched(eps[0]); m != 3*bs {
+				t.Errorf("after a replayed gap: %d tokens, want %d (block 3 removed, block 4 after it)", m, 3*bs)
+			}
+			if got := r.counter("loadaware_kvevents_replays_total", "outcome", "complete"); got < 1 {
+				t.Errorf("complete replays = %v", got)
+			}
+			if got := r.counter("loadaware_kvevents_endpoint_drops_total", "reason", "gap"); got != 0 {
+				t.Errorf("endpoint drops = %v, want 0", got)
+			}
+		})
+	}
+}
+
+// TestSubscriberEngineRestart: the sequence going back drops what the old engine held.
+func TestSubscriberEngineRestart(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replay %v", replay), func(t *testing.T) {
+			pubs, eps, port, rport := engines(t, 1, replay, Layout{})
+			r := newRig(t, eps, port, rport)
+			r.ready()
+			subscribed(t, pubs)
+			publish(t, pubs[0])
+			r.await(publish(t, pubs[0], stored(0, 4, 100)))
+			pubs[0].Restart()
+			r.await(publish(t, pubs[0], stored(0, 1, 700)))
+			if m := r.matched(eps[0]); m != bs {
+				t.Errorf("after a restart: %d tokens, want the new engine's %d", m, bs)
+			}
+			if got := r.counter("loadaware_kvevents_sequence_breaks_total", "kind", "reset"); got != 1 {
+				t.Errorf("resets = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// TestSubscriberRebuildsFromReplayBeforeReady: a picker that starts after the engines
+// has their caches in its index by the time Ready is closed.
+func TestSubscriberRebuildsFromReplayBeforeReady(t *testing.T) {
+	pubs, eps, port, rport := engines(t, 2, true, Layout{BytesHashes: true})
+	publish(t, pubs[0], stored(0, 2, 100))
+	publish(t, pubs[0], stored(2, 6, 100))
+	publish(t, pubs[1], stored(0, 1, 100))
+	publish(t, pubs[1], removed("GPU", 100))
+	r := newRig(t, eps, port, rport)
+	r.ready()
+	got := r.ix.Match(prompt, eps)
+	if got[0].Matched != 6*bs || got[1].Matched != 0 {
+		t.Fatalf("at ready: %+v, want %d and 0", got, 6*bs)
+	}
+	subscribed(t, pubs)
+	r.await(publish(t, pubs[1], stored(0, 2, 300)))
+	if m := r.matched(eps[1]); m != 2*bs {
+		t.Errorf("live after the replay: %d, want %d", m, 2*bs)
+	}
+}
+
+// TestSubscriberBadPayloadCountedAndSkipped: a batch that does not decode is counted, the
+// endpoint fails closed, and the loop goes on with the next batch.
+func TestSubscriberBadPayloadCountedAndSkipped(t *testing.T) {
+	pubs, eps, port, _ := engines(t, 1, false, Layout{})
+	r := newRig(t, eps, port, 0)
+	r.ready()
+	subscribed(t, pubs)
+	r.await(publish(t, pubs[0], stored(0, 3, 100)))
+	seq, err := pubs[0].SendRaw([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.await(seq)
+	if m := r.matched(eps[0]); m != 0 {
+		t.Errorf("after a bad batch: %d tokens credited, want 0", m)
+	}
+	if got := r.counter("loadaware_kvevents_batches_total", "outcome", "bad_payload_malformed"); got != 1 {
+		t.Errorf("bad payloads = %v, want 1", got)
+	}
+	r.await(publish(t, pubs[0], stored(0, 2, 100)))
+	if m := r.matched(eps[0]); m != 2*bs {
+		t.Errorf("after the bad batch: %d, want %d", m, 2*bs)
+	}
+}
+
+// TestSubscriberEngineRestartWhileDisconnected: the engine restarts and publishes past
+// the last sequence number seen before the picker reconnects, so the numbers alone look
+// like a gap. The lost connection is what tells: the old engine's blocks are dropped and
+// the new engine's replayed, with no phantom credit for what the old one held.
+func TestSubscriberEngineRestartWhileDisconnected(t *testing.T) {
+	pubs, eps, port, rport := engines(t, 1, true, Layout{})
+	r := newRig(t, eps, port, rport)
+	r.ready()
+	subscribed(t, pubs)
+	publish(t, pubs[0], stored(0, 4, 100))
+	r.await(publish(t, pubs[0]))
+	cfg := pubs[0].cfg
+	cfg.Addr, cfg.ReplayAddr = pubs[0].Addr(), pubs[0].ReplayAddr()
+	if err := pubs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	np, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatalf("restart the engine on the same address: %v", err)
+	}
+	t.Cleanup(func() { np.Close() })
+	np.Skip([]Event{stored(0, 1, 700)})
+	np.Skip(nil)
+	np.Skip(nil)
+	subscribed(t, []*Publisher{np})
+	r.await(publish(t, np, stored(1, 2, 700)))
+	if m := r.matched(eps[0]); m != 2*bs {
+		t.Errorf("after a restart behind a disconnect: %d tokens, want the new engine's %d", m, 2*bs)
+	}
+	if got := r.counter("loadaware_kvevents_sequence_breaks_total", "kind", "disconnect"); got != 1 {
+		t.Errorf("disconnects = %v, want 1", got)
+	}
+}
+
+// TestSubscriberDataParallelRanks: rank r of an endpoint publishes on Port+r; each rank
+// is a stream of its own, the endpoint gets its best rank's prefix, and a rank that loses
+// a batch drops only its own entries.
+func TestSubscriberDataParallelRanks(t *testing.T) {
+	var pubs []*Publisher
+	var host string
+	var port int
+	for attempt := 0; len(pubs) < 2; attempt++ {
+		for _, p := range pubs {
+			p.Close()
+		}
+		pubs = nil
+		if attempt == 5 {
+			t.Fatal("cannot bind two consecutive ports")
+		}
+		host = net127(t) + "1"
+		p0, err := NewPublisher(PublisherConfig{Addr: host + ":0", DPRank: 0})
+		if err != nil {
+			continue
+		}
+		pubs = append(pubs, p0)
+		_, ps, _ := net.SplitHostPort(p0.Addr())
+		port, _ = strconv.Atoi(ps)
+		if p1, err := NewPublisher(PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port+1)), DPRank: 1}); err == nil {
+			pubs = append(pubs, p1)
+		}
+	}
+	for _, p := range pubs {
+		t.Cleanup(func() { p.Close() })
+	}
+	ep := net.JoinHostPort(host, "8000")
+	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
+	r.ix, _ = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg})
+	var err error
+	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, Ranks: 2, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+		OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.sub.Close() })
+	r.sub.SetEndpoints([]string{ep})
+	r.ready()
+	subscribed(t, pubs)
+	r.await(publish(t, pubs[0], stored(0, 2, 100)))
+	r.await(publish(t, pubs[1], stored(0, 5, 100)))
+	if m := r.matched(ep); m != 5*bs {
+		t.Fatalf("two ranks: %d tokens, want rank 1's %d", m, 5*bs)
+	}
+	pubs[1].Skip(nil)
+	r.await(publish(t, pubs[1]))
+	if m := r.matched(ep); m != 2*bs {
+		t.Errorf("after rank 1 lost a batch: %d tokens, want rank 0's %d", m, 2*bs)
+	}
+	if n := testutil.ToFloat64(r.sub.m.subscriptions); n != 2 {
+		t.Errorf("subscriptions = %v, want one per rank", n)
+	}
+}

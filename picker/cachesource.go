@@ -1,0 +1,90 @@
+package picker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/loadaware/loadaware-epp/kvevents"
+)
+
+// The cache sources, as named by --cache-source and in the explain header.
+const (
+	SourceLMCache    = "lmcache"
+	SourceVLLMEvents = "vllm-events"
+	SourceBoth       = "both"
+)
+
+// ParseCacheSource checks a --cache-source value.
+func ParseCacheSource(s string) (string, error) {
+	switch strings.TrimSpace(s) {
+	case SourceLMCache, SourceVLLMEvents, SourceBoth:
+		return strings.TrimSpace(s), nil
+	}
+	return "", fmt.Errorf("unknown cache source %q: use lmcache (the embedded LMCache controller), vllm-events (vLLM's KV cache events) or both (the longer prefix per endpoint wins)", s)
+}
+
+// KVEventsView is the CacheView backed by the index of vLLM's KV cache events: blocks
+// are credited to the endpoint whose engine published them.
+type KVEventsView struct{ Index *kvevents.Index }
+
+// Match implements CacheView.
+func (v KVEventsView) Match(_ context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error) {
+	ms := v.Index.Match(tokens, endpoints)
+	out := make([]CacheMatch, len(ms))
+	for i, m := range ms {
+		out[i] = CacheMatch{Matched: m.Matched, HolderRank: m.HolderRank, Source: SourceVLLMEvents}
+	}
+	return out, nil
+}
+
+// Longest combines cache views: each endpoint gets the match of the view that holds the
+// longer contiguous prefix for it (the first view on a tie). A view that fails is left
+// out; Match fails only when every view does.
+type Longest []CacheView
+
+// Match implements CacheView.
+func (l Longest) Match(ctx context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error) {
+	var out []CacheMatch
+	var errs []string
+	for _, v := range l {
+		ms, err := v.Match(ctx, tokens, endpoints)
+		if err == nil && len(ms) != len(endpoints) {
+			err = fmt.Errorf("%d matches for %d endpoints", len(ms), len(endpoints))
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if out == nil {
+			out = ms
+			continue
+		}
+		for i, m := range ms {
+			if m.Matched > out[i].Matched {
+				out[i] = m
+			}
+		}
+	}
+	if out == nil && len(l) > 0 {
+		return nil, fmt.Errorf("every cache source failed: %s", strings.Join(errs, "; "))
+	}
+	if out == nil {
+		return NoCache{}.Match(ctx, tokens, endpoints)
+	}
+	return out, nil
+}
+
+// sources lists the named source of each endpoint's non-empty match.
+func sources(endpoints []string, ms []CacheMatch) map[string]string {
+	var out map[string]string
+	for i, m := range ms {
+		if m.Matched > 0 && m.Source != "" {
+			if out == nil {
+				out = make(map[string]string, len(ms))
+			}
+			out[endpoints[i]] = m.Source
+		}
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package picker
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/kvevents"
+)
+
+func TestLongest(t *testing.T) {
+	eps := []string{"a", "b", "c"}
+	lm := mapCache{"a": {Matched: 512, HolderRank: 0, Source: SourceLMCache}, "b": {Matched: 16, HolderRank: 1, Source: SourceLMCache}}
+	ev := mapCache{"b": {Matched: 96, HolderRank: 0, Source: SourceVLLMEvents}, "a": {Matched: 512, HolderRank: 1, Source: SourceVLLMEvents}}
+	tests := []struct {
+		name string
+		l    Longest
+		want []CacheMatch
+		err  bool
+	}{
+		{"the longer prefix per endpoint wins; the first view on a tie", Longest{lm, ev},
+			[]CacheMatch{{512, 0, SourceLMCache}, {96, 0, SourceVLLMEvents}, {0, -1, ""}}, false},
+		{"a failing view is left out", Longest{failingCache{}, ev},
+			[]CacheMatch{{512, 1, SourceVLLMEvents}, {96, 0, SourceVLLMEvents}, {0, -1, ""}}, false},
+		{"every view failing is an error", Longest{failingCache{}, failingCache{}}, nil, true},
+		{"no views: nothing held", Longest{}, []CacheMatch{{0, -1, ""}, {0, -1, ""}, {0, -1, ""}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.l.Match(context.Background(), []uint32{1}, eps)
+			if (err != nil) != tc.err {
+				t.Fatalf("err = %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestExplainNamesTheSource(t *testing.T) {
+	ix, err := kvevents.NewIndex(kvevents.IndexConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]uint32, 64)
+	for i := range tokens {
+		tokens[i] = uint32(i + 1)
+	}
+	ix.Apply("10.0.0.2:8000", kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.BlockStored, Hashes: []uint64{1, 2}, Tokens: tokens[:32], BlockSize: 16}}})
+	lm := mapCache{"10.0.0.3:8000": {Matched: 16, HolderRank: 0, Source: SourceLMCache}}
+	p := newPicker(t, Options{Fleet: newFleet("10.0.0.2:8000", "10.0.0.3:8000"), Cache: Longest{lm, KVEventsView{Index: ix}}})
+	d, err := p.Pick(context.Background(), Request{Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Booking.Release()
+	ex := d.Explain()
+	for _, want := range []string{"10.0.0.2:8000 matched=32 source=vllm-events", "10.0.0.3:8000 matched=16 source=lmcache", "winner=10.0.0.2:8000"} {
+		if !strings.Contains(ex, want) {
+			t.Errorf("explain %q lacks %q", ex, want)
+		}
+	}
+}
+
+func TestParseCacheSource(t *testing.T) {
+	for _, s := range []string{"lmcache", "vllm-events", "both"} {
+		if got, err := ParseCacheSource(s); err != nil || got != s {
+			t.Errorf("ParseCacheSource(%q) = %q, %v", s, got, err)
+		}
+	}
+	if _, err := ParseCacheSource("redis"); err == nil {
+		t.Error("ParseCacheSource(redis) accepted")
+	}
+}

@@ -36,6 +36,10 @@ func newIndexMetrics(reg prometheus.Registerer, ix *Index) (*indexMetrics, error
 	for _, k := range []Kind{BlockStored, BlockRemoved, AllBlocksCleared} {
 		m.events.WithLabelValues(k.String())
 	}
+	// The reasons the Help names, so a dashboard sees every series from the start.
+	for _, r := range []string{"cleared", "reset", "gap", "bad_batch", "left", "disconnect", "block_size_changed"} {
+		m.dropped.WithLabelValues(r)
+	}
 	for _, o := range []string{OutStored, OutTierAdded, OutRemoved, OutRemovedUnknown, OutLoRA, OutExtraKeys, OutGroup,
 		OutSpecKind, OutUnknownParent, OutUnknownMedium, OutNonDense, OutUnknownBlock} {
 		m.blocks.WithLabelValues(o)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -480,8 +481,12 @@ func drivenPicker(t *testing.T) *app.App {
 	tok := &epppicker.Tokens{Engine: &tokenize.EngineClient{Timeout: time.Second}}
 	a, err := app.Start(t.Context(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0", Endpoints: eps,
-		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: lmcache.KeyConfig{HashSeed: "123"}},
-		Tokenizer: tok,
+		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: lmcache.KeyConfig{HashSeed: "123"}},
+		// Both cache sources, so the vLLM KV events panels' series exist (no engine publishes:
+		// the subscriber connects and waits).
+		CacheSource: epppicker.SourceBoth,
+		KVEvents:    &app.KVEventsConfig{Port: freePort(t)},
+		Tokenizer:   tok,
 		TokenizerMetrics: func(reg prometheus.Registerer) error {
 			m, err := tokenize.NewMetrics(reg, nil)
 			tok.Metrics = m
@@ -587,4 +592,18 @@ func drivenPicker(t *testing.T) *app.App {
 		}
 	}
 	return a
+}
+
+// freePort returns a loopback TCP port nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return port
 }

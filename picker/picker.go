@@ -24,6 +24,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultMaxPromptBytes is the largest prompt tokenized by default: a 32k-token context is
+// about 128 KiB of text, and the worst case (one long run of whitespace) costs about 2 s of
+// CPU per MiB, so 256 KiB bounds one tokenization to a fraction of a second.
+const DefaultMaxPromptBytes = 256 << 10
+
 // Errors Pick returns when it cannot route. Callers map them to 503.
 var (
 	ErrNoEndpoints     = errors.New("no endpoints are known yet: pass --endpoints ip:port,... or check discovery (--pool-name)")
@@ -102,6 +107,10 @@ type Options struct {
 	Tokenizer    Tokenizer      // nil: text and chat prompts are routed on load alone
 	Observer     Observer       // nil: none
 	MaxEndpoints int            // length of the fallback list; default 1
+	// MaxPromptBytes bounds the text or chat body handed to the Tokenizer; a larger prompt
+	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
+	// means no bound.
+	MaxPromptBytes int
 	Now          func() time.Time
 	Logger       *slog.Logger
 	Registerer   prometheus.Registerer // nil: metrics are not registered
@@ -141,6 +150,9 @@ func New(opts Options) (*Picker, error) {
 	}
 	if opts.Cache == nil {
 		opts.Cache = NoCache{}
+	}
+	if opts.MaxPromptBytes == 0 {
+		opts.MaxPromptBytes = DefaultMaxPromptBytes
 	}
 	if opts.MaxEndpoints < 1 {
 		opts.MaxEndpoints = 1
@@ -320,6 +332,10 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 	if p.opts.Tokenizer == nil {
 		p.metrics.untokenized.WithLabelValues(kind + "-no-tokenizer").Inc()
 		return nil, "none", "no tokenizer configured (--tokenizer): " + kind + " prompt routed on load alone"
+	}
+	if n := max(len(r.Prompt), len(r.ChatBody)); p.opts.MaxPromptBytes > 0 && n > p.opts.MaxPromptBytes {
+		p.metrics.untokenized.WithLabelValues(kind + "-too-large").Inc()
+		return nil, "none", fmt.Sprintf("the %s prompt is %d bytes, over --max-prompt-bytes %d: not tokenized, routed on load alone", kind, n, p.opts.MaxPromptBytes)
 	}
 	ids, err := p.opts.Tokenizer.Tokenize(ctx, r, cands)
 	if err != nil || len(ids) == 0 {

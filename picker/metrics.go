@@ -8,6 +8,7 @@ type metrics struct {
 	pickErrors  *prometheus.CounterVec
 	untokenized *prometheus.CounterVec
 	cacheErrors prometheus.Counter
+	unhealthy   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,9 +34,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loadaware_cache_lookup_errors_total",
 			Help: "Cache lookups that failed; those requests got no cache credit.",
 		}),
+		unhealthy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_all_unhealthy_decisions_total",
+			Help: "Decisions made while every candidate endpoint was unhealthy (routed among all of them rather than refused).",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors} {
+		for _, c := range []prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors, m.unhealthy} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

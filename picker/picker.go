@@ -98,6 +98,12 @@ type Observer interface {
 	Routed(endpoint string, tokens []uint32)
 }
 
+// HealthView narrows candidates to the endpoints healthy at now (fleet.Health). When none
+// is healthy it returns them all and false.
+type HealthView interface {
+	Usable(addrs []string, now time.Time) ([]string, bool)
+}
+
 // Options configure a Picker.
 type Options struct {
 	Fleet        *fleet.Set
@@ -106,14 +112,15 @@ type Options struct {
 	Cache        CacheView      // nil: NoCache
 	Tokenizer    Tokenizer      // nil: text and chat prompts are routed on load alone
 	Observer     Observer       // nil: none
+	Health       HealthView     // nil: every endpoint is a candidate
 	MaxEndpoints int            // length of the fallback list; default 1
 	// MaxPromptBytes bounds the text or chat body handed to the Tokenizer; a larger prompt
 	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
 	// means no bound.
 	MaxPromptBytes int
-	Now          func() time.Time
-	Logger       *slog.Logger
-	Registerer   prometheus.Registerer // nil: metrics are not registered
+	Now            func() time.Time
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer // nil: metrics are not registered
 }
 
 // Config is the part of the configuration that can change at run time.
@@ -204,6 +211,13 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	if err != nil {
 		p.metrics.pickErrors.WithLabelValues(errorKind(err)).Inc()
 		return d, err
+	}
+	if p.opts.Health != nil {
+		var ok bool
+		if cands, ok = p.opts.Health.Usable(cands, p.opts.Now()); !ok {
+			p.metrics.unhealthy.Inc()
+			d.Note = "every candidate is unhealthy: routed among all of them"
+		}
 	}
 
 	var tokens []uint32

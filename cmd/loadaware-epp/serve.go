@@ -51,6 +51,8 @@ type options struct {
 	lmAllow                      string
 	lmInstanceTimeout            time.Duration
 
+	hard hardening
+
 	// Kubernetes discovery (GIE's flag names).
 	kube kube.Config
 
@@ -101,6 +103,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.lmKeyFormat, "lmcache-key-format", "v0.3", "chunk-key format: v0.3 (LMCache 0.3.x: None third element) or v0.4 (())")
 	fs.StringVar(&o.lmAllow, "lmcache-allow-from", "fleet", "who may connect to the controller: fleet (only the endpoints' IPs) or any")
 	fs.DurationVar(&o.lmInstanceTimeout, "lmcache-instance-timeout", 0, "drop an LMCache instance silent this long (heartbeating workers only); 0 = 6x the heartbeat period; negative = never")
+	o.hard.register(fs)
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	// GIE compatibility.
@@ -216,6 +219,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
+	}
+	if err := o.hard.apply(&cfg, o); err != nil {
+		return app.Config{}, o, err
 	}
 	return cfg, o, nil
 }

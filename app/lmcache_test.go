@@ -60,7 +60,8 @@ func TestLMCacheEventsDriveRouting(t *testing.T) {
 	if err := push.SetLinger(0); err != nil {
 		t.Fatal(err)
 	}
-	if err := push.Connect("tcp://" + a.LMCachePullAddr()); err != nil {
+	// From the IP the batch registers: the controller applies only an engine's own messages.
+	if err := push.Connect("tcp://127.0.0.2:0;" + a.LMCachePullAddr()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := push.SendMessage(batch); err != nil {

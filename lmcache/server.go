@@ -130,6 +130,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	}
 	empty := map[string]bool{}
 	s.allowed.Store(&empty)
+	idx.SetTrustClaims(cfg.Allow == AllowAny)
 	if reg != nil {
 		if err := reg.Register(s.rejected); err != nil {
 			return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
@@ -151,6 +152,9 @@ func (s *Server) SetAllowedIPs(ips []string) {
 			continue
 		}
 		set[ip] = true
+	}
+	if s.cfg.Allow == AllowFleet {
+		s.idx.RetainIPs(set) // instances of engines that left no longer speak for their ids
 	}
 	if len(names) > 0 {
 		s.log.Error("lmcache: endpoints given by host name cannot be admitted to the controller sockets: list endpoints by IP (the engines register with their pod IP)", "names", names)
@@ -342,14 +346,19 @@ func (s *Server) servePull(so *zmq.Socket) {
 			s.log.Error("lmcache: receive on the pull socket", "err", err)
 			continue
 		}
-		s.idx.ApplyFrames(frames, md["Peer-Address"], s.now())
+		peer := md["Peer-Address"]
+		if peer == "" {
+			s.idx.RefuseUnknownPeer(s.now())
+			continue
+		}
+		s.idx.ApplyFrames(frames, peer, s.now())
 	}
 }
 
 func (s *Server) serveRouter(so *zmq.Socket) {
 	defer so.Close()
 	for {
-		frames, err := so.RecvMessageBytes(0)
+		frames, md, err := so.RecvMessageBytesWithMetadata(0, "Peer-Address")
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -360,7 +369,7 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 		if len(frames) < 2 {
 			continue // no routing identity: cannot answer
 		}
-		reply := s.answer(frames[len(frames)-1])
+		reply := s.answer(frames[len(frames)-1], md["Peer-Address"])
 		out := append(frames[:len(frames)-1:len(frames)-1], reply)
 		if _, err := so.SendMessage(out); err != nil {
 			if isTerm(err) {
@@ -371,9 +380,19 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 	}
 }
 
-// answer applies one request and encodes its reply.
-func (s *Server) answer(payload []byte) []byte {
-	msg, err := s.idx.ApplyFrame(payload, s.now())
+// answer applies one request from peer and encodes its reply.
+func (s *Server) answer(payload []byte, peer string) []byte {
+	var msg Message
+	var err error
+	if peer == "" {
+		s.idx.RefuseUnknownPeer(s.now())
+		err = errors.New("the connection's address is unknown, so the message cannot be authenticated")
+	} else {
+		msg, err = s.idx.ApplyFrameFrom(payload, peer, s.now())
+	}
+	if errors.Is(err, ErrRefused) {
+		msg = nil // answer the refusal
+	}
 	var reply Message
 	switch m := msg.(type) {
 	case RegisterMsg:

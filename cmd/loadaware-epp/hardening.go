@@ -7,6 +7,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
@@ -24,6 +25,8 @@ type hardening struct {
 	maxConnsPerIP       int
 	healthCheckInterval time.Duration
 	healthCheckPath     string
+	lmMaxKeys           int
+	lmMaxInstancesPerIP int
 }
 
 func (h *hardening) register(fs *flag.FlagSet) {
@@ -37,6 +40,8 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.maxHTTPConns, "max-http-connections", app.DefaultMaxHTTPConns, "connections the metrics port holds at once; more wait in the kernel backlog")
 	fs.IntVar(&h.maxConnsPerIP, "max-connections-per-ip", app.DefaultMaxConnsPerIP, "connections one client IP may hold on each port; more are closed at once")
 	fs.DurationVar(&h.healthCheckInterval, "health-check-interval", 250*time.Millisecond, "period of the active GET --health-check-path checks of static --endpoints; 0 disables them")
+	fs.IntVar(&h.lmMaxKeys, "lmcache-max-keys", lmcache.DefaultMaxKeys, "chunk keys the LMCache index holds (about 120-160 bytes each); beyond it the least recently used go first; -1: no bound")
+	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
 }
 
@@ -58,6 +63,12 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		return fmt.Errorf("--max-grpc-connections, --max-http-connections and --max-connections-per-ip must be at least 1")
 	case h.healthCheckInterval < 0:
 		return fmt.Errorf("--health-check-interval %v: use a positive duration such as 250ms, or 0 to disable the checks", h.healthCheckInterval)
+	}
+	if h.lmMaxKeys == 0 || h.lmMaxKeys < -1 || h.lmMaxInstancesPerIP < 1 {
+		return fmt.Errorf("--lmcache-max-keys must be a count (default %d) or -1, and --lmcache-max-instances-per-ip at least 1", lmcache.DefaultMaxKeys)
+	}
+	if cfg.LMCache != nil {
+		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)
 	if err != nil {

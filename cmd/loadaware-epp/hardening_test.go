@@ -24,6 +24,7 @@ func TestHardeningFlags(t *testing.T) {
 		{"mTLS without TLS", []string{ok, "--secure-serving=false", "--client-ca", "/ca.pem"}, "--client-ca needs --secure-serving"},
 		{"connections", []string{ok, "--max-connections-per-ip", "0"}, "must be at least 1"},
 		{"health interval", []string{ok, "--health-check-interval", "-1s"}, "--health-check-interval -1s"},
+		{"lmcache keys", []string{ok, "--lmcache-max-keys", "0"}, "--lmcache-max-keys must be a count"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := parse(tt.args, env())
@@ -35,6 +36,9 @@ func TestHardeningFlags(t *testing.T) {
 	cfg, _, err := parse([]string{ok}, env())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 {
+		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
 	}
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||
 		cfg.Health.CheckInterval != 250*time.Millisecond || cfg.Health.CheckPath != "/health" {

@@ -199,3 +199,88 @@ func BenchmarkIngestInstances(b *testing.B) {
 		})
 	}
 }
+
+// FuzzIndexFromPeers drives the index with messages built from the input (each 4 bytes: the
+// peer among four IPs, the message type, the instance id among eight, a key) and checks the
+// trust model's invariants after every batch: the key budget and the per-IP instance cap
+// hold, and an instance is only ever credited to the IP that first spoke for it.
+func FuzzIndexFromPeers(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0, 3, 0, 2, 1, 3, 0, 2, 1, 0, 0, 0})
+	f.Add([]byte{0, 0, 1, 0, 1, 0, 1, 0, 0, 3, 1, 5, 1, 4, 1, 5, 2, 1, 2, 0})
+	f.Fuzz(fuzzBody)
+}
+
+func fuzzBody(t *testing.T, in []byte) {
+	peers := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "::ffff:10.0.0.4"}
+	{
+		ix := newTestIndex(t, IndexConfig{MaxKeys: 16, MaxInstancesPerIP: 2})
+		owner := map[string]string{} // instance id -> the IP that first got a message applied
+		for len(in) >= 4 {
+			peer, kind, id, key := peers[in[0]%4], in[1]%6, fmt.Sprintf("i%d", in[2]%8), int64(in[3])
+			in = in[4:]
+			claim := peers[(int(in0(in))+int(key))%4]
+			var m Message
+			switch kind {
+			case 0:
+				m = RegisterMsg{InstanceID: id, IP: claim, Port: 8000}
+			case 1:
+				m = HeartbeatMsg{InstanceID: id, IP: claim}
+			case 2:
+				m = DeRegisterMsg{InstanceID: id}
+			case 3:
+				m = KVAdmitMsg{InstanceID: id, Key: key, Location: "cpu"}
+			case 4:
+				m = KVEvictMsg{InstanceID: id, Key: key, Location: "cpu"}
+			default:
+				m = FullSyncBatchMsg{InstanceID: id, Location: "cpu", SyncID: "s", Keys: []int64{key, key + 1, key + 2}}
+			}
+			f, err := Encode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ix.ApplyFrames([][]byte{f}, peer, t0) == 1 {
+				if _, seen := owner[id]; !seen {
+					owner[id] = canonicalIP(peer)
+				}
+				if _, ok := m.(DeRegisterMsg); ok {
+					delete(owner, id)
+				}
+			}
+			if ix.Keys() > 16 {
+				t.Fatalf("%d keys held, over the budget of 16", ix.Keys())
+			}
+			perIP := map[string]int{}
+			infos := ix.Instances()
+			present := map[string]bool{}
+			for _, info := range infos {
+				present[info.ID] = true
+			}
+			for id := range owner {
+				if !present[id] {
+					delete(owner, id) // forgotten (deregistered, or a superseded tombstone evicted): the id is free again
+				}
+			}
+			for _, info := range infos {
+				o, known := owner[info.ID]
+				if info.State == StateActive && (!known || info.IP != o) {
+					t.Fatalf("instance %s credited to %s, but %q spoke for it first", info.ID, info.IP, o)
+				}
+				if known {
+					perIP[o]++
+				}
+			}
+			for ip, n := range perIP {
+				if n > 2 {
+					t.Fatalf("%d instances on %s, over the cap of 2", n, ip)
+				}
+			}
+		}
+	}
+}
+
+func in0(b []byte) byte {
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}

@@ -121,10 +121,11 @@ func TestBufferedBytesBudget(t *testing.T) {
 		[]*extprocv3.ProcessingResponse{immediateResp(typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
 			"the picker holds its limit of 3000 bytes of request bodies being read (--max-buffered-bytes): retry shortly")})
 	<-h.done
-	// A small request still fits and is routed; its bytes are given back.
+	// A body that arrives whole in one frame holds nothing while waiting: it is routed even
+	// when the budget is spent.
 	st2, _ := h.open(t)
-	exchange(t, st2, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(completion, true)},
-		[]*extprocv3.ProcessingResponse{routedHeaders("10.0.0.1:8000"), streamedBody(true, []byte(completion), true)})
+	exchange(t, st2, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(completion+strings.Repeat(" ", 1500), true)},
+		[]*extprocv3.ProcessingResponse{routedHeaders("10.0.0.1:8000"), streamedBody(true, []byte(completion+strings.Repeat(" ", 1500)), true)})
 	waitFor(t, func() bool { return h.server.bytes.used.Load() == 2000 })
 	cancelHog()
 	<-h.done

@@ -399,11 +399,14 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if int64(st.body.Len()+len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
 		return st.tooLarge()
 	}
-	if n := int64(len(b.GetBody())); !st.s.bytes.take(n) {
-		st.s.metrics.overload.WithLabelValues("buffered-bytes").Inc()
-		return st.immediate(typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
-			fmt.Sprintf("the picker holds its limit of %d bytes of request bodies being read (--max-buffered-bytes): retry shortly", st.s.cfg.Limits.MaxBufferedBytes))
-	} else {
+	// A body that arrives whole in one frame is routed at once; only bytes held while
+	// waiting for more take from the shared budget.
+	if n := int64(len(b.GetBody())); st.held > 0 || (!b.GetEndOfStream() && st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
+		if !st.s.bytes.take(n) {
+			st.s.metrics.overload.WithLabelValues("buffered-bytes").Inc()
+			return st.immediate(typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
+				fmt.Sprintf("the picker holds its limit of %d bytes of request bodies being read (--max-buffered-bytes): retry shortly", st.s.cfg.Limits.MaxBufferedBytes))
+		}
 		st.held += n
 	}
 	if st.body.Len() == 0 && (b.GetEndOfStream() || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {

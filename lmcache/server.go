@@ -69,6 +69,10 @@ type ServerConfig struct {
 	Now func() time.Time
 	// MaxFrameBytes bounds one received frame; larger ones drop the peer. 0 means 64 MiB.
 	MaxFrameBytes int64
+	// RcvHWM is how many messages each socket queues before ZeroMQ stops reading its
+	// peers (their PUSH sockets then block or drop): the memory a peer faster than the index
+	// can make libzmq hold. 0 means DefaultRcvHWM.
+	RcvHWM int
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -96,6 +100,11 @@ type Server struct {
 
 const zapDomain = "loadaware-epp-lmcache"
 
+// DefaultRcvHWM queues 2,000 messages per socket (a worker's batch is up to 50 events of
+// about 60 bytes): seconds of a fleet's events, not the gigabyte a flooding peer made
+// libzmq hold with a queue of 100,000 (issue 10's soak).
+const DefaultRcvHWM = 2000
+
 // NewServer prepares a server for idx. reg (optional) receives the server's metrics.
 func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if idx == nil {
@@ -106,6 +115,9 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 5 * time.Second
+	}
+	if cfg.RcvHWM <= 0 {
+		cfg.RcvHWM = DefaultRcvHWM
 	}
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = 64 << 20
@@ -205,7 +217,7 @@ func (s *Server) Start(ctx context.Context) error {
 		for _, set := range []func() error{
 			func() error { return so.SetLinger(0) },
 			func() error { return so.SetMaxmsgsize(s.cfg.MaxFrameBytes) },
-			func() error { return so.SetRcvhwm(100000) },
+			func() error { return so.SetRcvhwm(s.cfg.RcvHWM) },
 			func() error { return so.SetIpv6(strings.Contains(ep, "[")) },
 			func() error {
 				if zap == nil {

@@ -124,11 +124,7 @@ func TestKeyBudgetEvictsLeastRecentlyUsed(t *testing.T) {
 	from(t, ix, "10.0.0.1", admits(t, "a", 0, "cpu", hot, 0, 20)...)
 	for i := 1; i <= 30; i++ {
 		p := prompt(i, 256*100)
-		var batch []Message
-		for _, m := range admits(t, "a", 0, "cpu", p, 0, 100) {
-			batch = append(batch, m)
-		}
-		from(t, ix, "10.0.0.1", batch...)
+		from(t, ix, "10.0.0.1", admits(t, "a", 0, "cpu", p, 0, 100)...)
 		ix.Lookup(hot) // the hot prompt is used all along
 		if ix.Keys() > 1000 {
 			t.Fatalf("after %d prompts the index holds %d keys, over its budget of 1000", i, ix.Keys())

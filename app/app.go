@@ -53,7 +53,7 @@ type Config struct {
 	ClientCA       string              // PEM file: ext_proc requires a client certificate it signed (mTLS)
 	MaxGRPCConns   int                 // 0: DefaultMaxGRPCConns
 	MaxHTTPConns   int                 // 0: DefaultMaxHTTPConns
-	MaxConnsPerIP  int                 // per port; 0: DefaultMaxConnsPerIP
+	MaxConnsPerIP  int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
 	Health         HealthConfig        // passive and active endpoint health
 
 	ImbalanceWindow   time.Duration // default 60s
@@ -224,7 +224,8 @@ func (a *App) bind(ctx context.Context, cfg Config) error {
 	if a.grpcLis, err = listen("ext_proc gRPC", cfg.GRPCAddr, "--grpc-port"); err != nil {
 		return err
 	}
-	a.grpcLis = limitListener(a.grpcLis, cfg.MaxGRPCConns, cfg.MaxConnsPerIP, a.refusedConns.WithLabelValues("ext_proc"))
+	// No per-IP cap on ext_proc: one Envoy opens a connection per worker thread.
+	a.grpcLis = limitListener(a.grpcLis, cfg.MaxGRPCConns, 0, nil)
 	if cfg.HealthAddr != "-" {
 		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
 			return err

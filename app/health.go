@@ -22,7 +22,8 @@ type HealthConfig struct {
 	// CheckInterval is the period of active checks; 0 disables them (Kubernetes discovery
 	// follows readiness instead). cmd/loadaware-epp enables them in static mode.
 	CheckInterval time.Duration
-	// CheckTimeout bounds one check; 0 means the interval, at most 1 s.
+	// CheckTimeout bounds one check; 0 means 1 s (a slow answer is not a dead engine: a
+	// killed one refuses the connection at once).
 	CheckTimeout time.Duration
 	Policy       fleet.HealthPolicy
 	// Now is the clock; nil means time.Now.
@@ -48,7 +49,7 @@ func newHealthWatch(cfg HealthConfig, log *slog.Logger, reg prometheus.Registere
 		cfg.CheckPath = "/health"
 	}
 	if cfg.CheckTimeout <= 0 {
-		cfg.CheckTimeout = min(max(cfg.CheckInterval, 100*time.Millisecond), time.Second)
+		cfg.CheckTimeout = time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -29,7 +29,7 @@ const (
 	grpcPingTimeout      = 10 * time.Second
 	grpcMinClientPing    = 10 * time.Second // clients pinging more often get GOAWAY (Envoy's default is none)
 
-	DefaultMaxConnsPerIP = 64
+	DefaultMaxConnsPerIP = 16 // metrics and health ports: Prometheus and probes need a few
 	httpMaxHeaderBytes   = 64 << 10
 )
 

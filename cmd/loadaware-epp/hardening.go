@@ -38,7 +38,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.clientCA, "client-ca", "", "PEM file of the CA signing Envoy's client certificate: ext_proc then requires mutual TLS")
 	fs.IntVar(&h.maxGRPCConns, "max-grpc-connections", app.DefaultMaxGRPCConns, "connections the ext_proc port holds at once; more wait in the kernel backlog")
 	fs.IntVar(&h.maxHTTPConns, "max-http-connections", app.DefaultMaxHTTPConns, "connections the metrics port holds at once; more wait in the kernel backlog")
-	fs.IntVar(&h.maxConnsPerIP, "max-connections-per-ip", app.DefaultMaxConnsPerIP, "connections one client IP may hold on each port; more are closed at once")
+	fs.IntVar(&h.maxConnsPerIP, "max-connections-per-ip", app.DefaultMaxConnsPerIP, "connections one client IP may hold on the metrics and health ports; more are closed at once")
 	fs.DurationVar(&h.healthCheckInterval, "health-check-interval", 250*time.Millisecond, "period of the active GET --health-check-path checks of static --endpoints; 0 disables them")
 	fs.IntVar(&h.lmMaxKeys, "lmcache-max-keys", lmcache.DefaultMaxKeys, "chunk keys the LMCache index holds (about 120-160 bytes each); beyond it the least recently used go first; -1: no bound")
 	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")

@@ -198,3 +198,22 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestOverloadLogIsRateLimited(t *testing.T) {
+	var l limitLog
+	t0 := time.Unix(0, 0)
+	steps := []struct {
+		at      time.Duration
+		log     bool
+		refused int
+	}{{0, true, 1}, {time.Second, false, 0}, {9 * time.Second, false, 0}, {10 * time.Second, true, 3}, {11 * time.Second, false, 0}}
+	for i, s := range steps {
+		n, ok := l.due("streams", t0.Add(s.at))
+		if ok != s.log || n != s.refused {
+			t.Fatalf("step %d: due = %d, %v; want %d, %v", i, n, ok, s.refused, s.log)
+		}
+	}
+	if n, ok := l.due("idle-timeout", t0.Add(11*time.Second)); !ok || n != 1 {
+		t.Fatalf("another limit shares the rate: %d %v", n, ok)
+	}
+}

@@ -110,6 +110,7 @@ type Server struct {
 	metrics *metrics
 	bytes   *budget
 	streams *gate
+	limitLog
 
 	streamDone func() // test hook: called after a stream's booking is released
 }
@@ -217,6 +218,7 @@ type stream struct {
 	refuse            string // non-empty: answer 503 at the headers (over a limit)
 	held              int64  // request body bytes taken from the server's budget
 	authorization     string
+	quiet             bool // a refusal logged by overloaded, not per request
 	sawHeaders        bool
 	path              string
 	requestID         string
@@ -245,8 +247,7 @@ func (st *stream) run() error {
 		select {
 		case m = <-st.msgs:
 		case <-idleC:
-			st.s.metrics.overload.WithLabelValues("idle-timeout").Inc()
-			return st.immediate(typev3.StatusCode_RequestTimeout, "RequestTimeout",
+			return st.overloaded("idle-timeout", typev3.StatusCode_RequestTimeout, "RequestTimeout",
 				fmt.Sprintf("no part of the request arrived for %v while the picker was reading it (--stream-idle-timeout)", idleAfter))
 		}
 		if !st.decided {
@@ -354,8 +355,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		st.s.metrics.explain.WithLabelValues(map[bool]string{true: "given", false: "refused"}[st.explain]).Inc()
 	}
 	if st.refuse != "" {
-		st.s.metrics.overload.WithLabelValues("streams").Inc()
-		return st.immediate(typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
+		return st.overloaded("streams", typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
 			fmt.Sprintf("the picker is serving its limit of %d concurrent requests (--max-streams): retry shortly", st.s.cfg.Limits.MaxStreams))
 	}
 	if contentLength > st.s.cfg.MaxBodyBytes {
@@ -403,8 +403,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	// waiting for more take from the shared budget.
 	if n := int64(len(b.GetBody())); st.held > 0 || (!b.GetEndOfStream() && st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
 		if !st.s.bytes.take(n) {
-			st.s.metrics.overload.WithLabelValues("buffered-bytes").Inc()
-			return st.immediate(typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
+			return st.overloaded("buffered-bytes", typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
 				fmt.Sprintf("the picker holds its limit of %d bytes of request bodies being read (--max-buffered-bytes): retry shortly", st.s.cfg.Limits.MaxBufferedBytes))
 		}
 		st.held += n
@@ -529,7 +528,9 @@ func (st *stream) tooLarge() error {
 func (st *stream) immediate(code typev3.StatusCode, kind, msg string) error {
 	st.finished = true
 	st.s.metrics.immediate.WithLabelValues(strconv.Itoa(int(code))).Inc()
-	st.s.cfg.Logger.Info("request refused", "request_id", st.requestID, "status", int(code), "reason", msg)
+	if !st.quiet {
+		st.s.cfg.Logger.Info("request refused", "request_id", st.requestID, "status", int(code), "reason", msg)
+	}
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status: &typev3.HttpStatus{Code: code},

@@ -280,3 +280,33 @@ func in0(b []byte) byte {
 	}
 	return b[0]
 }
+
+// Issue 10's "3 full syncs of 2M keys", scaled: a full sync larger than the key budget
+// leaves the index at the budget and ends without evicting (it cannot tell what it lost).
+func TestFullSyncLargerThanTheBudget(t *testing.T) {
+	ix := newTestIndex(t, IndexConfig{MaxKeys: 500})
+	from(t, ix, "10.0.0.1", regMsg("a", 0, "10.0.0.1"))
+	for round := range 3 {
+		sync := fmt.Sprintf("s%d", round)
+		total := 0
+		for b := range 4 {
+			keys := make([]int64, 400)
+			for i := range keys {
+				keys[i] = int64(round*1_000_000 + b*1000 + i)
+			}
+			total += len(keys)
+			if n := from(t, ix, "10.0.0.1", FullSyncBatchMsg{InstanceID: "a", Location: "cpu", SyncID: sync, BatchID: b, Keys: keys}); n != 1 {
+				t.Fatalf("batch %d of sync %d refused", b, round)
+			}
+			if ix.Keys() > 500 {
+				t.Fatalf("sync %d batch %d: %d keys, over the budget of 500", round, b, ix.Keys())
+			}
+		}
+		if n := from(t, ix, "10.0.0.1", FullSyncEndMsg{InstanceID: "a", Location: "cpu", SyncID: sync, ActualTotalKeys: total}); n != 1 {
+			t.Fatalf("end of sync %d refused", round)
+		}
+		if ix.Keys() == 0 || ix.Keys() > 500 {
+			t.Fatalf("after sync %d: %d keys, want some, at most 500", round, ix.Keys())
+		}
+	}
+}

@@ -9,11 +9,27 @@ import (
 // that finds the least recently used keys runs once per that many admits.
 const evictFraction = 10
 
+// touchSlack bounds how stale (in clock ticks) a key's use stamp may get before a lookup
+// renews it: lookups take a shard's write lock only for keys not used that recently, so hot
+// prefixes are read-locked only. The slack used is at most a fortieth of the budget, a
+// quarter of what one eviction round drops.
+const touchSlack = 1024
+
 // touchKeys marks the first n of keys as used now (a lookup credited them).
 func (ix *Index) touchKeys(keys []int64, n int) {
+	if ix.maxKeys <= 0 {
+		return // no budget: nothing is evicted, use stamps are not needed
+	}
+	slack := uint32(min(touchSlack, max(1, ix.maxKeys/(4*evictFraction))))
 	tick := ix.tick.Add(1)
 	for _, k := range keys[:n] {
 		sh := ix.shardOf(k)
+		sh.mu.RLock()
+		h, ok := sh.m[k]
+		sh.mu.RUnlock()
+		if !ok || tick-h.used < slack {
+			continue
+		}
 		sh.mu.Lock()
 		if h, ok := sh.m[k]; ok {
 			h.used = tick

@@ -62,7 +62,8 @@ type Match struct {
 //
 // Writers (Apply, ApplyFrame, Sweep) are serialised among themselves. Lookups take no
 // writer lock: the key table is sharded, each shard guarded by a read-write lock held for
-// one key at a time, and the registry is read from an immutable snapshot, so a lookup
+// one key at a time (the write side only to renew a credited key's use stamp when it is
+// older than touchSlack ticks), and the registry is read from an immutable snapshot, so a lookup
 // waits at most for one key's update, never for a burst of admits.
 type Index struct {
 	hasher      *Hasher

@@ -15,21 +15,24 @@ const evictFraction = 10
 // quarter of what one eviction round drops.
 const touchSlack = 1024
 
-// touchKeys marks the first n of keys as used now (a lookup credited them).
-func (ix *Index) touchKeys(keys []int64, n int) {
+// touchSlack returns the slack in force; 0 without a budget (nothing is evicted, use stamps
+// are not needed).
+func (ix *Index) touchSlack() uint32 {
 	if ix.maxKeys <= 0 {
-		return // no budget: nothing is evicted, use stamps are not needed
+		return 0
 	}
-	slack := uint32(min(touchSlack, max(1, ix.maxKeys/(4*evictFraction))))
+	return uint32(min(touchSlack, max(1, ix.maxKeys/(4*evictFraction))))
+}
+
+// renew marks the keys whose bit is set in stale (a lookup credited them, and their stamps
+// were older than the slack) as used now.
+func (ix *Index) renew(keys []int64, stale uint64) {
 	tick := ix.tick.Add(1)
-	for _, k := range keys[:n] {
-		sh := ix.shardOf(k)
-		sh.mu.RLock()
-		h, ok := sh.m[k]
-		sh.mu.RUnlock()
-		if !ok || tick-h.used < slack {
+	for i, k := range keys {
+		if i >= 64 || stale&(1<<i) == 0 {
 			continue
 		}
+		sh := ix.shardOf(k)
 		sh.mu.Lock()
 		if h, ok := sh.m[k]; ok {
 			h.used = tick

@@ -260,8 +260,13 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 	cands := cbuf[:0]
 	var hbuf [16]uint32
 	walked := 0 // keys some candidate still held
+	slack, clock := ix.touchSlack(), ix.tick.Load()
+	var stale uint64 // keys (of the first 64) whose use stamp is older than slack
 	for i, k := range keys {
-		hs := ix.holdersOf(k, hbuf[:0])
+		hs, used := ix.holdersOf(k, hbuf[:0])
+		if i < 64 && slack > 0 && clock-used >= slack {
+			stale |= 1 << i
+		}
 		if i == 0 {
 			for _, s := range hs {
 				iv := v.get(s)
@@ -300,8 +305,8 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 		}
 		walked = i + 1
 	}
-	if len(cands) > 0 {
-		ix.touchKeys(keys, walked)
+	if stale != 0 && len(cands) > 0 {
+		ix.renew(keys[:walked], stale)
 	}
 	out := make([]Match, 0, len(cands))
 	best := 0
@@ -405,14 +410,15 @@ func containsFunc[T any](s []T, f func(T) bool) bool {
 	return false
 }
 
-// holdersOf appends the slots holding key, in admission order, to dst.
-func (ix *Index) holdersOf(key int64, dst []uint32) []uint32 {
+// holdersOf appends the slots holding key, in admission order, to dst, and returns the
+// key's use stamp.
+func (ix *Index) holdersOf(key int64, dst []uint32) ([]uint32, uint32) {
 	sh := ix.shardOf(key)
 	sh.mu.RLock()
 	h := sh.m[key]
 	dst = h.appendTo(dst)
 	sh.mu.RUnlock()
-	return dst
+	return dst, h.used
 }
 
 // ErrNotWorkerMessage is returned by Apply for messages a worker never sends the controller.

@@ -5,7 +5,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload soak
 
 all: build
 
@@ -64,3 +64,10 @@ bench-live: deps
 # Open-loop rate steps through gateway + picker: the highest rate with p99 added latency under 2 ms.
 gwload: deps
 	$(GO) run ./cmd/loadaware-bench gwload
+
+# Steady traffic alone, then beside hostile clients (unfinished bodies, STREAMED streams, idle
+# connections, an engine IP pushing junk LMCache events) for $(SOAK); RSS, goroutines and
+# latency recorded in soak.md (docs/security.md).
+SOAK ?= 5m
+soak: deps
+	LOADAWARE_SOAK=$(SOAK) LOADAWARE_SOAK_OUT=$(CURDIR)/soak.md $(GO) test -count=1 -run TestSoak -timeout 90m -v ./bench/soak

@@ -6,7 +6,6 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +48,16 @@ type Config struct {
 
 	AdminToken string // bearer token for POST /admin/config; empty: changes refused
 
+	// Hardening (see docs/security.md); zero values take the defaults.
+	Limits         extproc.Limits      // ext_proc streams, buffered bytes, idle timeout
+	Explain        extproc.ExplainMode // zero: only requests carrying AdminToken get the decision header
+	MaxPromptBytes int                 // 0: picker.DefaultMaxPromptBytes; negative: no bound
+	ClientCA       string              // PEM file: ext_proc requires a client certificate it signed (mTLS)
+	MaxGRPCConns   int                 // 0: DefaultMaxGRPCConns
+	MaxHTTPConns   int                 // 0: DefaultMaxHTTPConns
+	MaxConnsPerIP  int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
+	Health         HealthConfig        // passive and active endpoint health
+
 	ImbalanceWindow   time.Duration // default 60s
 	ImbalanceInterval time.Duration // default 250ms
 
@@ -90,6 +99,8 @@ type App struct {
 	LMCacheServer                  *lmcache.Server      // nil without LMCache
 	KVEventsIndex                  *kvevents.Index      // nil without vLLM KV events
 	KVEventsSubscriber             *kvevents.Subscriber // nil without vLLM KV events
+	health                         *healthWatch
+	refusedConns                   *prometheus.CounterVec
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -125,11 +136,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 			}
 		}()
 	}
+	if a.health, err = newHealthWatch(cfg.Health, log, reg); err != nil {
+		return nil, err
+	}
+	a.refusedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loadaware_connections_refused_total",
+		Help: "Connections closed at accept because their IP already held --max-connections-per-ip on the port.",
+	}, []string{"port"})
+	if err := reg.Register(a.refusedConns); err != nil {
+		return nil, err
+	}
 	params := scoring.DefaultParams()
 	params.Beta = cfg.Beta
 	p, err := picker.New(picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
-		Observer: cfg.Observer, MaxEndpoints: cfg.MaxEndpoints, Logger: log, Registerer: reg,
+		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
@@ -154,20 +175,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	ext, err := extproc.NewServer(p, extproc.Config{
 		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
 		OmitScores: cfg.OmitScores,
+		Limits:     cfg.Limits, Explain: cfg.Explain, AdminToken: cfg.AdminToken, OnResponse: a.health.observe,
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	var opts []grpc.ServerOption
+	var creds credentials.TransportCredentials
 	if cfg.SecureServing {
-		cert, err := loadOrMakeCert(cfg.CertPath)
+		tc, err := serverTLS(cfg.CertPath, cfg.ClientCA)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+		creds = credentials.NewTLS(tc)
 	}
-	a.grpcSrv = grpc.NewServer(opts...)
+	a.grpcSrv = grpc.NewServer(grpcOptions(creds)...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
 
@@ -177,12 +199,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		a.closeListeners()
 		return nil, err
 	}
-	a.httpSrv = &http.Server{Handler: a.httpHandler(adm), ReadHeaderTimeout: 10 * time.Second}
+	a.httpSrv = newHTTPServer(a.httpHandler(adm))
 	a.goServe("ext_proc gRPC", func() error { return a.grpcSrv.Serve(a.grpcLis) })
 	if a.healthSrv != nil {
 		a.goServe("gRPC health", func() error { return a.healthSrv.Serve(a.healthLis) })
 	}
 	a.goServe("metrics HTTP", func() error { return a.httpSrv.Serve(a.metricsLis) })
+	a.wg.Go(func() { a.health.run(ctx, a.Fleet) })
 	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()
@@ -212,7 +235,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		}
 	}()
 	log.Info("loadaware-epp started", "ext_proc", a.GRPCAddr(), "tls", cfg.SecureServing, "metrics", a.MetricsAddr(),
-		"policy", cfg.Policy, "beta", cfg.Beta, "body_mode", cfg.BodyMode.String(), "endpoints", len(cfg.Endpoints))
+		"policy", cfg.Policy, "beta", cfg.Beta, "body_mode", cfg.BodyMode.String(), "endpoints", len(cfg.Endpoints),
+		"explain", cfg.Explain.String(), "mtls", cfg.ClientCA != "", "health_checks", cfg.Health.CheckInterval.String())
+	if cfg.Explain == extproc.ExplainToken && cfg.AdminToken == "" {
+		log.Info("no admin token: no request gets the x-loadaware-decision header (set --admin-token, or --explain=all for a demo)")
+	}
 	return a, nil
 }
 
@@ -223,16 +250,20 @@ func (a *App) bind(ctx context.Context, cfg Config) error {
 	if a.grpcLis, err = listen("ext_proc gRPC", cfg.GRPCAddr, "--grpc-port"); err != nil {
 		return err
 	}
+	// No per-IP cap on ext_proc: one Envoy opens a connection per worker thread.
+	a.grpcLis = limitListener(a.grpcLis, cfg.MaxGRPCConns, 0, nil)
 	if cfg.HealthAddr != "-" {
 		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
 			return err
 		}
-		a.healthSrv = grpc.NewServer()
+		a.healthLis = limitListener(a.healthLis, cfg.MaxHTTPConns, cfg.MaxConnsPerIP, a.refusedConns.WithLabelValues("health"))
+		a.healthSrv = grpc.NewServer(grpcOptions(nil)...)
 		healthpb.RegisterHealthServer(a.healthSrv, a.Health)
 	}
 	if a.metricsLis, err = listen("metrics", cfg.MetricsAddr, "--metrics-port"); err != nil {
 		return err
 	}
+	a.metricsLis = limitListener(a.metricsLis, cfg.MaxHTTPConns, cfg.MaxConnsPerIP, a.refusedConns.WithLabelValues("metrics"))
 	if a.LMCacheServer != nil {
 		if err := a.LMCacheServer.Start(ctx); err != nil {
 			return fmt.Errorf("LMCache controller: %w", err)
@@ -266,6 +297,15 @@ func setDefaults(c *Config) {
 	if c.ImbalanceWindow <= 0 {
 		c.ImbalanceWindow = time.Minute
 	}
+	if c.MaxGRPCConns == 0 {
+		c.MaxGRPCConns = DefaultMaxGRPCConns
+	}
+	if c.MaxHTTPConns == 0 {
+		c.MaxHTTPConns = DefaultMaxHTTPConns
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
 	if c.ImbalanceInterval <= 0 {
 		c.ImbalanceInterval = 250 * time.Millisecond
 	}
@@ -294,6 +334,7 @@ func (a *App) goServe(what string, serve func() error) {
 func (a *App) UpdateEndpoints(addrs []string) {
 	a.Fleet.Update(addrs)
 	a.Picker.Forget(addrs)
+	a.health.h.Retain(addrs)
 	if a.LMCacheServer != nil {
 		a.LMCacheServer.SetAllowedIPs(addrs)
 	}

@@ -18,6 +18,9 @@ type LMCacheConfig struct {
 	HashSeedSource   string            // where Keys.HashSeed came from, for the startup log
 	Allow            lmcache.AllowMode // fleet (default) or any
 	HeartbeatTimeout time.Duration     // 0: automatic; negative: never expire instances
+
+	MaxKeys           int // chunk keys held (LRU beyond); 0: lmcache.DefaultMaxKeys; negative: no bound
+	MaxInstancesPerIP int // 0: lmcache.DefaultMaxInstancesPerIP
 }
 
 func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
@@ -26,7 +29,7 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 		return err
 	}
 	a.LMCacheIndex, err = lmcache.NewIndex(lmcache.IndexConfig{Keys: c.Keys, HeartbeatTimeout: c.HeartbeatTimeout,
-		Logger: a.log, Registerer: reg, Detector: det})
+		Logger: a.log, Registerer: reg, Detector: det, MaxKeys: c.MaxKeys, MaxInstancesPerIP: c.MaxInstancesPerIP})
 	if err != nil {
 		return err
 	}

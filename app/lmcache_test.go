@@ -9,6 +9,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	zmq "github.com/pebbe/zmq4"
 	"google.golang.org/grpc"
@@ -22,8 +23,8 @@ import (
 func TestLMCacheEventsDriveRouting(t *testing.T) {
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a := start(t, Config{
-		Endpoints: []string{"127.0.0.1:8001", "127.0.0.2:8002"},
-		LMCache:   &LMCacheConfig{PullAddr: "127.0.0.1:0", ReplyAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
+		Endpoints: []string{"127.0.0.1:8001", "127.0.0.2:8002"}, Explain: extproc.ExplainAll,
+		LMCache: &LMCacheConfig{PullAddr: "127.0.0.1:0", ReplyAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
 	})
 	prompt := make([]uint32, 600)
 	for i := range prompt {
@@ -59,7 +60,8 @@ func TestLMCacheEventsDriveRouting(t *testing.T) {
 	if err := push.SetLinger(0); err != nil {
 		t.Fatal(err)
 	}
-	if err := push.Connect("tcp://" + a.LMCachePullAddr()); err != nil {
+	// From the IP the batch registers: the controller applies only an engine's own messages.
+	if err := push.Connect("tcp://127.0.0.2:0;" + a.LMCachePullAddr()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := push.SendMessage(batch); err != nil {

@@ -15,12 +15,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -33,12 +36,13 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/health_check/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 )
 
-// Files holds the shipped configurations: gateway.yaml and sidecar.yaml.
+// Files holds the shipped configurations: gateway.yaml, sidecar.yaml and fallback.yaml.
 //
-//go:embed gateway.yaml sidecar.yaml
+//go:embed gateway.yaml sidecar.yaml fallback.yaml
 var Files embed.FS
 
 // DestinationHeader is the header the picker sets and ORIGINAL_DST reads.
@@ -134,10 +138,12 @@ type Picker struct {
 
 // CheckPicker verifies that some listener runs ext_proc, as the picker's
 // protocol requires, before its router, and that the routes of the requests it
-// routes end at an ORIGINAL_DST cluster keyed by DestinationHeader; with
-// failure_mode_allow, that requests without that header have a fallback route
-// and that clients cannot send the header themselves (see checkRoutes); that
-// every referenced cluster exists; and that the picker cluster speaks HTTP/2.
+// routes end at an ORIGINAL_DST cluster keyed by DestinationHeader (or at a
+// cluster whose override_host policy reads it, with a retry on connect failures
+// to reach the next endpoint of the list); with failure_mode_allow, that
+// requests without that header have a fallback route and that clients cannot
+// send the header themselves (see checkRoutes); that every referenced cluster
+// exists; and that the picker cluster speaks HTTP/2.
 func CheckPicker(b *bootstrapv3.Bootstrap) (Picker, error) {
 	clusters := map[string]*clusterv3.Cluster{}
 	for _, c := range b.GetStaticResources().GetClusters() {
@@ -267,10 +273,45 @@ func CheckExtProc(ep *extprocv3.ExternalProcessor) error {
 	return nil
 }
 
-func checkOriginalDst(c *clusterv3.Cluster) error {
+// checkDestination checks that route r sends requests where the picker says: an
+// ORIGINAL_DST cluster reading DestinationHeader, or a cluster whose
+// override_host load balancing policy reads it (header or envoy.lb metadata),
+// with a retry on connect failures so a fallback list is walked.
+func checkDestination(r *routev3.Route, c *clusterv3.Cluster) error {
 	if c == nil {
 		return errors.New("route has no cluster")
 	}
+	if oh := overrideHost(c); oh != nil {
+		reads := false
+		for _, src := range oh.GetOverrideHostSources() {
+			md := src.GetMetadata()
+			reads = reads || src.GetHeader() == DestinationHeader ||
+				(md.GetKey() == "envoy.lb" && len(md.GetPath()) == 1 && md.GetPath()[0].GetKey() == DestinationHeader)
+		}
+		if !reads {
+			return fmt.Errorf("cluster %s: override_host must read the %s header or envoy.lb metadata", c.GetName(), DestinationHeader)
+		}
+		rp := r.GetRoute().GetRetryPolicy()
+		if rp.GetNumRetries().GetValue() < 1 || !slices.Contains(strings.Split(rp.GetRetryOn(), ","), "connect-failure") {
+			return fmt.Errorf("cluster %s uses override_host: the route needs retry_policy {retry_on: connect-failure, num_retries >= 1} to reach the next endpoint", c.GetName())
+		}
+		return nil
+	}
+	return checkOriginalDst(c)
+}
+
+// overrideHost returns c's override_host policy, or nil.
+func overrideHost(c *clusterv3.Cluster) *overridehostv3.OverrideHost {
+	for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
+		var oh overridehostv3.OverrideHost
+		if a := p.GetTypedExtensionConfig().GetTypedConfig(); a != nil && a.MessageIs(&oh) && a.UnmarshalTo(&oh) == nil {
+			return &oh
+		}
+	}
+	return nil
+}
+
+func checkOriginalDst(c *clusterv3.Cluster) error {
 	if c.GetType() != clusterv3.Cluster_ORIGINAL_DST || c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
 		return fmt.Errorf("cluster %s is not ORIGINAL_DST with lb_policy CLUSTER_PROVIDED", c.GetName())
 	}

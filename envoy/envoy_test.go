@@ -18,6 +18,7 @@ func TestShippedConfigs(t *testing.T) {
 			Fallback: "engine_fallback", FallbackAddress: "vllm-engines:8000"}},
 		{"sidecar.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "127.0.0.1:9002", TLS: false,
 			Fallback: "engine_fallback", FallbackAddress: "vllm-engines:8000"}},
+		{"fallback.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "loadaware-epp:9002", TLS: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -149,5 +150,36 @@ func TestCheckPickerNeedsExtProc(t *testing.T) {
 	b.StaticResources.Listeners = b.StaticResources.Listeners[:1] // only the readiness listener
 	if _, err := CheckPicker(b); err == nil || !strings.Contains(err.Error(), "no listener runs") {
 		t.Fatalf("CheckPicker error = %v, want one saying no listener runs ext_proc", err)
+	}
+}
+
+func TestCheckPickerRejectsAFallbackConfigThatCannotFallBack(t *testing.T) {
+	data, err := Files.ReadFile("fallback.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(data)
+	for _, tt := range []struct {
+		name     string
+		old, new string
+		want     string
+	}{
+		{"no retry", "retry_on: connect-failure,refused-stream,reset", "retry_on: 5xx", "retry_policy"},
+		{"no retries", "num_retries: 1", "num_retries: 0", "retry_policy"},
+		{"reads another header", "- header: x-gateway-destination-endpoint\n                  - metadata:\n                      key: envoy.lb",
+			"- header: x-other\n                  - metadata:\n                      key: other", "override_host must read"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(src, tt.old) {
+				t.Fatalf("fallback.yaml lacks %q", tt.old)
+			}
+			b, err := Load([]byte(strings.Replace(src, tt.old, tt.new, 1)))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if _, err := CheckPicker(b); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("CheckPicker error = %v, want one containing %q", err, tt.want)
+			}
+		})
 	}
 }

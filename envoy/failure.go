@@ -36,7 +36,14 @@ func checkRoutes(hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv
 				if out.fallback != "" {
 					return out, fmt.Errorf("%s (on %s) comes after the fallback route to %s, which takes every request first", where, DestinationHeader, out.fallback)
 				}
-				if err := checkOriginalDst(c); err != nil {
+				if err := checkDestination(r, c); err != nil {
+					return out, fmt.Errorf("%s: %w", where, err)
+				}
+				picked++
+			case c != nil && overrideHost(c) != nil:
+				// override_host reads the picker's header and falls back to the
+				// cluster's own balancing without it.
+				if err := checkDestination(r, c); err != nil {
 					return out, fmt.Errorf("%s: %w", where, err)
 				}
 				picked++

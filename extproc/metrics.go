@@ -7,6 +7,8 @@ type metrics struct {
 	immediate    *prometheus.CounterVec
 	bodyless     *prometheus.CounterVec
 	released     prometheus.Counter
+	overload     *prometheus.CounterVec
+	explain      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,9 +29,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loadaware_extproc_bookings_released_total",
 			Help: "Bookings released by the ext_proc server (response end, trailers, error or stream end).",
 		}),
+		overload: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_extproc_overload_total",
+			Help: "Requests refused at a resource limit, by reason (streams: --max-streams; buffered-bytes: --max-buffered-bytes; idle-timeout: --stream-idle-timeout).",
+		}, []string{"reason"}),
+		explain: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_extproc_explain_requests_total",
+			Help: "Requests that asked for the decision header, by outcome (given; refused: --explain and the admin token did not allow it).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streamErrors, m.immediate, m.bodyless, m.released} {
+		for _, c := range []prometheus.Collector{m.streamErrors, m.immediate, m.bodyless, m.released, m.overload, m.explain} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

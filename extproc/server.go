@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -92,6 +93,15 @@ type Config struct {
 	Logger        *slog.Logger
 	Registerer    prometheus.Registerer // nil: metrics are not registered
 	OmitScores    bool                  // leave the candidates' scores and the reason out of the dynamic metadata
+
+	Limits     Limits      // stream, buffered-byte and idle bounds; zero fields take the defaults
+	Explain    ExplainMode // who may get the decision header; the zero value is ExplainToken
+	AdminToken string      // the bearer token ExplainToken accepts; empty: nobody gets it
+
+	// OnResponse, when set, is told the HTTP status of every routed request's response
+	// (what Envoy saw from the first endpoint of the answer, or its own local reply such
+	// as a 503 for a connect failure). It must be fast and must not block.
+	OnResponse func(endpoint string, status int)
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -100,6 +110,9 @@ type Server struct {
 	cfg     Config
 	picker  Picker
 	metrics *metrics
+	bytes   *budget
+	streams *gate
+	limitLog
 
 	streamDone func() // test hook: called after a stream's booking is released
 }
@@ -119,17 +132,29 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Limits.setDefaults()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, picker: p, metrics: m}, nil
+	return &Server{cfg: cfg, picker: p, metrics: m,
+		bytes: &budget{max: cfg.Limits.MaxBufferedBytes}, streams: &gate{max: int64(cfg.Limits.MaxStreams)}}, nil
 }
 
 // Process implements the ext_proc stream: one HTTP request.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy()}
+	st := &stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy(),
+		msgs: make(chan received), quit: make(chan struct{})}
+	if !s.streams.enter() {
+		st.refuse = "overloaded"
+	}
+	// The reader hands messages over so that run can stop waiting (idle timeout); it
+	// ends when Recv fails, which it does once Process returns.
+	go st.read()
 	defer func() {
+		close(st.quit)
+		s.streams.leave()
+		st.freeBody()
 		st.release()
 		if s.streamDone != nil {
 			s.streamDone()
@@ -162,12 +187,40 @@ func errKind(ctx context.Context, err error) string {
 
 var errSend = errors.New("ext_proc: send")
 
+// received is one Recv result.
+type received struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
+// read receives until an error and hands each message to run.
+func (st *stream) read() {
+	for {
+		req, err := st.srv.Recv()
+		select {
+		case st.msgs <- received{req, err}:
+		case <-st.quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // stream is the state of one HTTP request's ext_proc conversation.
 type stream struct {
 	srv extprocv3.ExternalProcessor_ProcessServer
 	s   *Server
 
+	msgs chan received
+	quit chan struct{} // closed when Process returns
+
 	reqMode, respMode filterv3.ProcessingMode_BodySendMode
+	refuse            string // non-empty: answer 503 at the headers (over a limit)
+	held              int64  // request body bytes taken from the server's budget
+	authorization     string
+	quiet             bool // a refusal logged by overloaded, not per request
 	sawHeaders        bool
 	path              string
 	requestID         string
@@ -184,8 +237,25 @@ type stream struct {
 
 // run receives until the stream ends. A nil error means the conversation ended normally.
 func (st *stream) run() error {
+	idleAfter := st.s.cfg.Limits.IdleTimeout
+	idle := time.NewTimer(idleAfter)
+	defer idle.Stop()
 	for first := true; ; first = false {
-		req, err := st.srv.Recv()
+		var idleC <-chan time.Time
+		if !st.decided {
+			idleC = idle.C // the request is still being read
+		}
+		var m received
+		select {
+		case m = <-st.msgs:
+		case <-idleC:
+			return st.overloaded("idle-timeout", typev3.StatusCode_RequestTimeout, "RequestTimeout",
+				fmt.Sprintf("no part of the request arrived for %v while the picker was reading it (--stream-idle-timeout)", idleAfter))
+		}
+		if !st.decided {
+			idle.Reset(idleAfter)
+		}
+		req, err := m.req, m.err
 		if err == io.EOF {
 			return nil
 		}
@@ -220,6 +290,9 @@ func (st *stream) run() error {
 		if err != nil {
 			return err
 		}
+		if st.decided {
+			st.freeBody() // routed: the body is no longer needed
+		}
 		if st.finished && st.decision.Booking == nil {
 			return nil // an ImmediateResponse ended the conversation
 		}
@@ -231,6 +304,14 @@ func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 		return fmt.Errorf("%w: %w", errSend, err)
 	}
 	return nil
+}
+
+// freeBody drops the buffered request body and gives its bytes back to the budget.
+func (st *stream) freeBody() {
+	st.s.bytes.give(st.held)
+	st.held = 0
+	st.body = bytes.Buffer{}
+	st.whole = nil
 }
 
 // release ends the request's booking; safe to call any number of times.
@@ -257,6 +338,8 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 			st.session = v
 		case ExplainHeader:
 			st.explain = v == "1" || strings.EqualFold(v, "true")
+		case "authorization":
+			st.authorization = v
 		case "content-length":
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				contentLength = n
@@ -269,11 +352,19 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 	if st.requestID == "" {
 		st.requestID, st.generatedID = newRequestID(), true
 	}
+	if st.explain {
+		st.explain = explainAllowed(st.s.cfg.Explain, st.s.cfg.AdminToken, st.authorization)
+		st.s.metrics.explain.WithLabelValues(map[bool]string{true: "given", false: "refused"}[st.explain]).Inc()
+	}
+	if st.refuse != "" {
+		return st.overloaded("streams", typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
+			fmt.Sprintf("the picker is serving its limit of %d concurrent requests (--max-streams): retry shortly", st.s.cfg.Limits.MaxStreams))
+	}
 	if contentLength > st.s.cfg.MaxBodyBytes {
 		return st.tooLarge()
 	}
 	// A request without a body, or a mode in which no body will reach us: decide now.
-	if h.GetEndOfStream() || (st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && st.reqMode != filterv3.ProcessingMode_BUFFERED && st.reqMode != filterv3.ProcessingMode_BUFFERED_PARTIAL) {
+	if h.GetEndOfStream() || !readsBody(st.reqMode) {
 		if !h.GetEndOfStream() {
 			st.s.metrics.bodyless.WithLabelValues(st.reqMode.String()).Inc()
 		}
@@ -286,12 +377,38 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		RequestHeaders: &extprocv3.HeadersResponse{}}})
 }
 
+// readsBody reports whether the picker reads the request body in mode m before routing:
+// FULL_DUPLEX_STREAMED and BUFFERED (and BUFFERED_PARTIAL). In any other mode (NONE,
+// STREAMED, or one added to Envoy after this build) it routes at the headers.
+func readsBody(m filterv3.ProcessingMode_BodySendMode) bool {
+	switch m {
+	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_BUFFERED_PARTIAL:
+		return true
+	}
+	return false
+}
+
 func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if st.decided {
+		if !readsBody(st.reqMode) {
+			// STREAMED (or a mode this build does not know): routed at the headers on load
+			// alone; Envoy still sends every chunk and waits for one answer each.
+			return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+				RequestBody: &extprocv3.BodyResponse{}}})
+		}
 		return status.Error(codes.InvalidArgument, "ext_proc: request body arrived after the request was routed")
 	}
 	if int64(st.body.Len()+len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
 		return st.tooLarge()
+	}
+	// A body that arrives whole in one frame is routed at once; only bytes held while
+	// waiting for more take from the shared budget.
+	if n := int64(len(b.GetBody())); st.held > 0 || (!b.GetEndOfStream() && st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
+		if !st.s.bytes.take(n) {
+			return st.overloaded("buffered-bytes", typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable",
+				fmt.Sprintf("the picker holds its limit of %d bytes of request bodies being read (--max-buffered-bytes): retry shortly", st.s.cfg.Limits.MaxBufferedBytes))
+		}
+		st.held += n
 	}
 	if st.body.Len() == 0 && (b.GetEndOfStream() || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
 		st.whole = b.GetBody() // the body in one frame: no copy
@@ -411,7 +528,9 @@ func (st *stream) tooLarge() error {
 func (st *stream) immediate(code typev3.StatusCode, kind, msg string) error {
 	st.finished = true
 	st.s.metrics.immediate.WithLabelValues(strconv.Itoa(int(code))).Inc()
-	st.s.cfg.Logger.Info("request refused", "request_id", st.requestID, "status", int(code), "reason", msg)
+	if !st.quiet {
+		st.s.cfg.Logger.Info("request refused", "request_id", st.requestID, "status", int(code), "reason", msg)
+	}
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status: &typev3.HttpStatus{Code: code},
@@ -426,6 +545,16 @@ func (st *stream) immediate(code typev3.StatusCode, kind, msg string) error {
 
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	hr := &extprocv3.HeadersResponse{}
+	if st.s.cfg.OnResponse != nil && len(st.decision.Endpoints) > 0 {
+		for _, hv := range h.GetHeaders().GetHeaders() {
+			if hv.GetKey() == ":status" {
+				if code, err := strconv.Atoi(headerValue(hv)); err == nil {
+					st.s.cfg.OnResponse(st.decision.Endpoints[0], code)
+				}
+				break
+			}
+		}
+	}
 	if st.explain && st.decision.Booking != nil {
 		hr.Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 			setHeader(DecisionHeader, st.decision.Explain())}}}

@@ -30,6 +30,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type harness struct {
 	fleet  *fleet.Set
 	picker *picker.Picker
+	server *Server
 	client extprocv3.ExternalProcessorClient
 	health healthpb.HealthClient
 	done   chan struct{} // one value per finished stream
@@ -40,7 +41,8 @@ type harnessOpts struct {
 	mode      BodyMode
 	maxBody   int64
 	maxEps    int
-	scores    bool // emit the scores and the reason in the dynamic metadata
+	scores    bool   // emit the scores and the reason in the dynamic metadata
+	cfg       Config // Limits, Explain, AdminToken, OnResponse
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -53,11 +55,13 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewServer(p, Config{BodyMode: o.mode, MaxBodyBytes: o.maxBody, OmitScores: !o.scores})
+	cfg := o.cfg
+	cfg.BodyMode, cfg.MaxBodyBytes, cfg.OmitScores = o.mode, o.maxBody, !o.scores
+	s, err := NewServer(p, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{fleet: f, picker: p, done: make(chan struct{}, 64)}
+	h := &harness{fleet: f, picker: p, server: s, done: make(chan struct{}, 64)}
 	s.streamDone = func() { h.done <- struct{}{} }
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -464,7 +468,7 @@ func TestStreamEndingEarlyReleasesTheBooking(t *testing.T) {
 }
 
 func TestExplainHeader(t *testing.T) {
-	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000", "10.0.0.2:8000"}})
+	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000", "10.0.0.2:8000"}, cfg: Config{Explain: ExplainAll}})
 	st, _ := h.open(t)
 	exchange(t, st, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions, ExplainHeader, "1"), body(completion, true)},
 		[]*extprocv3.ProcessingResponse{routedHeaders("10.0.0.1:8000"), streamedBody(true, []byte(completion), true)})

@@ -9,7 +9,9 @@
 //   - Encode and Decode speak the workers' msgspec msgpack (and JSON) messages.
 //   - Index is the key -> holders index and the worker registry. Apply ingests one message
 //     with an explicit time; Lookup reports every eligible instance's contiguous prefix.
-//     Lookups never wait for a burst of ingestion.
+//     Lookups never wait for a burst of ingestion. Messages from the network are applied
+//     only for instances of the IP they came from (trust.go: an engine speaks only for
+//     itself), and the index stays under a key budget, least recently used first (budget.go).
 //   - Server owns the ZeroMQ sockets (PULL for pushed events, ROUTER for register and
 //     heartbeat requests) and admits only the fleet's IPs through a ZAP handler.
 //   - MissDetector warns when an endpoint's admits never match the keys of the prompts

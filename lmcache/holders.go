@@ -5,8 +5,12 @@ import "slices"
 // holders lists the slots (worker x location) holding one key, in admission order. The
 // first two live inline so that the common case costs no allocation; slot ids start at 1,
 // so 0 marks an empty place.
+//
+// used is the index's logical clock when the key was last admitted or looked up (the
+// memory budget evicts the least recently used keys first).
 type holders struct {
 	a, b uint32
+	used uint32
 	more *[]uint32
 }
 
@@ -51,9 +55,9 @@ func (h holders) remove(id uint32) (holders, bool) {
 	if h.more == nil {
 		switch id {
 		case h.a:
-			return holders{a: h.b}, id != 0
+			return holders{a: h.b, used: h.used}, id != 0
 		case h.b:
-			return holders{a: h.a}, id != 0
+			return holders{a: h.a, used: h.used}, id != 0
 		}
 		return h, false
 	}
@@ -63,7 +67,7 @@ func (h holders) remove(id uint32) (holders, bool) {
 		return h, false
 	}
 	all = slices.Delete(all, i, i+1)
-	var out holders
+	out := holders{used: h.used}
 	for _, x := range all {
 		out, _ = out.add(x)
 	}

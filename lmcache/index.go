@@ -30,7 +30,17 @@ type IndexConfig struct {
 	Registerer prometheus.Registerer
 	// Detector, when set, is fed every admit whose instance IP is known.
 	Detector *MissDetector
+	// MaxInstancesPerIP bounds the instances known per connection IP (messages from the
+	// network only); 0 means DefaultMaxInstancesPerIP.
+	MaxInstancesPerIP int
+	// MaxKeys bounds the chunk keys held; over it the least recently used (admitted or
+	// looked up) tenth is dropped. 0 means DefaultMaxKeys; negative means no bound.
+	MaxKeys int
 }
+
+// DefaultMaxKeys keeps the index under about 160 MiB: BenchmarkMemoryPerKey measures
+// 122 bytes per key held by one instance and 159 by two.
+const DefaultMaxKeys = 1 << 20
 
 const (
 	autoTimeoutMultiple = 6
@@ -52,15 +62,21 @@ type Match struct {
 //
 // Writers (Apply, ApplyFrame, Sweep) are serialised among themselves. Lookups take no
 // writer lock: the key table is sharded, each shard guarded by a read-write lock held for
-// one key at a time, and the registry is read from an immutable snapshot, so a lookup
+// one key at a time (the write side only to renew a credited key's use stamp when it is
+// older than touchSlack ticks), and the registry is read from an immutable snapshot, so a lookup
 // waits at most for one key's update, never for a burst of admits.
 type Index struct {
-	hasher    *Hasher
-	chunk     int
-	log       *slog.Logger
-	met       *indexMetrics
-	det       *MissDetector
-	hbTimeout time.Duration
+	hasher      *Hasher
+	chunk       int
+	log         *slog.Logger
+	met         *indexMetrics
+	det         *MissDetector
+	hbTimeout   time.Duration
+	trust       *trustMetrics
+	maxPerIP    int
+	maxKeys     int64
+	tick        atomic.Uint32 // logical clock of key use (LRU)
+	trustClaims atomic.Bool   // registers may claim an IP other than their connection's (allow-from any)
 
 	shards         [numShards]shard
 	nkeys          atomic.Int64
@@ -73,6 +89,11 @@ type Index struct {
 	nextSlot  uint32
 	syncs     map[syncKey]*fullSync
 	logged    map[string]bool // decode error kinds and tags already logged
+
+	perIP      map[string]int       // instances created from each connection IP
+	onIP       map[string]int       // instances whose IP is each IP
+	refusedLog map[string]time.Time // refusal kinds last logged
+	slotByID   map[uint32]*slot     // live slots, for evicting a key from its holders
 }
 
 type shard struct {
@@ -84,6 +105,7 @@ type shard struct {
 type instance struct {
 	id            string
 	ip            string
+	peer          string // the connection IP it was first seen from ("" for trusted callers)
 	workers       map[int]*worker
 	lastSeen      time.Time
 	heartbeats    bool
@@ -92,6 +114,7 @@ type instance struct {
 	conflict      bool   // sent messages after being superseded: two live instances on one IP
 	loggedNoIP    bool
 	hbIntervalMax time.Duration
+	iv            *instView // its entry in the view while credited, else nil
 }
 
 type worker struct {
@@ -118,13 +141,35 @@ type syncKey struct {
 }
 
 type fullSync struct {
-	id   string
-	keys map[int64]struct{}
+	id       string
+	keys     map[int64]struct{}
+	overflow bool // more keys than the budget: end it without evicting
 }
 
-// view is the immutable registry snapshot lookups read: the slots of credited instances.
+// view is the registry snapshot lookups read: the credited instance of each slot id (nil
+// for slots of instances without credit). A full publish replaces it; a slot added to an
+// instance already credited is stored in place (an atomic entry), so ingesting new
+// instances and slots costs no rebuild (linear time).
 type view struct {
-	slots map[uint32]*instView
+	slots []atomic.Pointer[instView]
+}
+
+func (v *view) get(id uint32) *instView {
+	if int(id) < len(v.slots) {
+		return v.slots[id].Load()
+	}
+	return nil
+}
+
+// addSlot credits slot id to iv in place; it reports false when the view has no room (the
+// caller then publishes in full).
+func (ix *Index) addSlot(id uint32, iv *instView) bool {
+	v := ix.view.Load()
+	if int(id) >= len(v.slots) {
+		return false
+	}
+	v.slots[id].Store(iv)
+	return true
 }
 
 type instView struct {
@@ -152,6 +197,19 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		nextSlot:  1,
 		syncs:     map[syncKey]*fullSync{},
 		logged:    map[string]bool{},
+		maxPerIP:  cfg.MaxInstancesPerIP,
+		maxKeys:   int64(cfg.MaxKeys),
+
+		perIP:      map[string]int{},
+		onIP:       map[string]int{},
+		refusedLog: map[string]time.Time{},
+		slotByID:   map[uint32]*slot{},
+	}
+	if ix.maxPerIP <= 0 {
+		ix.maxPerIP = DefaultMaxInstancesPerIP
+	}
+	if ix.maxKeys == 0 {
+		ix.maxKeys = DefaultMaxKeys
 	}
 	for i := range ix.shards {
 		ix.shards[i].m = map[int64]holders{}
@@ -160,7 +218,10 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix.view.Store(&view{slots: map[uint32]*instView{}})
+	if ix.trust, err = newTrustMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	ix.view.Store(&view{slots: make([]atomic.Pointer[instView], 64)})
 	return ix, nil
 }
 
@@ -198,11 +259,17 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 	var cbuf [8]cand
 	cands := cbuf[:0]
 	var hbuf [16]uint32
+	walked := 0 // keys some candidate still held
+	slack, clock := ix.touchSlack(), ix.tick.Load()
+	var stale uint64 // keys (of the first 64) whose use stamp is older than slack
 	for i, k := range keys {
-		hs := ix.holdersOf(k, hbuf[:0])
+		hs, used := ix.holdersOf(k, hbuf[:0])
+		if i < 64 && slack > 0 && clock-used >= slack {
+			stale |= 1 << i
+		}
 		if i == 0 {
 			for _, s := range hs {
-				iv := v.slots[s]
+				iv := v.get(s)
 				if iv == nil || containsFunc(cands, func(c cand) bool { return c.iv == iv }) {
 					continue
 				}
@@ -211,6 +278,7 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 			if len(cands) == 0 {
 				break
 			}
+			walked = 1
 			continue
 		}
 		alive := 0
@@ -220,7 +288,7 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 			}
 			held := false
 			for _, s := range hs {
-				if v.slots[s] == cands[j].iv {
+				if v.get(s) == cands[j].iv {
 					held = true
 					break
 				}
@@ -235,6 +303,10 @@ func (ix *Index) LookupKeys(keys []int64, promptTokens int) []Match {
 		if alive == 0 {
 			break
 		}
+		walked = i + 1
+	}
+	if stale != 0 && len(cands) > 0 {
+		ix.renew(keys[:walked], stale)
 	}
 	out := make([]Match, 0, len(cands))
 	best := 0
@@ -338,14 +410,15 @@ func containsFunc[T any](s []T, f func(T) bool) bool {
 	return false
 }
 
-// holdersOf appends the slots holding key, in admission order, to dst.
-func (ix *Index) holdersOf(key int64, dst []uint32) []uint32 {
+// holdersOf appends the slots holding key, in admission order, to dst, and returns the
+// key's use stamp.
+func (ix *Index) holdersOf(key int64, dst []uint32) ([]uint32, uint32) {
 	sh := ix.shardOf(key)
 	sh.mu.RLock()
 	h := sh.m[key]
 	dst = h.appendTo(dst)
 	sh.mu.RUnlock()
-	return dst
+	return dst, h.used
 }
 
 // ErrNotWorkerMessage is returned by Apply for messages a worker never sends the controller.
@@ -358,7 +431,24 @@ var ErrNotWorkerMessage = errors.New("lmcache: not a worker-to-controller messag
 func (ix *Index) Apply(msg Message, now time.Time) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.applyLocked(msg, now, "")
+	err := ix.applyLocked(msg, now, "")
+	ix.enforceBudget(now)
+	return err
+}
+
+// ApplyFrameFrom decodes one frame received from peer (the connection's IP, never empty)
+// and applies it if peer may speak for the instance it names (see authorize).
+func (ix *Index) ApplyFrameFrom(frame []byte, peer string, now time.Time) (Message, error) {
+	msg, err := Decode(frame)
+	if err != nil {
+		ix.noteInvalid(err)
+		return nil, err
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	err = ix.applyLocked(msg, now, peer)
+	ix.enforceBudget(now)
+	return msg, err
 }
 
 // ApplyFrame decodes one frame and applies it. A frame that cannot be decoded is counted
@@ -377,8 +467,9 @@ func (ix *Index) ApplyFrame(frame []byte, now time.Time) (Message, error) {
 // 50 messages at once), taking the writer lock once. Frames that cannot be decoded are
 // handled as in ApplyFrame and skipped; it returns how many frames were applied.
 //
-// peer is the IP the batch's connection comes from ("" if unknown). An instance that
-// never registered (LMCache 0.3.9 registers once, at start, so after a picker restart
+// peer is the IP the batch's connection comes from; "" marks a trusted in-process caller.
+// With a peer, a message is applied only if the peer may speak for its instance
+// (authorize). An instance that never registered (LMCache 0.3.9 registers once, at start, so after a picker restart
 // none of them does) takes it as its IP, unless another instance has claimed that IP.
 func (ix *Index) ApplyFrames(frames [][]byte, peer string, now time.Time) int {
 	msgs := make([]Message, 0, len(frames))
@@ -398,8 +489,12 @@ func (ix *Index) ApplyFrames(frames [][]byte, peer string, now time.Time) int {
 			n++
 		}
 	}
+	ix.enforceBudget(now)
 	return n
 }
+
+// ErrRefused is returned for a message its connection may not send (see authorize).
+var ErrRefused = errors.New("lmcache: message refused")
 
 func (ix *Index) noteInvalid(err error) {
 	var de *DecodeError
@@ -428,14 +523,23 @@ func (ix *Index) noteInvalid(err error) {
 }
 
 func (ix *Index) applyLocked(msg Message, now time.Time, peer string) error {
+	if peer != "" {
+		peer = canonicalIP(peer)
+		if reason, why := ix.authorize(msg, peer); reason != "" {
+			ix.refuse(reason, why, peer, now)
+			if msg != nil {
+				ix.met.message(msg.Tag(), outcomeIgnored)
+			}
+			return fmt.Errorf("%w: %s", ErrRefused, why)
+		}
+	}
 	outcome := outcomeApplied
 	dirty := false
 	switch m := msg.(type) {
 	case RegisterMsg:
-		ix.register(m, now)
-		dirty = true
+		dirty = ix.register(m, now, peer)
 	case HeartbeatMsg:
-		dirty = ix.heartbeat(m, now)
+		dirty = ix.heartbeat(m, now, peer)
 	case DeRegisterMsg:
 		w := ix.worker(m.InstanceID, m.WorkerID)
 		if w == nil {
@@ -481,6 +585,10 @@ func (ix *Index) applyLocked(msg Message, now time.Time, peer string) error {
 		for _, k := range m.Keys {
 			_, d2 := ix.admit(w, m.Location, k)
 			dirty = dirty || d2
+			if ix.maxKeys > 0 && int64(len(fs.keys)) >= ix.maxKeys {
+				fs.overflow = true // over the budget: the sync cannot be trusted to evict
+				continue
+			}
 			fs.keys[k] = struct{}{}
 		}
 	case FullSyncEndMsg:
@@ -514,18 +622,12 @@ func (ix *Index) worker(instanceID string, workerID int) *worker {
 // activity at now. An instance without an IP adopts peer (see ApplyFrames). It reports
 // whether the registry snapshot must be republished.
 func (ix *Index) touch(instanceID string, workerID int, now time.Time, peer string) (*worker, bool) {
-	inst := ix.instances[instanceID]
+	inst := ix.instanceFor(instanceID, peer)
 	dirty := false
-	if inst == nil {
-		inst = &instance{id: instanceID, workers: map[int]*worker{}}
-		ix.instances[instanceID] = inst
-		dirty = true
-	}
 	w := inst.workers[workerID]
 	if w == nil {
 		w = &worker{inst: inst, id: workerID, slots: map[string]*slot{}}
 		inst.workers[workerID] = w
-		dirty = true
 	}
 	inst.lastSeen = now
 	if inst.superseded {
@@ -544,17 +646,44 @@ func (ix *Index) touch(instanceID string, workerID int, now time.Time, peer stri
 	}
 	if inst.ip == "" && peer != "" {
 		if ip := canonicalIP(peer); isUsableIP(ip) && ix.ipClaims[ip] == nil {
-			ix.log.Info("lmcache: an instance that never registered is mapped to the IP its connection comes from", "instance", instanceID, "ip", ip)
-			ix.claim(inst, ip)
-			dirty = true
+			if !ix.suppressed("adopt", now) {
+				ix.log.Info("lmcache: an instance that never registered is mapped to the IP its connection comes from (logged once a minute)", "instance", instanceID, "ip", ip)
+			}
+			dirty = ix.claimNew(inst, ip) || dirty
 		}
 	}
 	if inst.ip == "" && !inst.loggedNoIP {
 		inst.loggedNoIP = true
+		if ix.suppressed("no-ip", now) {
+			return w, dirty
+		}
 		ix.log.Warn("lmcache: messages from an instance that has not registered, and whose connection IP is unknown or already claimed by another instance: its chunks get no credit until it registers or sends a heartbeat",
 			"instance", instanceID, "worker", workerID, "peer", peer)
 	}
 	return w, dirty
+}
+
+// claimNew is claim for an instance that had no IP, credited at once in place when no
+// other instance has ever been on ip (nothing else changes). It reports whether the view
+// must be published in full.
+func (ix *Index) claimNew(inst *instance, ip string) bool {
+	ip = canonicalIP(ip)
+	if ip == "" {
+		return false
+	}
+	if inst.ip != "" || ix.onIP[ip] > 0 || inst.superseded {
+		return ix.claim(inst, ip)
+	}
+	ix.claim(inst, ip)
+	inst.iv = &instView{id: inst.id, ip: inst.ip}
+	for _, w := range inst.workers {
+		for _, s := range w.slots {
+			if !ix.addSlot(s.id, inst.iv) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // claim makes inst the owner of ip; the previous owner is superseded (loses credit).
@@ -566,17 +695,27 @@ func (ix *Index) claim(inst *instance, ip string) bool {
 	if inst.ip != "" && inst.ip != ip && ix.ipClaims[inst.ip] == inst {
 		delete(ix.ipClaims, inst.ip)
 	}
+	if inst.ip != ip {
+		ix.leaveIP(inst)
+		ix.onIP[ip]++
+	}
 	inst.ip = ip
 	if prev := ix.ipClaims[ip]; prev != nil && prev != inst {
 		prev.superseded, prev.supersededBy, prev.conflict = true, inst.id, false
-		ix.log.Info("lmcache: a newer instance claims an IP; the older one loses its cache credit", "ip", ip, "new", inst.id, "old", prev.id)
+		n := 0
+		for _, w := range prev.workers {
+			n += w.keyCount()
+			ix.dropSlots(w)
+		}
+		ix.trust.swept.Add(float64(n))
+		ix.log.Info("lmcache: a newer instance claims an IP; the older one's chunks are dropped", "ip", ip, "new", inst.id, "old", prev.id, "keys", n)
 	}
 	ix.ipClaims[ip] = inst
 	inst.superseded, inst.supersededBy, inst.conflict = false, "", false
 	return true
 }
 
-func (ix *Index) register(m RegisterMsg, now time.Time) {
+func (ix *Index) register(m RegisterMsg, now time.Time, peer string) bool {
 	if w := ix.worker(m.InstanceID, m.WorkerID); w != nil {
 		n := 0
 		for _, s := range w.slots {
@@ -587,26 +726,31 @@ func (ix *Index) register(m RegisterMsg, now time.Time) {
 	} else {
 		ix.log.Info("lmcache: worker registered", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP, "port", m.Port)
 	}
-	ix.claim(ix.instanceFor(m.InstanceID), m.IP)
-	w, _ := ix.touch(m.InstanceID, m.WorkerID, now, "")
+	dirty := ix.claimNew(ix.instanceFor(m.InstanceID, peer), m.IP)
+	w, d := ix.touch(m.InstanceID, m.WorkerID, now, "")
 	w.port = m.Port
+	return dirty || d
 }
 
-func (ix *Index) instanceFor(id string) *instance {
+// instanceFor returns the instance, creating it as first seen from peer.
+func (ix *Index) instanceFor(id, peer string) *instance {
 	inst := ix.instances[id]
 	if inst == nil {
-		inst = &instance{id: id, workers: map[int]*worker{}}
+		inst = &instance{id: id, peer: peer, workers: map[int]*worker{}}
 		ix.instances[id] = inst
+		if peer != "" {
+			ix.perIP[peer]++
+		}
 	}
 	return inst
 }
 
-func (ix *Index) heartbeat(m HeartbeatMsg, now time.Time) bool {
+func (ix *Index) heartbeat(m HeartbeatMsg, now time.Time, peer string) bool {
 	known := ix.worker(m.InstanceID, m.WorkerID) != nil
 	dirty := false
 	if !known {
 		ix.log.Info("lmcache: heartbeat from an unknown worker registers it", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP)
-		dirty = ix.claim(ix.instanceFor(m.InstanceID), m.IP)
+		dirty = ix.claimNew(ix.instanceFor(m.InstanceID, peer), m.IP)
 	} else if inst := ix.instances[m.InstanceID]; m.IP != "" && canonicalIP(m.IP) != inst.ip {
 		dirty = ix.claim(inst, m.IP)
 	}
@@ -627,15 +771,31 @@ func (ix *Index) heartbeat(m HeartbeatMsg, now time.Time) bool {
 // admit records that w holds key at loc; it reports whether the key was new for that slot
 // and whether the snapshot must be republished (a new slot).
 func (ix *Index) admit(w *worker, loc string, key int64) (added, dirty bool) {
+	if w.inst.superseded {
+		// Its IP belongs to a newer instance: its chunks were swept and are not kept.
+		ix.met.op(false, false)
+		return false, false
+	}
 	s := w.slots[loc]
 	if s == nil {
 		s = &slot{id: ix.nextSlot, w: w, loc: loc, keys: map[int64]struct{}{}}
 		ix.nextSlot++
 		w.slots[loc] = s
-		dirty = true
+		ix.slotByID[s.id] = s
+		if iv := w.inst.iv; iv != nil && !ix.addSlot(s.id, iv) {
+			dirty = true // the view is full: rebuild it, twice as large
+		}
 	}
+	tick := ix.tick.Add(1)
 	if _, ok := s.keys[key]; ok {
 		ix.met.op(false, false)
+		sh := ix.shardOf(key)
+		sh.mu.Lock()
+		if h, ok := sh.m[key]; ok {
+			h.used = tick
+			sh.m[key] = h
+		}
+		sh.mu.Unlock()
 		return false, dirty
 	}
 	s.keys[key] = struct{}{}
@@ -645,7 +805,9 @@ func (ix *Index) admit(w *worker, loc string, key int64) (added, dirty bool) {
 	if h.len() == 0 {
 		ix.nkeys.Add(1)
 	}
-	sh.m[key], _ = h.add(s.id)
+	h, _ = h.add(s.id)
+	h.used = tick
+	sh.m[key] = h
 	sh.mu.Unlock()
 	ix.met.op(false, true)
 	if ix.det != nil && w.inst.ip != "" {
@@ -695,7 +857,7 @@ func (ix *Index) endSync(w *worker, m FullSyncEndMsg) bool {
 		return false
 	}
 	delete(ix.syncs, sk)
-	if len(fs.keys) != m.ActualTotalKeys {
+	if fs.overflow || len(fs.keys) != m.ActualTotalKeys {
 		ix.log.Warn("lmcache: full sync ended with a different key count than received (a batch was lost); keeping the union of old and synced keys",
 			"instance", m.InstanceID, "worker", m.WorkerID, "location", m.Location, "sent", m.ActualTotalKeys, "received", len(fs.keys))
 		return true
@@ -723,6 +885,7 @@ func (ix *Index) dropSlots(w *worker) {
 	}
 	ix.publish()
 	for _, s := range old {
+		delete(ix.slotByID, s.id)
 		for k := range s.keys {
 			ix.unhold(k, s.id)
 		}
@@ -734,10 +897,7 @@ func (ix *Index) removeWorker(w *worker) {
 	inst := w.inst
 	delete(inst.workers, w.id)
 	if len(inst.workers) == 0 {
-		delete(ix.instances, inst.id)
-		if ix.ipClaims[inst.ip] == inst {
-			delete(ix.ipClaims, inst.ip)
-		}
+		ix.forget(inst)
 	}
 	ix.dropSlots(w)
 }
@@ -751,6 +911,7 @@ func (ix *Index) Sweep(now time.Time) int {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.refreshGauges()
 	var dead []*instance
 	for _, inst := range ix.instances {
 		if !inst.heartbeats {
@@ -784,26 +945,41 @@ func (ix *Index) timeoutOf(inst *instance) time.Duration {
 // publish rebuilds the registry snapshot lookups read and the instance gauges.
 func (ix *Index) publish() {
 	conflicted := ix.conflictedIPs()
-	v := &view{slots: map[uint32]*instView{}}
+	v := &view{slots: make([]atomic.Pointer[instView], max(64, 2*int(ix.nextSlot)))}
 	counts := map[InstanceState]int{}
 	for _, inst := range ix.instances {
 		st := ix.state(inst, conflicted)
 		counts[st]++
+		inst.iv = nil
 		if st != StateActive {
 			continue
 		}
-		iv := &instView{id: inst.id, ip: inst.ip}
+		inst.iv = &instView{id: inst.id, ip: inst.ip}
 		for _, w := range inst.workers {
 			for _, s := range w.slots {
-				v.slots[s.id] = iv
+				v.slots[s.id].Store(inst.iv)
 			}
 		}
 	}
 	ix.view.Store(v)
+	ix.setGauges(counts, len(conflicted))
+}
+
+// refreshGauges recounts the instance gauges (the in-place additions do not).
+func (ix *Index) refreshGauges() {
+	conflicted := ix.conflictedIPs()
+	counts := map[InstanceState]int{}
+	for _, inst := range ix.instances {
+		counts[ix.state(inst, conflicted)]++
+	}
+	ix.setGauges(counts, len(conflicted))
+}
+
+func (ix *Index) setGauges(counts map[InstanceState]int, conflicted int) {
 	for _, s := range []InstanceState{StateActive, StateNoIP, StateSuperseded, StateConflict} {
 		ix.met.instances.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
-	ix.met.conflicts.Set(float64(len(conflicted)))
+	ix.met.conflicts.Set(float64(conflicted))
 }
 
 // conflictedIPs returns the IPs where an instance kept talking after another claimed its

@@ -164,10 +164,10 @@ func TestLookupScenarios(t *testing.T) {
 			cat(regMsg("a", 0, "10.0.0.1"), regMsg("b", 0, "10.0.0.1"), admits(t, "b", 0, "cpu", p, 0, 7), admits(t, "a", 0, "cpu", p, 0, 7),
 				DeRegisterMsg{InstanceID: "a"}), p,
 			[]Match{{"b", "10.0.0.1", 1578, 0}}},
-		{"the conflict ends when the newer instance deregisters; the older one takes the IP back when it speaks",
+		{"the conflict ends when the newer instance deregisters; the older one takes the IP back when it speaks, with what it admits from then on",
 			cat(regMsg("a", 0, "10.0.0.1"), regMsg("b", 0, "10.0.0.1"), admits(t, "b", 0, "cpu", p, 0, 7), admits(t, "a", 0, "cpu", p, 0, 7),
-				DeRegisterMsg{InstanceID: "b"}, hbMsg("a", 0, "10.0.0.1")), p,
-			[]Match{{"a", "10.0.0.1", 1578, 0}}},
+				DeRegisterMsg{InstanceID: "b"}, hbMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 3)), p,
+			[]Match{{"a", "10.0.0.1", 768, 0}}},
 		{"a superseded instance that stays silent does not get its IP back",
 			cat(regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 7), regMsg("b", 0, "10.0.0.1"), DeRegisterMsg{InstanceID: "b"}), p, nil},
 		{"a superseded instance that registers again takes its IP back",
@@ -224,7 +224,7 @@ func TestInstancesReportStates(t *testing.T) {
 	p := prompt(1, 600)
 	ix := newTestIndex(t, IndexConfig{})
 	applyAll(t, ix, cat(
-		regMsg("a", 0, "10.0.0.1"), regMsg("b", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 3), // a talks after b claimed: conflict
+		regMsg("a", 0, "10.0.0.1"), regMsg("b", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 3), // a talks after b claimed: conflict; a's admits are not kept
 		regMsg("c", 0, "10.0.0.2"), regMsg("d", 0, "10.0.0.2"), // c silent since: superseded
 		admits(t, "e", 0, "cpu", p, 0, 1), // never registered
 		regMsg("f", 0, "10.0.0.3"), regMsg("f", 1, "10.0.0.3"), admits(t, "f", 1, "disk", p, 0, 2),
@@ -243,7 +243,7 @@ func TestInstancesReportStates(t *testing.T) {
 		}
 	}
 	want := map[string][]row{
-		"10.0.0.1": {{"a", StateConflict, "b", 1, 3}, {"b", StateConflict, "", 1, 0}},
+		"10.0.0.1": {{"a", StateConflict, "b", 1, 0}, {"b", StateConflict, "", 1, 0}},
 		"10.0.0.2": {{"c", StateSuperseded, "d", 1, 0}, {"d", StateActive, "", 1, 0}},
 		"":         {{"e", StateNoIP, "", 1, 1}},
 		"10.0.0.3": {{"f", StateActive, "", 2, 2}},
@@ -454,14 +454,18 @@ func TestUnregisteredInstancesTakeTheirConnectionsIP(t *testing.T) {
 		{"unknown peer leaves it without IP", nil, "silent", "", nil, StateNoIP},
 		{"an unspecified peer IP is not used", nil, "silent", "0.0.0.0", nil, StateNoIP},
 		{"a peer IP claimed by a registered instance is not taken", []Message{regMsg("a", 0, "10.1.2.3")}, "silent", "10.1.2.3", nil, StateNoIP},
-		{"a registered instance keeps the IP it reported", []Message{regMsg("silent", 0, "10.0.0.7")}, "silent", "10.1.2.3", []Match{{"silent", "10.0.0.7", 600, 0}}, StateActive},
+		{"another IP may not speak for a registered instance", []Message{regMsg("silent", 0, "10.0.0.7")}, "silent", "10.1.2.3", nil, StateActive},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := newTestIndex(t, IndexConfig{})
 			applyAll(t, ix, tc.setup, t0)
-			if n := ix.ApplyFrames(frames(tc.inst), tc.peer, t0); n != 3 {
-				t.Fatalf("ApplyFrames applied %d frames, want 3", n)
+			want := 3
+			if tc.setup != nil && tc.setup[0].(RegisterMsg).InstanceID == tc.inst {
+				want = 0 // refused: the instance belongs to another IP
+			}
+			if n := ix.ApplyFrames(frames(tc.inst), tc.peer, t0); n != want {
+				t.Fatalf("ApplyFrames applied %d frames, want %d", n, want)
 			}
 			if d := cmp.Diff(tc.want, ix.Lookup(p)); d != "" {
 				t.Errorf("Lookup mismatch (-want +got):\n%s", d)

@@ -69,6 +69,10 @@ type ServerConfig struct {
 	Now func() time.Time
 	// MaxFrameBytes bounds one received frame; larger ones drop the peer. 0 means 64 MiB.
 	MaxFrameBytes int64
+	// RcvHWM is how many messages each socket queues before ZeroMQ stops reading its
+	// peers (their PUSH sockets then block or drop): the memory a peer faster than the index
+	// can make libzmq hold. 0 means DefaultRcvHWM.
+	RcvHWM int
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -96,6 +100,11 @@ type Server struct {
 
 const zapDomain = "loadaware-epp-lmcache"
 
+// DefaultRcvHWM queues 2,000 messages per socket (a worker's batch is up to 50 events of
+// about 60 bytes): seconds of a fleet's events, not the gigabyte a flooding peer made
+// libzmq hold with a queue of 100,000 (issue 10's soak).
+const DefaultRcvHWM = 2000
+
 // NewServer prepares a server for idx. reg (optional) receives the server's metrics.
 func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if idx == nil {
@@ -106,6 +115,9 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 5 * time.Second
+	}
+	if cfg.RcvHWM <= 0 {
+		cfg.RcvHWM = DefaultRcvHWM
 	}
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = 64 << 20
@@ -130,6 +142,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	}
 	empty := map[string]bool{}
 	s.allowed.Store(&empty)
+	idx.SetTrustClaims(cfg.Allow == AllowAny)
 	if reg != nil {
 		if err := reg.Register(s.rejected); err != nil {
 			return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
@@ -151,6 +164,9 @@ func (s *Server) SetAllowedIPs(ips []string) {
 			continue
 		}
 		set[ip] = true
+	}
+	if s.cfg.Allow == AllowFleet {
+		s.idx.RetainIPs(set) // instances of engines that left no longer speak for their ids
 	}
 	if len(names) > 0 {
 		s.log.Error("lmcache: endpoints given by host name cannot be admitted to the controller sockets: list endpoints by IP (the engines register with their pod IP)", "names", names)
@@ -201,7 +217,7 @@ func (s *Server) Start(ctx context.Context) error {
 		for _, set := range []func() error{
 			func() error { return so.SetLinger(0) },
 			func() error { return so.SetMaxmsgsize(s.cfg.MaxFrameBytes) },
-			func() error { return so.SetRcvhwm(100000) },
+			func() error { return so.SetRcvhwm(s.cfg.RcvHWM) },
 			func() error { return so.SetIpv6(strings.Contains(ep, "[")) },
 			func() error {
 				if zap == nil {
@@ -342,14 +358,19 @@ func (s *Server) servePull(so *zmq.Socket) {
 			s.log.Error("lmcache: receive on the pull socket", "err", err)
 			continue
 		}
-		s.idx.ApplyFrames(frames, md["Peer-Address"], s.now())
+		peer := md["Peer-Address"]
+		if peer == "" {
+			s.idx.RefuseUnknownPeer(s.now())
+			continue
+		}
+		s.idx.ApplyFrames(frames, peer, s.now())
 	}
 }
 
 func (s *Server) serveRouter(so *zmq.Socket) {
 	defer so.Close()
 	for {
-		frames, err := so.RecvMessageBytes(0)
+		frames, md, err := so.RecvMessageBytesWithMetadata(0, "Peer-Address")
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -360,7 +381,7 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 		if len(frames) < 2 {
 			continue // no routing identity: cannot answer
 		}
-		reply := s.answer(frames[len(frames)-1])
+		reply := s.answer(frames[len(frames)-1], md["Peer-Address"])
 		out := append(frames[:len(frames)-1:len(frames)-1], reply)
 		if _, err := so.SendMessage(out); err != nil {
 			if isTerm(err) {
@@ -371,9 +392,19 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 	}
 }
 
-// answer applies one request and encodes its reply.
-func (s *Server) answer(payload []byte) []byte {
-	msg, err := s.idx.ApplyFrame(payload, s.now())
+// answer applies one request from peer and encodes its reply.
+func (s *Server) answer(payload []byte, peer string) []byte {
+	var msg Message
+	var err error
+	if peer == "" {
+		s.idx.RefuseUnknownPeer(s.now())
+		err = errors.New("the connection's address is unknown, so the message cannot be authenticated")
+	} else {
+		msg, err = s.idx.ApplyFrameFrom(payload, peer, s.now())
+	}
+	if errors.Is(err, ErrRefused) {
+		msg = nil // answer the refusal
+	}
 	var reply Message
 	switch m := msg.(type) {
 	case RegisterMsg:

@@ -9,6 +9,7 @@ type metrics struct {
 	untokenized *prometheus.CounterVec
 	cacheErrors prometheus.Counter
 	share       *cacheShare
+	unhealthy   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,9 +36,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Cache lookups that failed; those requests got no cache credit.",
 		}),
 		share: newCacheShare(),
+		unhealthy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_all_unhealthy_decisions_total",
+			Help: "Decisions made while every candidate endpoint was unhealthy (routed among all of them rather than refused).",
+		}),
 	}
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors}, m.share.collectors()...) {
+		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors, m.unhealthy}, m.share.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -24,6 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultMaxPromptBytes is the largest prompt tokenized by default: a 32k-token context is
+// about 128 KiB of text. BenchmarkWorstCasePrompt measures the worst shape (one run of
+// whitespace) at about 0.6 us per byte, linear, and ordinary text at 11 ns per byte, so
+// 256 KiB bounds one tokenization to about 0.15 s of CPU.
+const DefaultMaxPromptBytes = 256 << 10
+
 // Errors Pick returns when it cannot route. Callers map them to 503.
 var (
 	ErrNoEndpoints     = errors.New("no endpoints are known yet: pass --endpoints ip:port,... or check discovery (--pool-name)")
@@ -95,6 +101,12 @@ type Observer interface {
 	Routed(endpoint string, tokens []uint32)
 }
 
+// HealthView narrows candidates to the endpoints healthy at now (fleet.Health). When none
+// is healthy it returns them all and false.
+type HealthView interface {
+	Usable(addrs []string, now time.Time) ([]string, bool)
+}
+
 // Options configure a Picker.
 type Options struct {
 	Fleet        *fleet.Set
@@ -103,10 +115,15 @@ type Options struct {
 	Cache        CacheView      // nil: NoCache
 	Tokenizer    Tokenizer      // nil: text and chat prompts are routed on load alone
 	Observer     Observer       // nil: none
+	Health       HealthView     // nil: every endpoint is a candidate
 	MaxEndpoints int            // length of the fallback list; default 1
-	Now          func() time.Time
-	Logger       *slog.Logger
-	Registerer   prometheus.Registerer // nil: metrics are not registered
+	// MaxPromptBytes bounds the text or chat body handed to the Tokenizer; a larger prompt
+	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
+	// means no bound.
+	MaxPromptBytes int
+	Now            func() time.Time
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer // nil: metrics are not registered
 }
 
 // Config is the part of the configuration that can change at run time.
@@ -144,6 +161,9 @@ func New(opts Options) (*Picker, error) {
 	}
 	if opts.Cache == nil {
 		opts.Cache = NoCache{}
+	}
+	if opts.MaxPromptBytes == 0 {
+		opts.MaxPromptBytes = DefaultMaxPromptBytes
 	}
 	if opts.MaxEndpoints < 1 {
 		opts.MaxEndpoints = 1
@@ -198,6 +218,13 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	if err != nil {
 		p.metrics.pickErrors.WithLabelValues(errorKind(err)).Inc()
 		return d, err
+	}
+	if p.opts.Health != nil {
+		var ok bool
+		if cands, ok = p.opts.Health.Usable(cands, p.opts.Now()); !ok {
+			p.metrics.unhealthy.Inc()
+			d.Note = "every candidate is unhealthy: routed among all of them"
+		}
 	}
 
 	var tokens []uint32
@@ -330,6 +357,10 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 	if p.opts.Tokenizer == nil {
 		p.metrics.untokenized.WithLabelValues(kind + "-no-tokenizer").Inc()
 		return nil, "none", "no tokenizer configured (--tokenizer): " + kind + " prompt routed on load alone"
+	}
+	if n := max(len(r.Prompt), len(r.ChatBody)); p.opts.MaxPromptBytes > 0 && n > p.opts.MaxPromptBytes {
+		p.metrics.untokenized.WithLabelValues(kind + "-too-large").Inc()
+		return nil, "none", fmt.Sprintf("the %s prompt is %d bytes, over --max-prompt-bytes %d: not tokenized, routed on load alone", kind, n, p.opts.MaxPromptBytes)
 	}
 	ids, err := p.opts.Tokenizer.Tokenize(ctx, r, cands)
 	if err != nil || len(ids) == 0 {

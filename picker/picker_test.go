@@ -306,3 +306,41 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// A prompt over MaxPromptBytes is never handed to the tokenizer: it is routed on load
+// alone, and the explanation and the metric say why.
+func TestMaxPromptBytes(t *testing.T) {
+	tests := []struct {
+		name, prompt string
+		chat         []byte
+		limit        int
+		wantTokens   int
+		wantReason   string // the untokenized reason counted, "" for none
+	}{
+		{"text under the limit", "a b c", nil, 16, 3, ""},
+		{"text over the limit", strings.Repeat(" ", 17), nil, 16, 0, "text-too-large"},
+		{"chat over the limit", "", []byte(`{"messages":[{"role":"user","content":"hello there"}]}`), 16, 0, "chat-too-large"},
+		{"no bound", strings.Repeat("a ", 1000), nil, -1, 1000, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000"), Tokenizer: fakeTokenizer{}, MaxPromptBytes: tt.limit})
+			d, err := p.Pick(context.Background(), Request{Prompt: tt.prompt, ChatBody: tt.chat})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.PromptTokens != tt.wantTokens {
+				t.Fatalf("prompt tokens %d, want %d", d.PromptTokens, tt.wantTokens)
+			}
+			if tt.wantReason == "" {
+				return
+			}
+			if v := testutil.ToFloat64(p.metrics.untokenized.WithLabelValues(tt.wantReason)); v != 1 {
+				t.Fatalf("untokenized %s = %v, want 1", tt.wantReason, v)
+			}
+			if ex := d.Explain(); !strings.Contains(ex, "over --max-prompt-bytes 16: not tokenized, routed on load alone") {
+				t.Fatalf("explanation %q does not say the prompt was too large", ex)
+			}
+		})
+	}
+}

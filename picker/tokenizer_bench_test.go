@@ -87,3 +87,29 @@ func loadQwenB(b *testing.B) *tokenize.Tokenizer {
 }
 
 var benchNow = time.Unix(1700000000, 0)
+
+// BenchmarkWorstCasePrompt tokenizes prompts of the shape issue 10 found most expensive
+// (one run of whitespace) and ordinary text, at the sizes around --max-prompt-bytes, to
+// size its default: the ns/byte figure times the bound is the worst CPU one request costs.
+func BenchmarkWorstCasePrompt(b *testing.B) {
+	qwen := loadQwenB(b)
+	for _, kind := range []string{"whitespace", "text"} {
+		for _, n := range []int{64 << 10, 256 << 10} {
+			b.Run(fmt.Sprintf("%s/bytes=%d", kind, n), func(b *testing.B) {
+				var s string
+				if kind == "whitespace" {
+					s = strings.Repeat(" ", n)
+				} else {
+					s = strings.Repeat("the quick brown fox jumps over a lazy dog ", n/42+1)[:n]
+				}
+				b.SetBytes(int64(n))
+				i := 0
+				for b.Loop() {
+					i++
+					qwen.Encode(fmt.Sprint(i)+s, false) // a new string each time: no piece-cache hit
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/byte")
+			})
+		}
+	}
+}

@@ -45,7 +45,7 @@ func newStack(t testing.TB, policy string, mode gateway.BodyMode, n int, sleep f
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
-		Endpoints: addrs, Policy: policy, Beta: 1, BodyMode: extproc.FullDuplex,
+		Endpoints: addrs, Policy: policy, Beta: 1, BodyMode: extproc.FullDuplex, Explain: extproc.ExplainAll,
 	}, quiet)
 	if err != nil {
 		t.Fatal(err)

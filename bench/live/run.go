@@ -19,6 +19,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
@@ -180,7 +181,7 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 	keys := lmcache.KeyConfig{HashSeed: cfg.HashSeed, ChunkSize: cfg.Engine.ChunkSize}
 	acfg := app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
-		Endpoints: endpoints, Policy: arm.Policy, Beta: arm.Beta,
+		Endpoints: endpoints, Policy: arm.Policy, Beta: arm.Beta, Explain: extproc.ExplainAll,
 		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
 	}
 	var kvCfg *KVEventsConfig

@@ -66,7 +66,7 @@ func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
 	s.app, err = app.Start(ctx, app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: cfg.policy, Beta: cfg.beta, BodyMode: mode,
-		Cache: cfg.cache, Observer: cfg.observer,
+		Cache: cfg.cache, Observer: cfg.observer, Explain: extproc.ExplainAll,
 	}, cfg.pickerLog)
 	if err != nil {
 		return nil, fmt.Errorf("start the picker: %w", err)

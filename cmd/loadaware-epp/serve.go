@@ -52,7 +52,8 @@ type options struct {
 	lmAllow                      string
 	lmInstanceTimeout            time.Duration
 
-	kv kvFlags // --cache-source and the vLLM KV events source
+	kv   kvFlags // --cache-source and the vLLM KV events source
+	hard hardening
 
 	// Kubernetes discovery (GIE's flag names).
 	kube kube.Config
@@ -106,6 +107,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.lmAllow, "lmcache-allow-from", "fleet", "who may connect to the controller: fleet (only the endpoints' IPs) or any")
 	fs.DurationVar(&o.lmInstanceTimeout, "lmcache-instance-timeout", 0, "drop an LMCache instance silent this long (heartbeating workers only); 0 = 6x the heartbeat period; negative = never")
 	o.kv.register(fs)
+	o.hard.register(fs)
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	// GIE compatibility.
@@ -225,6 +227,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
+	}
+	if err := o.hard.apply(&cfg, o); err != nil {
+		return app.Config{}, o, err
 	}
 	return cfg, o, nil
 }

@@ -1,0 +1,426 @@
+// Package soak holds the sustained hostile-input run behind `make soak`: the real picker
+// (app.Start with the LMCache controller), the Envoy stand-in gateway and two simple engines
+// on loopback, serving steady traffic while hostile clients keep at it, with the process's
+// RSS and goroutines recorded.
+package soak
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"github.com/loadaware/loadaware-epp/bench/simpleengine"
+	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/lmcache"
+	zmq "github.com/pebbe/zmq4"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// sample is one reading of the process.
+type sample struct {
+	at         time.Duration
+	rssMiB     float64
+	goroutines int
+	p99ms      float64 // of the steady requests finished since the previous sample
+	ok, failed int
+	refused    int // hostile requests refused (ImmediateResponse) since the start
+}
+
+func rssMiB() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+// TestSoak runs for LOADAWARE_SOAK (a duration; unset: skipped) and writes its samples to
+// LOADAWARE_SOAK_OUT (default soak.md). The picker's budgets are the defaults except the
+// buffered-bytes budget (64 MiB) and the LMCache key budget (200k keys), scaled down so the
+// hostile clients reach them in a short run.
+func TestSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
+	if err != nil {
+		t.Skip("set LOADAWARE_SOAK=5m (make soak) to run the sustained hostile-input run")
+	}
+	var addrs []string
+	for range 2 {
+		e, err := simpleengine.Start(simpleengine.Config{Sleep: func(ctx context.Context, d time.Duration) error {
+			select {
+			case <-time.After(min(d, 2*time.Millisecond)):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		addrs = append(addrs, e.Addr())
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
+	a, err := app.Start(context.Background(), app.Config{
+		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
+		Endpoints: addrs, Policy: "loadaware", Beta: 1, MaxEndpoints: 2, BodyMode: extproc.FullDuplex,
+		Limits:  extproc.Limits{MaxBufferedBytes: 64 << 20, IdleTimeout: 5 * time.Second},
+		Health:  app.HealthConfig{CheckInterval: 250 * time.Millisecond},
+		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
+	}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+
+	// The first quarter (at least 10 s) is steady traffic alone: the idle latency the rest is
+	// compared with.
+	idleFor := max(d/4, 10*time.Second)
+	ctx, stop := context.WithTimeout(context.Background(), idleFor+d)
+	defer stop()
+	begin := time.Now()
+	steadyStart(t, srv.URL, ctx)
+	select {
+	case <-time.After(idleFor):
+	case <-ctx.Done():
+	}
+	hostileFrom := time.Since(begin)
+	var hostile sync.WaitGroup
+	var refused atomic.Int64
+
+	on := func(name string) bool { // LOADAWARE_SOAK_HOSTILE picks the hostile clients; default all
+		v := os.Getenv("LOADAWARE_SOAK_HOSTILE")
+		return v == "" || slices.Contains(strings.Split(v, ","), name)
+	}
+	// 1. Unfinished bodies: 32 streams at a time, each sending 4 MiB and never ending it.
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ext := extprocv3.NewExternalProcessorClient(conn)
+	chunk := make([]byte, 256<<10)
+	for range 32 {
+		if !on("bodies") {
+			break
+		}
+		hostile.Go(func() {
+			for ctx.Err() == nil {
+				st, err := ext.Process(ctx)
+				if err != nil {
+					return
+				}
+				_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}})
+				ended := make(chan struct{})
+				go func() { // the answer: a refusal (503 over budget, 408 idle), then the end
+					defer close(ended)
+					for {
+						r, err := st.Recv()
+						if err != nil {
+							return
+						}
+						if r.GetImmediateResponse() != nil {
+							refused.Add(1)
+						}
+					}
+				}()
+				for range 16 {
+					if st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk}}}) != nil {
+						break
+					}
+				}
+				select { // hold it until the picker ends it
+				case <-ended:
+				case <-ctx.Done():
+					<-ended
+				}
+			}
+		})
+	}
+	// 2. STREAMED body mode from Envoy: routed at the headers, every chunk answered.
+	goIf := func(name string, f func()) {
+		if on(name) {
+			hostile.Go(f)
+		}
+	}
+	goIf("streamed", func() {
+		for ctx.Err() == nil {
+			st, err := ext.Process(ctx)
+			if err != nil {
+				return
+			}
+			hdr := &extprocv3.ProcessingRequest{ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_STREAMED},
+				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}}
+			for _, r := range []*extprocv3.ProcessingRequest{hdr,
+				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m",`)}}},
+				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`"prompt":"x"}`), EndOfStream: true}}},
+				{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}}} {
+				if st.Send(r) != nil {
+					break
+				}
+				if _, err := st.Recv(); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("a STREAMED-mode stream failed: %v", err)
+					}
+					return
+				}
+			}
+			_ = st.CloseSend()
+			_, _ = st.Recv()
+		}
+	})
+	// 3. Idle connections to the metrics port, replaced as they are closed.
+	goIf("conns", func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for ctx.Err() == nil {
+			for len(held) < 500 {
+				c, err := net.DialTimeout("tcp", a.MetricsAddr(), time.Second)
+				if err != nil {
+					break
+				}
+				held = append(held, c)
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			held = slices.DeleteFunc(held, func(c net.Conn) bool { // drop the ones the server closed
+				_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+				_, err := c.Read(make([]byte, 1))
+				if err != nil && !isTimeout(err) {
+					c.Close()
+					return true
+				}
+				return false
+			})
+		}
+	})
+	// 4. An engine's IP pushing junk: new instance ids and random keys as fast as it can.
+	goIf("lmcache", func() {
+		zctx, err := zmq.NewContext()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer zctx.Term()
+		push, err := zctx.NewSocket(zmq.PUSH)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer push.Close()
+		_ = push.SetLinger(0)
+		_ = push.SetSndtimeo(100 * time.Millisecond)
+		if err := push.Connect("tcp://" + a.LMCachePullAddr()); err != nil {
+			t.Error(err)
+			return
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := 0; ctx.Err() == nil; i++ {
+			var frames [][]byte
+			for range 50 {
+				m := lmcache.KVAdmitMsg{InstanceID: fmt.Sprintf("junk-%d", r.IntN(1_000_000)), Key: int64(r.Uint64()), Location: "cpu"}
+				if i%2 == 0 {
+					m.InstanceID = "junk-0" // and one instance filling the key budget
+				}
+				b, _ := lmcache.Encode(m)
+				frames = append(frames, b)
+			}
+			_, _ = push.SendMessage(frames)
+		}
+	})
+
+	var samples []sample
+	every := min(5*time.Second, d/6)
+	tick := time.NewTicker(every)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			now := time.Since(begin)
+			st.mu.Lock()
+			var window []time.Duration
+			for _, r := range st.done {
+				if r.at > now-every {
+					window = append(window, r.took)
+				}
+			}
+			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(refused.Load())}
+			st.mu.Unlock()
+			s.p99ms = p99(window)
+			samples = append(samples, s)
+			t.Logf("%+v", s)
+		}
+	}
+	tick.Stop()
+	st.wg.Wait()
+	hostile.Wait()
+	var idle, loaded []time.Duration
+	for _, r := range st.done {
+		if r.at-r.took < hostileFrom {
+			idle = append(idle, r.took)
+		} else {
+			loaded = append(loaded, r.took)
+		}
+	}
+	failed := st.failed
+	conn.Close()
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
+	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
+		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
+	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys. RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
+	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range samples {
+		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused)
+	}
+	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
+	out := os.Getenv("LOADAWARE_SOAK_OUT")
+	if out == "" {
+		out = "soak.md"
+	}
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Log("\n" + b.String())
+
+	if failed > 0 {
+		t.Errorf("%d steady requests failed beside the hostile clients", failed)
+	}
+	if n := a.LMCacheIndex.Keys(); n > 200_000 {
+		t.Errorf("the index holds %d keys, over its budget", n)
+	}
+	if n := len(a.LMCacheIndex.Instances()); n > lmcache.DefaultMaxInstancesPerIP {
+		t.Errorf("%d LMCache instances from one IP, over the cap", n)
+	}
+	deadline := time.Now().Add(5 * time.Second) // the last streams' releases follow their responses
+	for inflight(a) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, l := range a.Fleet.All() {
+		if l.InFlight() != 0 {
+			t.Errorf("%s has %d requests booked after the run: a booking was lost", l.Addr, l.InFlight())
+		}
+	}
+	if len(samples) >= 2 {
+		first, last := samples[0], samples[len(samples)-1]
+		if last.rssMiB > 1024 {
+			t.Errorf("RSS %.0f MiB at the end, over the 1 GiB pod budget", last.rssMiB)
+		}
+		t.Logf("RSS %.0f -> %.0f MiB, goroutines %d -> %d", first.rssMiB, last.rssMiB, first.goroutines, last.goroutines)
+	}
+}
+
+// steady is the well-behaved traffic: 50 requests/s through the gateway.
+type steady struct {
+	mu         sync.Mutex
+	done       []result
+	ok, failed int
+	wg         sync.WaitGroup
+}
+
+type result struct{ at, took time.Duration } // finished at (since the start), latency
+
+var st *steady
+
+func steadyStart(t *testing.T, url string, ctx context.Context) {
+	st = &steady{}
+	begin := time.Now()
+	client := &http.Client{Timeout: 10 * time.Second}
+	st.wg.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			st.wg.Go(func() {
+				body := fmt.Sprintf(`{"model":"m","prompt":[1,2,3,%d],"max_tokens":2,"stream":true}`, i%64)
+				start := time.Now()
+				resp, err := client.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+				good := err == nil && resp.StatusCode == 200
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				if good {
+					st.ok++
+					st.done = append(st.done, result{time.Since(begin), time.Since(start)})
+				} else if ctx.Err() == nil {
+					st.failed++
+					t.Logf("steady request %d failed: %v", i, err)
+				}
+			})
+		}
+	})
+}
+
+func p99(d []time.Duration) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return float64(d[len(d)*99/100].Microseconds()) / 1000
+}
+
+func inflight(a *app.App) int {
+	n := 0
+	for _, l := range a.Fleet.All() {
+		n += l.InFlight()
+	}
+	return n
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/picker"
+)
+
+// hardening are the flags bounding what clients and engines can make the picker hold
+// (docs/security.md).
+type hardening struct {
+	maxStreams          int
+	maxBufferedBytes    int64
+	idleTimeout         time.Duration
+	explain             string
+	maxPromptBytes      int
+	clientCA            string
+	maxGRPCConns        int
+	maxHTTPConns        int
+	maxConnsPerIP       int
+	healthCheckInterval time.Duration
+	healthCheckPath     string
+	lmMaxKeys           int
+	lmMaxInstancesPerIP int
+}
+
+func (h *hardening) register(fs *flag.FlagSet) {
+	fs.IntVar(&h.maxStreams, "max-streams", extproc.DefaultMaxStreams, "concurrent ext_proc streams (requests); more are answered 503")
+	fs.Int64Var(&h.maxBufferedBytes, "max-buffered-bytes", extproc.DefaultMaxBufferedBytes, "request body bytes held across all requests being read; over it a request is answered 503")
+	fs.DurationVar(&h.idleTimeout, "stream-idle-timeout", extproc.DefaultIdleTimeout, "longest silence while a request is read (before routing); over it the request is answered 408")
+	fs.StringVar(&h.explain, "explain", "token", "who gets the x-loadaware-decision header on asking: token (requests with Authorization: Bearer <admin token>), all, or off")
+	fs.IntVar(&h.maxPromptBytes, "max-prompt-bytes", picker.DefaultMaxPromptBytes, "largest text or chat prompt tokenized; larger ones are routed on load alone; -1: no bound")
+	fs.StringVar(&h.clientCA, "client-ca", "", "PEM file of the CA signing Envoy's client certificate: ext_proc then requires mutual TLS")
+	fs.IntVar(&h.maxGRPCConns, "max-grpc-connections", app.DefaultMaxGRPCConns, "connections the ext_proc port holds at once; more wait in the kernel backlog")
+	fs.IntVar(&h.maxHTTPConns, "max-http-connections", app.DefaultMaxHTTPConns, "connections the metrics port holds at once; more wait in the kernel backlog")
+	fs.IntVar(&h.maxConnsPerIP, "max-connections-per-ip", app.DefaultMaxConnsPerIP, "connections one client IP may hold on the metrics and health ports; more are closed at once")
+	fs.DurationVar(&h.healthCheckInterval, "health-check-interval", 250*time.Millisecond, "period of the active GET --health-check-path checks of static --endpoints; 0 disables them")
+	fs.IntVar(&h.lmMaxKeys, "lmcache-max-keys", lmcache.DefaultMaxKeys, "chunk keys the LMCache index holds (about 120-160 bytes each); beyond it the least recently used go first; -1: no bound")
+	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")
+	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
+}
+
+// apply checks the flags and sets them on cfg. Its errors are one line: what is wrong
+// and what would be right.
+func (h *hardening) apply(cfg *app.Config, o options) error {
+	switch {
+	case h.maxStreams < 1:
+		return fmt.Errorf("--max-streams %d: use at least 1 (default %d)", h.maxStreams, extproc.DefaultMaxStreams)
+	case h.maxBufferedBytes < o.maxBodyBytes:
+		return fmt.Errorf("--max-buffered-bytes %d is smaller than --max-body-bytes %d: one request could never be read; raise it (default %d)", h.maxBufferedBytes, o.maxBodyBytes, extproc.DefaultMaxBufferedBytes)
+	case h.idleTimeout <= 0:
+		return fmt.Errorf("--stream-idle-timeout %v: use a positive duration such as 30s", h.idleTimeout)
+	case h.maxPromptBytes == 0 || h.maxPromptBytes < -1:
+		return fmt.Errorf("--max-prompt-bytes %d: use a size in bytes (default %d) or -1 for no bound", h.maxPromptBytes, picker.DefaultMaxPromptBytes)
+	case h.clientCA != "" && !o.secure:
+		return fmt.Errorf("--client-ca needs --secure-serving: mutual TLS is TLS")
+	case h.maxGRPCConns < 1 || h.maxHTTPConns < 1 || h.maxConnsPerIP < 1:
+		return fmt.Errorf("--max-grpc-connections, --max-http-connections and --max-connections-per-ip must be at least 1")
+	case h.healthCheckInterval < 0:
+		return fmt.Errorf("--health-check-interval %v: use a positive duration such as 250ms, or 0 to disable the checks", h.healthCheckInterval)
+	}
+	if h.lmMaxKeys == 0 || h.lmMaxKeys < -1 || h.lmMaxInstancesPerIP < 1 {
+		return fmt.Errorf("--lmcache-max-keys must be a count (default %d) or -1, and --lmcache-max-instances-per-ip at least 1", lmcache.DefaultMaxKeys)
+	}
+	if cfg.LMCache != nil {
+		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
+	}
+	mode, err := extproc.ParseExplainMode(h.explain)
+	if err != nil {
+		return fmt.Errorf("--explain: %v", err)
+	}
+	cfg.Limits = extproc.Limits{MaxStreams: h.maxStreams, MaxBufferedBytes: h.maxBufferedBytes, IdleTimeout: h.idleTimeout}
+	cfg.Explain, cfg.MaxPromptBytes, cfg.ClientCA = mode, h.maxPromptBytes, h.clientCA
+	cfg.MaxGRPCConns, cfg.MaxHTTPConns, cfg.MaxConnsPerIP = h.maxGRPCConns, h.maxHTTPConns, h.maxConnsPerIP
+	cfg.Health.CheckPath = h.healthCheckPath
+	if len(cfg.Endpoints) > 0 { // static mode: nothing else tells us an engine died
+		cfg.Health.CheckInterval = h.healthCheckInterval
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/picker"
+)
+
+func TestHardeningFlags(t *testing.T) {
+	ok := "--endpoints=10.0.0.1:8000"
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no streams", []string{ok, "--max-streams", "0"}, "--max-streams 0: use at least 1"},
+		{"budget under one body", []string{ok, "--max-buffered-bytes", "2048"}, "smaller than --max-body-bytes"},
+		{"idle timeout", []string{ok, "--stream-idle-timeout", "0s"}, "--stream-idle-timeout 0s"},
+		{"explain", []string{ok, "--explain", "some"}, "--explain: explain mode \"some\""},
+		{"prompt bound", []string{ok, "--max-prompt-bytes", "0"}, "or -1 for no bound"},
+		{"mTLS without TLS", []string{ok, "--secure-serving=false", "--client-ca", "/ca.pem"}, "--client-ca needs --secure-serving"},
+		{"connections", []string{ok, "--max-connections-per-ip", "0"}, "must be at least 1"},
+		{"health interval", []string{ok, "--health-check-interval", "-1s"}, "--health-check-interval -1s"},
+		{"lmcache keys", []string{ok, "--lmcache-max-keys", "0"}, "--lmcache-max-keys must be a count"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := parse(tt.args, env())
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %v, want one line containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	cfg, _, err := parse([]string{ok}, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 {
+		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
+	}
+	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||
+		cfg.Health.CheckInterval != 250*time.Millisecond || cfg.Health.CheckPath != "/health" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	cfg, _, err = parse([]string{"--pool-name", "p", "--pool-namespace", "n", "--explain", "all", "--max-prompt-bytes", "-1"}, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Explain != extproc.ExplainAll || cfg.MaxPromptBytes != -1 || cfg.Health.CheckInterval != 0 {
+		t.Fatalf("discovery mode: active checks should be off, explain all, no prompt bound: %+v", cfg)
+	}
+}

@@ -1,0 +1,190 @@
+package fleet
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// HealthPolicy says when an endpoint leaves and rejoins the candidates.
+type HealthPolicy struct {
+	// ActiveFailures consecutive failed active checks make an endpoint unhealthy, and
+	// ActiveSuccesses consecutive passed ones make it healthy again. 0 means 2 each.
+	ActiveFailures, ActiveSuccesses int
+	// PassiveFailures consecutive failed responses (connect failure, 502, 503, 504)
+	// eject an endpoint for Ejection, doubled on each ejection in a row up to
+	// MaxEjection; a success resets both. 0 means 2, 1 s and 30 s.
+	PassiveFailures       int
+	Ejection, MaxEjection time.Duration
+}
+
+func (p *HealthPolicy) setDefaults() {
+	if p.ActiveFailures <= 0 {
+		p.ActiveFailures = 2
+	}
+	if p.ActiveSuccesses <= 0 {
+		p.ActiveSuccesses = 2
+	}
+	if p.PassiveFailures <= 0 {
+		p.PassiveFailures = 2
+	}
+	if p.Ejection <= 0 {
+		p.Ejection = time.Second
+	}
+	if p.MaxEjection <= 0 {
+		p.MaxEjection = 30 * time.Second
+	}
+}
+
+// Transition is one change of an endpoint's health, for logs and metrics.
+type Transition struct {
+	Addr    string
+	Healthy bool
+	Source  string // "active" or "passive"
+	Reason  string
+}
+
+// Health is each endpoint's health from what the picker sees (passive: its requests'
+// responses) and from active checks. It does no I/O: the caller feeds it observations at
+// the times it passes. Endpoints never observed are healthy. Safe for concurrent use.
+type Health struct {
+	pol HealthPolicy
+	mu  sync.Mutex
+	eps map[string]*health
+}
+
+type health struct {
+	activeDown            bool
+	activeFails, activeOK int
+	passiveFails          int
+	ejections             int
+	ejectedUntil          time.Time
+}
+
+// NewHealth returns a Health applying pol (zero fields take the defaults).
+func NewHealth(pol HealthPolicy) *Health {
+	pol.setDefaults()
+	return &Health{pol: pol, eps: map[string]*health{}}
+}
+
+func (h *Health) get(addr string) *health {
+	e := h.eps[addr]
+	if e == nil {
+		e = &health{}
+		h.eps[addr] = e
+	}
+	return e
+}
+
+// Active records one active check of addr at now; it returns the transition it caused,
+// if any.
+func (h *Health) Active(addr string, ok bool, reason string, now time.Time) (Transition, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.get(addr)
+	was := e.usable(now)
+	if ok {
+		e.activeFails, e.activeOK = 0, e.activeOK+1
+		if e.activeDown && e.activeOK >= h.pol.ActiveSuccesses {
+			e.activeDown = false
+			e.passiveFails, e.ejections, e.ejectedUntil = 0, 0, time.Time{} // it answers its checks again
+		}
+	} else {
+		e.activeOK, e.activeFails = 0, e.activeFails+1
+		if e.activeFails >= h.pol.ActiveFailures {
+			e.activeDown = true
+		}
+	}
+	if is := e.usable(now); is != was {
+		return Transition{Addr: addr, Healthy: is, Source: "active", Reason: reason}, true
+	}
+	return Transition{}, false
+}
+
+// Passive records the outcome of one response from addr at now: ok false for a connect
+// failure or a 502, 503 or 504.
+func (h *Health) Passive(addr string, ok bool, reason string, now time.Time) (Transition, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.get(addr)
+	was := e.usable(now)
+	if ok {
+		e.passiveFails, e.ejections = 0, 0
+		e.ejectedUntil = time.Time{}
+	} else if e.passiveFails++; e.passiveFails >= h.pol.PassiveFailures && !now.Before(e.ejectedUntil) {
+		d := h.pol.Ejection << min(e.ejections, 16)
+		e.ejections++
+		e.ejectedUntil = now.Add(min(d, h.pol.MaxEjection))
+		e.passiveFails = 0
+	}
+	if is := e.usable(now); is != was {
+		return Transition{Addr: addr, Healthy: is, Source: "passive", Reason: reason}, true
+	}
+	return Transition{}, false
+}
+
+func (e *health) usable(now time.Time) bool { return !e.activeDown && !now.Before(e.ejectedUntil) }
+
+// Healthy reports whether addr may be routed to at now.
+func (h *Health) Healthy(addr string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.eps[addr]
+	return e == nil || e.usable(now)
+}
+
+// Usable returns the healthy endpoints of addrs at now, in order. When none is healthy it
+// returns addrs unchanged and false: routing somewhere beats refusing everything (a fleet
+// wide outage, or checks that are wrong).
+func (h *Health) Usable(addrs []string, now time.Time) ([]string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for i, a := range addrs {
+		if e := h.eps[a]; e != nil && !e.usable(now) {
+			if out == nil {
+				out = append(make([]string, 0, len(addrs)), addrs[:i]...)
+			}
+			continue
+		}
+		if out != nil {
+			out = append(out, a)
+		}
+	}
+	switch {
+	case out == nil:
+		return addrs, true
+	case len(out) == 0:
+		return addrs, false
+	}
+	return out, true
+}
+
+// Unhealthy returns the endpoints not healthy at now, sorted.
+func (h *Health) Unhealthy(now time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for a, e := range h.eps {
+		if !e.usable(now) {
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Retain forgets every endpoint not in keep (it left the fleet).
+func (h *Health) Retain(keep []string) {
+	set := make(map[string]bool, len(keep))
+	for _, a := range keep {
+		set[a] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for a := range h.eps {
+		if !set[a] {
+			delete(h.eps, a)
+		}
+	}
+}

@@ -146,8 +146,10 @@ func TestRunOpenLoopFromAWarmFleet(t *testing.T) {
 	if !strings.Contains(res.Decisions[30], "policy=loadaware beta=1 winner=127.0.1.") || len(res.Decisions) != 1 {
 		t.Errorf("decisions %v, want request 30's explanation", res.Decisions)
 	}
-	// Samples every 250 ms over the send window (~1.5 s).
-	if want := run.Window/run.Interval.Seconds() + 1; math.Abs(float64(len(run.Running))-want) > 2 {
+	// Samples every 250 ms over the send window (~1.5 s). A scrape takes the engines'
+	// /metrics round trips, so a loaded machine fits fewer: at least half, never more
+	// than the window holds.
+	if want := run.Window/run.Interval.Seconds() + 1; float64(len(run.Running)) < want/2 || float64(len(run.Running)) > want+2 {
 		t.Errorf("%d samples over a %.2fs window, want about %.0f", len(run.Running), run.Window, want)
 	}
 	m := analysis.SeedMetricsOf(run)

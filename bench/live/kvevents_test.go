@@ -248,7 +248,7 @@ func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
 	if fromEvents == 0 {
 		t.Error("no decision was credited from vLLM events: the comparison is vacuous")
 	}
-	if _, err := Run(context.Background(), fastSweep(), arm, seed, Options{Requests: reqs[:1], CacheSource: picker.SourceVLLMEvents}); err == nil || !strings.Contains(err.Error(), "warm-up to 0") {
+	if _, err := Run(context.Background(), fastSweep(), arm, seed, Options{Requests: reqs[:1], CacheSource: picker.SourceVLLMEvents}); err == nil || !strings.Contains(err.Error(), "warm-up of 0") {
 		t.Errorf("a warm fleet on vLLM events: %v, want an error naming the warm-up", err)
 	}
 }

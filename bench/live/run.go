@@ -119,8 +119,8 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 		log = slog.New(slog.DiscardHandler)
 	}
 	kvSource := opts.CacheSource != "" && opts.CacheSource != picker.SourceLMCache
-	if kvSource && cfg.Warmup > 0 {
-		return Result{}, fmt.Errorf("live: cache source %s needs a cold fleet: set the warm-up to 0 requests (its chunk events exist only as LMCache messages)", opts.CacheSource)
+	if kvSource && (cfg.Protocol == vtime.ProtocolPublished || cfg.Warmup > 0) {
+		return Result{}, fmt.Errorf("live: cache source %s needs a cold fleet: use the per-seed protocol with a warm-up of 0 requests (-protocol per-seed -warmup 0): a warm-up's chunk events exist only as LMCache messages", opts.CacheSource)
 	}
 	f, err := startFleet(ctx, cfg, arm, warm, log, opts.CacheSource)
 	if err != nil {

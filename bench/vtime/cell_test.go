@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/picker"
 )
 
 func cellSeeds(n int) []CellSeed {
@@ -96,5 +98,40 @@ func TestCellConfigValidate(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The engines' LMCache tiers published as vLLM KV events carry the same
+// contiguous prefixes (a prompt's partial last chunk aside, which no other
+// prompt shares in this workload), so a sweep routed on vLLM events makes the
+// same decisions and gives the same results as one routed on LMCache events,
+// and "both" (the longer per endpoint) as well.
+func TestVLLMEventsSourceDecidesAsLMCache(t *testing.T) {
+	run := func(source string) Results {
+		cfg := small()
+		cfg.CacheSource = source
+		res, err := RunSweep(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Config = SweepConfig{}
+		return nanFree(res)
+	}
+	lm := run(picker.SourceLMCache)
+	for _, source := range []string{picker.SourceVLLMEvents, picker.SourceBoth} {
+		got := run(source)
+		for i := range lm.Runs {
+			for j, row := range lm.Runs[i].Rows {
+				if g := got.Runs[i].Rows[j]; g.Engine != row.Engine || g.TTFT != row.TTFT {
+					t.Fatalf("%s: %s seed %d request %d went to %s (TTFT %v); on LMCache events to %s (%v)",
+						source, lm.Runs[i].Arm.Name, lm.Runs[i].Seed, j, g.Engine, g.TTFT, row.Engine, row.TTFT)
+				}
+			}
+		}
+	}
+	cfg := small()
+	cfg.CacheSource = "gossip"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "gossip") {
+		t.Fatalf("unknown cache source: %v", err)
 	}
 }

@@ -64,6 +64,7 @@ type SweepConfig struct {
 	SampleInterval time.Duration   // how often each engine's running count is sampled
 	HashSeed       string          // the engines' PYTHONHASHSEED, for LMCache chunk keys
 	Router         Router          // the router and data path in front of the engines
+	CacheSource    string          // what the picker learns the engines' caches from: picker.SourceLMCache (default when empty), SourceVLLMEvents or SourceBoth
 	Workers        int             // runs in parallel; 0 = GOMAXPROCS
 }
 
@@ -134,6 +135,11 @@ func (c SweepConfig) Validate() error {
 		return fmt.Errorf("vtime: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
 	case len(c.HostDelays) > c.Engines:
 		return fmt.Errorf("vtime: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
+	}
+	switch c.CacheSource {
+	case "", picker.SourceLMCache, picker.SourceVLLMEvents, picker.SourceBoth:
+	default:
+		return fmt.Errorf("vtime: cache source %q: use %s, %s or %s", c.CacheSource, picker.SourceLMCache, picker.SourceVLLMEvents, picker.SourceBoth)
 	}
 	if c.Router.StatsLag < 0 || c.Router.RequestLatency < 0 || c.Router.ResponseLatency < 0 {
 		return fmt.Errorf("vtime: router %+v: lags and latencies must not be negative", c.Router)
@@ -539,7 +545,8 @@ type world struct {
 	// lastDelivery is when the client received the last token of any
 	// request so far (engine token time plus the response leg).
 	lastDelivery time.Duration
-	grid         *grid // cell-wide sampling, when running a cell
+	kv           *kvSource // the engines' caches as vLLM KV events, when the picker reads them
+	grid         *grid     // cell-wide sampling, when running a cell
 	fallback     struct {
 		addr string        // where the last group of unheld prompts went
 		at   time.Duration // when that group's first prompt was routed
@@ -601,13 +608,16 @@ func (w *world) build(arm Arm) error {
 		return err
 	}
 	w.index = ix
+	if w.kv, err = newKVSource(w.cfg.CacheSource, w.cfg.Engine.ChunkSize); err != nil {
+		return err
+	}
 	params := scoring.DefaultParams()
 	params.Beta = arm.Beta
 	p, err := picker.New(picker.Options{
 		Fleet:  set,
 		Policy: arm.Policy,
 		Params: params,
-		Cache:  picker.LMCacheView{Index: ix},
+		Cache:  w.cacheView(w.cfg.CacheSource),
 		Now:    func() time.Time { return epoch.Add(w.now) },
 	})
 	if err != nil {
@@ -795,6 +805,9 @@ func (w *world) send(ctx context.Context, p *pending) error {
 		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
 	}
 	p.sim = sim.Request{ID: fmt.Sprintf("req-%d", p.req.Index), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
+	if w.kv != nil {
+		w.kv.learn(p.req.Tokens, w.hasher.ChunkKeys(p.req.Tokens))
+	}
 	w.owners[&p.sim] = p
 	w.served[eng]++
 	w.push(event{at: w.now + w.cfg.Router.RequestLatency + w.cfg.Engine.IngressLatency, kind: evArrive, p: p})
@@ -814,6 +827,9 @@ func (w *world) kick(i int) {
 func (w *world) finishStep(i int) (int, error) {
 	out := w.engines[i].Finish()
 	at := epoch.Add(w.now)
+	if w.kv != nil {
+		w.kv.apply(w.addrs[i], out.KV)
+	}
 	for _, ev := range out.KV {
 		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: InstanceID(i), Key: ev.Key, Location: Location}
 		if !ev.Admit {

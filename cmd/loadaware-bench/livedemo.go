@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/picker"
 	"io"
 	"log/slog"
 	"slices"
@@ -78,7 +79,9 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	}
 	cfg := vtime.DefaultSweepConfig()
 	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.requests, c.rate, c.tokens, c.warmup
-	if c.warmup > 0 {
+	if c.warmup > 0 || (c.cache != "" && c.cache != picker.SourceLMCache) {
+		// A vLLM-events source starts cold: the warm-up's chunk events exist only as
+		// LMCache messages (bench/live refuses a warm-up with it).
 		cfg.Protocol = vtime.ProtocolPerSeed
 	}
 	// The demo shows this picker: Envoy (bench/gateway) in front, no Python proxy.
@@ -103,6 +106,9 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	warm := "the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm)"
 	if cfg.Protocol == vtime.ProtocolPerSeed {
 		warm = fmt.Sprintf("%d requests", cfg.Warmup)
+	}
+	if cfg.Protocol == vtime.ProtocolPerSeed && cfg.Warmup == 0 {
+		warm = "nothing (cold caches)"
 	}
 	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %s in virtual time, then %d live requests at %g req/s\n", warm, w.Requests, w.Rate)
 	fmt.Fprintf(stdout, "(%d prefixes of %d tokens, Zipf %g, %d-token suffixes, %d output tokens; seed %d, the same requests for every arm).\n\n",

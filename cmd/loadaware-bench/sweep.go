@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/picker"
 	"io"
 	"os"
 	"runtime"
@@ -31,6 +32,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")
 	save := fs.Bool("save", true, "save every run in "+resultsFile+" (about 5 MB for the full sweep) for compare and report")
 	progress := fs.Bool("progress", true, "show progress on stderr")
+	fs.StringVar(&cfg.CacheSource, "cache-source", picker.SourceLMCache, "what the picker learns the engines' caches from: lmcache, vllm-events (the CPU tiers published as vLLM KV events) or both")
 	alsoEnvoy := fs.Bool("also-envoy", false, "then run the same sweep behind Envoy and this picker (-router envoy) and add its tables to REPORT.md")
 	if err := fs.Parse(args); err != nil {
 		return 2

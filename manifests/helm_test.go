@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -366,6 +367,12 @@ func TestChartModes(t *testing.T) {
 				if p.FailOpen {
 					t.Error("Envoy fails open by default in mode envoy, which has no fallback engines")
 				}
+				if args["max-endpoints"] != "1" {
+					t.Errorf("--max-endpoints=%s, but gateway.yaml's ORIGINAL_DST cluster reads one address", args["max-endpoints"])
+				}
+				if eps, ok := overrideHostEndpoints(b); ok {
+					t.Errorf("envoy.endpointFallback is off by default, but an override_host cluster routes to %v", eps)
+				}
 				if args["secure-serving"] != "true" {
 					t.Errorf("--secure-serving=%s, but Envoy speaks TLS", args["secure-serving"])
 				}
@@ -406,6 +413,67 @@ func TestChartModes(t *testing.T) {
 				}
 				if err := envoy.CheckDecisionLog(b); err != nil {
 					t.Errorf("rendered Envoy config: %v", err)
+				}
+			},
+		},
+		{
+			name: "envoy with endpoint fallback",
+			args: []string{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true", "--set", "engines.targetPorts={8000,8001}"},
+			wantObjs: append(append([]string{"ConfigMap/" + picker + "-envoy", "Deployment/" + picker + "-envoy", "Service/" + picker + "-envoy",
+				"Service/" + picker + "-engines"}, pickerKinds...), rbacKinds...),
+			wantMode:  kube.ModeSelector,
+			wantRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				b := checkFallbackConfig(t, r, args)
+				const engines = picker + "-engines.llm.svc.cluster.local"
+				if eps, _ := overrideHostEndpoints(b); !slices.Equal(eps, []string{engines + ":8000", engines + ":8001"}) {
+					t.Errorf("override_host cluster endpoints = %v, want the headless engines Service on each target port", eps)
+				}
+				svc := get[corev1.Service](r, "Service", picker+"-engines")
+				if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.PublishNotReadyAddresses {
+					t.Errorf("engines Service clusterIP %q, publishNotReadyAddresses %v: want headless, Ready pods only (one A record each)",
+						svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+				}
+				if !maps.Equal(svc.Spec.Selector, map[string]string{"app": "vllm"}) {
+					t.Errorf("engines Service selector = %v, want engines.matchLabels", svc.Spec.Selector)
+				}
+				var ports []int32
+				for _, p := range svc.Spec.Ports {
+					if p.TargetPort.IntVal != p.Port {
+						t.Errorf("engines Service port %d targets %v", p.Port, p.TargetPort)
+					}
+					ports = append(ports, p.Port)
+				}
+				if !slices.Equal(ports, []int32{8000, 8001}) {
+					t.Errorf("engines Service ports = %v, want engines.targetPorts", ports)
+				}
+			},
+		},
+		{
+			name: "envoy with endpoint fallback to static endpoints",
+			args: []string{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true", "--set", "engines.endpoints={10.0.0.1:8000,10.0.0.2:8001}"},
+			wantObjs: append([]string{"ConfigMap/" + picker + "-envoy", "Deployment/" + picker + "-envoy", "Service/" + picker + "-envoy"},
+				pickerKinds...),
+			wantMode: kube.ModeOff,
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				b := checkFallbackConfig(t, r, args)
+				if eps, _ := overrideHostEndpoints(b); !slices.Equal(eps, []string{"10.0.0.1:8000", "10.0.0.2:8001"}) {
+					t.Errorf("override_host cluster endpoints = %v, want engines.endpoints", eps)
+				}
+				if args["endpoints"] != "10.0.0.1:8000,10.0.0.2:8001" {
+					t.Errorf("--endpoints=%s", args["endpoints"])
+				}
+			},
+		},
+		{
+			name:      "endpoint fallback outside mode envoy",
+			args:      []string{"--set", "mode=selector", "--set", "envoy.endpointFallback=true"},
+			wantObjs:  append(slices.Clone(pickerKinds), rbacKinds...),
+			wantMode:  kube.ModeSelector,
+			wantRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			check: func(t *testing.T, r rendered, args map[string]string) {
+				if args["max-endpoints"] != "1" {
+					t.Errorf("--max-endpoints=%s: envoy.endpointFallback applies to mode envoy only", args["max-endpoints"])
 				}
 			},
 		},
@@ -475,6 +543,56 @@ func TestChartModes(t *testing.T) {
 			tt.check(t, r, args)
 		})
 	}
+}
+
+// checkFallbackConfig checks a render with envoy.endpointFallback: the Envoy
+// config is envoy/fallback.yaml, reaches the picker, fails closed, logs the
+// decision and routes through override_host, and the picker answers two
+// endpoints. It returns the bootstrap.
+func checkFallbackConfig(t *testing.T, r rendered, args map[string]string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	b, err := envoy.Load([]byte(get[corev1.ConfigMap](r, "ConfigMap", picker+"-envoy").Data["envoy.yaml"]))
+	if err != nil {
+		t.Fatalf("rendered Envoy config: %v", err)
+	}
+	p, err := envoy.CheckPicker(b)
+	if err != nil {
+		t.Fatalf("rendered Envoy config: %v", err)
+	}
+	if p.Address != svcHost+":9002" || !p.TLS || p.FailOpen || p.Fallback != "" {
+		t.Errorf("Envoy = %+v, want the picker at %s:9002 over TLS, failing closed, no fallback route", p, svcHost)
+	}
+	if err := envoy.CheckDecisionLog(b); err != nil {
+		t.Errorf("rendered Envoy config: %v", err)
+	}
+	if _, ok := overrideHostEndpoints(b); !ok {
+		t.Error("no override_host cluster: the fallback list is not walked")
+	}
+	if args["max-endpoints"] != "2" {
+		t.Errorf("--max-endpoints=%s, want 2 (the first endpoint and one to retry on)", args["max-endpoints"])
+	}
+	return b
+}
+
+// overrideHostEndpoints returns the endpoints ("host:port") of the cluster
+// that uses the override_host load balancing policy, and whether there is one.
+func overrideHostEndpoints(b *bootstrapv3.Bootstrap) ([]string, bool) {
+	for _, c := range b.GetStaticResources().GetClusters() {
+		for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
+			if p.GetTypedExtensionConfig().GetName() != "envoy.load_balancing_policies.override_host" {
+				continue
+			}
+			var out []string
+			for _, le := range c.GetLoadAssignment().GetEndpoints() {
+				for _, lb := range le.GetLbEndpoints() {
+					sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+					out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+				}
+			}
+			return out, true
+		}
+	}
+	return nil, false
 }
 
 // checkPicker checks what every mode shares: the Service exposes the
@@ -573,6 +691,14 @@ func TestChartRejects(t *testing.T) {
 		{"no hash seed", []string{"--set", "lmcache.hashSeed="}, "lmcache.hashSeed is empty"},
 		{"envoy failing open nowhere", []string{"--set", "mode=envoy", "--set", "envoy.failureMode=FailOpen"}, "needs envoy.fallback.host"},
 		{"unknown failure mode", []string{"--set", "inferencePool.failureMode=Open"}, "/inferencePool/failureMode"},
+		{"endpoint fallback not a boolean", []string{"--set", "envoy.endpointFallback=yes"}, "/envoy/endpointFallback"},
+		{"endpoint fallback failing open", []string{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true",
+			"--set", "envoy.failureMode=FailOpen", "--set", "envoy.fallback.host=vllm-engine-service"}, "cannot be combined with envoy.failureMode FailOpen"},
+		{"endpoint fallback with three endpoints", []string{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true",
+			"--set", "picker.maxEndpoints=3"}, "picker.maxEndpoints 3 with envoy.endpointFallback"},
+		{"endpoint fallback to IPv6", []string{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true",
+			"--set", "engines.endpoints={[fd00::1]:8000}"}, "IPv4 (V4_ONLY)"},
+		{"a list without endpoint fallback", []string{"--set", "mode=envoy", "--set", "picker.maxEndpoints=2"}, "picker.maxEndpoints 2 in mode envoy"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -585,7 +711,8 @@ func TestChartRejects(t *testing.T) {
 }
 
 func TestChartLint(t *testing.T) {
-	for _, args := range [][]string{nil, {"--set", "mode=envoy"}, {"--set", "mode=selector"}, {"-f", "vllm-stack/loadaware-epp-values.yaml"}} {
+	for _, args := range [][]string{nil, {"--set", "mode=envoy"}, {"--set", "mode=envoy", "--set", "envoy.endpointFallback=true"},
+		{"--set", "mode=selector"}, {"-f", "vllm-stack/loadaware-epp-values.yaml"}} {
 		t.Run(strings.Join(append([]string{"defaults"}, args...), " "), func(t *testing.T) {
 			out, err := helm(t, append([]string{"lint", "--strict", chart}, args...)...)
 			if err != nil {
@@ -598,18 +725,20 @@ func TestChartLint(t *testing.T) {
 	}
 }
 
-// The chart deploys envoy/gateway.yaml; its copy must not drift.
+// The chart deploys envoy/gateway.yaml and envoy/fallback.yaml; its copies must not drift.
 func TestChartEnvoyConfigIsShipped(t *testing.T) {
-	shipped, err := envoy.Files.ReadFile("gateway.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	copied, err := os.ReadFile(chart + "/files/gateway.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(shipped, copied) {
-		t.Fatal("helm/loadaware-epp/files/gateway.yaml differs from envoy/gateway.yaml: cp envoy/gateway.yaml manifests/helm/loadaware-epp/files/")
+	for _, name := range []string{"gateway.yaml", "fallback.yaml"} {
+		shipped, err := envoy.Files.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied, err := os.ReadFile(chart + "/files/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(shipped, copied) {
+			t.Errorf("helm/loadaware-epp/files/%s differs from envoy/%s: cp envoy/%s manifests/helm/loadaware-epp/files/", name, name, name)
+		}
 	}
 }
 
@@ -639,6 +768,7 @@ func TestChartFlagsExist(t *testing.T) {
 		{"--set", "tokenizer.source=file", "--set", "tokenizer.file.volume.emptyDir.medium=Memory", "--set", "tokenizer.model=m",
 			"--set", "picker.certSecret=s", "--set", "picker.maxBodyBytes=1"},
 		{"--set", "mode=envoy"},
+		{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true"},
 		{"--set", "mode=selector", "--set", "engines.endpoints={10.0.0.1:8000}"},
 		{"--set", "cacheSource=both", "--set", "kvEvents.replayPort=5558", "--set", "kvEvents.topic=kv@"},
 	} {

@@ -47,6 +47,21 @@ app.kubernetes.io/component: envoy-gateway
 {{- printf "%s.%s.svc.cluster.local" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
+{{/* Whether the chart renders envoy/fallback.yaml (mode envoy, envoy.endpointFallback). */}}
+{{- define "loadaware-epp.endpointFallback" -}}
+{{- if and (eq .Values.mode "envoy") .Values.envoy.endpointFallback -}}true{{- end -}}
+{{- end -}}
+
+{{/* The headless engines Service's in-cluster DNS name (envoy.endpointFallback). */}}
+{{- define "loadaware-epp.enginesHost" -}}
+{{- printf "%s-engines.%s.svc.cluster.local" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The picker's --max-endpoints: 2 with the fallback config, picker.maxEndpoints otherwise. */}}
+{{- define "loadaware-epp.maxEndpoints" -}}
+{{- if eq (include "loadaware-epp.endpointFallback" .) "true" -}}2{{- else -}}{{ int .Values.picker.maxEndpoints }}{{- end -}}
+{{- end -}}
+
 {{/* Whether the picker watches the Kubernetes API (and so needs RBAC). */}}
 {{- define "loadaware-epp.discovers" -}}
 {{- if or (eq .Values.mode "inferencepool") (not .Values.engines.endpoints) -}}true{{- end -}}
@@ -81,6 +96,21 @@ app.kubernetes.io/component: envoy-gateway
 {{- end -}}
 {{- if and (eq .Values.mode "envoy") (eq .Values.envoy.failureMode "FailOpen") (not .Values.envoy.fallback.host) -}}
 {{- fail "envoy.failureMode FailOpen needs envoy.fallback.host: a Service in front of every engine, where Envoy sends requests while the picker is down" -}}
+{{- end -}}
+{{- if eq (include "loadaware-epp.endpointFallback" .) "true" -}}
+{{- if eq .Values.envoy.failureMode "FailOpen" -}}
+{{- fail "envoy.endpointFallback true cannot be combined with envoy.failureMode FailOpen: envoy/fallback.yaml fails closed (it has no route for requests the picker did not route and does not remove a client's x-gateway-destination-endpoint, so clients could choose engines while the picker is down). Keep envoy.failureMode FailClose, or set envoy.endpointFallback false" -}}
+{{- end -}}
+{{- if gt (int .Values.picker.maxEndpoints) 2 -}}
+{{- fail (printf "picker.maxEndpoints %d with envoy.endpointFallback: Envoy retries once, so the picker answers 2 endpoints; leave picker.maxEndpoints at 1 (the chart passes --max-endpoints=2)" (int .Values.picker.maxEndpoints)) -}}
+{{- end -}}
+{{- range .Values.engines.endpoints -}}
+{{- if hasPrefix "[" . -}}
+{{- fail (printf "engines.endpoints %s: envoy.endpointFallback lists the engines in an IPv4 (V4_ONLY) cluster; give IPv4 addresses or set envoy.endpointFallback false" .) -}}
+{{- end -}}
+{{- end -}}
+{{- else if and (eq .Values.mode "envoy") (ne (int .Values.picker.maxEndpoints) 1) -}}
+{{- fail (printf "picker.maxEndpoints %d in mode envoy: envoy/gateway.yaml's ORIGINAL_DST cluster reads one address per answer; keep picker.maxEndpoints 1, or set envoy.endpointFallback true (the picker then answers 2 and Envoy retries on the second)" (int .Values.picker.maxEndpoints)) -}}
 {{- end -}}
 {{- if not (has .Values.tokenizer.source (list "engine" "file")) -}}
 {{- fail (printf "tokenizer.source %q is not engine or file" .Values.tokenizer.source) -}}

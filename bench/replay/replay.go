@@ -28,8 +28,7 @@ import (
 
 // Options configure a replay.
 type Options struct {
-	Fleet    vtime.SweepConfig // engine model, engines, per-engine factors, workload pool, hash seed, router
-	SeedGap  time.Duration     // idle time between seeds (the published driver: vtime.DefaultSeedGap)
+	Fleet    vtime.SweepConfig // engine model, engines, per-engine factors, workload pool, hash seed, router, seed gap
 	Scrape   time.Duration     // how often the engines are sampled (the published Prometheus step)
 	Baseline string            // arm label the paired effects are computed against ("kvaware")
 	Workers  int               // cells in parallel; 0 = GOMAXPROCS
@@ -43,7 +42,6 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Fleet:    vtime.DefaultSweepConfig(),
-		SeedGap:  vtime.DefaultSeedGap,
 		Scrape:   vtime.DefaultScrapeInterval,
 		Baseline: "kvaware",
 	}
@@ -123,8 +121,8 @@ func Run(ctx context.Context, c capture.Compact, opt Options) (Report, error) {
 	if len(c.Cells) == 0 {
 		return Report{}, errors.New("replay: no cells to replay")
 	}
-	if opt.Scrape <= 0 || opt.SeedGap < 0 {
-		return Report{}, fmt.Errorf("replay: scrape interval %v and seed gap %v: need a positive interval and a gap of at least 0", opt.Scrape, opt.SeedGap)
+	if opt.Scrape <= 0 {
+		return Report{}, fmt.Errorf("replay: scrape interval %v: must be positive", opt.Scrape)
 	}
 	cfgs := make([]vtime.CellConfig, len(c.Cells))
 	for i, cc := range c.Cells {
@@ -199,7 +197,7 @@ func cellConfig(cc capture.CompactCell, opt Options) (vtime.CellConfig, error) {
 	if cc.Beta != nil {
 		arm.Beta = *cc.Beta
 	}
-	cfg := vtime.CellConfig{Sweep: opt.Fleet, Arm: arm, SeedGap: opt.SeedGap, SampleInterval: opt.Scrape, Warmup: true}
+	cfg := vtime.CellConfig{Sweep: opt.Fleet, Arm: arm, SampleInterval: opt.Scrape, Warmup: true}
 	prefixes := opt.Fleet.Workload.Prefixes
 	for _, s := range cc.Seeds {
 		if len(s.PrefixID) == 0 {

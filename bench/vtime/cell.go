@@ -57,10 +57,9 @@ func EnvoyRouter() Router {
 
 // CellConfig is one cell of the published protocol.
 type CellConfig struct {
-	Sweep          SweepConfig   // fleet, engine model, workload pool, hash seed (Arms, Seeds, Warmup unused)
+	Sweep          SweepConfig   // fleet, engine model, router, workload pool, hash seed, SeedGap (Arms, Seeds, Protocol, Warmup unused)
 	Arm            Arm           //
 	Seeds          []CellSeed    // measured seeds, in the order they run
-	SeedGap        time.Duration // idle time between one seed's last completion and the next seed's first send
 	SampleInterval time.Duration // the engines' metrics are sampled on this grid from the first seed's first send
 	Warmup         bool          // run the published warm-up (2 passes, prefix order, 4 at a time) on the cold fleet first
 }
@@ -111,8 +110,6 @@ func (c CellConfig) Validate() error {
 	switch {
 	case len(c.Seeds) == 0:
 		return errors.New("vtime: cell has no seeds: give at least one")
-	case c.SeedGap < 0:
-		return fmt.Errorf("vtime: seed gap %v: must not be negative", c.SeedGap)
 	case c.SampleInterval <= 0:
 		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
 	}
@@ -126,7 +123,7 @@ func (c CellConfig) Validate() error {
 
 // RunCell runs one cell as the published protocol did: a cold fleet, the
 // warm-up routed by the cell's own policy, then every seed back to back on
-// the same engines, each seed starting SeedGap after the previous one's last
+// the same engines, each seed starting Sweep.SeedGap after the previous one's last
 // completion. Equal configs give equal results.
 func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 	if err := cfg.Validate(); err != nil {
@@ -145,7 +142,6 @@ func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 		return CellResult{}, err
 	}
 	if cfg.Warmup {
-		w.cfg.SeedGap = cfg.SeedGap
 		if err := w.publishedWarmup(ctx, pool); err != nil {
 			return CellResult{}, err
 		}
@@ -169,7 +165,7 @@ func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 			return CellResult{}, err
 		}
 		res.Runs = append(res.Runs, run)
-		w.pause(cfg.SeedGap)
+		w.pause(cfg.Sweep.SeedGap)
 	}
 	res.Samples = w.grid.samples
 	res.End = w.sample(w.now - origin)

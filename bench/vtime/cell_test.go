@@ -24,7 +24,7 @@ func cellSeeds(n int) []CellSeed {
 
 func TestRunCellFollowsTheProtocol(t *testing.T) {
 	cfg := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(3),
-		SeedGap: DefaultSeedGap, SampleInterval: time.Second, Warmup: true}
+		SampleInterval: time.Second, Warmup: true}
 	res, err := RunCell(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestRunCellFollowsTheProtocol(t *testing.T) {
 		}
 		// The driver waits SeedGap after the last completion it saw.
 		gap := res.SeedStart[k].Seconds() - (res.SeedStart[k-1].Seconds() + last)
-		want := cfg.SeedGap.Seconds()
+		want := cfg.Sweep.SeedGap.Seconds()
 		if gap < want-1e-9 || gap > want+1e-6 {
 			t.Fatalf("seed %d starts %.6f s after seed %d's last completion, want %.6f", k+1, gap, k, want)
 		}
@@ -73,14 +73,14 @@ func TestRunCellFollowsTheProtocol(t *testing.T) {
 }
 
 func TestCellConfigValidate(t *testing.T) {
-	good := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(1), SeedGap: time.Second, SampleInterval: time.Second}
+	good := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(1), SampleInterval: time.Second}
 	tests := []struct {
 		name string
 		edit func(*CellConfig)
 		want string
 	}{
 		{"no seeds", func(c *CellConfig) { c.Seeds = nil }, "no seeds"},
-		{"negative gap", func(c *CellConfig) { c.SeedGap = -1 }, "seed gap"},
+		{"negative gap", func(c *CellConfig) { c.Sweep.SeedGap = -1 }, "seed gap"},
 		{"no sample interval", func(c *CellConfig) { c.SampleInterval = 0 }, "sample interval"},
 		{"lengths differ", func(c *CellConfig) {
 			c.Seeds = []CellSeed{{Seed: 1, PrefixIDs: []int{1, 2}, SendAt: []time.Duration{0}}}

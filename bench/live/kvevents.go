@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/kvevents"
 )
 
@@ -32,15 +33,8 @@ type KVEventsConfig struct {
 type kvPub struct {
 	pub       *kvevents.Publisher
 	keys      sim.KeyFunc
-	chunk     int
-	chunks    map[int64]kvChunk // chunk key -> its content, learnt from arriving prompts
-	published atomic.Int64      // batches sent
-}
-
-type kvChunk struct {
-	tokens    []uint32
-	parent    int64
-	hasParent bool
+	events    *vtime.ChunkEvents // chunk contents, learnt from arriving prompts
+	published atomic.Int64       // batches sent
 }
 
 func startKVPub(ip string, c KVEventsConfig, keys sim.KeyFunc, chunk int) (*kvPub, error) {
@@ -52,7 +46,7 @@ func startKVPub(ip string, c KVEventsConfig, keys sim.KeyFunc, chunk int) (*kvPu
 	if err != nil {
 		return nil, fmt.Errorf("live: KV events publisher on %s: %w", ip, err)
 	}
-	return &kvPub{pub: p, keys: keys, chunk: chunk, chunks: map[int64]kvChunk{}}, nil
+	return &kvPub{pub: p, keys: keys, events: vtime.NewChunkEvents(chunk)}, nil
 }
 
 // learn records the content of a prompt's full chunks, so that their stores can be
@@ -61,19 +55,7 @@ func (k *kvPub) learn(tokens []uint32) {
 	if k == nil {
 		return
 	}
-	ks := k.keys(tokens)
-	for i, key := range ks {
-		if (i+1)*k.chunk > len(tokens) {
-			break
-		}
-		if _, ok := k.chunks[key]; !ok {
-			c := kvChunk{tokens: tokens[i*k.chunk : (i+1)*k.chunk]}
-			if i > 0 {
-				c.parent, c.hasParent = ks[i-1], true
-			}
-			k.chunks[key] = c
-		}
-	}
+	k.events.Learn(tokens, k.keys(tokens))
 }
 
 // publish sends one step's CPU-tier changes as one batch.
@@ -81,20 +63,7 @@ func (k *kvPub) publish(evs []sim.KVEvent, log *slog.Logger) {
 	if k == nil || len(evs) == 0 {
 		return
 	}
-	out := make([]kvevents.Event, 0, len(evs))
-	for _, ev := range evs {
-		if !ev.Admit {
-			out = append(out, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
-			continue
-		}
-		c, ok := k.chunks[ev.Key]
-		if !ok {
-			continue // a partial chunk
-		}
-		out = append(out, kvevents.Event{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(c.parent),
-			HasParent: c.hasParent, Tokens: c.tokens, BlockSize: k.chunk, Medium: "CPU"})
-	}
-	if _, err := k.pub.Publish(out); err != nil {
+	if _, err := k.pub.Publish(k.events.Events(evs)); err != nil {
 		log.Error("live: KV events batch not published: the picker's vLLM events index will miss it", "err", err)
 	}
 	k.published.Add(1)

@@ -8,16 +8,15 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
-// kvSource publishes the engines' LMCache CPU tiers as vLLM KV cache events into
-// a kvevents index, as LMCache's multi-process mode does (medium CPU, one
-// 256-token block per chunk, the chunk key as the engine's hash, the previous
-// chunk as parent) and as the live engines do (bench/live/kvevents.go). A
-// prompt's trailing partial chunk is not published: vLLM's events carry full
-// blocks only.
-type kvSource struct {
-	index  *kvevents.Index
+// ChunkEvents turns an engine's LMCache CPU-tier changes into vLLM KV cache
+// events, as LMCache's multi-process mode publishes them (medium CPU, one block
+// per chunk, the chunk key as the engine's hash, the previous chunk as parent).
+// A prompt's trailing partial chunk has no event: vLLM's events carry full
+// blocks only. It learns chunks' tokens from the prompts an engine receives.
+// It is not safe for concurrent use.
+type ChunkEvents struct {
 	chunk  int
-	chunks map[int64]kvChunk // chunk key -> its tokens and parent, from the prompts sent
+	chunks map[int64]kvChunk // chunk key -> its tokens and parent
 }
 
 type kvChunk struct {
@@ -26,8 +25,54 @@ type kvChunk struct {
 	hasParent bool
 }
 
-// newKVSource returns the source for policy's picker, or nil when source does
-// not use vLLM events.
+// NewChunkEvents returns a converter for chunks of chunk tokens.
+func NewChunkEvents(chunk int) *ChunkEvents {
+	return &ChunkEvents{chunk: chunk, chunks: map[int64]kvChunk{}}
+}
+
+// Learn records the content of a prompt's full chunks (keys: its chunk keys).
+func (c *ChunkEvents) Learn(tokens []uint32, keys []int64) {
+	for i, key := range keys {
+		if (i+1)*c.chunk > len(tokens) {
+			break
+		}
+		if _, ok := c.chunks[key]; !ok {
+			k := kvChunk{tokens: tokens[i*c.chunk : (i+1)*c.chunk]}
+			if i > 0 {
+				k.parent, k.hasParent = keys[i-1], true
+			}
+			c.chunks[key] = k
+		}
+	}
+}
+
+// Events returns one engine step's CPU-tier changes as events (nil for none):
+// a BlockStored per stored full chunk, a BlockRemoved per evicted chunk.
+func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvevents.Event {
+	var out []kvevents.Event
+	for _, ev := range evs {
+		if !ev.Admit {
+			out = append(out, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
+			continue
+		}
+		k, ok := c.chunks[ev.Key]
+		if !ok {
+			continue // a partial chunk
+		}
+		out = append(out, kvevents.Event{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(k.parent),
+			HasParent: k.hasParent, Tokens: k.tokens, BlockSize: c.chunk, Medium: "CPU"})
+	}
+	return out
+}
+
+// kvSource feeds the engines' CPU tiers, as vLLM KV events, into a kvevents
+// index in-process (the live engines publish the same events over ZeroMQ).
+type kvSource struct {
+	index  *kvevents.Index
+	events *ChunkEvents
+}
+
+// newKVSource returns the source, or nil when source does not use vLLM events.
 func newKVSource(source string, chunk int) (*kvSource, error) {
 	if source != picker.SourceVLLMEvents && source != picker.SourceBoth {
 		return nil, nil
@@ -36,45 +81,16 @@ func newKVSource(source string, chunk int) (*kvSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vtime: vLLM KV events index: %w", err)
 	}
-	return &kvSource{index: ix, chunk: chunk, chunks: map[int64]kvChunk{}}, nil
+	return &kvSource{index: ix, events: NewChunkEvents(chunk)}, nil
 }
 
-// learn records the content of a prompt's full chunks, so that their stores can
-// be published with their tokens.
-func (k *kvSource) learn(tokens []uint32, keys []int64) {
-	for i, key := range keys {
-		if (i+1)*k.chunk > len(tokens) {
-			break
-		}
-		if _, ok := k.chunks[key]; !ok {
-			c := kvChunk{tokens: tokens[i*k.chunk : (i+1)*k.chunk]}
-			if i > 0 {
-				c.parent, c.hasParent = keys[i-1], true
-			}
-			k.chunks[key] = c
-		}
-	}
-}
+func (k *kvSource) learn(tokens []uint32, keys []int64) { k.events.Learn(tokens, keys) }
 
-// apply publishes one engine step's CPU-tier changes as one batch of endpoint's.
+// apply applies one engine step's CPU-tier changes as one batch of endpoint's.
 func (k *kvSource) apply(endpoint string, evs []sim.KVEvent) {
-	if len(evs) == 0 {
-		return
+	if out := k.events.Events(evs); len(out) > 0 {
+		k.index.Apply(endpoint, kvevents.Batch{Events: out, DPRank: -1})
 	}
-	out := make([]kvevents.Event, 0, len(evs))
-	for _, ev := range evs {
-		if !ev.Admit {
-			out = append(out, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
-			continue
-		}
-		c, ok := k.chunks[ev.Key]
-		if !ok {
-			continue // a partial chunk
-		}
-		out = append(out, kvevents.Event{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(c.parent),
-			HasParent: c.hasParent, Tokens: c.tokens, BlockSize: k.chunk, Medium: "CPU"})
-	}
-	k.index.Apply(endpoint, kvevents.Batch{Events: out, DPRank: -1})
 }
 
 // cacheView returns the picker's cache view for source.

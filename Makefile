@@ -2,8 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# 46 fuzz targets: 5 s each keeps `make test` under ten minutes on 2 cores.
-FUZZTIME ?= 5s
+FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
 .PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload soak

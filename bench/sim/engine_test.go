@@ -582,3 +582,24 @@ func TestOutputsQueueAtTheAPIServer(t *testing.T) {
 		t.Fatalf("gap %v: want the API server's %v per step of three tokens", itl, 3*cfg.OutputCost)
 	}
 }
+
+// HostDelay is host time added to every step as it is, not scaled by Slowdown.
+func TestHostDelayAddsToEveryStep(t *testing.T) {
+	step := func(slowdown float64, delay time.Duration) time.Duration {
+		cfg := DefaultConfig()
+		cfg.Slowdown, cfg.HostDelay = slowdown, delay
+		e := newEngine(t, cfg)
+		if err := e.Add(&Request{ID: "a", Tokens: prompt(1, 100), MaxTokens: 2}); err != nil {
+			t.Fatal(err)
+		}
+		end, _ := e.Start(0)
+		return end
+	}
+	base := step(1, 0)
+	if got := step(1, 20*time.Millisecond); got != base+20*time.Millisecond {
+		t.Fatalf("step with 20 ms host delay %v, want %v", got, base+20*time.Millisecond)
+	}
+	if got := step(2, 20*time.Millisecond); absDur(got-(2*base+20*time.Millisecond)) > time.Microsecond {
+		t.Fatalf("2x slower step with 20 ms host delay %v, want %v", got, 2*base+20*time.Millisecond)
+	}
+}

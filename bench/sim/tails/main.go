@@ -38,7 +38,8 @@ func run(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("tails", flag.ContinueOnError)
 	seeds := fs.Int("seeds", len(cfg.Seeds), "seeds per arm (1..n)")
 	arms := fs.String("arms", "", "comma-separated arm names to run (default: every arm of the sweep)")
-	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up requests before each measured seed")
+	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "published (cold fleet, published warm-up, seeds back to back) or per-seed (each seed after -warmup requests)")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "per-seed protocol: warm-up requests before each measured seed")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel")
 	cfg.Workload.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {

@@ -65,7 +65,47 @@ func Increase(v []float64) float64 {
 // Facts computes the cell's Facts. Every metric it reads must be present with
 // exactly one engine series per instance of vllm_num_requests_running; the
 // error names the missing metric file or instance.
-func (c Cell) Facts() (Facts, error) {
+func (c Cell) Facts() (Facts, error) { return c.window(math.Inf(-1), math.Inf(1)).facts() }
+
+// SeedFacts computes Facts over each seed's send window, [first send, last
+// send], from the samples inside it (counter increases between the first and
+// the last of them), one per seed.
+func (c Cell) SeedFacts() ([]Facts, error) {
+	out := make([]Facts, len(c.Seeds))
+	for i, s := range c.Seeds {
+		from, to := sendWindow(s.Requests)
+		f, err := c.window(from, to).facts()
+		if err != nil {
+			return nil, fmt.Errorf("capture: %s seed %d: %w", c.Name, s.Seed, err)
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// window returns c with every series cut to the samples with from <= t <= to.
+func (c Cell) window(from, to float64) Cell {
+	if math.IsInf(from, -1) && math.IsInf(to, 1) {
+		return c
+	}
+	w := c
+	w.Prom = make(map[string][]Series, len(c.Prom))
+	for m, ss := range c.Prom {
+		cut := make([]Series, len(ss))
+		for i, s := range ss {
+			cut[i] = Series{Instance: s.Instance, Labels: s.Labels}
+			for j, t := range s.T {
+				if t >= from && t <= to {
+					cut[i].T, cut[i].V = append(cut[i].T, t), append(cut[i].V, s.V[j])
+				}
+			}
+		}
+		w.Prom[m] = cut
+	}
+	return w
+}
+
+func (c Cell) facts() (Facts, error) {
 	var f Facts
 	for _, s := range c.Prom[RunningMetric] {
 		f.Instances = append(f.Instances, s.Instance)
@@ -102,7 +142,7 @@ func (c Cell) Facts() (Facts, error) {
 		{HitsMetric, inc, &hits},
 		{QueriesMetric, inc, &queries},
 		{PreemptionsMetric, inc, &f.Preemptions},
-		{KVUsageMetric, func(s Series) float64 { return slices.Max(s.V) }, &f.KVUsageMax},
+		{KVUsageMetric, func(s Series) float64 { return maxOf(s.V) }, &f.KVUsageMax},
 		{CPUTierMetric, func(s Series) float64 { return mean(s.V) }, &f.CPUTierBytes},
 		{WaitingMetric, func(s Series) float64 { return shareAbove0(s.V) }, &f.WaitingShareEngine},
 		{TTFTCountMetric, inc, &ttftN},
@@ -133,7 +173,15 @@ func sum(v []float64) float64 {
 	return s
 }
 
-func mean(v []float64) float64 { return sum(v) / float64(len(v)) }
+// mean is NaN for no values (a window without samples), like maxOf and shareAbove0.
+func mean(v []float64) float64 { return ratio(sum(v), float64(len(v))) }
+
+func maxOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return slices.Max(v)
+}
 
 func ratio(a, b float64) float64 {
 	if b == 0 {
@@ -149,7 +197,7 @@ func shareAbove0(v []float64) float64 {
 			n++
 		}
 	}
-	return float64(n) / float64(len(v))
+	return ratio(float64(n), float64(len(v)))
 }
 
 // anyAbove0 is the share of distinct timestamps (over all series) at which at
@@ -167,5 +215,5 @@ func anyAbove0(ss []Series) float64 {
 			n++
 		}
 	}
-	return float64(n) / float64(len(pos))
+	return ratio(float64(n), float64(len(pos)))
 }

@@ -209,3 +209,47 @@ func TestFactsMissingMetric(t *testing.T) {
 	_, err = c.Facts()
 	mustContain(t, err, CPUTierMetric+".json", "missing")
 }
+
+// Per-seed facts use only each seed's send window: a gen2 kvaware seed keeps
+// the cell's flat CPU tier and no waiting, a seed window without samples gives
+// NaN rather than a panic.
+func TestSeedFactsWindows(t *testing.T) {
+	c, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cell Cell
+	for _, cc := range c.Cells {
+		if cc.ArmLabel() == "kvaware" {
+			cell = cc.Cell()
+		}
+	}
+	fs, err := cell.SeedFacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 20 {
+		t.Fatalf("%d seed facts, want 20", len(fs))
+	}
+	whole, err := cell.Facts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var share float64
+	for i, f := range fs {
+		if f.WaitingShare != 0 || f.CPUTierBytes[0] != whole.CPUTierBytes[0] {
+			t.Errorf("seed %d: waiting %v, CPU tier %v: want 0 and the cell's flat %v", i+1, f.WaitingShare, f.CPUTierBytes[0], whole.CPUTierBytes[0])
+		}
+		share += f.RequestShare[1] / 20
+	}
+	// The 10.131.* engine (index 1) is kvaware's busy one in every window, about as in the whole cell.
+	if math.Abs(share-whole.RequestShare[1]) > 0.03 {
+		t.Errorf("mean per-seed share %v, cell %v", share, whole.RequestShare[1])
+	}
+	empty := cell
+	empty.Seeds = []Seed{{Seed: 1, Requests: []Request{{Send: 1}, {Send: 2}}}} // before the first sample
+	fs, err = empty.SeedFacts()
+	if err != nil || !math.IsNaN(fs[0].KVUsageMax[0]) || !math.IsNaN(fs[0].CPUTierBytes[0]) {
+		t.Fatalf("empty window: %+v, %v: want NaN facts", fs, err)
+	}
+}

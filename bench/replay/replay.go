@@ -68,11 +68,14 @@ type Pair struct {
 	Sim  float64 `json:"sim"`
 }
 
-// SeedPair is one seed's metrics, real and simulated.
+// SeedPair is one seed's metrics, real and simulated, and its engine facts over
+// the seed's send window (per-engine lists busiest engine first, as Cell.Facts).
 type SeedPair struct {
-	Seed int                `json:"seed"`
-	Real map[string]float64 `json:"real"`
-	Sim  map[string]float64 `json:"sim"`
+	Seed      int                  `json:"seed"`
+	Real      map[string]float64   `json:"real"`
+	Sim       map[string]float64   `json:"sim"`
+	RealFacts map[string][]float64 `json:"real_facts,omitempty"`
+	SimFacts  map[string][]float64 `json:"sim_facts,omitempty"`
 }
 
 // Verdict is one metric's median over seeds against its tolerance.
@@ -281,8 +284,18 @@ func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
 	}
 	out := Cell{Cell: cc.Name, Arm: cc.ArmLabel(), HitRate: Pair{cc.Facts.HitRate, simFacts.HitRate},
 		Medians: map[string]Pair{}, RankCorr: map[string]float64{}}
+	realSeedFacts, err := cc.Cell().SeedFacts()
+	if err != nil {
+		return Cell{}, err
+	}
+	simSeedFacts, err := sc.SeedFacts()
+	if err != nil {
+		return Cell{}, err
+	}
+	ro, so := busiestFirst(cc.Facts.RequestShare), busiestFirst(simFacts.RequestShare)
 	for i, s := range cc.Seeds {
-		out.Seeds = append(out.Seeds, SeedPair{Seed: s.Seed, Real: pick(cc.SeedMetrics[i]), Sim: pick(simSeeds[i])})
+		out.Seeds = append(out.Seeds, SeedPair{Seed: s.Seed, Real: pick(cc.SeedMetrics[i]), Sim: pick(simSeeds[i]),
+			RealFacts: factLists(realSeedFacts[i], ro), SimFacts: factLists(simSeedFacts[i], so)})
 	}
 	for _, m := range Metrics {
 		real, sim := column(out.Seeds, m)
@@ -344,6 +357,18 @@ func factPairs(real, sim capture.Facts) map[string]FactPair {
 		"cpu_tier_bytes":   per(real.CPUTierBytes, sim.CPUTierBytes),
 		"engine_ttft_mean": per(real.EngineTTFTMean, sim.EngineTTFTMean),
 		"prefill_mean":     per(real.PrefillMean, sim.PrefillMean),
+	}
+}
+
+// factLists is one seed's engine facts, per-engine lists in the order idx.
+func factLists(f capture.Facts, idx []int) map[string][]float64 {
+	return map[string][]float64{
+		"request_share":    order(f.RequestShare, idx),
+		"waiting_share":    {f.WaitingShare},
+		"preemptions":      order(f.Preemptions, idx),
+		"kv_usage_max":     order(f.KVUsageMax, idx),
+		"cpu_tier_bytes":   order(f.CPUTierBytes, idx),
+		"engine_ttft_mean": order(f.EngineTTFTMean, idx),
 	}
 }
 

@@ -125,6 +125,12 @@ func TestRealSideIsTheMeasuredMetrics(t *testing.T) {
 	if rep.Cells[0].Facts["request_share"].Sim == nil {
 		t.Error("no simulated engine facts")
 	}
+	for _, s := range rep.Cells[0].Seeds {
+		r, m := s.RealFacts["request_share"], s.SimFacts["request_share"]
+		if len(r) != 2 || len(m) != 2 || !(r[0] >= r[1]) || math.Abs(r[0]+r[1]-1) > 1e-9 || math.Abs(m[0]+m[1]-1) > 1e-9 {
+			t.Errorf("seed %d request shares real %v sim %v: want two shares summing to 1, the busiest first on the real side", s.Seed, r, m)
+		}
+	}
 }
 
 func TestRunRejectsBadCells(t *testing.T) {

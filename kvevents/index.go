@@ -477,39 +477,45 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	for i := range out {
 		out[i].HolderRank = -1
 	}
+	sc := scratchPool.Get().(*matchScratch)
+	defer scratchPool.Put(sc)
+	sc.keys = sc.keys[:0]
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	// The streams asked about, grouped by block size, then by slot word (usually one
 	// group: a fleet has one block size and up to 64 streams).
-	type want struct {
-		ep int // index in endpoints
-		s  *stream
-	}
-	type group struct {
-		bs   int
-		word uint64
-		ws   []want
-	}
-	var groups []group
+	groups := sc.groups[:0]
 	for i, ep := range endpoints {
 		for _, s := range ix.byEP[ep] {
 			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
 			if g < 0 {
-				groups = append(groups, group{bs: s.blockSize, word: s.word()})
+				if len(groups) < cap(groups) {
+					groups = groups[:len(groups)+1]
+					groups[len(groups)-1].bs, groups[len(groups)-1].word = s.blockSize, s.word()
+					groups[len(groups)-1].ws = groups[len(groups)-1].ws[:0]
+				} else {
+					groups = append(groups, group{bs: s.blockSize, word: s.word()})
+				}
 				g = len(groups) - 1
 			}
 			groups[g].ws = append(groups[g].ws, want{i, s})
 		}
 	}
-	stamps := make([]uint64, len(endpoints))
-	var credit [64]float64
-	keysOf := map[int][]uint64{}
-	for _, g := range groups {
-		keys, ok := keysOf[g.bs]
-		if !ok {
-			keys = ix.promptKeys(tokens, g.bs)
-			keysOf[g.bs] = keys
+	sc.groups = groups
+	stamps := append(sc.stamps[:0], make([]uint64, len(endpoints))...)
+	sc.stamps = stamps
+	// The tiers that hold anything, best credit first.
+	var act [numMedia]Medium
+	na := 0
+	for _, m := range ix.order {
+		if ix.held[m].Len() > 0 {
+			act[na], na = m, na+1
 		}
+	}
+	var credit [64]float64
+	for gi := range groups {
+		g := &groups[gi]
+		keys := sc.keysFor(ix, tokens, g.bs)
 		if len(keys) == 0 {
 			continue
 		}
@@ -518,24 +524,48 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 			alive |= w.s.bit()
 		}
 		clear(credit[:])
+		// A run of blocks credited alike (the same slots by the same tiers) is credited
+		// at once: a slot's credit changes only where its prefix ends, or where a tier
+		// changes. That adds the same numbers when every tier's credit of a block is a
+		// multiple of 2^-10 (sums exact in any order); otherwise, block by block.
+		var cm [numMedia]float64
+		exact := len(tokens) < 1<<40
+		for a := range na {
+			cm[a] = ix.credit[act[a]] * float64(g.bs)
+			if x := cm[a] * 1024; x != math.Trunc(x) {
+				exact = false
+			}
+		}
+		var prev, cur [numMedia]uint64
+		run := 0
+		flush := func() {
+			for a := range na {
+				c := float64(run) * cm[a]
+				for bits := prev[a]; bits != 0; bits &= bits - 1 {
+					credit[mbits.TrailingZeros64(bits)] += c
+				}
+			}
+		}
 		for _, k := range keys {
 			wk := wordKey(k, g.word)
 			var covered uint64
-			for _, m := range ix.order {
-				if ix.held[m].Len() == 0 {
-					continue
-				}
-				v, _ := ix.held[m].get(wk)
+			for a := range na {
+				v, _ := ix.held[act[a]].get(wk)
 				bits := v & alive &^ covered
+				cur[a] = bits
 				covered |= bits
-				for ; bits != 0; bits &= bits - 1 {
-					credit[mbits.TrailingZeros64(bits)] += ix.credit[m] * float64(g.bs)
-				}
+			}
+			if exact && cur == prev {
+				run++
+			} else {
+				flush()
+				prev, run = cur, 1
 			}
 			if alive = covered; alive == 0 {
 				break
 			}
 		}
+		flush()
 		for _, w := range g.ws {
 			m := int(math.Round(credit[w.s.slot%64]))
 			if m == 0 || m < out[w.ep].Matched {
@@ -548,17 +578,63 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 			out[w.ep].Matched, stamps[w.ep] = m, st
 		}
 	}
-	ranked := make([]int, 0, len(endpoints))
+	ranked := sc.ranked[:0]
 	for i := range out {
 		if stamps[i] != 0 {
 			ranked = append(ranked, i)
 		}
 	}
+	sc.ranked = ranked
 	slices.SortFunc(ranked, func(a, b int) int { return cmpU64(stamps[a], stamps[b]) })
 	for r, i := range ranked {
 		out[i].HolderRank = r
 	}
 	return out
+}
+
+// The streams a lookup asks about, grouped by block size and slot word.
+type want struct {
+	ep int // index in endpoints
+	s  *stream
+}
+
+type group struct {
+	bs   int
+	word uint64
+	ws   []want
+}
+
+// matchScratch is a lookup's working memory, reused through scratchPool so that a
+// lookup allocates only its result.
+type matchScratch struct {
+	groups []group
+	stamps []uint64
+	ranked []int
+	keys   []promptKeys // the prompt's block keys, per block size
+}
+
+type promptKeys struct {
+	bs   int
+	keys []uint64
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
+
+// keysFor returns the prompt's block keys for block size bs, computed once per lookup
+// (sc.keys is emptied by the first call of a lookup: see Match).
+func (sc *matchScratch) keysFor(ix *Index, tokens []uint32, bs int) []uint64 {
+	for _, pk := range sc.keys {
+		if pk.bs == bs {
+			return pk.keys
+		}
+	}
+	var buf []uint64
+	if n := len(sc.keys); n < cap(sc.keys) {
+		buf = sc.keys[:n+1][n].keys
+	}
+	ks := ix.appendPromptKeys(buf[:0], tokens, bs)
+	sc.keys = append(sc.keys, promptKeys{bs, ks})
+	return ks
 }
 
 func cmpU64(a, b uint64) int {
@@ -573,11 +649,15 @@ func cmpU64(a, b uint64) int {
 
 // promptKeys returns the keys of the prompt's full blocks of bs tokens.
 func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
-	ks := make([]uint64, len(tokens)/bs)
+	return ix.appendPromptKeys(nil, tokens, bs)
+}
+
+// appendPromptKeys appends the keys of the prompt's full blocks of bs tokens to ks.
+func (ix *Index) appendPromptKeys(ks []uint64, tokens []uint32, bs int) []uint64 {
 	parent := ix.root
-	for j := range ks {
+	for j := range len(tokens) / bs {
 		parent = chain(parent, ix.root, tokens[j*bs:(j+1)*bs])
-		ks[j] = parent
+		ks = append(ks, parent)
 	}
 	return ks
 }

@@ -8,23 +8,60 @@ import "math/bits"
 // it, so equal keys mean equal prefixes up to a 2^-64 collision. It is not vLLM's hash
 // and need not be: both sides of the index (events and prompts) use it.
 //
-// The content hash runs two independent multiply-rotate lanes over pairs of tokens and
-// does not depend on the parent, so the blocks of a prompt hash in parallel on an
-// out-of-order CPU; only the final mix is chained (3x faster than one lane over the
-// chain, measured on a 1,578-token prompt).
+// The content hash takes the tokens four at a time as two 64-bit words and folds
+// mum(w0 ^ s, w1 ^ t), the 128-bit product's halves xored (wyhash's mix), with
+// secrets s and t that step with the group's position, so groups are independent
+// multiplies and a block of 16 tokens is four. It does not depend on the parent, so
+// the blocks of a prompt hash in parallel on an out-of-order CPU; only the final
+// MurmurHash3 finalizer is chained (docs/decisions/0804: 2.3x faster than the
+// two-lane multiply-rotate it replaced on a 1,578-token prompt).
 func chain(parent, seed uint64, toks []uint32) uint64 {
-	const k1, k2, k3 = 0x9e3779b97f4a7c15, 0xff51afd7ed558ccd, 0xc4ceb9fe1a85ec53
-	a := seed ^ uint64(len(toks))*k2
-	b := seed + k3
+	if len(toks) == 16 { // vLLM's default block size, unrolled
+		return chain16(parent, seed, (*[16]uint32)(toks))
+	}
+	return chainLoop(parent, seed, toks)
+}
+
+const k1, k2, k3 = 0x9e3779b97f4a7c15, 0xff51afd7ed558ccd, 0xc4ceb9fe1a85ec53
+
+// secrets returns the first group's secrets and the length term of a block's hash.
+func secrets(seed uint64, n int) (s, t, acc uint64) {
+	return seed ^ k2, bits.RotateLeft64(seed, 32) ^ k3, seed ^ uint64(n)*k1
+}
+
+// chain16 is chainLoop for 16 tokens, unrolled (TestChainUnrolledAgreesWithLoop).
+func chain16(parent, seed uint64, b *[16]uint32) uint64 {
+	s, t, acc := secrets(seed, 16)
+	acc += mum(word(b[0], b[1])^s, word(b[2], b[3])^t) +
+		mum(word(b[4], b[5])^(s+k1), word(b[6], b[7])^(t+k3)) +
+		mum(word(b[8], b[9])^(s+k1+k1), word(b[10], b[11])^(t+k3+k3)) +
+		mum(word(b[12], b[13])^(s+k1+k1+k1), word(b[14], b[15])^(t+k3+k3+k3))
+	return fmix(parent ^ acc)
+}
+
+func chainLoop(parent, seed uint64, toks []uint32) uint64 {
+	s, t, acc := secrets(seed, len(toks))
 	i := 0
 	for ; i+3 < len(toks); i += 4 {
-		a = bits.RotateLeft64((a^(uint64(toks[i])|uint64(toks[i+1])<<32))*k1, 31)
-		b = bits.RotateLeft64((b^(uint64(toks[i+2])|uint64(toks[i+3])<<32))*k3, 29)
+		acc += mum(word(toks[i], toks[i+1])^s, word(toks[i+2], toks[i+3])^t)
+		s += k1
+		t += k3
 	}
-	for ; i < len(toks); i++ {
-		a = bits.RotateLeft64((a^uint64(toks[i]))*k1, 31)
+	if i < len(toks) {
+		var w [4]uint32
+		copy(w[:], toks[i:])
+		acc += mum(word(w[0], w[1])^s, word(w[2], w[3])^t)
 	}
-	return fmix(parent ^ fmix(a^bits.RotateLeft64(b, 17)))
+	return fmix(parent ^ acc)
+}
+
+// word packs two tokens into a 64-bit word, the first in the low half.
+func word(lo, hi uint32) uint64 { return uint64(lo) | uint64(hi)<<32 }
+
+// mum is the 128-bit product of a and b with its halves xored.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // fmix is the 64-bit finalizer of MurmurHash3: every input bit affects every output bit.

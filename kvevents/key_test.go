@@ -32,3 +32,15 @@ func BenchmarkPromptKeys(b *testing.B) {
 		ix.promptKeys(p, benchBlock)
 	}
 }
+
+// TestChainUnrolledAgreesWithLoop checks the 16-token fast path against the general loop
+// (the same block hashed as 16 tokens and, with a 17th token dropped, through the loop).
+func TestChainUnrolledAgreesWithLoop(t *testing.T) {
+	toks := make([]uint32, 17)
+	for i := range toks {
+		toks[i] = uint32(i*2654435761) ^ 0xdeadbeef
+	}
+	if got, want := chain(5, 77, toks[:16]), chainLoop(5, 77, toks[:16]); got != want {
+		t.Fatalf("unrolled %#x, loop %#x", got, want)
+	}
+}

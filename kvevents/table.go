@@ -7,14 +7,18 @@ import "math/bits"
 // full: 20-28 bytes an entry where a Go map takes about 38 at 10^6 entries (see
 // docs/decisions/0802). Keys need not be well distributed; the zero key is allowed.
 type table struct {
-	keys, vals []uint64 // key 0 marks an empty slot; the zero key lives in zero/hasZero
-	n          int      // entries in the slots
-	zero       uint64
-	hasZero    bool
+	slots   []slot // key 0 marks an empty slot; the zero key lives in zero/hasZero
+	n       int    // entries in the slots
+	zero    uint64
+	hasZero bool
 }
 
+// slot is one entry; a key and its value share a cache line, so a probe that finds its
+// key at home misses the cache once.
+type slot struct{ k, v uint64 }
+
 func (t *table) home(k uint64) int {
-	hi, _ := bits.Mul64(fmix(k), uint64(len(t.keys)))
+	hi, _ := bits.Mul64(fmix(k), uint64(len(t.slots)))
 	return int(hi)
 }
 
@@ -30,17 +34,17 @@ func (t *table) get(k uint64) (uint64, bool) {
 	if k == 0 {
 		return t.zero, t.hasZero
 	}
-	if len(t.keys) == 0 {
+	if len(t.slots) == 0 {
 		return 0, false
 	}
 	for i := t.home(k); ; {
-		switch t.keys[i] {
+		switch t.slots[i].k {
 		case k:
-			return t.vals[i], true
+			return t.slots[i].v, true
 		case 0:
 			return 0, false
 		}
-		if i++; i == len(t.keys) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
@@ -51,20 +55,20 @@ func (t *table) put(k, v uint64) {
 		t.zero, t.hasZero = v, true
 		return
 	}
-	if (t.n+1)*20 > len(t.keys)*17 {
+	if (t.n+1)*20 > len(t.slots)*17 {
 		t.grow()
 	}
 	for i := t.home(k); ; {
-		switch t.keys[i] {
+		switch t.slots[i].k {
 		case k:
-			t.vals[i] = v
+			t.slots[i].v = v
 			return
 		case 0:
-			t.keys[i], t.vals[i] = k, v
+			t.slots[i] = slot{k, v}
 			t.n++
 			return
 		}
-		if i++; i == len(t.keys) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
@@ -76,32 +80,32 @@ func (t *table) or(k, bits uint64) {
 		t.zero, t.hasZero = t.zero|bits, true
 		return
 	}
-	if (t.n+1)*20 > len(t.keys)*17 {
+	if (t.n+1)*20 > len(t.slots)*17 {
 		t.grow()
 	}
 	for i := t.home(k); ; {
-		switch t.keys[i] {
+		switch t.slots[i].k {
 		case k:
-			t.vals[i] |= bits
+			t.slots[i].v |= bits
 			return
 		case 0:
-			t.keys[i], t.vals[i] = k, bits
+			t.slots[i] = slot{k, bits}
 			t.n++
 			return
 		}
-		if i++; i == len(t.keys) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
 }
 
 func (t *table) grow() {
-	old, oldv := t.keys, t.vals
+	old := t.slots
 	size := max(8, len(old)+len(old)/2)
-	t.keys, t.vals, t.n = make([]uint64, size), make([]uint64, size), 0
-	for i, k := range old {
-		if k != 0 {
-			t.put(k, oldv[i])
+	t.slots, t.n = make([]slot, size), 0
+	for _, e := range old {
+		if e.k != 0 {
+			t.put(e.k, e.v)
 		}
 	}
 }
@@ -111,34 +115,34 @@ func (t *table) del(k uint64) {
 		t.zero, t.hasZero = 0, false
 		return
 	}
-	if len(t.keys) == 0 {
+	if len(t.slots) == 0 {
 		return
 	}
 	i := t.home(k)
-	for t.keys[i] != k {
-		if t.keys[i] == 0 {
+	for t.slots[i].k != k {
+		if t.slots[i].k == 0 {
 			return
 		}
-		if i++; i == len(t.keys) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
 	// Backward shift: move later entries of the probe run into the hole when their home
 	// is not between the hole and their slot (cyclically).
 	for j := i; ; {
-		if j++; j == len(t.keys) {
+		if j++; j == len(t.slots) {
 			j = 0
 		}
-		if t.keys[j] == 0 {
+		if t.slots[j].k == 0 {
 			break
 		}
-		h := t.home(t.keys[j])
+		h := t.home(t.slots[j].k)
 		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
-			t.keys[i], t.vals[i] = t.keys[j], t.vals[j]
+			t.slots[i] = t.slots[j]
 			i = j
 		}
 	}
-	t.keys[i], t.vals[i] = 0, 0
+	t.slots[i] = slot{}
 	t.n--
 }
 
@@ -147,9 +151,9 @@ func (t *table) each(f func(k, v uint64)) {
 	if t.hasZero {
 		f(0, t.zero)
 	}
-	for i, k := range t.keys {
-		if k != 0 {
-			f(k, t.vals[i])
+	for _, e := range t.slots {
+		if e.k != 0 {
+			f(e.k, e.v)
 		}
 	}
 }

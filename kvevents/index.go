@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -28,6 +29,12 @@ const (
 // are GPU; "CPU" and LMCache's "cpu"/"LocalCPUBackend" are CPU; names containing "disk"
 // are Disk. ok is false for anything else.
 func ParseMedium(s string) (m Medium, ok bool) {
+	switch s { // vLLM's spellings, without lowering a copy
+	case "", "GPU":
+		return GPU, true
+	case "CPU":
+		return CPU, true
+	}
 	l := strings.ToLower(s)
 	switch {
 	case l == "" || l == "gpu" || l == "cuda":
@@ -103,7 +110,7 @@ type Index struct {
 	root   uint64
 	m      *indexMetrics
 
-	mu      sync.RWMutex
+	mu      rwspin
 	held    [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
 	stamps  table           // pair(first block key, stream salt) -> store order
 	streams map[streamID]*stream
@@ -113,6 +120,9 @@ type Index struct {
 	slots   int         // slots handed out
 	stamp   uint64
 	salt    uint64
+
+	sink     atomic.Uint64 // what warm read, kept so that its loads are not removed
+	onlySize atomic.Int64  // the block size of every stream, if they share one; else 0
 }
 
 type streamID struct {
@@ -221,6 +231,11 @@ func (ix *Index) Apply(endpoint string, b Batch) {
 
 func (ix *Index) applyEvent(id streamID, ev *Event) {
 	ix.m.events.WithLabelValues(ev.Kind.String()).Inc()
+	if ev.Kind != AllBlocksCleared {
+		if med, ok := ParseMedium(ev.Medium); ok {
+			ix.warm(id, ev, med, 0, 0, false)
+		}
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	switch ev.Kind {
@@ -269,16 +284,28 @@ func (ix *Index) remove(s *stream, ev *Event) {
 		ix.m.count(OutUnknownMedium, len(ev.Hashes))
 		return
 	}
+	// Outcomes are counted once per hold, not per block (a count costs about as much as
+	// a block's removal).
+	removed, unknown := 0, 0
+	defer func() {
+		ix.m.count(OutRemoved, removed)
+		ix.m.count(OutRemovedUnknown, unknown)
+	}()
 	for i, h := range ev.Hashes {
-		if i > 0 && i%lockSpan == 0 && s != nil && !ix.yield(s.id, s) {
-			return // the stream was dropped meanwhile: nothing left to remove
+		if i > 0 && i%lockSpan == 0 && s != nil {
+			ix.m.count(OutRemoved, removed)
+			ix.m.count(OutRemovedUnknown, unknown)
+			removed, unknown = 0, 0
+			if !ix.yield(s.id, s, ev, med, i, 0) {
+				return // the stream was dropped meanwhile: nothing left to remove
+			}
 		}
 		key, held := uint64(0), false
 		if s != nil {
 			key, held = s.engine.get(h)
 		}
 		if !held {
-			ix.m.count(OutRemovedUnknown, 1)
+			unknown++
 			continue
 		}
 		ix.clearBit(med, s, key)
@@ -286,7 +313,7 @@ func (ix *Index) remove(s *stream, ev *Event) {
 			s.engine.del(h)
 			ix.stamps.del(pair(key, s.salt))
 		}
-		ix.m.count(OutRemoved, 1)
+		removed++
 	}
 }
 
@@ -314,18 +341,20 @@ func (ix *Index) store(id streamID, ev *Event) {
 	s := ix.streams[id]
 	if len(ev.Tokens) == 0 {
 		// A tier update without tokens (offload connectors): only blocks already known.
+		added := 0
 		for _, h := range ev.Hashes {
 			key, known := uint64(0), false
 			if s != nil {
 				key, known = s.engine.get(h)
 			}
 			if !known {
-				ix.m.count(OutUnknownBlock, 1)
 				continue
 			}
 			ix.setBit(med, s, key)
-			ix.m.count(OutTierAdded, 1)
+			added++
 		}
+		ix.m.count(OutTierAdded, added)
+		ix.m.count(OutUnknownBlock, n-added)
 		return
 	}
 	bs := ev.BlockSize
@@ -353,7 +382,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 		ix.resize(s, bs)
 	}
 	for i, h := range ev.Hashes {
-		if i > 0 && i%lockSpan == 0 && !ix.yield(id, s) {
+		if i > 0 && i%lockSpan == 0 && !ix.yield(id, s, ev, med, i, parent) {
 			ix.m.count(OutStored, i)
 			ix.m.count(OutUnknownParent, n-i)
 			return
@@ -377,12 +406,61 @@ func (ix *Index) store(id streamID, ev *Event) {
 // shorter chain; a partly applied removal a valid smaller set).
 const lockSpan = 8
 
-// yield lets waiting lookups in between parts of a long event and reports whether s is
-// still the stream of id. ix.mu is held, and is held again on return.
-func (ix *Index) yield(id streamID, s *stream) bool {
+// yield lets waiting lookups in between parts of a long event, warms the next part
+// (blocks from next, whose parent key is parent when ev is a store), and reports whether
+// s is still the stream of id. ix.mu is held, and is held again on return.
+func (ix *Index) yield(id streamID, s *stream, ev *Event, med Medium, next int, parent uint64) bool {
 	ix.mu.Unlock()
+	ix.warm(id, ev, med, next, parent, true)
 	ix.mu.Lock()
 	return ix.streams[id] == s
+}
+
+// warm reads, under the read lock, the table slots that applying blocks next to
+// next+lockSpan of ev will write, so that the write lock is then held over cached
+// memory: a block's writes miss the cache in the 10^6-block tables, and a lookup waits
+// for a whole hold (docs/decisions/0804). parent is the key of block next-1 when
+// parentKnown; otherwise the event's own parent is looked up. It changes nothing.
+func (ix *Index) warm(id streamID, ev *Event, med Medium, next int, parent uint64, parentKnown bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	s := ix.streams[id]
+	if s == nil {
+		return
+	}
+	end := min(next+lockSpan, len(ev.Hashes))
+	var sum uint64
+	switch ev.Kind {
+	case BlockStored:
+		bs := ev.BlockSize
+		if bs != s.blockSize || len(ev.Tokens) != len(ev.Hashes)*bs {
+			return
+		}
+		if !parentKnown {
+			parent = ix.root
+			if ev.HasParent {
+				k, ok := s.engine.get(ev.Parent)
+				if !ok {
+					return
+				}
+				parent = k
+			}
+		}
+		for i := next; i < end; i++ {
+			parent = chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
+			sum += s.engine.touch(ev.Hashes[i]) + ix.held[med].touch(wordKey(parent, s.word()))
+			if i == 0 && !ev.HasParent {
+				sum += ix.stamps.touch(pair(parent, s.salt))
+			}
+		}
+	case BlockRemoved:
+		for i := next; i < end; i++ {
+			if key, ok := s.engine.get(ev.Hashes[i]); ok {
+				sum += ix.held[med].touch(wordKey(key, s.word())) + ix.stamps.touch(pair(key, s.salt))
+			}
+		}
+	}
+	ix.sink.Store(sum)
 }
 
 func (ix *Index) resize(s *stream, bs int) {
@@ -391,6 +469,18 @@ func (ix *Index) resize(s *stream, bs int) {
 	}
 	s.blockSize = bs
 	ix.sizes[bs]++
+	ix.sizesChanged()
+}
+
+// sizesChanged records the one block size in use, if there is one. ix.mu is held.
+func (ix *Index) sizesChanged() {
+	var only int64
+	if len(ix.sizes) == 1 {
+		for bs := range ix.sizes {
+			only = int64(bs)
+		}
+	}
+	ix.onlySize.Store(only)
 }
 
 func (ix *Index) addStream(id streamID, bs int) *stream {
@@ -405,6 +495,7 @@ func (ix *Index) addStream(id streamID, bs int) *stream {
 	ix.streams[id] = s
 	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
 	ix.sizes[bs]++
+	ix.sizesChanged()
 	return s
 }
 
@@ -461,6 +552,7 @@ func (ix *Index) forget(s *stream) {
 	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
 		delete(ix.sizes, s.blockSize)
 	}
+	ix.sizesChanged()
 }
 
 // Match is how much of a prompt one endpoint holds.
@@ -480,6 +572,10 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	sc := scratchPool.Get().(*matchScratch)
 	defer scratchPool.Put(sc)
 	sc.keys = sc.keys[:0]
+	if bs := ix.onlySize.Load(); bs > 0 {
+		// The keys need no lock: hash before taking it (while a writer may hold it).
+		sc.keysFor(ix, tokens, int(bs))
+	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	// The streams asked about, grouped by block size, then by slot word (usually one

@@ -50,6 +50,14 @@ func (t *table) get(k uint64) (uint64, bool) {
 	}
 }
 
+// touch reads k's home slot (to bring it into the cache) and returns its key.
+func (t *table) touch(k uint64) uint64 {
+	if len(t.slots) == 0 {
+		return 0
+	}
+	return t.slots[t.home(k)].k
+}
+
 func (t *table) put(k, v uint64) {
 	if k == 0 {
 		t.zero, t.hasZero = v, true

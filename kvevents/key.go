@@ -13,8 +13,8 @@ import "math/bits"
 // secrets s and t that step with the group's position, so groups are independent
 // multiplies and a block of 16 tokens is four. It does not depend on the parent, so
 // the blocks of a prompt hash in parallel on an out-of-order CPU; only the final
-// MurmurHash3 finalizer is chained (docs/decisions/0804: 2.3x faster than the
-// two-lane multiply-rotate it replaced on a 1,578-token prompt).
+// MurmurHash3 finalizer is chained (docs/decisions/0804: a 1,578-token prompt's keys in
+// 0.70 µs, against 0.95 µs with the two-lane multiply-rotate this replaced).
 func chain(parent, seed uint64, toks []uint32) uint64 {
 	if len(toks) == 16 { // vLLM's default block size, unrolled
 		return chain16(parent, seed, (*[16]uint32)(toks))

@@ -9,7 +9,7 @@ import (
 
 // rwspin is the index's readers-writer lock. Its waiters spin, then yield the processor,
 // instead of parking: a lookup waits for at most one writer's hold (lockSpan blocks,
-// well under a microsecond), and a parked goroutine takes longer than that to be woken.
+// about a microsecond), and a parked goroutine takes longer than that to be woken.
 // Waiting lookups go in before the next writer (writers apply long events in holds of
 // lockSpan blocks, and would otherwise take the lock back at once). See
 // docs/decisions/0804.
@@ -69,9 +69,9 @@ func (l *rwspin) Unlock() {
 // spinner is one wait for the lock: spin re-reading it at first (a few thousand reads
 // are some microseconds, longer than a writer's hold), then yield the processor (the
 // holder may be waiting for it; at once when there is only one), then sleep briefly (a
-// long hold: a whole endpoint's entries being dropped). A yield costs microseconds
-// itself: yielding after 64 reads left the p99 of lookups at 6 µs while ingesting
-// (docs/decisions/0804).
+// long hold: a whole endpoint's entries being dropped). Yielding after 64 reads
+// measured the same (docs/decisions/0804); the longer spin keeps a waiter out of the
+// scheduler for a whole ordinary hold.
 type spinner struct {
 	n         int
 	yieldOnly bool

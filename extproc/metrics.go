@@ -38,6 +38,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests that asked for the decision header, by outcome (given; refused: --explain and the admin token did not allow it).",
 		}, []string{"outcome"}),
 	}
+	for _, r := range []string{"streams", "buffered-bytes", "idle-timeout"} {
+		m.overload.WithLabelValues(r) // every limit's series from the start, for dashboards
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.streamErrors, m.immediate, m.bodyless, m.released, m.overload, m.explain} {
 			if err := reg.Register(c); err != nil {

@@ -373,7 +373,16 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 	return ids, "tokenizer", ""
 }
 
-func usesCache(policy string) bool { return policy == "loadaware" || policy == "kvaware" }
+// usesCache reports whether policy reads the cache: then the prompt is tokenized and looked
+// up. The cache-blind policies (roundrobin, leastload, session) skip both.
+func usesCache(policy string) bool {
+	switch policy {
+	case "loadaware", "kvaware",
+		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise":
+		return true
+	}
+	return false
+}
 
 func errorKind(err error) string {
 	switch {

@@ -108,6 +108,16 @@ func TestPickFollowsThePolicyAndBooks(t *testing.T) {
 			Request{Prompt: "hello"}, "10.0.0.1:8000", scoring.ReasonRoundRobin, "not-needed"},
 		{"kvaware without token ids takes its own fallback", Options{Policy: "kvaware", Cache: mapCache{"10.0.0.2:8000": {Matched: 1000, HolderRank: 0}}},
 			Request{Prompt: "hello"}, "10.0.0.1:8000", scoring.ReasonQPS, "none"},
+		{"sglang-cache-aware is given the cache", Options{Policy: "sglang-cache-aware", Cache: mapCache{"10.0.0.3:8000": {Matched: 1000, HolderRank: 0}}},
+			Request{Tokens: ids}, "10.0.0.3:8000", scoring.ReasonBestMatch, "request"},
+		{"aibrix-prefix-cache is given the cache", Options{Policy: "aibrix-prefix-cache", Cache: mapCache{"10.0.0.2:8000": {Matched: 10, HolderRank: 0}}},
+			Request{Tokens: ids}, "10.0.0.2:8000", scoring.ReasonBestMatch, "request"},
+		{"gie-default tokenizes a text prompt and uses the cache", Options{Policy: "gie-default", Tokenizer: fakeTokenizer{}, Cache: mapCache{"10.0.0.3:8000": {Matched: 2, HolderRank: 0}}},
+			Request{Prompt: "a b"}, "10.0.0.3:8000", scoring.ReasonWeighted, "tokenizer"},
+		{"llmd-precise is given the cache", Options{Policy: "llmd-precise", Cache: mapCache{"10.0.0.2:8000": {Matched: 16, HolderRank: 0}}},
+			Request{Tokens: ids}, "10.0.0.2:8000", scoring.ReasonWeighted, "request"},
+		{"dynamo-kv is given the cache", Options{Policy: "dynamo-kv", Cache: mapCache{"10.0.0.3:8000": {Matched: 1000, HolderRank: 0}}},
+			Request{Tokens: ids}, "10.0.0.3:8000", scoring.ReasonLowestCost, "request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,6 +140,18 @@ func TestPickFollowsThePolicyAndBooks(t *testing.T) {
 			}
 			d.Booking.Release()
 		})
+	}
+}
+
+func TestUsesCacheCoversEveryPolicy(t *testing.T) {
+	blind := map[string]bool{"roundrobin": true, "leastload": true, "session": true}
+	for _, name := range scoring.Names {
+		if got, want := usesCache(name), !blind[name]; got != want {
+			t.Errorf("usesCache(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if usesCache("fastest") {
+		t.Error("an unknown policy should not use the cache")
 	}
 }
 

@@ -40,7 +40,7 @@ type Input struct {
 type Ranked struct {
 	Addr         string
 	Score        float64
-	Benefit      float64 // matched fraction of the prompt (loadaware); 0 for policies without it
+	Benefit      float64 // matched fraction of the prompt (loadaware, the peers); 0 for policies without it
 	RelativeLoad float64 // (in-flight - mean) / max(1, mean)
 	Matched      int
 	InFlight     int
@@ -64,10 +64,19 @@ const (
 	ReasonLoadBalance   = "load-balance"   // loadaware: the load term overruled the best match
 	ReasonLoadOnly      = "load-only"      // the request had no token ids: ranked by load alone
 	ReasonNoCandidates  = "no-candidates"
+
+	// Reasons of the peer policies (peers.go).
+	ReasonImbalance   = "imbalance"      // sglang, aibrix: the load-imbalance guard tripped: fewest in flight
+	ReasonBestMatch   = "best-match"     // sglang, aibrix: the cache rule chose an endpoint holding the prompt
+	ReasonLowMatch    = "low-match"      // sglang, aibrix: no match good enough: fewest in flight
+	ReasonHoldersBusy = "holders-busy"   // aibrix: every holder above mean + 1 sigma: fewest in flight
+	ReasonWeighted    = "weighted-score" // gie-default, llmd-precise: highest weighted sum of scorers
+	ReasonLowestCost  = "lowest-cost"    // dynamo-kv: lowest prefill + decode block cost
 )
 
 // Names of the policies New knows, in the order the CLI lists them.
-var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session"}
+var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session",
+	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise"}
 
 // Params are the tunables of the policies. Zero values are not defaults: use DefaultParams.
 type Params struct {
@@ -98,6 +107,16 @@ func New(name string, p Params, state *State) (Policy, error) {
 		return LeastLoad{}, nil
 	case "session":
 		return &Session{state: state}, nil
+	case "sglang-cache-aware":
+		return SGLangCacheAware{}, nil
+	case "aibrix-prefix-cache":
+		return AIBrixPrefixCache{}, nil
+	case "gie-default":
+		return GIEDefault{}, nil
+	case "dynamo-kv":
+		return DynamoKV{}, nil
+	case "llmd-precise":
+		return LLMDPrecise{}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q: use one of %s", name, strings.Join(Names, ", "))
 }

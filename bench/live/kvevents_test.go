@@ -13,7 +13,6 @@ import (
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
-	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/lmcache"
@@ -208,19 +207,7 @@ func decideAlike(t *testing.T, layout kvevents.Layout) {
 // vLLM KV events instead of LMCache messages, and compares each request's engine with
 // virtual time's (which routes on the LMCache index).
 func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
-	cfg := fastSweep()
-	cfg.Warmup = 0
-	cfg.Workload.Requests = 40
-	cfg.Workload.Prefixes = 8
-	cfg.Workload.MaxTokens = 2
-	const seed = 3
-	reqs, err := workload.Generate(cfg.Workload, nil, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range reqs {
-		reqs[i].SendAt = time.Duration(i) * time.Second / 3
-	}
+	cfg, seed, reqs := sequentialSeed(t)
 	arm := vtime.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
 	vt, err := vtime.RunRequests(context.Background(), cfg, arm, seed, reqs)
 	if err != nil {

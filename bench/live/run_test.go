@@ -27,6 +27,26 @@ func fastSweep() vtime.SweepConfig {
 	return cfg
 }
 
+// sequentialSeed is the cold fleet and the seed the decision-equality tests send: 40
+// requests over 8 prefixes (so prompts repeat), 2 output tokens, 1/3 s apart.
+func sequentialSeed(t *testing.T) (vtime.SweepConfig, uint64, []workload.Request) {
+	t.Helper()
+	cfg := fastSweep()
+	cfg.Warmup = 0
+	cfg.Workload.Requests = 40
+	cfg.Workload.Prefixes = 8
+	cfg.Workload.MaxTokens = 2
+	const seed = 3
+	reqs, err := workload.Generate(cfg.Workload, nil, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		reqs[i].SendAt = time.Duration(i) * time.Second / 3 // 3 req/s
+	}
+	return cfg, seed, reqs
+}
+
 func engineIndex(run vtime.Run) map[string]int {
 	out := map[string]int{}
 	for i, e := range run.Engines {
@@ -42,19 +62,7 @@ var reasonRE = regexp.MustCompile(` reason=(\S+)`)
 // decision then sees no load and the effect of every earlier request on the cache, and the
 // two modes must choose the same engine for every request, under kvaware and loadaware.
 func TestLiveAndVirtualTimeMakeTheSameDecisions(t *testing.T) {
-	cfg := fastSweep()
-	cfg.Warmup = 0
-	cfg.Workload.Requests = 40
-	cfg.Workload.Prefixes = 8
-	cfg.Workload.MaxTokens = 2
-	const seed = 3
-	reqs, err := workload.Generate(cfg.Workload, nil, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range reqs {
-		reqs[i].SendAt = time.Duration(i) * time.Second / 3 // 3 req/s
-	}
+	cfg, seed, reqs := sequentialSeed(t)
 	for _, arm := range []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}} {
 		t.Run(arm.Name, func(t *testing.T) {
 			vt, err := vtime.RunRequests(context.Background(), cfg, arm, seed, reqs)

@@ -119,6 +119,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	a := &App{cfg: cfg, log: log, Fleet: fleet.New(), Health: extproc.NewHealth(), Registry: reg}
+	a.Fleet.SetClock(time.Now)
 	if cfg.LMCache != nil {
 		if err := a.newLMCache(*cfg.LMCache, reg); err != nil {
 			return nil, err

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ParseEndpoints parses a comma-separated list of "ip:port" (IPv6 as "[addr]:port") into
@@ -77,15 +78,27 @@ type Load struct {
 	Addr    string
 	Prefill int
 	Decode  int
+	// PrefillTokens is the prompt tokens its requests in prefill must compute (their
+	// uncached tokens, as booked with BookTokens).
+	PrefillTokens int
+	// DecodePace is the endpoint's mean time from first token to release of recent requests
+	// (an exponentially weighted mean); 0 until one is measured or without a clock (SetClock).
+	DecodePace time.Duration
+	// FirstTokenPace is the mean time from booking to first token of recent requests, as
+	// DecodePace.
+	FirstTokenPace time.Duration
 }
 
 // InFlight is the policy's load: prefill + decode.
 func (l Load) InFlight() int { return l.Prefill + l.Decode }
 
 type endpoint struct {
-	addr    string
-	prefill atomic.Int64
-	decode  atomic.Int64
+	addr          string
+	prefill       atomic.Int64
+	decode        atomic.Int64
+	prefillTokens atomic.Int64
+	pace          pace
+	ttft          pace
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -96,6 +109,7 @@ type Set struct {
 	addrs  []string // sorted
 	synced bool
 	ready  chan struct{} // closed on the first Update
+	clock  func() time.Time
 }
 
 // New returns an empty Set that is not yet synced.
@@ -155,7 +169,8 @@ func (s *Set) Loads(addrs []string) []Load {
 	out := make([]Load, 0, len(addrs))
 	for _, a := range addrs {
 		if e, ok := s.eps[a]; ok {
-			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load())})
+			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()),
+				PrefillTokens: int(e.prefillTokens.Load()), DecodePace: e.pace.mean(), FirstTokenPace: e.ttft.mean()})
 		}
 	}
 	return out
@@ -165,15 +180,34 @@ func (s *Set) Loads(addrs []string) []Load {
 func (s *Set) All() []Load { return s.Loads(s.Endpoints()) }
 
 // Book adds one request in prefill to addr. It fails when addr is not in the set.
-func (s *Set) Book(addr string) (*Booking, error) {
+func (s *Set) Book(addr string) (*Booking, error) { return s.BookTokens(addr, 0) }
+
+// BookTokens is Book for a request whose prefill must compute tokens prompt tokens (its
+// uncached ones): they count in the endpoint's PrefillTokens until its first token.
+func (s *Set) BookTokens(addr string, tokens int) (*Booking, error) {
 	s.mu.RLock()
 	e, ok := s.eps[addr]
+	clock := s.clock
 	s.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("fleet: endpoint %s is not in the endpoint set", addr)
 	}
+	tokens = max(tokens, 0)
 	e.prefill.Add(1)
-	return &Booking{ep: e}, nil
+	e.prefillTokens.Add(int64(tokens))
+	b := &Booking{ep: e, tokens: int64(tokens), clock: clock}
+	if clock != nil {
+		b.booked = clock().UnixNano()
+	}
+	return b, nil
+}
+
+// SetClock gives the set a clock, so that each endpoint's DecodePace is measured from its
+// bookings' first tokens and releases. Without one no pace is measured.
+func (s *Set) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clock = now
 }
 
 // Booking states.
@@ -187,8 +221,12 @@ const (
 // goroutine, in any order, any number of times: the count moves prefill -> decode at
 // most once and is removed exactly once.
 type Booking struct {
-	ep    *endpoint
-	state atomic.Int32
+	ep     *endpoint
+	state  atomic.Int32
+	tokens int64            // uncached prompt tokens, counted while in prefill
+	clock  func() time.Time // nil: no pace measured
+	first  atomic.Int64     // unix nanoseconds of the first token; 0 before
+	booked int64            // unix nanoseconds of the booking, with a clock
 }
 
 // Addr is the booked endpoint.
@@ -199,7 +237,13 @@ func (b *Booking) Addr() string { return b.ep.addr }
 func (b *Booking) Decoding() {
 	if b.state.CompareAndSwap(inPrefill, inDecode) {
 		b.ep.prefill.Add(-1)
+		b.ep.prefillTokens.Add(-b.tokens)
 		b.ep.decode.Add(1)
+		if b.clock != nil {
+			now := b.clock().UnixNano()
+			b.first.Store(now)
+			b.ep.ttft.observe(time.Duration(now - b.booked))
+		}
 	}
 }
 
@@ -214,8 +258,12 @@ func (b *Booking) Release() bool {
 		if b.state.CompareAndSwap(st, released) {
 			if st == inPrefill {
 				b.ep.prefill.Add(-1)
+				b.ep.prefillTokens.Add(-b.tokens)
 			} else {
 				b.ep.decode.Add(-1)
+				if f := b.first.Load(); f != 0 && b.clock != nil {
+					b.ep.pace.observe(time.Duration(b.clock().UnixNano() - f))
+				}
 			}
 			return true
 		}

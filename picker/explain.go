@@ -14,7 +14,7 @@ const maxExplained = 32
 func (d Decision) Explain() string {
 	var b strings.Builder
 	b.WriteString("policy=" + d.Policy)
-	if d.Policy == "loadaware" {
+	if d.Policy == "loadaware" || d.Policy == "latencyaware" {
 		b.WriteString(" beta=" + strconv.FormatFloat(d.Beta, 'g', -1, 64))
 	}
 	if len(d.Endpoints) > 0 {
@@ -49,6 +49,9 @@ func (d Decision) candidates(limit int) string {
 		b.WriteString(" inflight=" + strconv.Itoa(r.InFlight) +
 			" rel_load=" + strconv.FormatFloat(r.RelativeLoad, 'f', 3, 64) +
 			" score=" + strconv.FormatFloat(r.Score, 'f', 3, 64))
+		if r.Terms != "" {
+			b.WriteString(" " + r.Terms)
+		}
 	}
 	return b.String()
 }

@@ -256,6 +256,15 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	now := p.opts.Now()
 	loads := p.opts.Fleet.Loads(cands)
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now, Candidates: make([]scoring.Candidate, len(loads))}
+	switch act.cfg.Policy {
+	case "latencyaware":
+		in.PrefixKey = prefixKey(tokens)
+	case "prefixaware":
+		in.Prompt = r.Prompt
+		if in.Prompt == "" {
+			in.Prompt = string(r.ChatBody) // stand-in for upstream's joined message contents
+		}
+	}
 	j := 0 // loads is cands in order, less endpoints removed since
 	for i, l := range loads {
 		for cands[j] != l.Addr {
@@ -265,7 +274,8 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		if matches != nil {
 			m = matches[j]
 		}
-		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight()}
+		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight(),
+			Prefill: l.Prefill, Decode: l.Decode, PrefillTokens: l.PrefillTokens, DecodePace: l.DecodePace, FirstTokenPace: l.FirstTokenPace}
 	}
 	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
 		d.Ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone
@@ -273,13 +283,14 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		d.Ranked = act.policy.Rank(in)
 	}
 	for i := range d.Ranked {
-		b, err := p.opts.Fleet.Book(d.Ranked[i].Addr)
+		b, err := p.opts.Fleet.BookTokens(d.Ranked[i].Addr, max(len(tokens)-d.Ranked[i].Matched, 0))
 		if err != nil {
 			continue // removed since the snapshot: try the next
 		}
 		d.Booking = b
 		d.Ranked = d.Ranked[i:]
 		p.state.Booked(b.Addr(), now)
+		p.state.Routed(in.PrefixKey, b.Addr(), now)
 		break
 	}
 	p.decide.Unlock()
@@ -378,7 +389,7 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 func usesCache(policy string) bool {
 	switch policy {
 	case "loadaware", "kvaware",
-		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise":
+		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "latencyaware":
 		return true
 	}
 	return false
@@ -399,4 +410,17 @@ func joinNote(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// prefixKey hashes the prompt's first chunk (up to 256 token ids); 0 for no tokens.
+func prefixKey(tokens []uint32) uint64 {
+	if len(tokens) == 0 {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for _, t := range tokens[:min(len(tokens), 256)] {
+		h ^= uint64(t)
+		h *= 1099511628211
+	}
+	return h | 1
 }

@@ -144,7 +144,7 @@ func TestPickFollowsThePolicyAndBooks(t *testing.T) {
 }
 
 func TestUsesCacheCoversEveryPolicy(t *testing.T) {
-	blind := map[string]bool{"roundrobin": true, "leastload": true, "session": true}
+	blind := map[string]bool{"roundrobin": true, "leastload": true, "session": true, "prefixaware": true}
 	for _, name := range scoring.Names {
 		if got, want := usesCache(name), !blind[name]; got != want {
 			t.Errorf("usesCache(%q) = %v, want %v", name, got, want)

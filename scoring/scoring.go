@@ -26,6 +26,15 @@ type Candidate struct {
 	Matched    int    // prompt tokens this endpoint already holds, as a contiguous prefix
 	HolderRank int    // order in which this endpoint stored the prompt's first chunk; -1 if none
 	InFlight   int    // requests in flight: prefill + decode
+	Prefill    int    // of those, requests without a first token yet
+	Decode     int    // of those, requests past their first token
+	// PrefillTokens is the uncached prompt tokens the requests in prefill must compute.
+	PrefillTokens int
+	// DecodePace is the endpoint's recent mean decode duration (first token to end); 0
+	// when not measured.
+	DecodePace time.Duration
+	// FirstTokenPace is the endpoint's recent mean time from booking to first token.
+	FirstTokenPace time.Duration
 }
 
 // Input is everything a policy sees of one request.
@@ -33,6 +42,8 @@ type Input struct {
 	PromptTokens int
 	Session      string    // session key value; "" when the request carries none
 	Now          time.Time // decision time, for the QPS window
+	PrefixKey    uint64    // hash of the prompt's first chunk of tokens; 0 when there are none
+	Prompt       string    // the prompt text (prefixaware's trie), or the chat messages' contents
 	Candidates   []Candidate
 }
 
@@ -45,6 +56,7 @@ type Ranked struct {
 	Matched      int
 	InFlight     int
 	Reason       string // why the decision went this way; the same for every entry of one ranking
+	Terms        string // a policy's own terms for the explain header ("load=12.00 affinity=0.3"); "" for most
 }
 
 // Policy ranks candidates. See the package comment for the contract.
@@ -76,7 +88,7 @@ const (
 
 // Names of the policies New knows, in the order the CLI lists them.
 var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session",
-	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise"}
+	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "prefixaware", "latencyaware"}
 
 // Params are the tunables of the policies. Zero values are not defaults: use DefaultParams.
 type Params struct {
@@ -117,6 +129,10 @@ func New(name string, p Params, state *State) (Policy, error) {
 		return DynamoKV{}, nil
 	case "llmd-precise":
 		return LLMDPrecise{}, nil
+	case "prefixaware":
+		return &PrefixAware{state: state}, nil
+	case "latencyaware":
+		return &LatencyAware{Beta: p.Beta, state: state}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q: use one of %s", name, strings.Join(Names, ", "))
 }

@@ -3,6 +3,7 @@ package scoring
 import (
 	"cmp"
 	"hash/fnv"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -27,6 +28,89 @@ type State struct {
 	sent   map[string]*rateWindow
 	ever   map[string]bool  // endpoints that have received at least one request
 	rings  map[string]*ring // by ringKey of the members; at most maxRings
+	recent map[uint64]routed
+	prefix *prefixTrie // prefixaware's, made on first use
+	rng    uint64      // prefixaware's random choices (splitmix64 state)
+}
+
+// trie returns prefixaware's trie; s.mu must be held.
+func (s *State) trie() *prefixTrie {
+	if s.prefix == nil {
+		s.prefix = newPrefixTrie(prefixTrieNodes)
+	}
+	return s.prefix
+}
+
+// random returns a pseudo-random index in [0, n) from a fixed-seed generator, so equal
+// decision sequences make equal choices; s.mu must be held.
+func (s *State) random(n int) int {
+	s.rng += 0x9e3779b97f4a7c15
+	z := s.rng
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return int(z % uint64(n))
+}
+
+// routed is where a prefix key last went and its recent request rate.
+type routed struct {
+	addr string
+	at   time.Time
+	rate float64 // requests per second, exponentially decayed over HotTau
+}
+
+// maxRecent bounds the prefix keys latencyaware remembers; past it, keys idle longer
+// than AffinityWindow are dropped, and if that frees nothing, all of them.
+const maxRecent = 1 << 16
+
+// Routed records that a prompt with the prefix key went to addr at now (latencyaware's
+// history; key 0 records nothing).
+func (s *State) Routed(key uint64, addr string, now time.Time) {
+	if key == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recent == nil {
+		s.recent = map[uint64]routed{}
+	}
+	if len(s.recent) >= maxRecent {
+		for k, r := range s.recent {
+			if now.Sub(r.at) > AffinityWindow {
+				delete(s.recent, k)
+			}
+		}
+		if len(s.recent) >= maxRecent {
+			clear(s.recent)
+		}
+	}
+	r := s.recent[key]
+	r.rate = decayed(r, now) + 1/HotTau.Seconds()
+	r.addr, r.at = addr, now
+	s.recent[key] = r
+}
+
+// decayed is r's rate as of now.
+func decayed(r routed, now time.Time) float64 {
+	if r.at.IsZero() {
+		return 0
+	}
+	return r.rate * math.Exp(-max(now.Sub(r.at), 0).Seconds()/HotTau.Seconds())
+}
+
+// lastRouted returns where the key last went within AffinityWindow ("" if nowhere) and
+// whether its prefix is hot (at least HotRate requests per second).
+func (s *State) lastRouted(key uint64, now time.Time) (string, bool) {
+	if key == 0 {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recent[key]
+	if !ok || now.Sub(r.at) > AffinityWindow {
+		return "", false
+	}
+	return r.addr, decayed(r, now) >= HotRate
 }
 
 // maxRings bounds the cached session rings (one per distinct candidate set, which subset

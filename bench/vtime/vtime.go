@@ -599,6 +599,7 @@ func (w *world) book(p *pending) error {
 func (w *world) build(arm Arm) error {
 	set := fleet.New()
 	set.Update(w.addrs)
+	set.SetClock(func() time.Time { return epoch.Add(w.now) })
 	w.fleet = set
 	ix, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: w.hasher.Config()})
 	if err != nil {

@@ -1,0 +1,111 @@
+package scoring
+
+import (
+	"math"
+	"strconv"
+	"time"
+)
+
+// LatencyAware is this project's policy for the time to first token: loadaware's score
+// with a load that counts what delays a new request's first token, and a cache credit
+// that keeps cold prefixes on one engine.
+//
+//		load(s)      = pace(s)^PaceExponent * (decode(s) + PrefillWeight * (prefill(s) + prefill_tokens(s)/PrefillTokenUnit))
+//		relative(s)  = (load(s) - mean load) / max(1, mean load)
+//		affinity(s)  = AffinityBonus if s is where this prompt's first chunk was last routed,
+//		               within AffinityWindow, and that prefix is cold (rate < HotRate); else 0
+//		score(s)     = matched(s)/prompt_tokens + affinity(s) - Beta * relative(s)
+//
+//	  - decode(s), prefill(s): this picker's requests on s past / before their first token;
+//	    a request in prefill delays every admission behind it (vLLM admits new requests
+//	    step by step), so it weighs PrefillWeight decoding ones; prefill_tokens(s) is the
+//	    uncached prompt tokens those requests must still compute.
+//	  - pace(s): s's measured mean decode duration (first token to end, fleet.Load) over the
+//	    candidates' mean: a slower engine's requests cost more of its time. Unmeasured
+//	    endpoints count as the mean.
+//	  - affinity keeps a prompt family that arrives rarely on the engine that served it last
+//	    (its blocks are likely still on that GPU), so hot prefixes carry the balancing and
+//	    are replicated, cold ones are not.
+//	  - Unlike loadaware there is no QPS fallback: when nobody holds the prompt, the load
+//	    term alone decides.
+//
+// Highest score wins; ties to the smallest address.
+type LatencyAware struct {
+	Beta  float64
+	state *State
+}
+
+// LatencyAware's constants; docs/decisions/1320-latencyaware.md gives the scans that
+// chose the fitted ones.
+const (
+	// PrefillWeight: a request waiting for its first token counts as two decoding ones
+	// (fitted: 1, 2, 3, 4, 8 scanned on the published profile).
+	PrefillWeight = 2.0
+	// PrefillTokenUnit: uncached prompt tokens worth one more request in prefill. On the
+	// A10 model an admission costs ~25 ms and a prompt token ~0.2 ms of prefill compute
+	// (2 x 3.09e9 FLOP per token at 31 TFLOP/s achieved), so ~128 tokens.
+	PrefillTokenUnit = 128.0
+	// PaceExponent damps the measured pace ratio (fitted: 0, 0.5, 0.8, 1, 1.5 scanned);
+	// the full ratio moves so much load to the fast engine that its queue grows.
+	PaceExponent = 0.5
+	// AffinityBonus, AffinityWindow, HotRate, HotTau: the cold-prefix affinity (fitted).
+	AffinityBonus  = 0.3
+	AffinityWindow = 60 * time.Second
+	HotRate        = 0.3 // requests per second of one prefix, decayed over HotTau
+	HotTau         = 10 * time.Second
+)
+
+// Name implements Policy.
+func (*LatencyAware) Name() string { return "latencyaware" }
+
+// Rank implements Policy.
+func (p *LatencyAware) Rank(in Input) []Ranked {
+	rs := base(in, ReasonCacheAffinity)
+	if len(rs) == 0 {
+		return rs
+	}
+	var paceSum float64
+	paced := 0
+	for _, c := range in.Candidates {
+		if c.DecodePace > 0 {
+			paceSum += c.DecodePace.Seconds()
+			paced++
+		}
+	}
+	loads := make([]float64, len(rs))
+	var sum float64
+	for i, c := range in.Candidates {
+		l := float64(c.Decode) + PrefillWeight*(float64(c.Prefill)+float64(c.PrefillTokens)/PrefillTokenUnit)
+		if c.DecodePace > 0 {
+			l *= math.Pow(c.DecodePace.Seconds()/(paceSum/float64(paced)), PaceExponent)
+		}
+		loads[i] = l
+		sum += l
+	}
+	m := sum / float64(len(rs))
+	last, hot := p.state.lastRouted(in.PrefixKey, in.Now)
+	best := 0.0
+	for i := range rs {
+		rs[i].Benefit = float64(min(rs[i].Matched, in.PromptTokens)) / float64(max(in.PromptTokens, 1))
+		rs[i].RelativeLoad = (loads[i] - m) / max(1, m)
+		aff := 0.0
+		if rs[i].Addr == last && !hot {
+			aff = AffinityBonus
+		}
+		rs[i].Score = rs[i].Benefit + aff - p.Beta*rs[i].RelativeLoad
+		rs[i].Terms = "load=" + strconv.FormatFloat(loads[i], 'f', 2, 64) + " affinity=" + strconv.FormatFloat(aff, 'f', 1, 64)
+		best = max(best, rs[i].Benefit)
+	}
+	sortByScore(rs)
+	switch {
+	case best == 0:
+		for i := range rs {
+			rs[i].Reason = ReasonLeastLoad
+		}
+	case rs[0].Benefit < best:
+		for i := range rs {
+			rs[i].Reason = ReasonLoadBalance
+		}
+	}
+	return rs
+}

@@ -1,0 +1,100 @@
+package scoring
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func lcand(addr string, matched, prefill, decode, prefillTokens int, pace time.Duration) Candidate {
+	return Candidate{Addr: addr, Matched: matched, HolderRank: -1, InFlight: prefill + decode,
+		Prefill: prefill, Decode: decode, PrefillTokens: prefillTokens, DecodePace: pace}
+}
+
+func TestLatencyAwareRanking(t *testing.T) {
+	tests := []struct {
+		name       string
+		prompt     int
+		cands      []Candidate
+		want       string
+		wantReason string
+	}{
+		{"equal in flight: the one with fewer requests awaiting a first token wins", 1000,
+			[]Candidate{lcand("a:1", 1000, 3, 7, 0, 0), lcand("b:1", 1000, 1, 9, 0, 0)}, "b:1", ReasonCacheAffinity},
+		{"uncached tokens in prefill weigh: 4,000 tokens outweigh one more decoding request", 1000,
+			[]Candidate{lcand("a:1", 1000, 1, 5, 4000, 0), lcand("b:1", 1000, 1, 6, 0, 0)}, "b:1", ReasonCacheAffinity},
+		{"a slower measured pace makes the same load heavier", 1000,
+			[]Candidate{lcand("a:1", 1000, 0, 10, 0, 3*time.Second), lcand("b:1", 1000, 0, 11, 0, 2*time.Second)}, "b:1", ReasonCacheAffinity},
+		{"an unmeasured endpoint counts at the mean pace", 1000,
+			[]Candidate{lcand("a:1", 1000, 0, 10, 0, 0), lcand("b:1", 1000, 0, 10, 0, 2*time.Second)}, "a:1", ReasonCacheAffinity},
+		{"the full holder wins over a moderately lighter non-holder", 1000,
+			[]Candidate{lcand("a:1", 1000, 0, 12, 0, 0), lcand("b:1", 0, 0, 8, 0, 0)}, "a:1", ReasonCacheAffinity},
+		{"a heavily loaded holder loses: load-balance", 1000,
+			[]Candidate{lcand("a:1", 1000, 2, 30, 0, 0), lcand("b:1", 0, 0, 4, 0, 0)}, "b:1", ReasonLoadBalance},
+		{"nobody holds the prompt: the load alone decides, no QPS fallback", 1000,
+			[]Candidate{lcand("a:1", 0, 0, 9, 0, 0), lcand("b:1", 0, 0, 3, 0, 0)}, "b:1", ReasonLeastLoad},
+		{"equal everything: the smallest address", 1000,
+			[]Candidate{lcand("b:1", 500, 1, 4, 0, 0), lcand("a:1", 500, 1, 4, 0, 0)}, "a:1", ReasonCacheAffinity},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := mustNew(t, "latencyaware", DefaultParams(), NewState()).Rank(Input{PromptTokens: tt.prompt, Now: t0, Candidates: tt.cands})
+			if len(rs) != len(tt.cands) {
+				t.Fatalf("ranked %d of %d", len(rs), len(tt.cands))
+			}
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+			for _, r := range rs {
+				if !strings.Contains(r.Terms, "load=") || !strings.Contains(r.Terms, "affinity=") {
+					t.Errorf("%s: terms %q, want load= and affinity= for the explain header", r.Addr, r.Terms)
+				}
+			}
+		})
+	}
+}
+
+func TestLatencyAwareColdPrefixAffinity(t *testing.T) {
+	even := []Candidate{lcand("a:1", 1000, 0, 10, 0, 0), lcand("b:1", 1000, 0, 10, 0, 0)}
+	const key = 42
+	tests := []struct {
+		name    string
+		history []time.Duration // Routed(key, "b:1") at t0 + each
+		at      time.Duration
+		want    string
+	}{
+		{"no history: the smallest address", nil, 0, "a:1"},
+		{"a cold prefix returns to where it went last", []time.Duration{0}, 5 * time.Second, "b:1"},
+		{"past the affinity window the credit is gone", []time.Duration{0}, AffinityWindow + time.Second, "a:1"},
+		{"a hot prefix gets no affinity: load alone balances it",
+			[]time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}, 500 * time.Millisecond, "a:1"},
+		{"a prefix that cooled down gets it back",
+			[]time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}, 30 * time.Second, "b:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			for _, d := range tt.history {
+				st.Routed(key, "b:1", t0.Add(d))
+			}
+			rs := mustNew(t, "latencyaware", DefaultParams(), st).Rank(Input{PromptTokens: 1000, PrefixKey: key, Now: t0.Add(tt.at), Candidates: even})
+			if rs[0].Addr != tt.want {
+				t.Fatalf("winner %s, want %s: %+v", rs[0].Addr, tt.want, rs)
+			}
+		})
+	}
+}
+
+func TestRoutedHistoryIsBounded(t *testing.T) {
+	st := NewState()
+	for k := uint64(1); k <= maxRecent+10; k++ {
+		st.Routed(k, "a:1", t0)
+	}
+	if n := len(st.recent); n > maxRecent {
+		t.Fatalf("%d keys remembered, bound is %d", n, maxRecent)
+	}
+	st.Routed(0, "a:1", t0)
+	if _, ok := st.recent[0]; ok {
+		t.Error("key 0 (no tokens) must record nothing")
+	}
+}

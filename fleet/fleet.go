@@ -84,9 +84,6 @@ type Load struct {
 	// DecodePace is the endpoint's mean time from first token to release of recent requests
 	// (an exponentially weighted mean); 0 until one is measured or without a clock (SetClock).
 	DecodePace time.Duration
-	// FirstTokenPace is the mean time from booking to first token of recent requests, as
-	// DecodePace.
-	FirstTokenPace time.Duration
 }
 
 // InFlight is the policy's load: prefill + decode.
@@ -98,7 +95,6 @@ type endpoint struct {
 	decode        atomic.Int64
 	prefillTokens atomic.Int64
 	pace          pace
-	ttft          pace
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -170,7 +166,7 @@ func (s *Set) Loads(addrs []string) []Load {
 	for _, a := range addrs {
 		if e, ok := s.eps[a]; ok {
 			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()),
-				PrefillTokens: int(e.prefillTokens.Load()), DecodePace: e.pace.mean(), FirstTokenPace: e.ttft.mean()})
+				PrefillTokens: int(e.prefillTokens.Load()), DecodePace: e.pace.mean()})
 		}
 	}
 	return out
@@ -195,11 +191,7 @@ func (s *Set) BookTokens(addr string, tokens int) (*Booking, error) {
 	tokens = max(tokens, 0)
 	e.prefill.Add(1)
 	e.prefillTokens.Add(int64(tokens))
-	b := &Booking{ep: e, tokens: int64(tokens), clock: clock}
-	if clock != nil {
-		b.booked = clock().UnixNano()
-	}
-	return b, nil
+	return &Booking{ep: e, tokens: int64(tokens), clock: clock}, nil
 }
 
 // SetClock gives the set a clock, so that each endpoint's DecodePace is measured from its
@@ -226,7 +218,6 @@ type Booking struct {
 	tokens int64            // uncached prompt tokens, counted while in prefill
 	clock  func() time.Time // nil: no pace measured
 	first  atomic.Int64     // unix nanoseconds of the first token; 0 before
-	booked int64            // unix nanoseconds of the booking, with a clock
 }
 
 // Addr is the booked endpoint.
@@ -240,9 +231,7 @@ func (b *Booking) Decoding() {
 		b.ep.prefillTokens.Add(-b.tokens)
 		b.ep.decode.Add(1)
 		if b.clock != nil {
-			now := b.clock().UnixNano()
-			b.first.Store(now)
-			b.ep.ttft.observe(time.Duration(now - b.booked))
+			b.first.Store(b.clock().UnixNano())
 		}
 	}
 }

@@ -10,7 +10,7 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
-func TestPacesAreMeasuredFromBookings(t *testing.T) {
+func TestDecodePaceIsMeasuredFromBookings(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	s := New()
 	s.Update([]string{"10.0.0.1:8000", "10.0.0.2:8000"})
@@ -31,11 +31,8 @@ func TestPacesAreMeasuredFromBookings(t *testing.T) {
 	if got, want := ls[0].DecodePace, 3*time.Second; got != want {
 		t.Errorf("decode pace %v, want the mean of two, %v", got, want)
 	}
-	if got, want := ls[0].FirstTokenPace, 200*time.Millisecond; got != want {
-		t.Errorf("first-token pace %v, want %v", got, want)
-	}
-	if ls[1].DecodePace != 0 || ls[1].FirstTokenPace != 0 {
-		t.Errorf("an endpoint without requests has paces %v/%v, want 0 (unmeasured)", ls[1].DecodePace, ls[1].FirstTokenPace)
+	if ls[1].DecodePace != 0 {
+		t.Errorf("an endpoint without requests has pace %v, want 0 (unmeasured)", ls[1].DecodePace)
 	}
 }
 

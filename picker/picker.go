@@ -275,7 +275,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 			m = matches[j]
 		}
 		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight(),
-			Prefill: l.Prefill, Decode: l.Decode, PrefillTokens: l.PrefillTokens, DecodePace: l.DecodePace, FirstTokenPace: l.FirstTokenPace}
+			Prefill: l.Prefill, Decode: l.Decode, PrefillTokens: l.PrefillTokens, DecodePace: l.DecodePace}
 	}
 	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
 		d.Ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone

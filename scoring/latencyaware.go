@@ -38,9 +38,9 @@ type LatencyAware struct {
 // LatencyAware's constants; docs/decisions/1320-latencyaware.md gives the scans that
 // chose the fitted ones.
 const (
-	// PrefillWeight: a request waiting for its first token counts as two decoding ones
-	// (fitted: 1, 2, 3, 4, 8 scanned on the published profile).
-	PrefillWeight = 2.0
+	// PrefillWeight: a request waiting for its first token counts as three decoding ones
+	// (fitted: 1, 2, 3, 4, 8 scanned).
+	PrefillWeight = 3.0
 	// PrefillTokenUnit: uncached prompt tokens worth one more request in prefill. On the
 	// A10 model an admission costs ~25 ms and a prompt token ~0.2 ms of prefill compute
 	// (2 x 3.09e9 FLOP per token at 31 TFLOP/s achieved), so ~128 tokens.

@@ -33,8 +33,6 @@ type Candidate struct {
 	// DecodePace is the endpoint's recent mean decode duration (first token to end); 0
 	// when not measured.
 	DecodePace time.Duration
-	// FirstTokenPace is the endpoint's recent mean time from booking to first token.
-	FirstTokenPace time.Duration
 }
 
 // Input is everything a policy sees of one request.

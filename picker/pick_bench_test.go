@@ -23,7 +23,7 @@ type benchFleet struct {
 	holder []string // the holders' addresses, in admission order
 }
 
-func newBenchFleet(b *testing.B, n, holders int) *benchFleet {
+func newBenchFleet(b testing.TB, n, holders int) *benchFleet {
 	b.Helper()
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	idx, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: keys})

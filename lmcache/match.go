@@ -3,6 +3,7 @@ package lmcache
 import (
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,33 +22,36 @@ type cand struct {
 type lookupScratch struct {
 	holders []uint32
 	cands   []cand
-	seen    []uint32 // by dense number: the walk that last met the instance
-	at      []int32  // by dense number: its place in cands, valid when seen is this walk's
+	marks   []mark // by dense number
 	walk    uint32
+}
+
+// mark is where the walk numbered walk put an instance in cands.
+type mark struct {
+	walk uint32
+	at   int32
 }
 
 // enter returns the place of iv's entry in cands for this walk, or -1 when iv is not a
 // candidate; with add, a new candidate is made.
 func (sc *lookupScratch) enter(iv *instView, add bool) int {
 	n := int(iv.n)
-	if n >= len(sc.seen) {
+	if n >= len(sc.marks) {
 		if !add {
 			return -1
 		}
-		grown := max(n+1, 2*len(sc.seen))
-		sc.seen = append(sc.seen, make([]uint32, grown-len(sc.seen))...)
-		sc.at = append(sc.at, make([]int32, grown-len(sc.at))...)
+		sc.marks = append(sc.marks, make([]mark, max(n+1, 2*len(sc.marks))-len(sc.marks))...)
 	}
-	if sc.seen[n] == sc.walk {
-		if i := int(sc.at[n]); sc.cands[i].iv == iv {
-			return i
+	if m := sc.marks[n]; m.walk == sc.walk {
+		if sc.cands[m.at].iv == iv {
+			return int(m.at)
 		}
 		return -1 // a number reused while this walk ran: the newer instance is not followed
 	}
 	if !add {
 		return -1
 	}
-	sc.seen[n], sc.at[n] = sc.walk, int32(len(sc.cands))
+	sc.marks[n] = mark{walk: sc.walk, at: int32(len(sc.cands))}
 	sc.cands = append(sc.cands, cand{iv: iv, chunks: 1})
 	return len(sc.cands) - 1
 }
@@ -56,7 +60,7 @@ func (ix *Index) getScratch() *lookupScratch {
 	sc := ix.scratch.Get().(*lookupScratch)
 	sc.walk++
 	if sc.walk == 0 { // wrapped: no stale mark may equal a new walk
-		clear(sc.seen)
+		clear(sc.marks)
 		sc.walk = 1
 	}
 	sc.cands = sc.cands[:0]
@@ -203,8 +207,8 @@ func (ix *Index) MatchHeld(dst []HeldMatch, tokens []uint32, endpoints []string)
 		ix.logEndpointOnce(endpoints[i], "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
 	}
 	for rank, c := range sc.cands {
-		i, ok := es.byIP[c.iv.ip]
-		if !ok {
+		i := es.placeOf(c.iv)
+		if i == notListed {
 			continue
 		}
 		if i < 0 {
@@ -224,6 +228,35 @@ type endpointSet struct {
 	byIP      map[string]int32 // canonical IP -> place in list; -1 when several endpoints share it
 	shared    map[string][]int // the places of the endpoints sharing each shared IP
 	hostnames []int            // places of endpoints given by host name
+	byNumber  []atomic.Pointer[placed]
+}
+
+// placed is a credited instance resolved to its endpoint: its place in the list, -1 when
+// several endpoints share its IP, notListed when none has it.
+type placed struct {
+	iv *instView
+	at int32
+}
+
+const notListed = -2
+
+// placeOf resolves iv to its endpoint, once per instance and list: later lookups read
+// the answer by the instance's dense number.
+func (es *endpointSet) placeOf(iv *instView) int32 {
+	n := int(iv.n)
+	if n < len(es.byNumber) {
+		if p := es.byNumber[n].Load(); p != nil && p.iv == iv {
+			return p.at
+		}
+	}
+	at, ok := es.byIP[iv.ip]
+	if !ok {
+		at = notListed
+	}
+	if n < len(es.byNumber) {
+		es.byNumber[n].Store(&placed{iv: iv, at: at})
+	}
+	return at
 }
 
 // endpointsFor returns the resolution of endpoints, reusing the last one when endpoints
@@ -233,7 +266,8 @@ func (ix *Index) endpointsFor(endpoints []string) *endpointSet {
 		(len(endpoints) == 0 || &es.list[0] == &endpoints[0]) {
 		return es
 	}
-	es := &endpointSet{list: endpoints, byIP: make(map[string]int32, len(endpoints)), shared: map[string][]int{}}
+	es := &endpointSet{list: endpoints, byIP: make(map[string]int32, len(endpoints)), shared: map[string][]int{},
+		byNumber: make([]atomic.Pointer[placed], ix.numbers.Load()+64)}
 	for i, e := range endpoints {
 		ip := canonicalIP(e)
 		if _, err := netip.ParseAddr(ip); err != nil {

@@ -206,6 +206,7 @@ func (ix *Index) takeNumber() int32 {
 		return x
 	}
 	c.next++
+	ix.numbers.Store(c.next)
 	return c.next - 1
 }
 

@@ -199,27 +199,31 @@ func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches 
 			}
 		}()
 	}
-	var out map[string]string
-	for _, r := range ranked {
+	srcs := make([]string, len(ranked)) // at most scoring.TopRanked: on the stack
+	n := 0
+	for k, r := range ranked {
 		if r.Matched <= 0 {
 			continue
 		}
 		i := placeOf(cands, r.Addr)
-		if i < 0 {
-			continue
-		}
-		src := ""
 		switch {
+		case i < 0:
 		case !useHeld:
-			src = matches[i].Source
+			srcs[k] = matches[i].Source
 		case rs.heldAt[i] > 0:
-			src = held[rs.heldAt[i]-1].Source
+			srcs[k] = held[rs.heldAt[i]-1].Source
 		}
+		if srcs[k] != "" {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make(map[string]string, n)
+	for k, src := range srcs {
 		if src != "" {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[r.Addr] = src
+			out[ranked[k].Addr] = src
 		}
 	}
 	return out

@@ -33,7 +33,7 @@ func TestSortTopAgreesWithAFullSort(t *testing.T) {
 			want := slices.Clone(rs)
 			slices.SortFunc(want, func(a, b Ranked) int { return byScore(&a, &b) })
 			got := slices.Clone(rs)
-			sortTop(got, tt.k, byScore)
+			sortTop(got, tt.k)
 			k := min(tt.k, tt.n)
 			if !slices.Equal(got[:k], want[:k]) {
 				t.Fatalf("first %d differ:\n got %v\nwant %v", k, got[:min(k, 5)], want[:min(k, 5)])

@@ -200,15 +200,15 @@ func byScore(a, b *Ranked) int {
 
 // sortByScore puts the best sortedPrefix entries first, in byScore order; the others
 // follow in no particular order.
-func sortByScore(rs []Ranked) { sortTop(rs, sortedPrefix, byScore) }
+func sortByScore(rs []Ranked) { sortTop(rs, sortedPrefix) }
 
-// sortTop puts the k best entries of rs (by less-is-better cmp) first and in order, the
-// others after them in no particular order. It keeps the k best seen in a heap whose root
-// is the worst of them, so an entry that does not beat the root costs one comparison:
-// O(n + k log k) for candidates that arrive in address order, O(n log k) at worst.
-func sortTop(rs []Ranked, k int, cmp func(a, b *Ranked) int) {
+// sortTop puts the k best entries of rs (byScore) first and in order, the others after
+// them in no particular order. It keeps the k best seen in a heap whose root is the worst
+// of them, so an entry that does not beat the root costs one comparison: O(n + k log k)
+// for candidates that arrive in address order, O(n log k) at worst.
+func sortTop(rs []Ranked, k int) {
 	if len(rs) <= 2*k {
-		slices.SortFunc(rs, func(a, b Ranked) int { return cmp(&a, &b) })
+		slices.SortFunc(rs, func(a, b Ranked) int { return byScore(&a, &b) })
 		return
 	}
 	var heapBuf [sortedPrefix]int32
@@ -216,14 +216,13 @@ func sortTop(rs []Ranked, k int, cmp func(a, b *Ranked) int) {
 	if k > len(heapBuf) {
 		h = make([]int32, 0, k)
 	}
-	worse := func(i, j int32) bool { return cmp(&rs[i], &rs[j]) > 0 }
 	down := func(i int) {
 		for {
 			w, l, r := i, 2*i+1, 2*i+2
-			if l < len(h) && worse(h[l], h[w]) {
+			if l < len(h) && byScore(&rs[h[l]], &rs[h[w]]) > 0 {
 				w = l
 			}
-			if r < len(h) && worse(h[r], h[w]) {
+			if r < len(h) && byScore(&rs[h[r]], &rs[h[w]]) > 0 {
 				w = r
 			}
 			if w == i {
@@ -239,13 +238,16 @@ func sortTop(rs []Ranked, k int, cmp func(a, b *Ranked) int) {
 	for i := k/2 - 1; i >= 0; i-- {
 		down(i)
 	}
+	floor := rs[h[0]].Score - scoreEpsilon // an entry scoring under it cannot beat the root
 	for i := k; i < len(rs); i++ {
-		if cmp(&rs[i], &rs[h[0]]) < 0 {
-			h[0] = int32(i)
-			down(0)
+		if rs[i].Score < floor || byScore(&rs[i], &rs[h[0]]) >= 0 {
+			continue
 		}
+		h[0] = int32(i)
+		down(0)
+		floor = rs[h[0]].Score - scoreEpsilon
 	}
-	slices.SortFunc(h, func(a, b int32) int { return cmp(&rs[a], &rs[b]) })
+	slices.SortFunc(h, func(a, b int32) int { return byScore(&rs[a], &rs[b]) })
 	// Move the k best to the front: entries of the front that are not among them go to
 	// the places the best leave.
 	var inFront [sortedPrefix]bool

@@ -236,9 +236,6 @@ func (ix *Index) leaveIP(inst *instance) {
 	ix.dirtyIP(inst.ip)
 }
 
-// instancesOn reports how many instances have ip as their IP.
-func (ix *Index) instancesOn(ip string) int { return len(ix.credit.byIP[ip]) }
-
 // worker returns a known worker or nil.
 func (ix *Index) worker(instanceID string, workerID int) *worker {
 	if inst := ix.instances[instanceID]; inst != nil {

@@ -106,11 +106,14 @@ type Set struct {
 	synced bool
 	ready  chan struct{} // closed on the first Update
 	clock  func() time.Time
+	view   atomic.Pointer[View]
 }
 
 // New returns an empty Set that is not yet synced.
 func New() *Set {
-	return &Set{eps: map[string]*endpoint{}, ready: make(chan struct{})}
+	s := &Set{eps: map[string]*endpoint{}, ready: make(chan struct{})}
+	s.view.Store(&View{})
+	return s
 }
 
 // Update replaces the endpoint set with addrs (canonical addresses). Endpoints that stay
@@ -134,6 +137,11 @@ func (s *Set) Update(addrs []string) {
 		s.addrs = append(s.addrs, a)
 	}
 	sort.Strings(s.addrs)
+	v := &View{addrs: s.addrs, eps: make([]*endpoint, len(s.addrs))}
+	for i, a := range s.addrs {
+		v.eps[i] = next[a]
+	}
+	s.view.Store(v)
 	if !s.synced {
 		s.synced = true
 		close(s.ready)

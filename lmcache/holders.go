@@ -26,18 +26,10 @@ func (h holders) len() int {
 	return 2 + len(*h.more)
 }
 
-func (h holders) has(id uint32) bool {
-	if h.a == id || h.b == id {
-		return true
-	}
-	return h.more != nil && slices.Contains(*h.more, id)
-}
-
-// add appends id unless present; it reports whether id was added.
-func (h holders) add(id uint32) (holders, bool) {
+// add appends id, which the caller knows is not present (the holding slot's own key set
+// says so), so a key held by thousands of slots costs no scan per admit.
+func (h holders) add(id uint32) holders {
 	switch {
-	case h.has(id):
-		return h, false
 	case h.a == 0:
 		h.a = id
 	case h.b == 0:
@@ -47,31 +39,43 @@ func (h holders) add(id uint32) (holders, bool) {
 	default:
 		*h.more = append(*h.more, id)
 	}
-	return h, true
+	return h
 }
 
-// remove deletes id, keeping the others in order; it reports whether id was present.
+// remove deletes id, keeping the others in order; it reports whether id was present. The
+// overflow list is edited in place: readers copy it under the shard's read lock.
 func (h holders) remove(id uint32) (holders, bool) {
-	if h.more == nil {
-		switch id {
-		case h.a:
-			return holders{a: h.b, used: h.used}, id != 0
-		case h.b:
-			return holders{a: h.a, used: h.used}, id != 0
+	if id == 0 {
+		return h, false
+	}
+	more := []uint32(nil)
+	if h.more != nil {
+		more = *h.more
+	}
+	switch id {
+	case h.a:
+		h.a, h.b = h.b, 0
+	case h.b:
+		h.b = 0
+	default:
+		i := slices.Index(more, id)
+		if i < 0 {
+			return h, false
 		}
-		return h, false
+		*h.more = slices.Delete(more, i, i+1)
+		if len(*h.more) == 0 {
+			h.more = nil
+		}
+		return h, true
 	}
-	all := h.appendTo(make([]uint32, 0, 8))
-	i := slices.Index(all, id)
-	if i < 0 {
-		return h, false
+	if len(more) > 0 { // refill the inline place from the overflow, in order
+		h.b = more[0]
+		*h.more = slices.Delete(more, 0, 1)
+		if len(*h.more) == 0 {
+			h.more = nil
+		}
 	}
-	all = slices.Delete(all, i, i+1)
-	out := holders{used: h.used}
-	for _, x := range all {
-		out, _ = out.add(x)
-	}
-	return out, true
+	return h, true
 }
 
 func (h holders) appendTo(dst []uint32) []uint32 {

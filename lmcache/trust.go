@@ -154,23 +154,6 @@ func (ix *Index) dropTombstone(ip string) bool {
 	return true
 }
 
-// forget removes inst from the registry (its workers must be gone).
-func (ix *Index) forget(inst *instance) {
-	if ix.instances[inst.id] != inst {
-		return
-	}
-	delete(ix.instances, inst.id)
-	if ix.ipClaims[inst.ip] == inst {
-		delete(ix.ipClaims, inst.ip)
-	}
-	ix.leaveIP(inst)
-	if p := inst.peer; p != "" {
-		if ix.perIP[p]--; ix.perIP[p] <= 0 {
-			delete(ix.perIP, p)
-		}
-	}
-}
-
 // suppressed reports whether a log line of this kind was already written in the last
 // minute (and otherwise notes that it is being written now).
 func (ix *Index) suppressed(kind string, now time.Time) bool {
@@ -182,16 +165,6 @@ func (ix *Index) suppressed(kind string, now time.Time) bool {
 	}
 	ix.refusedLog[kind] = now
 	return false
-}
-
-// leaveIP uncounts inst from its IP's instances.
-func (ix *Index) leaveIP(inst *instance) {
-	if inst.ip == "" {
-		return
-	}
-	if ix.onIP[inst.ip]--; ix.onIP[inst.ip] <= 0 {
-		delete(ix.onIP, inst.ip)
-	}
 }
 
 // refuse counts a refused message and logs it at WARN, at most once a minute per reason
@@ -235,16 +208,6 @@ func (ix *Index) RetainIPs(ips map[string]bool) int {
 		ix.trust.swept.Add(float64(n))
 		ix.log.Info("lmcache: an instance's IP left the fleet; dropping it and its chunks", "instance", inst.id, "ip", inst.home(), "keys", n)
 	}
-	if len(gone) > 0 {
-		ix.publish()
-	}
+	ix.settle()
 	return len(gone)
-}
-
-func (w *worker) keyCount() int {
-	n := 0
-	for _, s := range w.slots {
-		n += len(s.keys)
-	}
-	return n
 }

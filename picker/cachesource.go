@@ -74,17 +74,3 @@ func (l Longest) Match(ctx context.Context, tokens []uint32, endpoints []string)
 	}
 	return out, nil
 }
-
-// sources lists the named source of each endpoint's non-empty match.
-func sources(endpoints []string, ms []CacheMatch) map[string]string {
-	var out map[string]string
-	for i, m := range ms {
-		if m.Matched > 0 && m.Source != "" {
-			if out == nil {
-				out = make(map[string]string, len(ms))
-			}
-			out[endpoints[i]] = m.Source
-		}
-	}
-	return out
-}

@@ -31,14 +31,15 @@ func (d Decision) Explain() string {
 	return sanitize(b.String())
 }
 
-// candidates lists at most limit candidates (0 = all), best first.
+// candidates lists at most limit candidates (0 = all that Ranked holds), best first,
+// then how many more were ranked.
 func (d Decision) candidates(limit int) string {
 	var b strings.Builder
-	for i, r := range d.Ranked {
-		if limit > 0 && i == limit {
-			b.WriteString(" (+" + strconv.Itoa(len(d.Ranked)-limit) + " more)")
-			break
-		}
+	shown := len(d.Ranked)
+	if limit > 0 {
+		shown = min(shown, limit)
+	}
+	for i, r := range d.Ranked[:shown] {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -49,9 +50,13 @@ func (d Decision) candidates(limit int) string {
 		b.WriteString(" inflight=" + strconv.Itoa(r.InFlight) +
 			" rel_load=" + strconv.FormatFloat(r.RelativeLoad, 'f', 3, 64) +
 			" score=" + strconv.FormatFloat(r.Score, 'f', 3, 64))
-		if r.Terms != "" {
-			b.WriteString(" " + r.Terms)
+		if d.Policy == "latencyaware" {
+			b.WriteString(" load=" + strconv.FormatFloat(r.Load, 'f', 2, 64) +
+				" affinity=" + strconv.FormatFloat(r.Affinity, 'f', 1, 64))
 		}
+	}
+	if more := max(d.Candidates, len(d.Ranked)) - shown; more > 0 {
+		b.WriteString(" (+" + strconv.Itoa(more) + " more)")
 	}
 	return b.String()
 }

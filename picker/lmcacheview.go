@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"sync"
 
 	"github.com/loadaware/loadaware-epp/lmcache"
 )
@@ -18,4 +19,20 @@ func (v LMCacheView) Match(_ context.Context, tokens []uint32, endpoints []strin
 		out[i] = CacheMatch{Matched: m.Matched, HolderRank: m.HolderRank, Source: SourceLMCache}
 	}
 	return out, nil
+}
+
+// heldBufs holds the index's answers between MatchHeld calls, so a decision allocates
+// nothing per holder.
+var heldBufs = sync.Pool{New: func() any { return new([]lmcache.HeldMatch) }}
+
+// MatchHeld implements HeldMatcher (see lmcache.Index.MatchHeld: the endpoint list is
+// resolved once per list, so a lookup costs the chunks and holders only).
+func (v LMCacheView) MatchHeld(_ context.Context, tokens []uint32, endpoints []string, dst []Held) ([]Held, error) {
+	buf := heldBufs.Get().(*[]lmcache.HeldMatch)
+	defer heldBufs.Put(buf)
+	*buf = v.Index.MatchHeld((*buf)[:0], tokens, endpoints)
+	for _, h := range *buf {
+		dst = append(dst, Held{Endpoint: h.Endpoint, CacheMatch: CacheMatch{Matched: h.Matched, HolderRank: h.HolderRank, Source: SourceLMCache}})
+	}
+	return dst, nil
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,13 +54,14 @@ type Request struct {
 // Decision is the outcome of one Pick.
 type Decision struct {
 	Endpoints    []string         // ordered, best first; at most MaxEndpoints
-	Ranked       []scoring.Ranked // every candidate, best first
+	Ranked       []scoring.Ranked // the best candidates, best first: at most scoring.TopRanked of them
+	Candidates   int              // candidates ranked (Ranked holds the first of them)
 	Policy       string
 	Beta         float64
 	PromptTokens int
 	Tokens       string            // where the token ids came from: "request", "tokenizer", "none", or "not-needed" (the policy ignores prompts)
 	Note         string            // why the decision had less information than usual, if it did
-	Sources      map[string]string // endpoint -> the cache source of its match, for endpoints matched by a named source
+	Sources      map[string]string // endpoint -> the cache source of its match, for the endpoints of Ranked matched by a named source
 	Booking      *fleet.Booking
 }
 
@@ -74,6 +76,23 @@ type CacheMatch struct {
 type CacheView interface {
 	// Match returns one CacheMatch per endpoint, aligned with endpoints.
 	Match(ctx context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error)
+}
+
+// HeldMatcher is a CacheView that can also report only the endpoints holding part of the
+// prompt, so a decision over a large fleet costs the holders, not the fleet. The picker
+// prefers it when the view offers it.
+type HeldMatcher interface {
+	CacheView
+	// MatchHeld appends to dst the match of every endpoint holding part of the prompt,
+	// by place in endpoints; the others hold nothing (HolderRank -1). endpoints is the
+	// same slice while the endpoint set does not change, and is never modified.
+	MatchHeld(ctx context.Context, tokens []uint32, endpoints []string, dst []Held) ([]Held, error)
+}
+
+// Held is the CacheMatch of the endpoint at Endpoint.
+type Held struct {
+	Endpoint int
+	CacheMatch
 }
 
 // NoCache is the cache view with no information: nothing is held anywhere.
@@ -145,7 +164,78 @@ type Picker struct {
 	active  atomic.Pointer[active]
 	decide  sync.Mutex // held for load snapshot + rank + book
 	metrics *metrics
-	source  string // the cache view's name, for the cache-share metrics
+	source  string      // the cache view's name, for the cache-share metrics
+	scratch sync.Pool   // *pickScratch, for the work before the lock
+	ranking rankScratch // guarded by decide
+}
+
+// pickScratch is one decision's memory before the lock, reused across decisions.
+type pickScratch struct {
+	held []Held
+	idx  []int32 // candidate -> place in the fleet view, when candidates are a subset
+}
+
+// rankScratch is the ranking's memory, reused by every decision under Picker.decide.
+type rankScratch struct {
+	cands  []scoring.Candidate
+	ranked []scoring.Ranked
+	heldAt []int32 // place in cands -> 1 + index in held; zero between decisions
+}
+
+// sources names the cache source of each ranked endpoint's match (nil when none has
+// one). It looks up the ranked entries only, so its cost does not grow with the holders.
+func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches []CacheMatch, held []Held, useHeld bool) map[string]string {
+	if matches == nil && !useHeld {
+		return nil
+	}
+	if useHeld {
+		rs.heldAt = slices.Grow(rs.heldAt[:0], len(cands))[:len(cands)]
+		for i, h := range held {
+			rs.heldAt[h.Endpoint] = int32(i + 1)
+		}
+		defer func() {
+			for _, h := range held {
+				rs.heldAt[h.Endpoint] = 0
+			}
+		}()
+	}
+	srcs := make([]string, len(ranked)) // at most scoring.TopRanked: on the stack
+	n := 0
+	for k, r := range ranked {
+		if r.Matched <= 0 {
+			continue
+		}
+		i := placeOf(cands, r.Addr)
+		switch {
+		case i < 0:
+		case !useHeld:
+			srcs[k] = matches[i].Source
+		case rs.heldAt[i] > 0:
+			srcs[k] = held[rs.heldAt[i]-1].Source
+		}
+		if srcs[k] != "" {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make(map[string]string, n)
+	for k, src := range srcs {
+		if src != "" {
+			out[ranked[k].Addr] = src
+		}
+	}
+	return out
+}
+
+// placeOf returns the place of addr in cands (sorted, as the fleet gives them; searched
+// in full if not), or -1.
+func placeOf(cands []string, addr string) int {
+	if i, ok := slices.BinarySearch(cands, addr); ok {
+		return i
+	}
+	return slices.Index(cands, addr)
 }
 
 // New checks opts and returns a Picker.
@@ -179,6 +269,7 @@ func New(opts Options) (*Picker, error) {
 		return nil, err
 	}
 	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache)}
+	p.scratch.New = func() any { return new(pickScratch) }
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
 	}
@@ -214,7 +305,10 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	act := p.active.Load()
 	d := Decision{Policy: act.cfg.Policy, Beta: act.cfg.Beta}
 
-	cands, err := p.candidates(r.Subset)
+	sc := p.scratch.Get().(*pickScratch)
+	defer p.scratch.Put(sc)
+	view := p.opts.Fleet.View()
+	cands, err := p.candidates(view, r.Subset)
 	if err != nil {
 		p.metrics.pickErrors.WithLabelValues(errorKind(err)).Inc()
 		return d, err
@@ -236,26 +330,37 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	}
 	d.PromptTokens = len(tokens)
 
-	var matches []CacheMatch // aligned with cands; nil: no cache information
+	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
+	held, useHeld := sc.held[:0], false
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
-		ms, err := p.opts.Cache.Match(ctx, tokens, cands)
-		switch {
-		case err != nil:
-			p.metrics.cacheErrors.Inc()
-			d.Note = joinNote(d.Note, "cache lookup failed ("+err.Error()+"): no cache credit")
-		case len(ms) != len(cands):
-			p.metrics.cacheErrors.Inc()
-			d.Note = joinNote(d.Note, fmt.Sprintf("cache view answered %d matches for %d endpoints: no cache credit", len(ms), len(cands)))
-		default:
-			matches = ms
-			d.Sources = sources(cands, ms)
+		if hm, ok := p.opts.Cache.(HeldMatcher); ok {
+			var err error
+			held, err = hm.MatchHeld(ctx, tokens, cands, held)
+			sc.held = held[:0]
+			if err != nil {
+				p.metrics.cacheErrors.Inc()
+				d.Note = joinNote(d.Note, "cache lookup failed ("+err.Error()+"): no cache credit")
+			} else {
+				useHeld = true
+			}
+		} else {
+			ms, err := p.opts.Cache.Match(ctx, tokens, cands)
+			switch {
+			case err != nil:
+				p.metrics.cacheErrors.Inc()
+				d.Note = joinNote(d.Note, "cache lookup failed ("+err.Error()+"): no cache credit")
+			case len(ms) != len(cands):
+				p.metrics.cacheErrors.Inc()
+				d.Note = joinNote(d.Note, fmt.Sprintf("cache view answered %d matches for %d endpoints: no cache credit", len(ms), len(cands)))
+			default:
+				matches = ms
+			}
 		}
 	}
 
 	p.decide.Lock()
 	now := p.opts.Now()
-	loads := p.opts.Fleet.Loads(cands)
-	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now, Candidates: make([]scoring.Candidate, len(loads))}
+	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now}
 	switch act.cfg.Policy {
 	case "latencyaware":
 		in.PrefixKey = prefixKey(tokens)
@@ -265,34 +370,51 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 			in.Prompt = string(r.ChatBody) // stand-in for upstream's joined message contents
 		}
 	}
-	j := 0 // loads is cands in order, less endpoints removed since
-	for i, l := range loads {
-		for cands[j] != l.Addr {
-			j++
+	rs := &p.ranking
+	if p.opts.Fleet.View() == view && p.inView(view, cands, sc) {
+		// The endpoint set did not change since the candidates were taken: loads are read
+		// through the view, by place.
+		rs.cands = slices.Grow(rs.cands[:0], len(cands))[:len(cands)]
+		for i, a := range cands {
+			at := i
+			if sc.idx != nil {
+				at = int(sc.idx[i])
+			}
+			rs.cands[i] = candidate(view.Load(at))
+			rs.cands[i].Addr = a
 		}
-		m := CacheMatch{HolderRank: -1}
-		if matches != nil {
-			m = matches[j]
-		}
-		in.Candidates[i] = scoring.Candidate{Addr: l.Addr, Matched: m.Matched, HolderRank: m.HolderRank, InFlight: l.InFlight(),
-			Prefill: l.Prefill, Decode: l.Decode, PrefillTokens: l.PrefillTokens, DecodePace: l.DecodePace}
-	}
-	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
-		d.Ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone
 	} else {
-		d.Ranked = act.policy.Rank(in)
+		loads := p.opts.Fleet.Loads(cands)
+		rs.cands = rs.cands[:0]
+		for _, l := range loads {
+			rs.cands = append(rs.cands, candidate(l))
+		}
 	}
-	for i := range d.Ranked {
-		b, err := p.opts.Fleet.BookTokens(d.Ranked[i].Addr, max(len(tokens)-d.Ranked[i].Matched, 0))
+	applyMatches(rs.cands, cands, matches, held, useHeld)
+	in.Candidates = rs.cands
+	in.Scratch = rs.ranked[:0]
+	var ranked []scoring.Ranked
+	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
+		ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone
+	} else {
+		ranked = act.policy.Rank(in)
+	}
+	if cap(ranked) > cap(rs.ranked) {
+		rs.ranked = ranked[:0]
+	}
+	for i := range ranked {
+		b, err := p.opts.Fleet.BookTokens(ranked[i].Addr, max(len(tokens)-ranked[i].Matched, 0))
 		if err != nil {
 			continue // removed since the snapshot: try the next
 		}
 		d.Booking = b
-		d.Ranked = d.Ranked[i:]
+		d.Candidates = len(ranked) - i
+		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+scoring.TopRanked)])
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
 		break
 	}
+	d.Sources = rs.sources(d.Ranked, cands, matches, held, useHeld)
 	p.decide.Unlock()
 
 	if d.Booking == nil {
@@ -321,9 +443,10 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	return d, nil
 }
 
-// candidates returns the endpoints a request may go to: the fleet narrowed by the subset.
-func (p *Picker) candidates(subset []string) ([]string, error) {
-	all := p.opts.Fleet.Endpoints()
+// candidates returns the endpoints a request may go to: the fleet view's narrowed by the
+// subset. Without a subset they are the view's own slice (shared, never modified).
+func (p *Picker) candidates(view *fleet.View, subset []string) ([]string, error) {
+	all := view.Addrs()
 	if len(all) == 0 {
 		return nil, ErrNoEndpoints
 	}
@@ -351,6 +474,61 @@ func (p *Picker) candidates(subset []string) ([]string, error) {
 		return nil, fmt.Errorf("%w (hint: %s; endpoints: %s)", ErrSubsetUnmatched, strings.Join(subset, ","), strings.Join(all, ","))
 	}
 	return out, nil
+}
+
+// inView reports whether cands are, in order, addresses of view, and leaves in sc.idx
+// their places in it (nil when cands is the view's own list).
+func (p *Picker) inView(view *fleet.View, cands []string, sc *pickScratch) bool {
+	all := view.Addrs()
+	sc.idx = sc.idx[:0]
+	if len(cands) == len(all) && (len(all) == 0 || &cands[0] == &all[0]) {
+		sc.idx = nil
+		return true
+	}
+	j := 0
+	for _, a := range cands {
+		for j < len(all) && all[j] != a {
+			j++
+		}
+		if j == len(all) {
+			return false
+		}
+		sc.idx = append(sc.idx, int32(j))
+		j++
+	}
+	return true
+}
+
+// applyMatches copies the cache's matches onto the candidates (Candidates hold no credit
+// when they come in): by place from a dense answer aligned with cands, or from held
+// entries.
+func applyMatches(cs []scoring.Candidate, cands []string, matches []CacheMatch, held []Held, useHeld bool) {
+	if useHeld {
+		// held names places in cands; cs may lack endpoints removed since (Loads).
+		if len(cs) == len(cands) {
+			for _, h := range held {
+				cs[h.Endpoint].Matched, cs[h.Endpoint].HolderRank = h.Matched, h.HolderRank
+			}
+			return
+		}
+		matches = make([]CacheMatch, len(cands))
+		for i := range matches {
+			matches[i].HolderRank = -1
+		}
+		for _, h := range held {
+			matches[h.Endpoint] = h.CacheMatch
+		}
+	}
+	if matches == nil {
+		return
+	}
+	j := 0 // cs is cands in order, less endpoints removed since
+	for i := range cs {
+		for cands[j] != cs[i].Addr {
+			j++
+		}
+		cs[i].Matched, cs[i].HolderRank = matches[j].Matched, matches[j].HolderRank
+	}
 }
 
 // tokens returns the prompt's token ids, where they came from, and a note when there are none.
@@ -423,4 +601,10 @@ func prefixKey(tokens []uint32) uint64 {
 		h *= 1099511628211
 	}
 	return h | 1
+}
+
+// candidate is an endpoint's load as a policy sees it, before its cache match is applied.
+func candidate(l fleet.Load) scoring.Candidate {
+	return scoring.Candidate{Addr: l.Addr, HolderRank: -1, InFlight: l.InFlight(),
+		Prefill: l.Prefill, Decode: l.Decode, PrefillTokens: l.PrefillTokens, DecodePace: l.DecodePace}
 }

@@ -2,7 +2,6 @@ package scoring
 
 import (
 	"math"
-	"strconv"
 	"time"
 )
 
@@ -72,14 +71,13 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 			paced++
 		}
 	}
-	loads := make([]float64, len(rs))
 	var sum float64
 	for i, c := range in.Candidates {
 		l := float64(c.Decode) + PrefillWeight*(float64(c.Prefill)+float64(c.PrefillTokens)/PrefillTokenUnit)
 		if c.DecodePace > 0 {
 			l *= math.Pow(c.DecodePace.Seconds()/(paceSum/float64(paced)), PaceExponent)
 		}
-		loads[i] = l
+		rs[i].Load = l
 		sum += l
 	}
 	m := sum / float64(len(rs))
@@ -87,13 +85,11 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 	best := 0.0
 	for i := range rs {
 		rs[i].Benefit = float64(min(rs[i].Matched, in.PromptTokens)) / float64(max(in.PromptTokens, 1))
-		rs[i].RelativeLoad = (loads[i] - m) / max(1, m)
-		aff := 0.0
+		rs[i].RelativeLoad = (rs[i].Load - m) / max(1, m)
 		if rs[i].Addr == last && !hot {
-			aff = AffinityBonus
+			rs[i].Affinity = AffinityBonus
 		}
-		rs[i].Score = rs[i].Benefit + aff - p.Beta*rs[i].RelativeLoad
-		rs[i].Terms = "load=" + strconv.FormatFloat(loads[i], 'f', 2, 64) + " affinity=" + strconv.FormatFloat(aff, 'f', 1, 64)
+		rs[i].Score = rs[i].Benefit + rs[i].Affinity - p.Beta*rs[i].RelativeLoad
 		best = max(best, rs[i].Benefit)
 	}
 	sortByScore(rs)

@@ -8,7 +8,10 @@
 //
 // Contract shared by every policy: Rank is called once per routing decision, its first
 // entry is the endpoint that will be booked, and equal inputs (with equal State) give
-// equal outputs.
+// equal outputs. A ranking holds every candidate, but only its first TopRanked entries
+// (all of them when there are fewer) are promised in order: the ranking helpers select
+// those without sorting the rest, so a decision over a large fleet costs time linear in
+// the fleet.
 package scoring
 
 import (
@@ -43,6 +46,11 @@ type Input struct {
 	PrefixKey    uint64    // hash of the prompt's first chunk of tokens; 0 when there are none
 	Prompt       string    // the prompt text (prefixaware's trie), or the chat messages' contents
 	Candidates   []Candidate
+	// Scratch, when its capacity is at least len(Candidates), is memory the ranking is
+	// built in (the result aliases it), so a caller that reuses it between decisions
+	// allocates nothing per candidate. Every ranking started within one Rank gets the same
+	// memory: a policy needing two at once copies the first.
+	Scratch []Ranked
 }
 
 // Ranked is one candidate's place in a decision, with the numbers that put it there.
@@ -53,8 +61,9 @@ type Ranked struct {
 	RelativeLoad float64 // (in-flight - mean) / max(1, mean)
 	Matched      int
 	InFlight     int
-	Reason       string // why the decision went this way; the same for every entry of one ranking
-	Terms        string // a policy's own terms for the explain header ("load=12.00 affinity=0.3"); "" for most
+	Reason       string  // why the decision went this way; the same for every entry of one ranking
+	Load         float64 // latencyaware: its weighted load (see LatencyAware); 0 for the others
+	Affinity     float64 // latencyaware: its cold-prefix affinity credit; 0 for the others
 }
 
 // Policy ranks candidates. See the package comment for the contract.
@@ -160,10 +169,15 @@ func relativeLoad(inflight int, m float64) float64 {
 	return (float64(inflight) - m) / max(1, m)
 }
 
-// base returns one Ranked per candidate carrying its plain signals, in candidate order.
+// base returns one Ranked per candidate carrying its plain signals, in candidate order,
+// in in.Scratch when it is large enough.
 func base(in Input, reason string) []Ranked {
 	m := mean(in.Candidates)
-	out := make([]Ranked, len(in.Candidates))
+	out := in.Scratch[:0]
+	if cap(out) < len(in.Candidates) {
+		out = make([]Ranked, len(in.Candidates))
+	}
+	out = out[:len(in.Candidates)]
 	for i, c := range in.Candidates {
 		out[i] = Ranked{
 			Addr:         c.Addr,
@@ -181,14 +195,105 @@ func base(in Input, reason string) []Ranked {
 // bit of float64; those ties go to the smallest address as the policy says.
 const scoreEpsilon = 1e-9
 
-// sortByScore orders best first: highest score, then the smallest address.
-func sortByScore(rs []Ranked) {
-	slices.SortFunc(rs, func(a, b Ranked) int {
-		if math.Abs(a.Score-b.Score) > scoreEpsilon {
-			return cmp.Compare(b.Score, a.Score)
+// TopRanked is how many leading entries of a ranking are in order (see the package
+// comment): enough for the longest fallback list a caller may ask for (--max-endpoints is
+// at most 64).
+const TopRanked = 64
+
+// sortedPrefix is how many entries the score helpers put in order: one more than
+// TopRanked, so a policy that then moves one entry to the front (kvaware, the peers'
+// winnerFirst) still returns TopRanked in order.
+const sortedPrefix = TopRanked + 1
+
+// byScore orders best first: highest score, then the smallest address.
+func byScore(a, b *Ranked) int {
+	if math.Abs(a.Score-b.Score) > scoreEpsilon {
+		return cmp.Compare(b.Score, a.Score)
+	}
+	return strings.Compare(a.Addr, b.Addr)
+}
+
+// sortByScore puts the best sortedPrefix entries first, in byScore order; the others
+// follow in no particular order.
+func sortByScore(rs []Ranked) { sortTop(rs, sortedPrefix) }
+
+// sortTop puts the k best entries of rs (byScore) first and in order, the others after
+// them in no particular order. It keeps the k best seen in a heap whose root is the worst
+// of them, so an entry that does not beat the root costs one comparison: O(n + k log k)
+// for candidates that arrive in address order, O(n log k) at worst.
+func sortTop(rs []Ranked, k int) {
+	if len(rs) <= 2*k {
+		slices.SortFunc(rs, func(a, b Ranked) int { return byScore(&a, &b) })
+		return
+	}
+	var heapBuf [sortedPrefix]int32
+	h := heapBuf[:0]
+	if k > len(heapBuf) {
+		h = make([]int32, 0, k)
+	}
+	down := func(i int) {
+		for {
+			w, l, r := i, 2*i+1, 2*i+2
+			if l < len(h) && byScore(&rs[h[l]], &rs[h[w]]) > 0 {
+				w = l
+			}
+			if r < len(h) && byScore(&rs[h[r]], &rs[h[w]]) > 0 {
+				w = r
+			}
+			if w == i {
+				return
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
 		}
-		return strings.Compare(a.Addr, b.Addr)
-	})
+	}
+	for i := range k {
+		h = append(h, int32(i))
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	floor := rs[h[0]].Score - scoreEpsilon // an entry scoring under it cannot beat the root
+	for i := k; i < len(rs); i++ {
+		if rs[i].Score < floor || byScore(&rs[i], &rs[h[0]]) >= 0 {
+			continue
+		}
+		h[0] = int32(i)
+		down(0)
+		floor = rs[h[0]].Score - scoreEpsilon
+	}
+	slices.SortFunc(h, func(a, b int32) int { return byScore(&rs[a], &rs[b]) })
+	// Move the k best to the front: entries of the front that are not among them go to
+	// the places the best leave.
+	var inFront [sortedPrefix]bool
+	front := inFront[:0]
+	if k > len(inFront) {
+		front = make([]bool, 0, k)
+	}
+	front = front[:k]
+	var topBuf [sortedPrefix]Ranked
+	top := topBuf[:0]
+	if k > len(topBuf) {
+		top = make([]Ranked, 0, k)
+	}
+	for _, i := range h {
+		top = append(top, rs[i])
+		if int(i) < k {
+			front[i] = true
+		}
+	}
+	p := 0 // the next front place to empty
+	for _, i := range h {
+		if int(i) < k {
+			continue
+		}
+		for front[p] {
+			p++
+		}
+		rs[i] = rs[p]
+		p++
+	}
+	copy(rs, top)
 }
 
 // sortByAddr orders by address, the stable order round-robin and the ring rely on.

@@ -1,0 +1,30 @@
+package fleet
+
+// View is the endpoint set as of one Update: the addresses, sorted, and their load
+// counters. A View never changes, so it is read without a lock, and the same View (the
+// same Addrs slice) is returned until the next Update: callers may key caches on it. A
+// request routed on an older View than the current one may name an endpoint that has
+// left; Book refuses it.
+type View struct {
+	addrs []string
+	eps   []*endpoint
+}
+
+// View returns the endpoint set as of the last Update.
+func (s *Set) View() *View { return s.view.Load() }
+
+// Addrs returns the addresses, sorted. The slice is shared: callers must not modify it.
+func (v *View) Addrs() []string { return v.addrs }
+
+// InFlight returns the requests in flight (prefill + decode) on the endpoint Addrs()[i].
+func (v *View) InFlight(i int) int {
+	e := v.eps[i]
+	return int(e.prefill.Load() + e.decode.Load())
+}
+
+// Load returns the whole load of the endpoint Addrs()[i], as Loads does.
+func (v *View) Load(i int) Load {
+	e := v.eps[i]
+	return Load{Addr: e.addr, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()),
+		PrefillTokens: int(e.prefillTokens.Load()), DecodePace: e.pace.mean()}
+}

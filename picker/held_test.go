@@ -1,0 +1,68 @@
+package picker
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// denseOnly hides a view's MatchHeld, so the picker takes the dense path.
+type denseOnly struct{ CacheView }
+
+// The held path (lookups that cost the holders) decides exactly as the dense path (one
+// match per endpoint) over the same index: same endpoints, same ranking, same sources,
+// for every policy, with and without a subset, on fleets large enough for the partial
+// ranking to apply.
+func TestHeldMatchesDecideAsDenseOnes(t *testing.T) {
+	for _, n := range []int{3, 200, 1000} {
+		bf := newBenchFleet(t, n, max(2, n/3))
+		for _, policy := range scoring.Names {
+			for _, subset := range [][]string{nil, {bf.addrs[0], bf.addrs[n-1], bf.addrs[n/2]}} {
+				t.Run(fmt.Sprintf("endpoints=%d/%s/subset=%d", n, policy, len(subset)), func(t *testing.T) {
+					opts := func(c CacheView) Options {
+						return Options{Fleet: bf.fleet, Policy: policy, Cache: c, MaxEndpoints: 3}
+					}
+					held := newPicker(t, opts(LMCacheView{Index: bf.index}))
+					dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}))
+					for i := range 3 {
+						req := Request{Tokens: bf.tokens, Subset: subset, Session: fmt.Sprint("s", i%2)}
+						a, err := held.Pick(context.Background(), req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						a.Booking.Release()
+						b, err := dense.Pick(context.Background(), req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						b.Booking.Release()
+						a.Booking, b.Booking = nil, nil
+						if d := cmp.Diff(b, a); d != "" {
+							t.Fatalf("decision %d differs (-dense +held):\n%s", i, d)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// A large fleet's decision keeps the best scoring.TopRanked and counts the rest.
+func TestDecisionKeepsTheBestRanked(t *testing.T) {
+	bf := newBenchFleet(t, 500, 2)
+	p := newPicker(t, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}, MaxEndpoints: 4})
+	d, err := p.Pick(context.Background(), Request{Tokens: bf.tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Booking.Release()
+	if len(d.Ranked) != scoring.TopRanked || d.Candidates != 500 || len(d.Endpoints) != 4 {
+		t.Fatalf("ranked %d, candidates %d, endpoints %d: want %d, 500, 4", len(d.Ranked), d.Candidates, len(d.Endpoints), scoring.TopRanked)
+	}
+	if d.Endpoints[0] != bf.holder[0] || d.Sources[bf.holder[0]] != SourceLMCache {
+		t.Fatalf("winner %s (sources %v), want the idle holder %s", d.Endpoints[0], d.Sources, bf.holder[0])
+	}
+}

@@ -1,0 +1,116 @@
+package picker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/lmcache"
+)
+
+// benchFleet is n endpoints on distinct IPs, each an LMCache instance registered with the
+// real index; holders of them (every n/holders-th) hold every chunk of a 1,578-token
+// prompt, in order of their position. Loads are uneven (0 to 3 requests in flight), as a
+// busy fleet's are, so the ranking has both ties and differences to sort out.
+type benchFleet struct {
+	addrs  []string
+	fleet  *fleet.Set
+	index  *lmcache.Index
+	tokens []uint32
+	holder []string // the holders' addresses, in admission order
+}
+
+func newBenchFleet(b testing.TB, n, holders int) *benchFleet {
+	b.Helper()
+	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
+	idx, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: keys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bf := &benchFleet{addrs: make([]string, n), index: idx, tokens: make([]uint32, 1578)}
+	for i := range bf.tokens {
+		bf.tokens[i] = uint32(1000 + i*7%50000)
+	}
+	chunkKeys := idx.ChunkKeys(bf.tokens)
+	for i := range bf.addrs {
+		ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+		bf.addrs[i] = ip + ":8000"
+		inst := fmt.Sprintf("vllm-%d", i)
+		if err := idx.Apply(lmcache.RegisterMsg{InstanceID: inst, IP: ip, Port: 8000}, benchNow); err != nil {
+			b.Fatal(err)
+		}
+		if i%(n/holders) != 0 || len(bf.holder) == holders {
+			continue
+		}
+		bf.holder = append(bf.holder, bf.addrs[i])
+		ops := make([]lmcache.KVOp, len(chunkKeys))
+		for j, k := range chunkKeys {
+			ops[j] = lmcache.KVOp{Op: lmcache.OpAdmit, Key: k}
+		}
+		if err := idx.Apply(lmcache.BatchedKVOperationMsg{InstanceID: inst, Location: "LocalCPUBackend", Operations: ops}, benchNow); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bf.fleet = newFleet(bf.addrs...)
+	for i, a := range bf.addrs {
+		for range i % 4 {
+			if _, err := bf.fleet.Book(a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return bf
+}
+
+// BenchmarkPickLMCache is one decision of the default policy (loadaware, one endpoint
+// returned) for 1,578 token ids given in the request, against the real LMCache index, at
+// 2, 256, 1k and 10k endpoints with 2 holders and with every third endpoint holding the
+// prompt. It reports the latency distribution of the decisions (p50-ns, p99-ns) beside
+// the mean.
+func BenchmarkPickLMCache(b *testing.B) {
+	for _, n := range []int{2, 256, 1000, 10000} {
+		for _, holders := range []int{2, n / 3} {
+			if holders < 2 || (n == 2 && holders != 2) {
+				continue
+			}
+			b.Run(fmt.Sprintf("endpoints=%d/holders=%d", n, holders), func(b *testing.B) {
+				bf := newBenchFleet(b, n, holders)
+				p := newPicker(b, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}})
+				req := Request{Tokens: bf.tokens}
+				d, err := p.Pick(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if d.Ranked[0].Matched != len(bf.tokens) || !slices.Contains(bf.holder, d.Endpoints[0]) {
+					b.Fatalf("the first decision went to %s with %d tokens matched: the benchmark is not measuring a cache hit", d.Endpoints[0], d.Ranked[0].Matched)
+				}
+				d.Booking.Release()
+				lat := make([]time.Duration, 0, 1<<16)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					t := time.Now()
+					d, err := p.Pick(context.Background(), req)
+					lat = append(lat, time.Since(t))
+					if err != nil {
+						b.Fatal(err)
+					}
+					d.Booking.Release()
+				}
+				reportQuantiles(b, lat)
+			})
+		}
+	}
+}
+
+// reportQuantiles reports the p50 and p99 of lat (one sample per iteration).
+func reportQuantiles(b *testing.B, lat []time.Duration) {
+	b.Helper()
+	slices.Sort(lat)
+	q := func(f float64) float64 { return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))].Nanoseconds()) }
+	b.ReportMetric(q(0.5), "p50-ns")
+	b.ReportMetric(q(0.99), "p99-ns")
+}

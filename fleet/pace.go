@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,11 +12,13 @@ import (
 // out and quick enough to follow an engine that slows down.
 const paceWeight = 1.0 / 32
 
-// pace is an exponentially weighted mean of decode durations.
+// pace is an exponentially weighted mean of decode durations. Writers serialize on mu;
+// readers (every decision, per candidate) load the published mean without a lock.
 type pace struct {
-	mu sync.Mutex
-	n  int
-	m  float64 // seconds
+	mu  sync.Mutex
+	n   int
+	m   float64       // seconds; guarded by mu
+	pub atomic.Uint64 // math.Float64bits of m, 0 before the first sample
 }
 
 func (p *pace) observe(d time.Duration) {
@@ -26,13 +30,10 @@ func (p *pace) observe(d time.Duration) {
 	w := max(paceWeight, 1/float64(p.n+1)) // a plain mean until there are 32 samples
 	p.m += w * (d.Seconds() - p.m)
 	p.n++
+	p.pub.Store(math.Float64bits(p.m))
 }
 
+// mean returns the current mean; 0 before the first sample.
 func (p *pace) mean() time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.n == 0 {
-		return 0
-	}
-	return time.Duration(p.m * float64(time.Second))
+	return time.Duration(math.Float64frombits(p.pub.Load()) * float64(time.Second))
 }

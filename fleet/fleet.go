@@ -78,9 +78,6 @@ type Load struct {
 	Addr    string
 	Prefill int
 	Decode  int
-	// PrefillTokens is the prompt tokens its requests in prefill must compute (their
-	// uncached tokens, as booked with BookTokens).
-	PrefillTokens int
 	// DecodePace is the endpoint's mean time from first token to release of recent requests
 	// (an exponentially weighted mean); 0 until one is measured or without a clock (SetClock).
 	DecodePace time.Duration
@@ -90,11 +87,10 @@ type Load struct {
 func (l Load) InFlight() int { return l.Prefill + l.Decode }
 
 type endpoint struct {
-	addr          string
-	prefill       atomic.Int64
-	decode        atomic.Int64
-	prefillTokens atomic.Int64
-	pace          pace
+	addr    string
+	prefill atomic.Int64
+	decode  atomic.Int64
+	pace    pace
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -173,8 +169,7 @@ func (s *Set) Loads(addrs []string) []Load {
 	out := make([]Load, 0, len(addrs))
 	for _, a := range addrs {
 		if e, ok := s.eps[a]; ok {
-			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()),
-				PrefillTokens: int(e.prefillTokens.Load()), DecodePace: e.pace.mean()})
+			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()), DecodePace: e.pace.mean()})
 		}
 	}
 	return out
@@ -184,11 +179,7 @@ func (s *Set) Loads(addrs []string) []Load {
 func (s *Set) All() []Load { return s.Loads(s.Endpoints()) }
 
 // Book adds one request in prefill to addr. It fails when addr is not in the set.
-func (s *Set) Book(addr string) (*Booking, error) { return s.BookTokens(addr, 0) }
-
-// BookTokens is Book for a request whose prefill must compute tokens prompt tokens (its
-// uncached ones): they count in the endpoint's PrefillTokens until its first token.
-func (s *Set) BookTokens(addr string, tokens int) (*Booking, error) {
+func (s *Set) Book(addr string) (*Booking, error) {
 	s.mu.RLock()
 	e, ok := s.eps[addr]
 	clock := s.clock
@@ -196,10 +187,8 @@ func (s *Set) BookTokens(addr string, tokens int) (*Booking, error) {
 	if !ok {
 		return nil, fmt.Errorf("fleet: endpoint %s is not in the endpoint set", addr)
 	}
-	tokens = max(tokens, 0)
 	e.prefill.Add(1)
-	e.prefillTokens.Add(int64(tokens))
-	return &Booking{ep: e, tokens: int64(tokens), clock: clock}, nil
+	return &Booking{ep: e, clock: clock}, nil
 }
 
 // SetClock gives the set a clock, so that each endpoint's DecodePace is measured from its
@@ -221,11 +210,10 @@ const (
 // goroutine, in any order, any number of times: the count moves prefill -> decode at
 // most once and is removed exactly once.
 type Booking struct {
-	ep     *endpoint
-	state  atomic.Int32
-	tokens int64            // uncached prompt tokens, counted while in prefill
-	clock  func() time.Time // nil: no pace measured
-	first  atomic.Int64     // unix nanoseconds of the first token; 0 before
+	ep    *endpoint
+	state atomic.Int32
+	clock func() time.Time // nil: no pace measured
+	first atomic.Int64     // unix nanoseconds of the first token; 0 before
 }
 
 // Addr is the booked endpoint.
@@ -236,7 +224,6 @@ func (b *Booking) Addr() string { return b.ep.addr }
 func (b *Booking) Decoding() {
 	if b.state.CompareAndSwap(inPrefill, inDecode) {
 		b.ep.prefill.Add(-1)
-		b.ep.prefillTokens.Add(-b.tokens)
 		b.ep.decode.Add(1)
 		if b.clock != nil {
 			b.first.Store(b.clock().UnixNano())
@@ -255,7 +242,6 @@ func (b *Booking) Release() bool {
 		if b.state.CompareAndSwap(st, released) {
 			if st == inPrefill {
 				b.ep.prefill.Add(-1)
-				b.ep.prefillTokens.Add(-b.tokens)
 			} else {
 				b.ep.decode.Add(-1)
 				if f := b.first.Load(); f != 0 && b.clock != nil {

@@ -16,7 +16,7 @@ func TestDecodePaceIsMeasuredFromBookings(t *testing.T) {
 	s.Update([]string{"10.0.0.1:8000", "10.0.0.2:8000"})
 	s.SetClock(clk.now)
 	run := func(addr string, ttft, decode time.Duration) {
-		b, err := s.BookTokens(addr, 100)
+		b, err := s.Book(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,24 +53,13 @@ func TestPaceFollowsRecentRequests(t *testing.T) {
 	}
 }
 
-func TestPrefillTokensCountUntilTheFirstToken(t *testing.T) {
+func TestNoPaceWithoutAClock(t *testing.T) {
 	s := New()
 	s.Update([]string{"10.0.0.1:8000"})
-	a, _ := s.BookTokens("10.0.0.1:8000", 1500)
-	b, _ := s.BookTokens("10.0.0.1:8000", 40)
-	c, _ := s.BookTokens("10.0.0.1:8000", -5) // clamped to 0
-	if got := s.All()[0].PrefillTokens; got != 1540 {
-		t.Fatalf("prefill tokens %d, want 1540", got)
-	}
-	a.Decoding()
+	b, _ := s.Book("10.0.0.1:8000")
+	b.Decoding()
 	b.Release()
-	c.Decoding()
-	c.Release()
-	a.Release()
-	if l := s.All()[0]; l.PrefillTokens != 0 || l.InFlight() != 0 {
-		t.Fatalf("after every release: %+v, want all zero", l)
-	}
-	if l := s.All()[0]; l.DecodePace != 0 {
-		t.Errorf("without a clock no pace is measured, got %v", l.DecodePace)
+	if l := s.All()[0]; l.DecodePace != 0 || l.InFlight() != 0 {
+		t.Errorf("without a clock: %+v, want no pace and nothing in flight", l)
 	}
 }

@@ -25,6 +25,5 @@ func (v *View) InFlight(i int) int {
 // Load returns the whole load of the endpoint Addrs()[i], as Loads does.
 func (v *View) Load(i int) Load {
 	e := v.eps[i]
-	return Load{Addr: e.addr, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()),
-		PrefillTokens: int(e.prefillTokens.Load()), DecodePace: e.pace.mean()}
+	return Load{Addr: e.addr, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()), DecodePace: e.pace.mean()}
 }

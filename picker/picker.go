@@ -403,7 +403,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		rs.ranked = ranked[:0]
 	}
 	for i := range ranked {
-		b, err := p.opts.Fleet.BookTokens(ranked[i].Addr, max(len(tokens)-ranked[i].Matched, 0))
+		b, err := p.opts.Fleet.Book(ranked[i].Addr)
 		if err != nil {
 			continue // removed since the snapshot: try the next
 		}
@@ -606,5 +606,5 @@ func prefixKey(tokens []uint32) uint64 {
 // candidate is an endpoint's load as a policy sees it, before its cache match is applied.
 func candidate(l fleet.Load) scoring.Candidate {
 	return scoring.Candidate{Addr: l.Addr, HolderRank: -1, InFlight: l.InFlight(),
-		Prefill: l.Prefill, Decode: l.Decode, PrefillTokens: l.PrefillTokens, DecodePace: l.DecodePace}
+		Prefill: l.Prefill, Decode: l.Decode, DecodePace: l.DecodePace}
 }

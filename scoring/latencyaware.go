@@ -44,6 +44,9 @@ const (
 	// A10 model an admission costs ~25 ms and a prompt token ~0.2 ms of prefill compute
 	// (2 x 3.09e9 FLOP per token at 31 TFLOP/s achieved), so ~128 tokens.
 	PrefillTokenUnit = 128.0
+	// MissAllowance: the uncached tokens one engine step prefills (vLLM's
+	// max_num_batched_tokens, 2048 on the published engines) are not charged.
+	MissAllowance = 2048
 	// PaceExponent damps the measured pace ratio (fitted: 0, 0.5, 0.8, 1, 1.5 scanned);
 	// the full ratio moves so much load to the fast engine that its queue grows.
 	PaceExponent = 0.5
@@ -73,7 +76,8 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 	}
 	var sum float64
 	for i, c := range in.Candidates {
-		l := float64(c.Decode) + PrefillWeight*(float64(c.Prefill)+float64(c.PrefillTokens)/PrefillTokenUnit)
+		miss := max(in.PromptTokens-max(c.Matched, 0)-MissAllowance, 0)
+		l := float64(c.Decode) + PrefillWeight*(float64(c.Prefill)+float64(miss)/PrefillTokenUnit)
 		if c.DecodePace > 0 {
 			l *= math.Pow(c.DecodePace.Seconds()/(paceSum/float64(paced)), PaceExponent)
 		}

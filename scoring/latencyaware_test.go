@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-func lcand(addr string, matched, prefill, decode, prefillTokens int, pace time.Duration) Candidate {
+func lcand(addr string, matched, prefill, decode int, pace time.Duration) Candidate {
 	return Candidate{Addr: addr, Matched: matched, HolderRank: -1, InFlight: prefill + decode,
-		Prefill: prefill, Decode: decode, PrefillTokens: prefillTokens, DecodePace: pace}
+		Prefill: prefill, Decode: decode, DecodePace: pace}
 }
 
 func TestLatencyAwareRanking(t *testing.T) {
@@ -19,21 +19,23 @@ func TestLatencyAwareRanking(t *testing.T) {
 		wantReason string
 	}{
 		{"equal in flight: the one with fewer requests awaiting a first token wins", 1000,
-			[]Candidate{lcand("a:1", 1000, 3, 7, 0, 0), lcand("b:1", 1000, 1, 9, 0, 0)}, "b:1", ReasonCacheAffinity},
-		{"uncached tokens in prefill weigh: 4,000 tokens outweigh one more decoding request", 1000,
-			[]Candidate{lcand("a:1", 1000, 1, 5, 4000, 0), lcand("b:1", 1000, 1, 6, 0, 0)}, "b:1", ReasonCacheAffinity},
+			[]Candidate{lcand("a:1", 1000, 3, 7, 0), lcand("b:1", 1000, 1, 9, 0)}, "b:1", ReasonCacheAffinity},
+		{"a miss past one step's budget counts: a 30,000-token prompt stays with its busy holder", 30000,
+			[]Candidate{lcand("a:1", 30000, 0, 40, 0), lcand("b:1", 0, 0, 5, 0)}, "a:1", ReasonCacheAffinity},
+		{"a miss within one step's budget is not charged: the light non-holder takes a copy", 1600,
+			[]Candidate{lcand("a:1", 1600, 0, 40, 0), lcand("b:1", 0, 0, 5, 0)}, "b:1", ReasonLoadBalance},
 		{"a slower measured pace makes the same load heavier", 1000,
-			[]Candidate{lcand("a:1", 1000, 0, 10, 0, 3*time.Second), lcand("b:1", 1000, 0, 11, 0, 2*time.Second)}, "b:1", ReasonCacheAffinity},
+			[]Candidate{lcand("a:1", 1000, 0, 10, 3*time.Second), lcand("b:1", 1000, 0, 11, 2*time.Second)}, "b:1", ReasonCacheAffinity},
 		{"an unmeasured endpoint counts at the mean pace", 1000,
-			[]Candidate{lcand("a:1", 1000, 0, 10, 0, 0), lcand("b:1", 1000, 0, 10, 0, 2*time.Second)}, "a:1", ReasonCacheAffinity},
+			[]Candidate{lcand("a:1", 1000, 0, 10, 0), lcand("b:1", 1000, 0, 10, 2*time.Second)}, "a:1", ReasonCacheAffinity},
 		{"the full holder wins over a moderately lighter non-holder", 1000,
-			[]Candidate{lcand("a:1", 1000, 0, 12, 0, 0), lcand("b:1", 0, 0, 8, 0, 0)}, "a:1", ReasonCacheAffinity},
+			[]Candidate{lcand("a:1", 1000, 0, 12, 0), lcand("b:1", 0, 0, 8, 0)}, "a:1", ReasonCacheAffinity},
 		{"a heavily loaded holder loses: load-balance", 1000,
-			[]Candidate{lcand("a:1", 1000, 2, 30, 0, 0), lcand("b:1", 0, 0, 4, 0, 0)}, "b:1", ReasonLoadBalance},
+			[]Candidate{lcand("a:1", 1000, 2, 30, 0), lcand("b:1", 0, 0, 4, 0)}, "b:1", ReasonLoadBalance},
 		{"nobody holds the prompt: the load alone decides, no QPS fallback", 1000,
-			[]Candidate{lcand("a:1", 0, 0, 9, 0, 0), lcand("b:1", 0, 0, 3, 0, 0)}, "b:1", ReasonLeastLoad},
+			[]Candidate{lcand("a:1", 0, 0, 9, 0), lcand("b:1", 0, 0, 3, 0)}, "b:1", ReasonLeastLoad},
 		{"equal everything: the smallest address", 1000,
-			[]Candidate{lcand("b:1", 500, 1, 4, 0, 0), lcand("a:1", 500, 1, 4, 0, 0)}, "a:1", ReasonCacheAffinity},
+			[]Candidate{lcand("b:1", 500, 1, 4, 0), lcand("a:1", 500, 1, 4, 0)}, "a:1", ReasonCacheAffinity},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,7 +56,7 @@ func TestLatencyAwareRanking(t *testing.T) {
 }
 
 func TestLatencyAwareColdPrefixAffinity(t *testing.T) {
-	even := []Candidate{lcand("a:1", 1000, 0, 10, 0, 0), lcand("b:1", 1000, 0, 10, 0, 0)}
+	even := []Candidate{lcand("a:1", 1000, 0, 10, 0), lcand("b:1", 1000, 0, 10, 0)}
 	const key = 42
 	tests := []struct {
 		name    string

@@ -31,8 +31,6 @@ type Candidate struct {
 	InFlight   int    // requests in flight: prefill + decode
 	Prefill    int    // of those, requests without a first token yet
 	Decode     int    // of those, requests past their first token
-	// PrefillTokens is the uncached prompt tokens the requests in prefill must compute.
-	PrefillTokens int
 	// DecodePace is the endpoint's recent mean decode duration (first token to end); 0
 	// when not measured.
 	DecodePace time.Duration

@@ -225,10 +225,12 @@ func cellConfig(cc capture.CompactCell, opt Options) (vtime.CellConfig, error) {
 	return cfg, nil
 }
 
-// simCell turns a simulated cell into the measured layout (client rows and
+// SimCell turns a simulated cell into the measured layout (client rows and
 // engine series), so bench/capture computes its metrics with the very code
-// that computes the real ones.
-func simCell(name string, res vtime.CellResult) capture.Cell {
+// that computes the real ones. The cell is called name, its arm is the
+// policy, and its times are seconds from the first seed's first send; res
+// must come from vtime.RunCell.
+func SimCell(name string, res vtime.CellResult) capture.Cell {
 	c := capture.Cell{Name: name, Arm: res.Arm.Policy, Prom: map[string][]capture.Series{}}
 	for k, run := range res.Runs {
 		base := res.SeedStart[k].Seconds() - run.Rows[0].SendAt
@@ -270,7 +272,7 @@ func simCell(name string, res vtime.CellResult) capture.Cell {
 // compareCell computes the simulated cell's metrics and sets them beside the
 // measured ones.
 func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
-	sc := simCell(cc.Name, res)
+	sc := SimCell(cc.Name, res)
 	simSeeds, err := sc.SeedMetrics()
 	if err != nil {
 		return Cell{}, err

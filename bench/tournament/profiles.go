@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/replay"
@@ -52,20 +53,32 @@ func Profiles() []Profile {
 		c.Workload.Rate = r
 		return c
 	}
+	burst := base()
+	burst.Workload.BurstEvery, burst.Workload.BurstLen, burst.Workload.BurstFactor = 30*time.Second, 5*time.Second, 3
 	smallcache := base()
 	smallcache.Engine.CPUTierBytes = 0
 	smallcache.Engine.KVPoolTokens /= 2
+	smallcache.Workload.Rate = SmallCacheRate
 	novel := base()
 	novel.Workload.Profile = workload.ProfileNovel
 	novel.Workload.Rate = NovelRate
+	chat := base()
+	chat.Workload.Profile = workload.ProfileChat
+	chat.Workload.Rate = ChatRate
+	long := base()
+	long.Workload.Prefixes, long.Workload.PrefixTokens, long.Workload.PrefixTokensMax = LongPrefixes, 8192, 32768
+	long.Workload.Rate, long.Workload.Requests = LongRate, LongRequests
 	return []Profile{
 		{Name: "published", About: "the published workload replayed: the measured seeds' prefix sequences and send offsets (the gen2 kvaware cell) on the calibrated 2-engine fleet", Fleet: published, Replayed: true},
 		{Name: "rate20", About: "the published workload generated at 20 req/s", Fleet: rate(20)},
 		{Name: "rate24", About: "the published workload generated at 24 req/s", Fleet: rate(24)},
+		{Name: "burst", About: "the published workload at the same mean rate, with 5 s bursts at 3x the base rate every 30 s", Fleet: burst},
 		{Name: "fleet4", About: "4 engines, the calibrated fast/slow pair twice (1, 1.3, 1, 1.3), 8 req/s per engine", Fleet: scaled(base(), []float64{1, 1.3, 1, 1.3})},
 		{Name: "fleet8", About: "8 engines spread evenly from 1.0x to 1.5x step time, 8 req/s per engine", Fleet: scaled(base(), spread(8, 1, 1.5))},
-		{Name: "smallcache", About: "no LMCache CPU tier and half the GPU KV pool", Fleet: smallcache},
+		{Name: "smallcache", About: fmt.Sprintf("the published prefixes at %g req/s on engines with no LMCache CPU tier and half the GPU KV pool (without a CPU tier no LMCache event reaches the picker: cache-aware arms route blind)", SmallCacheRate), Fleet: smallcache},
 		{Name: "novel", About: fmt.Sprintf("every prompt unique (2,048 + 32 tokens) at %g req/s: the cache path's cost with no benefit", NovelRate), Fleet: novel},
+		{Name: "chat", About: fmt.Sprintf("multi-turn chat sessions at %g req/s whose prompts grow turn by turn: a system prompt from the published pool, each turn adding the reply and a new user message", ChatRate), Fleet: chat},
+		{Name: "long", About: fmt.Sprintf("long shared prefixes: %d prefixes of 8k-32k tokens at %g req/s", LongPrefixes, LongRate), Fleet: long},
 	}
 }
 
@@ -73,7 +86,12 @@ func Profiles() []Profile {
 // published one (docs/decisions/1311-tournament-profiles.md says how they
 // were chosen).
 const (
-	NovelRate = 3.0 // req/s of 2,080-token unique prompts
+	NovelRate      = 2.0 // req/s of 2,080-token unique prompts
+	ChatRate       = 6.0 // req/s of chat turns
+	SmallCacheRate = 6.0 // req/s of the published workload on the small cache
+	LongRate       = 2.5 // req/s of 8k-32k-token prefixes
+	LongPrefixes   = 12  // prefixes in the long profile's pool
+	LongRequests   = 200 // requests per seed of the long profile
 )
 
 // scaled is cfg with one engine per slowdown and the rate and requests per

@@ -213,13 +213,22 @@ func FleetText(p Profile) string {
 		load = fmt.Sprintf("the measured seeds' first %d requests (about %g req/s), %d-token prefixes", wl.Requests, wl.Rate, wl.PrefixTokens)
 	case wl.Profile == workload.ProfileNovel:
 		load = fmt.Sprintf("%d requests per seed at %g req/s, every prompt unique (%d + %d tokens)", wl.Requests, wl.Rate, wl.NovelPrefixTokens, wl.NovelSuffixTokens)
+	case wl.Profile == workload.ProfileChat:
+		load = fmt.Sprintf("%d requests per seed at %g req/s in sessions of %d turns %v apart (open loop), system prompts from %d prefixes of %s tokens (Zipf %g), %d-token user messages",
+			wl.Requests, wl.Rate, wl.Turns, wl.ThinkTime, wl.Prefixes, prefixText(wl), wl.ZipfS, wl.UserTokens)
 	default:
 		load = fmt.Sprintf("%d requests per seed at %g req/s, %d prefixes of %s tokens (Zipf %g)", wl.Requests, wl.Rate, wl.Prefixes, prefixText(wl), wl.ZipfS)
+	}
+	if wl.BurstEvery > 0 {
+		load += fmt.Sprintf(", bursts of %v at %gx the base rate every %v", wl.BurstLen, wl.BurstFactor, wl.BurstEvery)
 	}
 	return fmt.Sprintf("%s. Workload: %s, %d output tokens.", fleet, load, wl.MaxTokens)
 }
 
 func prefixText(wl workload.Config) string {
+	if wl.PrefixTokensMax > wl.PrefixTokens {
+		return fmt.Sprintf("%d-%d", wl.PrefixTokens, wl.PrefixTokensMax)
+	}
 	return strconv.Itoa(wl.PrefixTokens)
 }
 

@@ -80,9 +80,9 @@ func TestSelectProfiles(t *testing.T) {
 }
 
 func TestProfilesAreValidAndBehindEnvoy(t *testing.T) {
-	want := []string{"published", "rate20", "rate24", "fleet4", "fleet8", "smallcache", "novel"}
-	if got := ProfileNames(); !slices.Equal(got[:len(want)], want) {
-		t.Fatalf("profiles %v, want %v first", got, want)
+	want := []string{"published", "rate20", "rate24", "burst", "fleet4", "fleet8", "smallcache", "novel", "chat", "long"}
+	if got := ProfileNames(); !slices.Equal(got, want) {
+		t.Fatalf("profiles %v, want %v", got, want)
 	}
 	for _, p := range Profiles() {
 		cfg := Config{Profiles: []Profile{p}, Arms: DefaultArms(), Seeds: []uint64{1}, SampleInterval: DefaultSampleInterval}

@@ -209,8 +209,8 @@ feed:
 }
 
 // runCell runs one arm on one profile's seeds and computes each seed's
-// metrics. The seeds' requests are built here, so only the cells in flight
-// hold theirs.
+// metrics. A generated seed's requests are built when the cell reaches it,
+// so a cell holds one seed's requests at a time.
 func runCell(ctx context.Context, cfg Config, prof Profile, arm vtime.Arm) (ArmResult, error) {
 	seeds, err := cellSeeds(prof, cfg.Seeds)
 	if err != nil {
@@ -226,7 +226,7 @@ func runCell(ctx context.Context, cfg Config, prof Profile, arm vtime.Arm) (ArmR
 }
 
 // cellSeeds returns a profile's seeds: the measured ones for a replayed
-// profile, else each seed's generated workload.
+// profile, else each seed's generated workload, generated when it runs.
 func cellSeeds(prof Profile, seeds []uint64) ([]vtime.CellSeed, error) {
 	wl := prof.Fleet.Workload
 	if prof.Replayed {
@@ -238,11 +238,7 @@ func cellSeeds(prof Profile, seeds []uint64) ([]vtime.CellSeed, error) {
 	}
 	out := make([]vtime.CellSeed, len(seeds))
 	for i, s := range seeds {
-		reqs, err := workload.Generate(wl, pool, s)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = vtime.CellSeed{Seed: s, Requests: reqs}
+		out[i] = vtime.CellSeed{Seed: s, Generate: func() ([]workload.Request, error) { return workload.Generate(wl, pool, s) }}
 	}
 	return out, nil
 }

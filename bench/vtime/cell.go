@@ -13,21 +13,34 @@ import (
 // CellSeed is one seed of a cell: either its requests' prefixes and send
 // offsets from the seed's first send (a measured seed's `prefix_id` column
 // and send times, or a generated seed's), replayed on the workload's pool by
-// workload.Replay, or, when Requests is set, the requests themselves (any
-// workload, in send order, SendAt from the seed's start), and then PrefixIDs
-// and SendAt are ignored.
+// workload.Replay, or the requests themselves (any workload, in send order,
+// SendAt from the seed's start): Requests, or, when Requests is nil and
+// Generate is set, what Generate returns when the cell reaches the seed (so
+// a cell holds one seed's requests at a time). With either, PrefixIDs and
+// SendAt are ignored.
 type CellSeed struct {
 	Seed      uint64
 	PrefixIDs []int
 	SendAt    []time.Duration
 	Requests  []workload.Request
+	Generate  func() ([]workload.Request, error)
 }
 
-// requests returns the seed's requests: Requests, or the replay of PrefixIDs
-// and SendAt on pool.
+// explicit reports whether the seed gives its requests rather than a replay.
+func (sd CellSeed) explicit() bool { return sd.Requests != nil || sd.Generate != nil }
+
+// requests returns the seed's requests: Requests, Generate's, or the replay
+// of PrefixIDs and SendAt on pool.
 func (sd CellSeed) requests(cfg workload.Config, pool *workload.Pool) ([]workload.Request, error) {
-	if sd.Requests != nil {
+	switch {
+	case sd.Requests != nil:
 		return sd.Requests, nil
+	case sd.Generate != nil:
+		reqs, err := sd.Generate()
+		if err == nil {
+			err = checkSendOrder(reqs)
+		}
+		return reqs, err
 	}
 	return workload.Replay(cfg, pool, sd.Seed, sd.PrefixIDs, sd.SendAt)
 }
@@ -127,9 +140,11 @@ func (c CellConfig) Validate() error {
 		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
 	}
 	for i, sd := range c.Seeds {
-		if sd.Requests != nil {
-			if err := checkSendOrder(sd.Requests); err != nil {
-				return fmt.Errorf("vtime: cell seed %d (#%d): %w", sd.Seed, i, err)
+		if sd.explicit() {
+			if sd.Requests != nil {
+				if err := checkSendOrder(sd.Requests); err != nil {
+					return fmt.Errorf("vtime: cell seed %d (#%d): %w", sd.Seed, i, err)
+				}
 			}
 			continue
 		}

@@ -139,6 +139,20 @@ func TestRunCellWithExplicitRequestsEqualsTheReplay(t *testing.T) {
 	if !reflect.DeepEqual(nanFreeCell(got), nanFreeCell(want)) {
 		t.Fatal("explicit requests gave a different cell than their replay")
 	}
+	// Generated when the cell reaches them, the same requests give the same cell.
+	lazy := explicit
+	lazy.Seeds = nil
+	for _, sd := range explicit.Seeds {
+		reqs := sd.Requests
+		lazy.Seeds = append(lazy.Seeds, CellSeed{Seed: sd.Seed, Generate: func() ([]workload.Request, error) { return reqs, nil }})
+	}
+	if got, err := RunCell(context.Background(), lazy); err != nil || !reflect.DeepEqual(nanFreeCell(got), nanFreeCell(want)) {
+		t.Fatalf("generated requests gave a different cell than their replay (err %v)", err)
+	}
+	lazy.Seeds[1].Generate = func() ([]workload.Request, error) { return []workload.Request{{SendAt: time.Second}, {}}, nil }
+	if _, err := RunCell(context.Background(), lazy); err == nil || !strings.Contains(err.Error(), "must not decrease") {
+		t.Fatalf("generated requests out of send order: err = %v", err)
+	}
 	// And a different request list gives a different cell: the test can fail.
 	explicit.Seeds[1].Requests = explicit.Seeds[1].Requests[:20]
 	other, err := RunCell(context.Background(), explicit)

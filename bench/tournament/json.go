@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"strconv"
 )
 
 // The JSON results, for other tools to check:
@@ -15,7 +16,8 @@ import (
 //	     "seeds": [{"seed": 1, "ttft_p95": x, "imbalance": x, "hit_rate": x, ...}]}],
 //	   "tests": [{"arm": "...", "against": "...", ...}]}]}
 //
-// Numbers that are not finite (a NaN latency, an +Inf imbalance) are null.
+// Metric values are rounded to 6 significant digits; numbers that are not
+// finite (a NaN latency, an +Inf imbalance) are null.
 type jsonResult struct {
 	Seeds          []uint64      `json:"seeds"`
 	SampleInterval float64       `json:"sample_interval_s"`
@@ -53,8 +55,8 @@ type jsonTest struct {
 	Note      string   `json:"note,omitempty"`
 }
 
-// WriteJSON writes res as JSON (the layout above), indented, keys of each
-// seed and of the medians sorted, so equal results give equal bytes.
+// WriteJSON writes res as compact JSON (the layout above) on one line, keys
+// of each seed and of the medians sorted, so equal results give equal bytes.
 func WriteJSON(w io.Writer, res Result) error {
 	out := jsonResult{Seeds: res.Seeds, SampleInterval: res.SampleInterval.Seconds(), Profiles: []jsonProfile{}}
 	for _, p := range res.Profiles {
@@ -81,14 +83,14 @@ func WriteJSON(w io.Writer, res Result) error {
 		}
 		out.Profiles = append(out.Profiles, jp)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", " ")
-	return enc.Encode(out)
+	return json.NewEncoder(w).Encode(out)
 }
 
+// finiteOrNil is x to 6 significant digits, or nil when x is not finite.
 func finiteOrNil(x float64) *float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return nil
 	}
-	return &x
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 6, 64), 64)
+	return &r
 }

@@ -199,7 +199,7 @@ func writeTournament(res tournament.Result, out, jsonOut, command string) error 
 		return err
 	}
 	fig := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
-	err := plot.Heatmap(fig, "TTFT p95 relative to the profile's best", tournament.Summarize(res).Figure())
+	err := plot.Heatmap(fig, fmt.Sprintf("TTFT p95 relative to the profile's best (colour saturates at %gx)", tournament.FigureMax), tournament.Summarize(res).Figure())
 	if err != nil && !errors.Is(err, plot.ErrNoData) {
 		return err
 	}

@@ -38,11 +38,13 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	scratch := vtime.DefaultSweepConfig()
 	var of overrideFlags
 	of.register(fs, &scratch)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: loadaware-bench tournament [flags]\n\nRuns every arm on every profile (one cell per profile and arm under the published cell protocol, behind\nEnvoy and this picker), paired by seed, and writes a report: per-profile tables, paired tests against the\nbest other arm, and a summary figure. Fleet and workload flags override the selected profiles' values;\nunset, each profile keeps its own (the defaults shown are the published workload's).\n\n")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // a bad flag is the flag package's one line; -h prints the help below
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: loadaware-bench tournament [flags]\n\nRuns every arm on every profile (one cell per profile and arm under the published cell protocol, behind\nEnvoy and this picker), paired by seed, and writes a report: per-profile tables, paired tests against the\nbest other arm, and a summary figure. Fleet and workload flags override the selected profiles' values;\nunset, each profile keeps its own (the defaults shown are the published workload's).\n\n")
+			fs.PrintDefaults()
+			return 0
+		}
 		return 2
 	}
 	cfg, err := tournamentConfig(fs, of.names, *profiles, *arms, *seeds, *workers, *sample)

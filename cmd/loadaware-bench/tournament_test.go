@@ -28,6 +28,8 @@ func TestTournamentRefusesBadFlagsInOneLine(t *testing.T) {
 		{"too many slowdowns for a profile", []string{"-profiles", "rate20", "-slowdowns", "1,1,1"}, "-slowdowns: 3 factors for 2 engines"},
 		{"published seed not measured", []string{"-profiles", "published", "-seeds", "21", "-requests", "5", "-quiet"}, "not seed 21"},
 		{"empty out", []string{"-out", ""}, "-out is empty"},
+		{"unknown flag", []string{"-fast"}, "flag provided but not defined: -fast"},
+		{"not a number", []string{"-workers", "two"}, `invalid value "two" for flag -workers`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,6 +41,18 @@ func TestTournamentRefusesBadFlagsInOneLine(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q: want a failure on one line containing %q", code, errOut.String(), tt.want)
 			}
 		})
+	}
+}
+
+func TestTournamentHelpListsTheProfilesAndOverrides(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"tournament", "-h"}, &out, &errOut); code != 0 {
+		t.Fatalf("-h exited %d", code)
+	}
+	for _, want := range []string{"usage: loadaware-bench tournament", "published, rate20", "-burst-every", "-slowdowns", "-kv-pool-tokens"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("help has no %q", want)
+		}
 	}
 }
 

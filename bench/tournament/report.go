@@ -88,7 +88,8 @@ func seedText(seeds []uint64) string {
 }
 
 // Summary is the arms x profiles table of the report: Relative[arm][profile]
-// is the arm's median TTFT p95 over the profile's best arm's.
+// is the arm's median TTFT p95 over the profile's best arm's. Every profile
+// of a Result runs the same arms in the same order.
 type Summary struct {
 	Arms, Profiles []string
 	Relative       [][]float64

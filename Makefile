@@ -5,7 +5,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload soak
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload soak tournament
 
 all: build
 
@@ -56,6 +56,11 @@ bench-sweep: deps
 # Every published gen2 cell replayed with its real protocol, real beside simulated: docs/bench/replay.md and .json.
 bench-replay: deps
 	$(GO) run ./cmd/loadaware-bench replay -quiet -json docs/bench/replay.json > docs/bench/replay.md
+
+# Every arm (every policy but session; loadaware at beta 0, 0.5, 1, 2) on every workload profile behind Envoy
+# and this picker, 20 paired seeds: docs/bench/tournament.md, its summary figure (.png) and every seed (.json).
+tournament: deps
+	$(GO) run ./cmd/loadaware-bench tournament -quiet -out docs/bench/tournament.md -json docs/bench/tournament.json
 
 # One live 500-request seed per arm through the real gateway, ext_proc and ZeroMQ, beside its virtual-time twin.
 bench-live: deps

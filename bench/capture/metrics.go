@@ -94,6 +94,29 @@ func SeedMetrics(rows []Request) map[string]float64 {
 	return m
 }
 
+// Goodput returns the rate of requests that met a TTFT objective: the ok rows
+// whose TTFT is at most slo seconds, per second of the same window as req_s
+// in SeedMetrics (earliest send over all rows to latest completion over ok
+// rows). It is NaN when that window is empty (no ok row).
+func Goodput(rows []Request, slo float64) float64 {
+	first, last := math.Inf(1), math.Inf(-1)
+	met := 0
+	for _, r := range rows {
+		first = math.Min(first, r.Send)
+		if !r.OK {
+			continue
+		}
+		last = math.Max(last, r.Send+r.E2E)
+		if r.TTFT <= slo {
+			met++
+		}
+	}
+	if !(last > first) {
+		return math.NaN()
+	}
+	return float64(met) / (last - first)
+}
+
 // Percentile returns the p-th percentile (0 <= p <= 100) of xs as the
 // published summary-per-seed.csv computed it: the element of the ascending
 // sample at 0-based rank p/100*(n-1) rounded to the nearest integer, halves to

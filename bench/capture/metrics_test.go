@@ -74,6 +74,34 @@ func TestSeedMetrics(t *testing.T) {
 	}
 }
 
+func TestGoodput(t *testing.T) {
+	rows := []Request{
+		{Send: 100, TTFT: 0.1, E2E: 1, OK: true},
+		{Send: 99, E2E: 0.02, OK: false, Error: "HTTP 500"},
+		{Send: 101, TTFT: 0.3, E2E: 2, OK: true},
+		{Send: 102, TTFT: 0.15, E2E: 0.5, OK: true},
+	}
+	tests := []struct {
+		name string
+		rows []Request
+		slo  float64
+		want float64
+	}{
+		{"objective met by two of three ok rows, window 99..103", rows, 0.15, 2.0 / 4},
+		{"every ok row meets a loose objective", rows, 1, 3.0 / 4},
+		{"none meets a tight one", rows, 0.05, 0},
+		{"failed rows never count, even with TTFT 0", rows[1:2], 1, math.NaN()},
+		{"no rows", nil, 1, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Goodput(tt.rows, tt.slo); !same(got, tt.want) {
+				t.Fatalf("Goodput = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestImbalance(t *testing.T) {
 	a := Series{Instance: "a", T: []float64{0, 5, 10, 15}, V: []float64{1, 2, 3, 100}}
 	b := Series{Instance: "b", T: []float64{0, 5, 10, 15}, V: []float64{4, 4, 4, 1}}

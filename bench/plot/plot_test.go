@@ -27,6 +27,10 @@ func TestFiguresAreDeterministicPNGs(t *testing.T) {
 		{"lines", func(p string) error { return Lines(p, ax, two) }},
 		{"steps", func(p string) error { return Steps(p, Axes{Title: "t", YMin: 0, YMax: 10}, two) }},
 		{"paired", func(p string) error { return Paired(p, ax, two) }},
+		{"heatmap", func(p string) error {
+			return Heatmap(p, "t", Grid{Rows: []string{"a", "b"}, Cols: []string{"x", "y", "z"},
+				Values: [][]float64{{1, 2, math.NaN()}, {5, 1, 1.5}}, Labels: [][]string{{"1.00", "2.00", ""}, {"5.00", "1.00", "1.50"}}, Min: 1, Max: 3})
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,5 +79,30 @@ func TestRejectsBadSeries(t *testing.T) {
 	}
 	if err := Lines(filepath.Join(dir, "missing", "x.png"), Axes{}, []Series{{Name: "a", X: []float64{1}, Y: []float64{1}}}); err == nil {
 		t.Fatal("writing into a missing directory: want an error")
+	}
+}
+
+func TestHeatmapRejectsMisshapenGrids(t *testing.T) {
+	ok := Grid{Rows: []string{"a"}, Cols: []string{"x", "y"}, Values: [][]float64{{1, 2}}, Labels: [][]string{{"", ""}}, Min: 1, Max: 2}
+	tests := []struct {
+		name string
+		edit func(*Grid)
+	}{
+		{"no rows", func(g *Grid) { g.Rows, g.Values, g.Labels = nil, nil, nil }},
+		{"a row too short", func(g *Grid) { g.Values = [][]float64{{1}} }},
+		{"labels missing", func(g *Grid) { g.Labels = nil }},
+		{"empty range", func(g *Grid) { g.Max = g.Min }},
+	}
+	if err := Heatmap(filepath.Join(t.TempDir(), "ok.png"), "ok", ok); err != nil {
+		t.Fatalf("a good grid: %v", err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := ok
+			tt.edit(&g)
+			if err := Heatmap(filepath.Join(t.TempDir(), "bad.png"), "bad", g); err == nil {
+				t.Fatal("drew a misshapen grid")
+			}
+		})
 	}
 }

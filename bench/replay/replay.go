@@ -201,34 +201,49 @@ func cellConfig(cc capture.CompactCell, opt Options) (vtime.CellConfig, error) {
 		arm.Beta = *cc.Beta
 	}
 	cfg := vtime.CellConfig{Sweep: opt.Fleet, Arm: arm, SampleInterval: opt.Scrape, Warmup: true}
-	prefixes := opt.Fleet.Workload.Prefixes
-	for _, s := range cc.Seeds {
-		if len(s.PrefixID) == 0 {
-			return cfg, fmt.Errorf("replay: cell %s seed %d has no requests", cc.Name, s.Seed)
-		}
-		sd := vtime.CellSeed{Seed: uint64(s.Seed), PrefixIDs: s.PrefixID, SendAt: make([]time.Duration, len(s.Send))}
-		for i, t := range s.Send {
-			if s.PrefixID[i] < 0 || s.PrefixID[i] >= prefixes {
-				return cfg, fmt.Errorf("replay: cell %s seed %d request %d uses prefix %d: the simulated pool has prefixes 0..%d (-prefixes)", cc.Name, s.Seed, i, s.PrefixID[i], prefixes-1)
-			}
-			off := t - s.Send[0]
-			if i > 0 && t < s.Send[i-1] {
-				return cfg, fmt.Errorf("replay: cell %s seed %d request %d is sent before request %d: rows must be in send order", cc.Name, s.Seed, i, i-1)
-			}
-			sd.SendAt[i] = time.Duration(math.Round(off * 1e9))
-		}
-		cfg.Seeds = append(cfg.Seeds, sd)
+	seeds, err := CellSeeds(cc, opt.Fleet.Workload.Prefixes)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.Seeds = seeds
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("replay: cell %s (arm %s): %w", cc.Name, arm.Name, err)
 	}
 	return cfg, nil
 }
 
-// simCell turns a simulated cell into the measured layout (client rows and
+// CellSeeds returns a measured cell's seeds as the simulated cell replays
+// them: per seed its prefix sequence and send offsets from its first send,
+// rounded to the nanosecond. Every prefix id must lie in a pool of prefixes
+// prefixes and the rows must be in send order.
+func CellSeeds(cc capture.CompactCell, prefixes int) ([]vtime.CellSeed, error) {
+	var out []vtime.CellSeed
+	for _, s := range cc.Seeds {
+		if len(s.PrefixID) == 0 {
+			return nil, fmt.Errorf("replay: cell %s seed %d has no requests", cc.Name, s.Seed)
+		}
+		sd := vtime.CellSeed{Seed: uint64(s.Seed), PrefixIDs: s.PrefixID, SendAt: make([]time.Duration, len(s.Send))}
+		for i, t := range s.Send {
+			if s.PrefixID[i] < 0 || s.PrefixID[i] >= prefixes {
+				return nil, fmt.Errorf("replay: cell %s seed %d request %d uses prefix %d: the simulated pool has prefixes 0..%d (-prefixes)", cc.Name, s.Seed, i, s.PrefixID[i], prefixes-1)
+			}
+			off := t - s.Send[0]
+			if i > 0 && t < s.Send[i-1] {
+				return nil, fmt.Errorf("replay: cell %s seed %d request %d is sent before request %d: rows must be in send order", cc.Name, s.Seed, i, i-1)
+			}
+			sd.SendAt[i] = time.Duration(math.Round(off * 1e9))
+		}
+		out = append(out, sd)
+	}
+	return out, nil
+}
+
+// SimCell turns a simulated cell into the measured layout (client rows and
 // engine series), so bench/capture computes its metrics with the very code
-// that computes the real ones.
-func simCell(name string, res vtime.CellResult) capture.Cell {
+// that computes the real ones. The cell is called name, its arm is the
+// policy, and its times are seconds from the first seed's first send; res
+// must come from vtime.RunCell.
+func SimCell(name string, res vtime.CellResult) capture.Cell {
 	c := capture.Cell{Name: name, Arm: res.Arm.Policy, Prom: map[string][]capture.Series{}}
 	for k, run := range res.Runs {
 		base := res.SeedStart[k].Seconds() - run.Rows[0].SendAt
@@ -270,7 +285,7 @@ func simCell(name string, res vtime.CellResult) capture.Cell {
 // compareCell computes the simulated cell's metrics and sets them beside the
 // measured ones.
 func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
-	sc := simCell(cc.Name, res)
+	sc := SimCell(cc.Name, res)
 	simSeeds, err := sc.SeedMetrics()
 	if err != nil {
 		return Cell{}, err

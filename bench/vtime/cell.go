@@ -10,13 +10,39 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
-// CellSeed is one measured seed of a cell: its requests' prefixes and send
+// CellSeed is one seed of a cell: either its requests' prefixes and send
 // offsets from the seed's first send (a measured seed's `prefix_id` column
-// and send times, or a generated seed's).
+// and send times, or a generated seed's), replayed on the workload's pool by
+// workload.Replay, or the requests themselves (any workload, in send order,
+// SendAt from the seed's start): Requests, or, when Requests is nil and
+// Generate is set, what Generate returns when the cell reaches the seed (so
+// a cell holds one seed's requests at a time). With either, PrefixIDs and
+// SendAt are ignored.
 type CellSeed struct {
 	Seed      uint64
 	PrefixIDs []int
 	SendAt    []time.Duration
+	Requests  []workload.Request
+	Generate  func() ([]workload.Request, error)
+}
+
+// explicit reports whether the seed gives its requests rather than a replay.
+func (sd CellSeed) explicit() bool { return sd.Requests != nil || sd.Generate != nil }
+
+// requests returns the seed's requests: Requests, Generate's, or the replay
+// of PrefixIDs and SendAt on pool.
+func (sd CellSeed) requests(cfg workload.Config, pool *workload.Pool) ([]workload.Request, error) {
+	switch {
+	case sd.Requests != nil:
+		return sd.Requests, nil
+	case sd.Generate != nil:
+		reqs, err := sd.Generate()
+		if err == nil {
+			err = checkSendOrder(reqs)
+		}
+		return reqs, err
+	}
+	return workload.Replay(cfg, pool, sd.Seed, sd.PrefixIDs, sd.SendAt)
 }
 
 // Router is the model of the router and client data path in front of the
@@ -114,6 +140,14 @@ func (c CellConfig) Validate() error {
 		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
 	}
 	for i, sd := range c.Seeds {
+		if sd.explicit() {
+			if sd.Requests != nil {
+				if err := checkSendOrder(sd.Requests); err != nil {
+					return fmt.Errorf("vtime: cell seed %d (#%d): %w", sd.Seed, i, err)
+				}
+			}
+			continue
+		}
 		if len(sd.PrefixIDs) == 0 || len(sd.PrefixIDs) != len(sd.SendAt) {
 			return fmt.Errorf("vtime: cell seed %d (#%d): %d prefix ids and %d send times: need the same number, at least one", sd.Seed, i, len(sd.PrefixIDs), len(sd.SendAt))
 		}
@@ -121,10 +155,24 @@ func (c CellConfig) Validate() error {
 	return nil
 }
 
+// checkSendOrder reports a request list that is empty or not in send order.
+func checkSendOrder(reqs []workload.Request) error {
+	if len(reqs) == 0 {
+		return errors.New("no requests: give at least one")
+	}
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].SendAt < reqs[i-1].SendAt {
+			return fmt.Errorf("request %d is sent at %v, before request %d (%v): send times must not decrease", i, reqs[i].SendAt, i-1, reqs[i-1].SendAt)
+		}
+	}
+	return nil
+}
+
 // RunCell runs one cell as the published protocol did: a cold fleet, the
-// warm-up routed by the cell's own policy, then every seed back to back on
-// the same engines, each seed starting Sweep.SeedGap after the previous one's last
-// completion. Equal configs give equal results.
+// warm-up routed by the cell's own policy (when the workload has a shared
+// prefix pool), then every seed back to back on the same engines, each seed
+// starting Sweep.SeedGap after the previous one's last completion. Equal
+// configs give equal results.
 func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return CellResult{}, err
@@ -150,7 +198,7 @@ func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 	origin := w.now
 	w.grid = &grid{origin: origin, every: cfg.SampleInterval, next: origin}
 	for _, sd := range cfg.Seeds {
-		reqs, err := workload.Replay(cfg.Sweep.Workload, pool, sd.Seed, sd.PrefixIDs, sd.SendAt)
+		reqs, err := sd.requests(cfg.Sweep.Workload, pool)
 		if err != nil {
 			return CellResult{}, fmt.Errorf("vtime: cell seed %d: %w", sd.Seed, err)
 		}

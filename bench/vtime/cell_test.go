@@ -2,10 +2,13 @@ package vtime
 
 import (
 	"context"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
@@ -86,6 +89,12 @@ func TestCellConfigValidate(t *testing.T) {
 			c.Seeds = []CellSeed{{Seed: 1, PrefixIDs: []int{1, 2}, SendAt: []time.Duration{0}}}
 		}, "same number"},
 		{"unknown policy", func(c *CellConfig) { c.Arm.Policy = "fastest" }, "fastest"},
+		{"explicit requests empty", func(c *CellConfig) {
+			c.Seeds = []CellSeed{{Seed: 1, Requests: []workload.Request{}}}
+		}, "no requests"},
+		{"explicit requests out of send order", func(c *CellConfig) {
+			c.Seeds = []CellSeed{{Seed: 1, Requests: []workload.Request{{SendAt: time.Second}, {SendAt: 0}}}}
+		}, "must not decrease"},
 	}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
@@ -99,6 +108,74 @@ func TestCellConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A seed given as explicit requests runs exactly as the same requests given
+// as prefix ids and send offsets: the replay is only a way to build them.
+func TestRunCellWithExplicitRequestsEqualsTheReplay(t *testing.T) {
+	cfg := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}, Seeds: cellSeeds(2),
+		SampleInterval: time.Second, Warmup: true}
+	want, err := RunCell(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := workload.NewPool(cfg.Sweep.Workload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit := cfg
+	explicit.Seeds = nil
+	for _, sd := range cfg.Seeds {
+		reqs, err := workload.Replay(cfg.Sweep.Workload, pool, sd.Seed, sd.PrefixIDs, sd.SendAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		explicit.Seeds = append(explicit.Seeds, CellSeed{Seed: sd.Seed, Requests: reqs})
+	}
+	got, err := RunCell(context.Background(), explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(nanFreeCell(got), nanFreeCell(want)) {
+		t.Fatal("explicit requests gave a different cell than their replay")
+	}
+	// Generated when the cell reaches them, the same requests give the same cell.
+	lazy := explicit
+	lazy.Seeds = nil
+	for _, sd := range explicit.Seeds {
+		reqs := sd.Requests
+		lazy.Seeds = append(lazy.Seeds, CellSeed{Seed: sd.Seed, Generate: func() ([]workload.Request, error) { return reqs, nil }})
+	}
+	if got, err := RunCell(context.Background(), lazy); err != nil || !reflect.DeepEqual(nanFreeCell(got), nanFreeCell(want)) {
+		t.Fatalf("generated requests gave a different cell than their replay (err %v)", err)
+	}
+	lazy.Seeds[1].Generate = func() ([]workload.Request, error) { return []workload.Request{{SendAt: time.Second}, {}}, nil }
+	if _, err := RunCell(context.Background(), lazy); err == nil || !strings.Contains(err.Error(), "must not decrease") {
+		t.Fatalf("generated requests out of send order: err = %v", err)
+	}
+	// And a different request list gives a different cell: the test can fail.
+	explicit.Seeds[1].Requests = explicit.Seeds[1].Requests[:20]
+	other, err := RunCell(context.Background(), explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(other.Runs[1].Rows) != 20 {
+		t.Fatalf("seed 2 ran %d requests, want the 20 given", len(other.Runs[1].Rows))
+	}
+}
+
+// nanFreeCell replaces the NaN latencies of failed rows, so DeepEqual can
+// compare cells.
+func nanFreeCell(c CellResult) CellResult {
+	for i := range c.Runs {
+		for j := range c.Runs[i].Rows {
+			r := &c.Runs[i].Rows[j]
+			if math.IsNaN(r.TTFT) {
+				r.TTFT, r.E2E = -1, -1
+			}
+		}
+	}
+	return c
 }
 
 // The engines' LMCache tiers published as vLLM KV events carry the same

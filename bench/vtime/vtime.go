@@ -490,9 +490,9 @@ func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Ar
 // publishedWarmup plays the published warm-up on the world's fleet: the
 // passes over the prefix pool in prefix order, WarmupInFlight requests at a
 // time (each batch sent together once the previous one has finished), then
-// the seed gap. A workload without shared prefixes has nothing to warm.
+// the seed gap. A workload without a prefix pool has nothing to warm.
 func (w *world) publishedWarmup(ctx context.Context, pool *workload.Pool) error {
-	if w.cfg.Workload.Profile != workload.ProfileShared {
+	if !w.cfg.Workload.HasPool() {
 		return nil
 	}
 	for pass := range workload.WarmupPasses {

@@ -34,8 +34,8 @@ func warmupTag(pass, i int) []piece {
 // output tokens. SendAt is zero: the caller paces them (WarmupInFlight at a
 // time).
 func Warmup(cfg Config, pool *Pool, pass int) ([]Request, error) {
-	if cfg.Profile != ProfileShared || pool == nil || pool.Len() != cfg.Prefixes {
-		return nil, errors.New("workload: the warm-up needs the shared profile and its pool: build it with NewPool(cfg)")
+	if !cfg.HasPool() || pool == nil || pool.Len() != cfg.Prefixes {
+		return nil, errors.New("workload: the warm-up needs a profile with a prefix pool (shared or chat) and that pool: build it with NewPool(cfg)")
 	}
 	out := make([]Request, pool.Len())
 	for i := range out {

@@ -1,7 +1,9 @@
 // Package workload generates the benchmark's requests: the published
 // shared-prefix workload (a fixed pool of 128 prefixes chosen by Zipf s = 0.9,
-// a unique suffix per request, open-loop Poisson arrivals) and the "novel"
-// profile (every prompt unique).
+// a unique suffix per request, open-loop Poisson arrivals), the "novel"
+// profile (every prompt unique) and the "chat" profile (multi-turn sessions
+// whose prompts grow turn by turn). Arrivals may come in bursts at the same
+// mean rate, and prefixes may vary in length (long prompts).
 //
 // Generation is pure and deterministic: the prefix pool depends only on
 // Config.PoolSeed, and a seed fixes the request order, the suffixes and the
@@ -19,7 +21,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"time"
 )
@@ -28,27 +29,41 @@ import (
 const (
 	ProfileShared = "shared" // the published workload: shared prefixes, Zipf popularity
 	ProfileNovel  = "novel"  // every prompt unique: the cache path's cost with no benefit
+	ProfileChat   = "chat"   // multi-turn sessions: a system prompt from the pool, prompts growing turn by turn
 )
 
 // Config is every parameter of the workload. DefaultConfig is the published
 // experiment.
 type Config struct {
-	Profile           string  // ProfileShared or ProfileNovel
+	Profile           string  // ProfileShared, ProfileNovel or ProfileChat
 	Requests          int     // requests per seed
 	Rate              float64 // mean arrival rate, requests per second (Poisson)
-	Prefixes          int     // distinct prefixes in the pool (shared profile)
+	Prefixes          int     // distinct prefixes in the pool (shared and chat profiles: the system prompts)
 	ZipfS             float64 // Zipf exponent: p(rank k) proportional to 1/k^s
-	PrefixTokens      int     // tokens per prefix, tag included (shared profile)
+	PrefixTokens      int     // tokens per prefix, tag included (shared and chat profiles); the least when PrefixTokensMax is set
+	PrefixTokensMax   int     // 0: every prefix has PrefixTokens; else each prefix's length is drawn uniformly from PrefixTokens..PrefixTokensMax by the pool seed
 	SuffixTokens      int     // tokens per suffix, tag included (shared profile)
 	NovelPrefixTokens int     // tokens of the unique body (novel profile)
 	NovelSuffixTokens int     // tokens of the suffix (novel profile)
-	MaxTokens         int     // completion tokens requested (max_tokens)
+	MaxTokens         int     // completion tokens requested (max_tokens); in the chat profile also each assistant reply's length
 	PoolSeed          uint64  // fixes the prefix pool; never varies between seeds
+
+	// Bursts (shared and novel profiles; see warp): 0 BurstEvery = none.
+	BurstEvery  time.Duration // period of the bursts
+	BurstLen    time.Duration // length of each burst, at the start of its period
+	BurstFactor float64       // arrival rate in a burst over the base rate between bursts
+
+	// Chat sessions (chat profile; see generateChat).
+	Turns      int           // requests per session
+	ThinkTime  time.Duration // mean time between a session's turns (each uniform in 0.5-1.5x)
+	UserTokens int           // tokens of each user message, tag included
 }
 
 // DefaultConfig returns the published workload: 500 requests per seed at
 // 16 req/s, 128 prefixes of 1,544 tokens under Zipf 0.9, 34-token suffixes,
-// 64 output tokens.
+// 64 output tokens, no bursts. Its burst and chat parameters (5 s at 3x,
+// when a period is set; 6 turns 8 s apart with 96-token user messages) take
+// effect only when bursts or the chat profile are asked for.
 func DefaultConfig() Config {
 	return Config{
 		Profile:           ProfileShared,
@@ -62,30 +77,47 @@ func DefaultConfig() Config {
 		NovelSuffixTokens: 32,
 		MaxTokens:         64,
 		PoolSeed:          20250901,
+		BurstLen:          5 * time.Second,
+		BurstFactor:       3,
+		Turns:             6,
+		ThinkTime:         8 * time.Second,
+		UserTokens:        96,
 	}
 }
+
+// HasPool reports whether the profile draws its prompts from the shared
+// prefix pool (the shared and chat profiles): the published warm-up warms
+// that pool.
+func (c Config) HasPool() bool { return c.Profile == ProfileShared || c.Profile == ProfileChat }
 
 // RegisterFlags registers one flag per field on fs, with c's current values
 // as defaults; parsing fs writes into c.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Profile, "profile", c.Profile, "workload profile: shared (published prefixes, Zipf) or novel (every prompt unique)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "workload profile: shared (published prefixes, Zipf), novel (every prompt unique) or chat (multi-turn sessions on a system prompt from the pool)")
 	fs.IntVar(&c.Requests, "requests", c.Requests, "requests per seed")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "open-loop Poisson arrival rate, requests per second")
 	fs.IntVar(&c.Prefixes, "prefixes", c.Prefixes, "distinct shared prefixes in the pool")
 	fs.Float64Var(&c.ZipfS, "zipf", c.ZipfS, "Zipf exponent s of prefix popularity (p(k) ~ 1/k^s)")
-	fs.IntVar(&c.PrefixTokens, "prefix-tokens", c.PrefixTokens, "tokens per shared prefix, tag included")
+	fs.IntVar(&c.PrefixTokens, "prefix-tokens", c.PrefixTokens, "tokens per shared prefix, tag included (the least, with -prefix-tokens-max)")
+	fs.IntVar(&c.PrefixTokensMax, "prefix-tokens-max", c.PrefixTokensMax, "0: every prefix has -prefix-tokens; else each prefix's length is drawn from -prefix-tokens..this by the pool seed")
 	fs.IntVar(&c.SuffixTokens, "suffix-tokens", c.SuffixTokens, "tokens per unique suffix, tag included")
 	fs.IntVar(&c.NovelPrefixTokens, "novel-prefix-tokens", c.NovelPrefixTokens, "unique body tokens per prompt in the novel profile")
 	fs.IntVar(&c.NovelSuffixTokens, "novel-suffix-tokens", c.NovelSuffixTokens, "suffix tokens per prompt in the novel profile")
 	fs.IntVar(&c.MaxTokens, "max-tokens", c.MaxTokens, "completion tokens per request (max_tokens)")
 	fs.Uint64Var(&c.PoolSeed, "pool-seed", c.PoolSeed, "seed of the prefix pool (never varies between seeds)")
+	fs.DurationVar(&c.BurstEvery, "burst-every", c.BurstEvery, "period of arrival bursts at the same mean rate (0: none)")
+	fs.DurationVar(&c.BurstLen, "burst-len", c.BurstLen, "length of each burst, at the start of its period")
+	fs.Float64Var(&c.BurstFactor, "burst-factor", c.BurstFactor, "arrival rate in a burst over the base rate between bursts")
+	fs.IntVar(&c.Turns, "turns", c.Turns, "chat profile: requests per session")
+	fs.DurationVar(&c.ThinkTime, "think-time", c.ThinkTime, "chat profile: mean time between a session's turns (open loop: each uniform in 0.5-1.5x)")
+	fs.IntVar(&c.UserTokens, "user-tokens", c.UserTokens, "chat profile: tokens of each user message, tag included")
 }
 
 // Validate reports the first unusable parameter, saying what to pass instead.
 func (c Config) Validate() error {
 	switch {
-	case c.Profile != ProfileShared && c.Profile != ProfileNovel:
-		return fmt.Errorf("workload: unknown profile %q: use %q or %q", c.Profile, ProfileShared, ProfileNovel)
+	case c.Profile != ProfileShared && c.Profile != ProfileNovel && c.Profile != ProfileChat:
+		return fmt.Errorf("workload: unknown profile %q: use %q, %q or %q", c.Profile, ProfileShared, ProfileNovel, ProfileChat)
 	case c.Requests < 1:
 		return fmt.Errorf("workload: -requests %d: need at least 1", c.Requests)
 	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
@@ -93,7 +125,10 @@ func (c Config) Validate() error {
 	case c.MaxTokens < 1:
 		return fmt.Errorf("workload: -max-tokens %d: need at least 1", c.MaxTokens)
 	}
-	if c.Profile == ProfileShared {
+	if err := c.validateBursts(); err != nil {
+		return err
+	}
+	if c.HasPool() {
 		switch {
 		case c.Prefixes < 1 || c.Prefixes > 999:
 			return fmt.Errorf("workload: -prefixes %d: need 1..999 (the tag has three digits)", c.Prefixes)
@@ -101,8 +136,13 @@ func (c Config) Validate() error {
 			return fmt.Errorf("workload: -zipf %v: need a finite exponent >= 0 (0 = uniform)", c.ZipfS)
 		case c.PrefixTokens < len(prefixTag(0)):
 			return fmt.Errorf("workload: -prefix-tokens %d: need at least %d for the tag", c.PrefixTokens, len(prefixTag(0)))
-		case c.SuffixTokens < len(suffixTag(0)):
+		case c.PrefixTokensMax != 0 && (c.PrefixTokensMax < c.PrefixTokens || c.PrefixTokensMax > maxPrefixTokens):
+			return fmt.Errorf("workload: -prefix-tokens-max %d: use 0 (all prefixes -prefix-tokens long) or -prefix-tokens (%d)..%d", c.PrefixTokensMax, c.PrefixTokens, maxPrefixTokens)
+		case c.Profile == ProfileShared && c.SuffixTokens < len(suffixTag(0)):
 			return fmt.Errorf("workload: -suffix-tokens %d: need at least %d for the tag", c.SuffixTokens, len(suffixTag(0)))
+		}
+		if c.Profile == ProfileChat {
+			return c.validateChat()
 		}
 		return nil
 	}
@@ -115,12 +155,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// maxPrefixTokens bounds a drawn prefix length (-prefix-tokens-max): 128k
+// tokens, the longest context the engines' model takes.
+const maxPrefixTokens = 131072
+
 // Request is one request of a seed, in send order.
 type Request struct {
 	Index        int           // position in the seed, 0-based
-	PrefixID     int           // shared prefix id (0 = most popular); -1 in the novel profile
+	PrefixID     int           // shared prefix id (0 = most popular; the system prompt's in the chat profile); -1 in the novel profile
 	SendAt       time.Duration // send time from the seed's start
-	Text         string        // prompt text: prefix + "\n" + suffix
+	Text         string        // prompt text: prefix + "\n" + suffix (chat: system prompt, then the turns, one per line)
 	Tokens       []uint32      // prompt token ids, one per text piece
 	PrefixTokens int           // leading tokens that belong to the prefix
 	MaxTokens    int           // completion tokens to request
@@ -138,16 +182,35 @@ func NewPool(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{}
-	if cfg.Profile != ProfileShared {
+	if !cfg.HasPool() {
 		return p, nil
 	}
+	lengths := prefixLengths(cfg)
 	rng := rand.New(rand.NewPCG(cfg.PoolSeed, 0x706f6f6c))
 	for i := range cfg.Prefixes {
-		text, toks := fill(prefixTag(i), cfg.PrefixTokens, rng)
+		text, toks := fill(prefixTag(i), lengths[i], rng)
 		p.texts = append(p.texts, text)
 		p.tokens = append(p.tokens, toks)
 	}
 	return p, nil
+}
+
+// prefixLengths returns each prefix's length: PrefixTokens, or drawn from
+// PrefixTokens..PrefixTokensMax by a generator of its own (seeded by the pool
+// seed), so the pool's text generator draws as it does for fixed lengths.
+func prefixLengths(cfg Config) []int {
+	out := make([]int, cfg.Prefixes)
+	var rng *rand.Rand
+	if cfg.PrefixTokensMax > cfg.PrefixTokens {
+		rng = rand.New(rand.NewPCG(cfg.PoolSeed, 0x6c656e73))
+	}
+	for i := range out {
+		out[i] = cfg.PrefixTokens
+		if rng != nil {
+			out[i] += rng.IntN(cfg.PrefixTokensMax - cfg.PrefixTokens + 1)
+		}
+	}
+	return out
 }
 
 // Len returns the number of prefixes.
@@ -185,12 +248,12 @@ func Generate(cfg Config, pool *Pool, seed uint64) ([]Request, error) {
 			return nil, err
 		}
 	}
-	if cfg.Profile == ProfileShared && pool.Len() != cfg.Prefixes {
+	if cfg.HasPool() && pool.Len() != cfg.Prefixes {
 		return nil, ErrPoolMismatch
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x73656564))
 	var cdf []float64
-	if cfg.Profile == ProfileShared {
+	if cfg.HasPool() {
 		w := ZipfWeights(cfg.Prefixes, cfg.ZipfS)
 		cdf = make([]float64, len(w))
 		var acc float64
@@ -200,20 +263,19 @@ func Generate(cfg Config, pool *Pool, seed uint64) ([]Request, error) {
 		}
 		cdf[len(cdf)-1] = 1
 	}
+	if cfg.Profile == ProfileChat {
+		return generateChat(cfg, pool, cdf, rng), nil
+	}
 	reqs := make([]Request, cfg.Requests)
 	var t float64
 	for i := range reqs {
 		t += rng.ExpFloat64() / cfg.Rate
-		r := Request{Index: i, SendAt: time.Duration(t * float64(time.Second)), MaxTokens: cfg.MaxTokens}
+		r := Request{Index: i, SendAt: time.Duration(cfg.warp(t) * float64(time.Second)), MaxTokens: cfg.MaxTokens}
 		var headText string
 		var head []uint32
 		var suffixLen int
 		if cfg.Profile == ProfileShared {
-			u := rng.Float64()
-			r.PrefixID = sort.SearchFloat64s(cdf, u)
-			if r.PrefixID >= len(cdf) {
-				r.PrefixID = len(cdf) - 1
-			}
+			r.PrefixID = zipfDraw(cdf, rng)
 			headText, head = pool.texts[r.PrefixID], pool.tokens[r.PrefixID]
 			suffixLen = cfg.SuffixTokens
 		} else {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -69,20 +68,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func writeReplayJSON(path string, rep replay.Report) error {
-	if dir := filepath.Dir(path); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write the JSON report: %w", err)
-	}
-	if err := rep.WriteJSON(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
+	return writeFile(path, rep.WriteJSON)
 }
 
 // measuredCells loads real (a directory in the published layout; "" is the embedded gen2

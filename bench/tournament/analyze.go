@@ -1,0 +1,154 @@
+package tournament
+
+import (
+	"math"
+	"slices"
+
+	"github.com/loadaware/loadaware-epp/bench/stats"
+)
+
+// The paired tests' parameters: the spec's threshold (Bonferroni for two
+// primary metrics) and a fixed bootstrap, so reports repeat exactly.
+const (
+	Alpha           = 0.025
+	BootstrapLevel  = 0.95
+	BootstrapDraws  = 10000
+	BootstrapSeed   = 1
+	VerdictBetter   = "better"
+	VerdictWorse    = "worse"
+	VerdictTied     = "tied"
+	VerdictUntested = "untested"
+)
+
+// Median returns the median over seeds of the arm's metric, ignoring NaN
+// seeds (NaN when every seed is NaN). +Inf counts as a value.
+func (a ArmResult) Median(metric string) float64 {
+	var xs []float64
+	for _, v := range a.Values(metric) {
+		if !math.IsNaN(v) {
+			xs = append(xs, v)
+		}
+	}
+	return stats.Median(xs)
+}
+
+// Ranking returns the indexes of the profile's arms from best to worst by
+// median RankMetric (lower is better); NaN medians rank last and ties keep
+// Config.Arms order.
+func (p ProfileResult) Ranking() []int {
+	idx := make([]int, len(p.Arms))
+	med := make([]float64, len(p.Arms))
+	for i := range idx {
+		idx[i], med[i] = i, p.Arms[i].Median(RankMetric)
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return compareLow(med[a], med[b]) })
+	return idx
+}
+
+// compareLow orders x before y when x is lower, NaN last.
+func compareLow(x, y float64) int {
+	switch {
+	case math.IsNaN(x) && math.IsNaN(y):
+		return 0
+	case math.IsNaN(x):
+		return 1
+	case math.IsNaN(y):
+		return -1
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+// Best returns the index of the profile's best arm (lowest median RankMetric).
+func (p ProfileResult) Best() int { return p.Ranking()[0] }
+
+// Test is one arm's paired comparison on RankMetric with the best other arm
+// of its profile (for the best arm: the runner-up).
+type Test struct {
+	Arm, Against string
+	Seeds        int     // paired seeds with a finite value on both sides
+	Improved     int     // seeds where Arm is strictly lower
+	Reduction    float64 // median relative reduction (against - arm)/against: > 0 when Arm is lower
+	CILo, CIHi   float64 // its bootstrap interval at BootstrapLevel
+	PBetter      float64 // one-sided exact Wilcoxon p: Arm lower than Against
+	PWorse       float64 // one-sided exact Wilcoxon p: Arm higher than Against
+	Verdict      string  // VerdictBetter, VerdictWorse (p < Alpha), VerdictTied, or VerdictUntested
+	Note         string  // why a test is untested
+}
+
+// Tests compares every arm with the best other arm of the profile, in
+// Config.Arms order. With one arm there is nothing to compare and it
+// returns nil.
+func (p ProfileResult) Tests() []Test {
+	if len(p.Arms) < 2 {
+		return nil
+	}
+	rank := p.Ranking()
+	out := make([]Test, len(p.Arms))
+	for i, a := range p.Arms {
+		other := rank[0]
+		if other == i {
+			other = rank[1]
+		}
+		out[i] = pairedTest(a, p.Arms[other])
+	}
+	return out
+}
+
+// pairedTest compares arm with against seed by seed on RankMetric, over the
+// seeds where both are finite and against is not zero.
+func pairedTest(arm, against ArmResult) Test {
+	t := Test{Arm: arm.Arm.Name, Against: against.Arm.Name, Verdict: VerdictUntested,
+		Reduction: math.NaN(), CILo: math.NaN(), CIHi: math.NaN(), PBetter: math.NaN(), PWorse: math.NaN()}
+	x, y := arm.Values(RankMetric), against.Values(RankMetric)
+	var cand, base []float64
+	for i := range x {
+		if finite(x[i]) && finite(y[i]) && y[i] != 0 {
+			cand, base = append(cand, x[i]), append(base, y[i])
+		}
+	}
+	t.Seeds = len(cand)
+	if t.Seeds < 2 {
+		t.Note = "fewer than 2 seeds with a finite value on both sides"
+		return t
+	}
+	c, err := stats.ComparePaired(base, cand, BootstrapLevel, BootstrapDraws, BootstrapSeed)
+	if err != nil {
+		t.Note = err.Error()
+		return t
+	}
+	worse, err := stats.WilcoxonPaired(cand, base, stats.Greater)
+	if err != nil {
+		t.Note = err.Error()
+		return t
+	}
+	t.Improved, t.Reduction, t.CILo, t.CIHi, t.PBetter, t.PWorse = c.Improved, c.Reduction, c.CI.Lo, c.CI.Hi, c.Test.P, worse.P
+	switch {
+	case t.PBetter < Alpha:
+		t.Verdict = VerdictBetter
+	case t.PWorse < Alpha:
+		t.Verdict = VerdictWorse
+	default:
+		t.Verdict = VerdictTied
+	}
+	return t
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Relative returns each arm's median RankMetric over the profile's best
+// arm's (1 for the best; NaN when either is undefined), in Config.Arms order.
+func (p ProfileResult) Relative() []float64 {
+	best := p.Arms[p.Best()].Median(RankMetric)
+	out := make([]float64, len(p.Arms))
+	for i, a := range p.Arms {
+		out[i] = a.Median(RankMetric) / best
+		if !finite(out[i]) {
+			out[i] = math.NaN()
+		}
+	}
+	return out
+}

@@ -1,0 +1,229 @@
+package tournament
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/replay"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// Profile is one workload on one fleet: a vtime fleet (engines, per-engine
+// speeds, engine model, seed gap, hash seed) and a workload. Fleet.Arms,
+// Seeds, Protocol, Warmup and Workers are not used: the tournament supplies
+// the arms and seeds and runs the published cell protocol; Fleet.Router is
+// always vtime.EnvoyRouter().
+type Profile struct {
+	Name  string
+	About string // one sentence for the report
+	Fleet vtime.SweepConfig
+	// Replayed: the seeds are the embedded capture's measured seeds (the
+	// published kvaware cell's prefix sequences and send offsets), not
+	// generated from Fleet.Workload; only their first Fleet.Workload.Requests
+	// requests run.
+	Replayed bool
+}
+
+// PerEngineRate is the request rate per engine of the scaled fleets: the
+// published 16 req/s on 2 engines.
+const PerEngineRate = 8
+
+// perEngineRequests keeps a scaled fleet's seed as long as the published
+// one (500 requests at 16 req/s, about 31 s): 250 requests per engine.
+const perEngineRequests = 250
+
+// Profiles returns the default profiles, in report order. Each call returns
+// fresh values the caller may modify.
+func Profiles() []Profile {
+	base := func() vtime.SweepConfig {
+		c := vtime.DefaultSweepConfig()
+		c.Router = vtime.EnvoyRouter()
+		return c
+	}
+	published := base()
+	rate := func(r float64) vtime.SweepConfig {
+		c := base()
+		c.Workload.Rate = r
+		return c
+	}
+	burst := base()
+	burst.Workload.BurstEvery, burst.Workload.BurstLen, burst.Workload.BurstFactor = 30*time.Second, 5*time.Second, 3
+	smallcache := base()
+	smallcache.Engine.CPUTierBytes = 0
+	smallcache.Engine.KVPoolTokens /= 2
+	smallcache.Workload.Rate = SmallCacheRate
+	novel := base()
+	novel.Workload.Profile = workload.ProfileNovel
+	novel.Workload.Rate = NovelRate
+	chat := base()
+	chat.Workload.Profile = workload.ProfileChat
+	chat.Workload.Rate = ChatRate
+	long := base()
+	long.Workload.Prefixes, long.Workload.PrefixTokens, long.Workload.PrefixTokensMax = LongPrefixes, 8192, 32768
+	long.Workload.Rate, long.Workload.Requests = LongRate, LongRequests
+	return []Profile{
+		{Name: "published", About: "the published workload replayed: the measured seeds' prefix sequences and send offsets (the gen2 kvaware cell) on the calibrated 2-engine fleet", Fleet: published, Replayed: true},
+		{Name: "rate20", About: "the published workload generated at 20 req/s", Fleet: rate(20)},
+		{Name: "rate24", About: "the published workload generated at 24 req/s", Fleet: rate(24)},
+		{Name: "burst", About: "the published workload at the same mean rate, with 5 s bursts at 3x the base rate every 30 s", Fleet: burst},
+		{Name: "fleet4", About: "4 engines, the calibrated fast/slow pair twice (1, 1.3, 1, 1.3), 8 req/s per engine", Fleet: scaled(base(), []float64{1, 1.3, 1, 1.3})},
+		{Name: "fleet8", About: "8 engines spread evenly from 1.0x to 1.5x step time, 8 req/s per engine", Fleet: scaled(base(), spread(8, 1, 1.5))},
+		{Name: "smallcache", About: fmt.Sprintf("the published prefixes at %g req/s on engines with no LMCache CPU tier and half the GPU KV pool (without a CPU tier no LMCache event reaches the picker: cache-aware arms route blind)", SmallCacheRate), Fleet: smallcache},
+		{Name: "novel", About: fmt.Sprintf("every prompt unique (2,048 + 32 tokens) at %g req/s: the cache path's cost with no benefit", NovelRate), Fleet: novel},
+		{Name: "chat", About: fmt.Sprintf("multi-turn chat sessions at %g req/s whose prompts grow turn by turn: a system prompt from the published pool, each turn adding the reply and a new user message", ChatRate), Fleet: chat},
+		{Name: "long", About: fmt.Sprintf("long shared prefixes: %d prefixes of 8k-32k tokens at %g req/s", LongPrefixes, LongRate), Fleet: long},
+	}
+}
+
+// The rates of the profiles whose prompts cost more prefill than the
+// published one (docs/decisions/1311-tournament-profiles.md says how they
+// were chosen).
+const (
+	NovelRate      = 2.0 // req/s of 2,080-token unique prompts
+	ChatRate       = 6.0 // req/s of chat turns
+	SmallCacheRate = 6.0 // req/s of the published workload on the small cache
+	LongRate       = 2.5 // req/s of 8k-32k-token prefixes
+	LongPrefixes   = 12  // prefixes in the long profile's pool
+	LongRequests   = 200 // requests per seed of the long profile
+)
+
+// scaled is cfg with one engine per slowdown and the rate and requests per
+// seed scaled with the fleet.
+func scaled(cfg vtime.SweepConfig, slowdowns []float64) vtime.SweepConfig {
+	cfg.Engines, cfg.Slowdowns = len(slowdowns), slowdowns
+	cfg.Workload.Rate = PerEngineRate * float64(len(slowdowns))
+	cfg.Workload.Requests = perEngineRequests * len(slowdowns)
+	return cfg
+}
+
+// spread returns n factors evenly spaced from lo to hi.
+func spread(n int, lo, hi float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.Round((lo+(hi-lo)*float64(i)/float64(n-1))*1e4) / 1e4
+	}
+	return out
+}
+
+// ProfileNames lists the default profiles' names, in report order.
+func ProfileNames() []string {
+	var out []string
+	for _, p := range Profiles() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// SelectProfiles returns the default profiles named in names (in that order);
+// an empty list selects them all. Unknown or repeated names are an error that
+// lists the known ones.
+func SelectProfiles(names []string) ([]Profile, error) {
+	all := Profiles()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []Profile
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			return nil, fmt.Errorf("profile %q named twice", n)
+		}
+		seen[n] = true
+		found := false
+		for _, p := range all {
+			if p.Name == n {
+				out, found = append(out, p), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown profile %q: use %s", n, strings.Join(ProfileNames(), ", "))
+		}
+	}
+	return out, nil
+}
+
+// DefaultBetas are loadaware's arms: the published betas.
+var DefaultBetas = []float64{0, 0.5, 1, 2}
+
+// DefaultArms returns every policy scoring knows (scoring.Names, in its
+// order) except "session", which needs a session key the workloads do not
+// carry, with loadaware expanded into one arm per DefaultBetas
+// ("loadaware-b0" ... "loadaware-b2"). Policies added to scoring appear here
+// by themselves.
+func DefaultArms() []vtime.Arm {
+	var out []vtime.Arm
+	for _, name := range scoring.Names {
+		switch name {
+		case "session":
+			continue
+		case "loadaware":
+			for _, b := range DefaultBetas {
+				out = append(out, vtime.Arm{Name: "loadaware-b" + strconv.FormatFloat(b, 'g', -1, 64), Policy: name, Beta: b})
+			}
+			continue
+		}
+		out = append(out, vtime.Arm{Name: name, Policy: name, Beta: scoring.DefaultParams().Beta})
+	}
+	return out
+}
+
+// publishedCell is the embedded capture's cell whose seeds the published
+// profile replays.
+const publishedCell = "kvaware"
+
+// measuredSeeds returns the published profile's seeds: for each of seeds,
+// the embedded kvaware cell's measured seed of that number, cut to its first
+// requests requests. The seeds share their slices with every caller: they
+// must not be modified.
+func measuredSeeds(seeds []uint64, requests, prefixes int) ([]vtime.CellSeed, error) {
+	all, err := publishedSeeds()
+	if err != nil {
+		return nil, err
+	}
+	byNumber := map[uint64]vtime.CellSeed{}
+	for _, sd := range all {
+		byNumber[sd.Seed] = sd
+	}
+	out := make([]vtime.CellSeed, len(seeds))
+	for i, s := range seeds {
+		sd, ok := byNumber[s]
+		if !ok {
+			return nil, fmt.Errorf("the published profile has the measured seeds %d-%d only, not seed %d: pass -seeds within them", all[0].Seed, all[len(all)-1].Seed, s)
+		}
+		for j, id := range sd.PrefixIDs {
+			if id >= prefixes {
+				return nil, fmt.Errorf("measured seed %d request %d uses prefix %d: the profile's pool has prefixes 0..%d (-prefixes)", s, j, id, prefixes-1)
+			}
+		}
+		n := min(requests, len(sd.PrefixIDs))
+		sd.PrefixIDs, sd.SendAt = sd.PrefixIDs[:n], sd.SendAt[:n]
+		out[i] = sd
+	}
+	return out, nil
+}
+
+// publishedSeeds decodes the embedded capture's kvaware cell once: its
+// seeds in seed order, on the published pool of 128 prefixes.
+var publishedSeeds = sync.OnceValues(func() ([]vtime.CellSeed, error) {
+	data, err := capture.Embedded()
+	if err != nil {
+		return nil, err
+	}
+	for _, cc := range data.Cells {
+		if cc.ArmLabel() == publishedCell {
+			seeds, err := replay.CellSeeds(cc, workload.DefaultConfig().Prefixes)
+			if err == nil && len(seeds) == 0 {
+				err = fmt.Errorf("the embedded %s cell has no seeds", publishedCell)
+			}
+			return seeds, err
+		}
+	}
+	return nil, fmt.Errorf("the embedded capture has no %s cell", publishedCell)
+})

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/plot"
+	"github.com/loadaware/loadaware-epp/bench/tournament"
+	"github.com/loadaware/loadaware-epp/bench/vtime"
+)
+
+func init() {
+	register(command{name: "tournament", summary: "every arm on every workload profile behind Envoy, paired by seed: a markdown report, JSON and a summary figure", run: runTournament})
+}
+
+// runTournament is `loadaware-bench tournament [-profiles a,b] [-arms ...] [-seeds N|A-B]
+// [-json FILE] [-out FILE.md] [-workers N] [-quiet]` plus the profile overrides.
+func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tournament", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	profiles := fs.String("profiles", "all", "profiles, comma-separated: all, or any of "+strings.Join(tournament.ProfileNames(), ", "))
+	arms := fs.String("arms", "all", "arms, comma-separated: all (every policy but session, loadaware at beta 0, 0.5, 1 and 2), or names as in sweep (kvaware, loadaware-b1, a policy, policy:beta)")
+	seeds := fs.String("seeds", "1-20", "seeds, the same for every profile and arm: N, A-B or a comma-separated list (the published profile has the measured seeds 1-20)")
+	out := fs.String("out", "tournament.md", "markdown report; the summary figure goes beside it (same name, .png)")
+	jsonOut := fs.String("json", "", "also write every seed's metrics as JSON to this file")
+	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "cells (profile x arm) simulated in parallel (results do not depend on it)")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	sample := fs.Duration("sample-interval", tournament.DefaultSampleInterval, "how often the engines' running counts and cache counters are sampled (imbalance, hit rate)")
+	scratch := vtime.DefaultSweepConfig()
+	var of overrideFlags
+	of.register(fs, &scratch)
+	fs.Usage = func() {} // a bad flag is the flag package's one line; -h prints the help below
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: loadaware-bench tournament [flags]\n\nRuns every arm on every profile (one cell per profile and arm under the published cell protocol, behind\nEnvoy and this picker), paired by seed, and writes a report: per-profile tables, paired tests against the\nbest other arm, and a summary figure. Fleet and workload flags override the selected profiles' values;\nunset, each profile keeps its own (the defaults shown are the published workload's).\n\n")
+			fs.PrintDefaults()
+			return 0
+		}
+		return 2
+	}
+	cfg, err := tournamentConfig(fs, of.names, *profiles, *arms, *seeds, *workers, *sample)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
+		return 2
+	}
+	if *out == "" {
+		fmt.Fprintln(stderr, "loadaware-bench tournament: -out is empty: name the markdown report, e.g. -out tournament.md")
+		return 2
+	}
+	bar := newProgressBar(stderr, "tournament", !*quiet)
+	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
+	start := time.Now()
+	res, err := tournament.Run(ctx, cfg)
+	bar.finish()
+	if err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
+		return 1
+	}
+	wall := time.Since(start)
+	if err := writeTournament(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d cells (%d profiles x %d arms x %d seeds) in %.1f s with %d workers\nreport: %s\n",
+		len(cfg.Profiles)*len(cfg.Arms), len(cfg.Profiles), len(cfg.Arms), len(cfg.Seeds), wall.Seconds(), cfg.Workers, *out)
+	return 0
+}
+
+// tournamentConfig turns the parsed flags into the tournament: the selected profiles with
+// the fleet and workload flags set on the command line applied to each.
+func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arms, seeds string, workers int, sample time.Duration) (tournament.Config, error) {
+	var names []string
+	if strings.TrimSpace(profiles) != "all" {
+		for _, n := range strings.Split(profiles, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return tournament.Config{}, fmt.Errorf("-profiles is empty: use all or any of %s", strings.Join(tournament.ProfileNames(), ", "))
+		}
+	}
+	profs, err := tournament.SelectProfiles(names)
+	if err != nil {
+		return tournament.Config{}, fmt.Errorf("-profiles: %w", err)
+	}
+	cfg := tournament.Config{Profiles: profs, SampleInterval: sample, Workers: workers}
+	if cfg.Arms, err = tournamentArms(arms); err != nil {
+		return cfg, err
+	}
+	if cfg.Seeds, err = parseSeeds(seeds); err != nil {
+		return cfg, err
+	}
+	switch {
+	case workers < 1:
+		return cfg, fmt.Errorf("-workers %d: use 1 or more", workers)
+	case sample <= 0:
+		return cfg, fmt.Errorf("-sample-interval %v: use a positive duration, e.g. 250ms", sample)
+	}
+	var set []string
+	fs.Visit(func(f *flag.Flag) {
+		if overrides[f.Name] {
+			set = append(set, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	for i := range cfg.Profiles {
+		p := &cfg.Profiles[i]
+		pfs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
+		pfs.SetOutput(io.Discard)
+		var pf overrideFlags
+		pf.register(pfs, &p.Fleet)
+		if err := pfs.Parse(set); err != nil {
+			return cfg, err
+		}
+		if err := pf.apply(&p.Fleet); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// tournamentArms reads -arms: "all" is tournament.DefaultArms, anything else a list as
+// sweep's -arms takes it.
+func tournamentArms(s string) ([]vtime.Arm, error) {
+	if strings.TrimSpace(s) == "all" {
+		return tournament.DefaultArms(), nil
+	}
+	arms, err := parseArms(s)
+	if err != nil {
+		return nil, fmt.Errorf("-arms: %w", err)
+	}
+	for i, a := range arms {
+		if slices.ContainsFunc(arms[:i], func(b vtime.Arm) bool { return b.Name == a.Name }) {
+			return nil, fmt.Errorf("-arms: arm %s named twice", a.Name)
+		}
+	}
+	return arms, nil
+}
+
+// overrideFlags are the fleet and workload flags a tournament applies to every selected
+// profile: the workload's own flags plus the fleet's.
+type overrideFlags struct {
+	slowdowns, hostDelays string
+	names                 map[string]bool // the flags register added
+}
+
+// register adds the override flags to fs with cfg's values as defaults.
+func (f *overrideFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig) {
+	before := map[string]bool{}
+	fs.VisitAll(func(fl *flag.Flag) { before[fl.Name] = true })
+	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "override: simulated engines (GPUs)")
+	f.slowdowns, f.hostDelays = joinFloats(cfg.Slowdowns), joinDurations(cfg.HostDelays)
+	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "override: step-time factor of each engine, engine 0 first (engines not listed: 1)")
+	fs.StringVar(&f.hostDelays, "host-delays", f.hostDelays, "override: extra host time per step of each engine, engine 0 first (engines not listed: 0)")
+	fs.IntVar(&cfg.Engine.KVPoolTokens, "kv-pool-tokens", cfg.Engine.KVPoolTokens, "override: tokens of KV each engine's GPU pool holds")
+	fs.Int64Var(&cfg.Engine.CPUTierBytes, "cpu-tier-bytes", cfg.Engine.CPUTierBytes, "override: bytes of each engine's LMCache CPU tier (0: none)")
+	fs.DurationVar(&cfg.SeedGap, "seed-gap", cfg.SeedGap, "override: idle time between a seed's last completion and the next seed's first send")
+	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "override: the engines' PYTHONHASHSEED, for LMCache chunk keys")
+	cfg.Workload.RegisterFlags(fs)
+	f.names = map[string]bool{}
+	fs.VisitAll(func(fl *flag.Flag) {
+		if !before[fl.Name] {
+			f.names[fl.Name] = true
+		}
+	})
+}
+
+// apply writes the parsed per-engine lists into cfg.
+func (f *overrideFlags) apply(cfg *vtime.SweepConfig) error {
+	slow, err := parseFloats(f.slowdowns)
+	if err != nil {
+		return fmt.Errorf("-slowdowns: %w", err)
+	}
+	hosts, err := parseDurations(f.hostDelays)
+	if err != nil {
+		return fmt.Errorf("-host-delays: %w", err)
+	}
+	cfg.Slowdowns, cfg.HostDelays = slow, hosts
+	if len(slow) > cfg.Engines {
+		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(slow), cfg.Engines)
+	}
+	return nil
+}
+
+// writeTournament writes the markdown report to out, the summary figure beside it and,
+// with jsonOut, the JSON results.
+func writeTournament(res tournament.Result, out, jsonOut, command string) error {
+	if err := mkdirFor(out); err != nil {
+		return err
+	}
+	fig := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
+	err := plot.Heatmap(fig, fmt.Sprintf("TTFT p95 relative to the profile's best (colour saturates at %gx)", tournament.FigureMax), tournament.Summarize(res).Figure())
+	if err != nil && !errors.Is(err, plot.ErrNoData) {
+		return err
+	}
+	opt := tournament.ReportOptions{Command: command}
+	if err == nil {
+		opt.Figure = relTo(out, fig)
+	}
+	if jsonOut != "" {
+		if err := writeFile(jsonOut, func(w io.Writer) error { return tournament.WriteJSON(w, res) }); err != nil {
+			return err
+		}
+		opt.JSON = relTo(out, jsonOut)
+	}
+	return writeFile(out, func(w io.Writer) error { return tournament.WriteMarkdown(w, res, opt) })
+}
+
+// relTo returns path relative to the directory of file, or path itself when it has none.
+func relTo(file, path string) string {
+	rel, err := filepath.Rel(filepath.Dir(file), path)
+	if err != nil {
+		return path
+	}
+	return filepath.ToSlash(rel)
+}
+
+// writeFile creates path (and its directory) and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	if err := mkdirFor(path); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// mkdirFor creates the directory path is in.
+func mkdirFor(path string) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	return nil
+}

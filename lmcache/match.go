@@ -21,6 +21,7 @@ type cand struct {
 // lookupScratch is one lookup's working memory, reused through Index.scratch.
 type lookupScratch struct {
 	holders []uint32
+	prev    []uint32 // the previous chunk's holders
 	cands   []cand
 	marks   []mark // by dense number
 	walk    uint32
@@ -114,29 +115,42 @@ func (ix *Index) walk(sc *lookupScratch, keys []int64, promptTokens int) {
 	var stale uint64 // keys (of the first 64) whose use stamp is older than slack
 	for i, k := range keys {
 		var used uint32
+		sc.prev, sc.holders = sc.holders, sc.prev
 		sc.holders, used = ix.holdersOf(k, sc.holders[:0])
 		if i < 64 && slack > 0 && clock-used >= slack {
 			stale |= 1 << i
 		}
 		alive := 0
-		for _, s := range sc.holders {
-			iv := v.get(s)
-			if iv == nil {
-				continue
+		switch {
+		case i > 0 && slices.Equal(sc.holders, sc.prev):
+			// The same holders as the chunk before (a shared prefix usually is): whoever
+			// was still contiguous stays so, without resolving the holders again.
+			for j := range sc.cands {
+				if c := &sc.cands[j]; int(c.chunks) == i {
+					c.chunks++
+					alive++
+				}
 			}
-			j := sc.enter(iv, i == 0)
-			if j < 0 {
-				continue
+		default:
+			for _, s := range sc.holders {
+				iv := v.get(s)
+				if iv == nil {
+					continue
+				}
+				j := sc.enter(iv, i == 0)
+				if j < 0 {
+					continue
+				}
+				// An instance holding the key in several slots counts once; one that
+				// missed a key before is no longer contiguous.
+				if c := &sc.cands[j]; i > 0 && int(c.chunks) == i {
+					c.chunks++
+					alive++
+				}
 			}
-			// An instance holding the key in several slots counts once; one that missed a
-			// key before is no longer contiguous.
-			if c := &sc.cands[j]; i > 0 && int(c.chunks) == i {
-				c.chunks++
-				alive++
+			if i == 0 {
+				alive = len(sc.cands)
 			}
-		}
-		if i == 0 {
-			alive = len(sc.cands)
 		}
 		if alive == 0 {
 			break

@@ -129,3 +129,43 @@ func reportQuantiles(b *testing.B, lat []time.Duration, kind string) {
 	b.ReportMetric(q(0.5), "p50"+kind+"-ns")
 	b.ReportMetric(q(0.99), "p99"+kind+"-ns")
 }
+
+// BenchmarkFloor is the machine's own tail, for reading BenchmarkPickLMCache's: a fixed
+// amount of work (sums over a buffer as large as a decision's working set), timed the
+// same way. Its p99/p50 is what this machine adds to any operation of that length; a
+// decision's p99 above that ratio is the decision's own.
+func BenchmarkFloor(b *testing.B) {
+	for _, kb := range []int{32, 128, 1024} {
+		b.Run(fmt.Sprintf("working-set=%dKiB", kb), func(b *testing.B) {
+			buf := make([]uint64, kb<<7)
+			for i := range buf {
+				buf[i] = uint64(i)
+			}
+			lat := make([]time.Duration, 0, 1<<16)
+			cpu := make([]time.Duration, 0, 1<<16)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var sink uint64
+			for b.Loop() {
+				c0, cpuOK := threadCPU()
+				t := time.Now()
+				for pass := range 4 {
+					for i, x := range buf {
+						sink += x ^ uint64(i+pass)
+					}
+				}
+				lat = append(lat, time.Since(t))
+				if c1, _ := threadCPU(); cpuOK {
+					cpu = append(cpu, c1-c0)
+				}
+			}
+			reportQuantiles(b, lat, "")
+			if len(cpu) > 0 {
+				reportQuantiles(b, cpu, "-cpu")
+			}
+			if sink == 42 {
+				b.Log(sink)
+			}
+		})
+	}
+}

@@ -54,7 +54,7 @@ type Request struct {
 // Decision is the outcome of one Pick.
 type Decision struct {
 	Endpoints    []string         // ordered, best first; at most MaxEndpoints
-	Ranked       []scoring.Ranked // the best candidates, best first: at most scoring.TopRanked of them
+	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or an explanation lists (32), whichever is more
 	Candidates   int              // candidates ranked (Ranked holds the first of them)
 	Policy       string
 	Beta         float64
@@ -399,7 +399,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		}
 		d.Booking = b
 		d.Candidates = len(ranked) - i
-		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+scoring.TopRanked)])
+		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+max(p.opts.MaxEndpoints, maxExplained))])
 		p.state.Booked(b.Addr(), now)
 		break
 	}

@@ -208,6 +208,16 @@ func (ix *Index) MatchEndpoints(tokens []uint32, endpoints []string) []EndpointM
 // must therefore not change a list's contents once passed; a new list is resolved once,
 // in time linear in its length.
 func (ix *Index) MatchHeld(dst []HeldMatch, tokens []uint32, endpoints []string) []HeldMatch {
+	return ix.MatchHeldIn(dst, tokens, endpoints, nil)
+}
+
+// MatchHeldIn is MatchHeld over the endpoints all[subset[0]], all[subset[1]], ...
+// (subset ascending; nil means all of them, empty none), answering exactly as MatchHeld of that
+// shorter list would: Endpoint is the place in subset, and IPs count as shared when they
+// are shared within the subset. all is resolved once, as in MatchHeld, so a decision
+// among some of a fleet's endpoints (a subset hint, an endpoint ejected) costs
+// O(log len(subset)) per holder instead of resolving a new list.
+func (ix *Index) MatchHeldIn(dst []HeldMatch, tokens []uint32, all []string, subset []int32) []HeldMatch {
 	var buf [16]int64
 	keys := ix.hasher.AppendChunkKeys(buf[:0], tokens)
 	sc := ix.getScratch()
@@ -216,22 +226,51 @@ func (ix *Index) MatchHeld(dst []HeldMatch, tokens []uint32, endpoints []string)
 	if len(sc.cands) == 0 {
 		return dst
 	}
-	es := ix.endpointsFor(endpoints)
+	es := ix.endpointsFor(all)
+	member := func(i int) int { // i's place among the endpoints asked about, or -1
+		if subset == nil {
+			return i
+		}
+		if j, ok := slices.BinarySearch(subset, int32(i)); ok {
+			return j
+		}
+		return -1
+	}
 	for _, i := range es.hostnames {
-		ix.logEndpointOnce(endpoints[i], "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
+		if member(i) >= 0 {
+			ix.logEndpointOnce(all[i], "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
+		}
 	}
 	for rank, c := range sc.cands {
 		i := es.placeOf(c.iv)
 		if i == notListed {
 			continue
 		}
-		if i < 0 {
+		at := -1
+		if i >= 0 {
+			at = member(int(i))
+		} else {
+			// Shared in all: it is shared among the endpoints asked about only if two of
+			// them have it.
+			var in []int
 			for _, j := range es.shared[c.iv.ip] {
-				ix.logEndpointOnce(endpoints[j], "lmcache: several endpoints share one IP, so an LMCache instance's IP does not say which of them it is: give each engine its own IP; they get no cache credit")
+				if member(j) >= 0 {
+					in = append(in, j)
+				}
 			}
+			if len(in) == 1 {
+				at = member(in[0])
+			}
+			if len(in) > 1 {
+				for _, j := range in {
+					ix.logEndpointOnce(all[j], "lmcache: several endpoints share one IP, so an LMCache instance's IP does not say which of them it is: give each engine its own IP; they get no cache credit")
+				}
+			}
+		}
+		if at < 0 {
 			continue
 		}
-		dst = append(dst, HeldMatch{Endpoint: int(i), EndpointMatch: EndpointMatch{Matched: ix.tokens(c, len(tokens)), HolderRank: rank}})
+		dst = append(dst, HeldMatch{Endpoint: at, EndpointMatch: EndpointMatch{Matched: ix.tokens(c, len(tokens)), HolderRank: rank}})
 	}
 	return dst
 }

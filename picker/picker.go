@@ -83,10 +83,19 @@ type CacheView interface {
 // prefers it when the view offers it.
 type HeldMatcher interface {
 	CacheView
-	// MatchHeld appends to dst the match of every endpoint holding part of the prompt,
-	// by place in endpoints; the others hold nothing (HolderRank -1). endpoints is the
-	// same slice while the endpoint set does not change, and is never modified.
-	MatchHeld(ctx context.Context, tokens []uint32, endpoints []string, dst []Held) ([]Held, error)
+	// MatchHeld appends to dst the match of every candidate holding part of the prompt,
+	// by place among the candidates; the others hold nothing (HolderRank -1). It answers
+	// as Match over the candidates' own list would.
+	MatchHeld(ctx context.Context, tokens []uint32, c Candidates, dst []Held) ([]Held, error)
+}
+
+// Candidates is a decision's candidate list as a HeldMatcher sees it: the fleet's
+// endpoint list (the same slice while the endpoint set does not change; never modified)
+// and, when the decision may use only some of them (a subset hint, an endpoint ejected),
+// their places in it, ascending. Subset nil means all of All.
+type Candidates struct {
+	All    []string
+	Subset []int32
 }
 
 // Held is the CacheMatch of the endpoint at Endpoint.
@@ -171,8 +180,9 @@ type Picker struct {
 
 // pickScratch is one decision's memory before the lock, reused across decisions.
 type pickScratch struct {
-	held []Held
-	idx  []int32 // candidate -> place in the fleet view, when candidates are a subset
+	held   []Held
+	idx    []int32 // candidate -> place in the fleet view, when candidates are a subset (else nil)
+	idxBuf []int32 // idx's memory
 }
 
 // rankScratch is the ranking's memory, reused by every decision under Picker.decide.
@@ -330,12 +340,13 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	}
 	d.PromptTokens = len(tokens)
 
-	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
+	placed := p.inView(view, cands, sc) // cands are view.Addrs()[sc.idx...]
+	var matches []CacheMatch            // aligned with cands; nil: no cache information, or see held
 	held, useHeld := sc.held[:0], false
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
-		if hm, ok := p.opts.Cache.(HeldMatcher); ok {
+		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
 			var err error
-			held, err = hm.MatchHeld(ctx, tokens, cands, held)
+			held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Subset: sc.idx}, held)
 			sc.held = held[:0]
 			if err != nil {
 				p.metrics.cacheErrors.Inc()
@@ -362,7 +373,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	now := p.opts.Now()
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now}
 	rs := &p.ranking
-	if p.opts.Fleet.View() == view && p.inView(view, cands, sc) {
+	if placed && p.opts.Fleet.View() == view {
 		// The endpoint set did not change since the candidates were taken: loads are read
 		// through the view, by place.
 		rs.cands = slices.Grow(rs.cands[:0], len(cands))[:len(cands)]
@@ -445,19 +456,33 @@ func (p *Picker) candidates(view *fleet.View, subset []string) ([]string, error)
 	if len(subset) == 0 {
 		return nil, ErrSubsetEmpty
 	}
-	want := make(map[string]bool, len(subset))
+	// all is sorted, so each hint is a binary search: an address finds itself, an IP
+	// alone every port of it (the addresses that start with "ip:" or "[ip]:").
+	var at []int
 	for _, s := range subset {
 		if a, err := fleet.CanonicalAddr(s); err == nil {
-			want[a] = true
-		} else {
-			want[strings.Trim(s, "[]")] = true // an IP alone matches every port of it
+			if i, ok := slices.BinarySearch(all, a); ok {
+				at = append(at, i)
+			}
+			continue
+		}
+		ip := strings.Trim(s, "[]")
+		prefix := ip + ":"
+		if strings.Contains(ip, ":") {
+			prefix = "[" + ip + "]:"
+		}
+		i, _ := slices.BinarySearch(all, prefix)
+		for ; i < len(all) && strings.HasPrefix(all[i], prefix); i++ {
+			if fleet.IP(all[i]) == ip {
+				at = append(at, i)
+			}
 		}
 	}
-	var out []string
-	for _, a := range all {
-		if want[a] || want[fleet.IP(a)] {
-			out = append(out, a)
-		}
+	slices.Sort(at)
+	at = slices.Compact(at)
+	out := make([]string, len(at))
+	for k, i := range at {
+		out[k] = all[i]
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w (hint: %s; endpoints: %s)", ErrSubsetUnmatched, strings.Join(subset, ","), strings.Join(all, ","))
@@ -469,11 +494,11 @@ func (p *Picker) candidates(view *fleet.View, subset []string) ([]string, error)
 // their places in it (nil when cands is the view's own list).
 func (p *Picker) inView(view *fleet.View, cands []string, sc *pickScratch) bool {
 	all := view.Addrs()
-	sc.idx = sc.idx[:0]
+	sc.idx = nil
 	if len(cands) == len(all) && (len(all) == 0 || &cands[0] == &all[0]) {
-		sc.idx = nil
 		return true
 	}
+	idx := sc.idxBuf[:0]
 	j := 0
 	for _, a := range cands {
 		for j < len(all) && all[j] != a {
@@ -482,9 +507,10 @@ func (p *Picker) inView(view *fleet.View, cands []string, sc *pickScratch) bool 
 		if j == len(all) {
 			return false
 		}
-		sc.idx = append(sc.idx, int32(j))
+		idx = append(idx, int32(j))
 		j++
 	}
+	sc.idx, sc.idxBuf = idx, idx
 	return true
 }
 

@@ -169,3 +169,28 @@ func BenchmarkFloor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickSubset is BenchmarkPickLMCache's 10k-endpoint, 2-holder decision with a
+// gateway subset hint of three entries (two addresses, one IP alone): the candidates are
+// found in the fleet by search, and the cache answers for them without a new list.
+func BenchmarkPickSubset(b *testing.B) {
+	bf := newBenchFleet(b, 10000, 2)
+	p := newPicker(b, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}})
+	req := Request{Tokens: bf.tokens, Subset: []string{bf.addrs[0], bf.addrs[5000], "10.0.0.7"}}
+	d, err := p.Pick(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if d.Endpoints[0] != bf.addrs[0] || len(d.Ranked) != 3 {
+		b.Fatalf("decision %v over %d candidates, want %s over 3", d.Endpoints, len(d.Ranked), bf.addrs[0])
+	}
+	d.Booking.Release()
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := p.Pick(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.Booking.Release()
+	}
+}

@@ -8,8 +8,11 @@
 //     (prev, tuple(chunk), None | ()) chained from hash(PYTHONHASHSEED)).
 //   - Encode and Decode speak the workers' msgspec msgpack (and JSON) messages.
 //   - Index is the key -> holders index and the worker registry. Apply ingests one message
-//     with an explicit time; Lookup reports every eligible instance's contiguous prefix.
-//     Lookups never wait for a burst of ingestion. Messages from the network are applied
+//     with an explicit time; Lookup reports every eligible instance's contiguous prefix,
+//     and MatchHeld the endpoints (of a list resolved once) that hold it. A lookup costs
+//     the prompt's chunks and the holders it meets, never the registry's or the endpoint
+//     list's size; a registration costs what it changes. Lookups never wait for a burst
+//     of ingestion. Messages from the network are applied
 //     only for instances of the IP they came from (trust.go: an engine speaks only for
 //     itself), and the index stays under a key budget, least recently used first (budget.go).
 //   - Server owns the ZeroMQ sockets (PULL for pushed events, ROUTER for register and

@@ -21,6 +21,7 @@ type cand struct {
 // lookupScratch is one lookup's working memory, reused through Index.scratch.
 type lookupScratch struct {
 	holders []uint32
+	prev    []uint32 // the previous chunk's holders
 	cands   []cand
 	marks   []mark // by dense number
 	walk    uint32
@@ -114,29 +115,42 @@ func (ix *Index) walk(sc *lookupScratch, keys []int64, promptTokens int) {
 	var stale uint64 // keys (of the first 64) whose use stamp is older than slack
 	for i, k := range keys {
 		var used uint32
+		sc.prev, sc.holders = sc.holders, sc.prev
 		sc.holders, used = ix.holdersOf(k, sc.holders[:0])
 		if i < 64 && slack > 0 && clock-used >= slack {
 			stale |= 1 << i
 		}
 		alive := 0
-		for _, s := range sc.holders {
-			iv := v.get(s)
-			if iv == nil {
-				continue
+		switch {
+		case i > 0 && slices.Equal(sc.holders, sc.prev):
+			// The same holders as the chunk before (a shared prefix usually is): whoever
+			// was still contiguous stays so, without resolving the holders again.
+			for j := range sc.cands {
+				if c := &sc.cands[j]; int(c.chunks) == i {
+					c.chunks++
+					alive++
+				}
 			}
-			j := sc.enter(iv, i == 0)
-			if j < 0 {
-				continue
+		default:
+			for _, s := range sc.holders {
+				iv := v.get(s)
+				if iv == nil {
+					continue
+				}
+				j := sc.enter(iv, i == 0)
+				if j < 0 {
+					continue
+				}
+				// An instance holding the key in several slots counts once; one that
+				// missed a key before is no longer contiguous.
+				if c := &sc.cands[j]; i > 0 && int(c.chunks) == i {
+					c.chunks++
+					alive++
+				}
 			}
-			// An instance holding the key in several slots counts once; one that missed a
-			// key before is no longer contiguous.
-			if c := &sc.cands[j]; i > 0 && int(c.chunks) == i {
-				c.chunks++
-				alive++
+			if i == 0 {
+				alive = len(sc.cands)
 			}
-		}
-		if i == 0 {
-			alive = len(sc.cands)
 		}
 		if alive == 0 {
 			break
@@ -194,6 +208,16 @@ func (ix *Index) MatchEndpoints(tokens []uint32, endpoints []string) []EndpointM
 // must therefore not change a list's contents once passed; a new list is resolved once,
 // in time linear in its length.
 func (ix *Index) MatchHeld(dst []HeldMatch, tokens []uint32, endpoints []string) []HeldMatch {
+	return ix.MatchHeldIn(dst, tokens, endpoints, nil)
+}
+
+// MatchHeldIn is MatchHeld over the endpoints all[subset[0]], all[subset[1]], ...
+// (subset ascending; nil means all of them, empty none), answering exactly as MatchHeld of that
+// shorter list would: Endpoint is the place in subset, and IPs count as shared when they
+// are shared within the subset. all is resolved once, as in MatchHeld, so a decision
+// among some of a fleet's endpoints (a subset hint, an endpoint ejected) costs
+// O(log len(subset)) per holder instead of resolving a new list.
+func (ix *Index) MatchHeldIn(dst []HeldMatch, tokens []uint32, all []string, subset []int32) []HeldMatch {
 	var buf [16]int64
 	keys := ix.hasher.AppendChunkKeys(buf[:0], tokens)
 	sc := ix.getScratch()
@@ -202,22 +226,51 @@ func (ix *Index) MatchHeld(dst []HeldMatch, tokens []uint32, endpoints []string)
 	if len(sc.cands) == 0 {
 		return dst
 	}
-	es := ix.endpointsFor(endpoints)
+	es := ix.endpointsFor(all)
+	member := func(i int) int { // i's place among the endpoints asked about, or -1
+		if subset == nil {
+			return i
+		}
+		if j, ok := slices.BinarySearch(subset, int32(i)); ok {
+			return j
+		}
+		return -1
+	}
 	for _, i := range es.hostnames {
-		ix.logEndpointOnce(endpoints[i], "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
+		if member(i) >= 0 {
+			ix.logEndpointOnce(all[i], "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
+		}
 	}
 	for rank, c := range sc.cands {
 		i := es.placeOf(c.iv)
 		if i == notListed {
 			continue
 		}
-		if i < 0 {
+		at := -1
+		if i >= 0 {
+			at = member(int(i))
+		} else {
+			// Shared in all: it is shared among the endpoints asked about only if two of
+			// them have it.
+			var in []int
 			for _, j := range es.shared[c.iv.ip] {
-				ix.logEndpointOnce(endpoints[j], "lmcache: several endpoints share one IP, so an LMCache instance's IP does not say which of them it is: give each engine its own IP; they get no cache credit")
+				if member(j) >= 0 {
+					in = append(in, j)
+				}
 			}
+			if len(in) == 1 {
+				at = member(in[0])
+			}
+			if len(in) > 1 {
+				for _, j := range in {
+					ix.logEndpointOnce(all[j], "lmcache: several endpoints share one IP, so an LMCache instance's IP does not say which of them it is: give each engine its own IP; they get no cache credit")
+				}
+			}
+		}
+		if at < 0 {
 			continue
 		}
-		dst = append(dst, HeldMatch{Endpoint: int(i), EndpointMatch: EndpointMatch{Matched: ix.tokens(c, len(tokens)), HolderRank: rank}})
+		dst = append(dst, HeldMatch{Endpoint: at, EndpointMatch: EndpointMatch{Matched: ix.tokens(c, len(tokens)), HolderRank: rank}})
 	}
 	return dst
 }

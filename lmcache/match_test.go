@@ -82,3 +82,35 @@ func TestLookupAgreesWithADirectCount(t *testing.T) {
 		})
 	}
 }
+
+// MatchHeldIn over a subset of a list answers exactly as MatchHeld over that subset as a
+// list of its own, for every subset: places in the subset, and IPs shared only when two
+// of the subset's endpoints have them.
+func TestMatchHeldInAgreesWithTheSubsetsOwnList(t *testing.T) {
+	p := prompt(4, 600)
+	ix := newTestIndex(t, IndexConfig{})
+	applyAll(t, ix, cat(
+		regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 3),
+		regMsg("b", 0, "10.0.0.2"), admits(t, "b", 0, "cpu", p, 0, 1),
+		regMsg("c", 0, "10.0.0.3"), admits(t, "c", 0, "cpu", p, 0, 2),
+		regMsg("d", 0, "10.0.0.4"), admits(t, "d", 0, "cpu", p, 0, 3),
+	), t0)
+	all := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.3:8001", "10.0.0.4:8000", "engine-0:8000", "10.0.0.9:8000"}
+	for mask := range 1 << len(all) {
+		subset := []int32{} // not nil: nil means all
+		var list []string
+		for i := range all {
+			if mask&(1<<i) != 0 {
+				subset = append(subset, int32(i))
+				list = append(list, all[i])
+			}
+		}
+		want := ix.MatchHeld(nil, p, list)
+		if got := ix.MatchHeldIn(nil, p, all, subset); !cmp.Equal(got, want) {
+			t.Fatalf("subset %v: MatchHeldIn %+v, MatchHeld of the list %+v", list, got, want)
+		}
+	}
+	if got, want := ix.MatchHeldIn(nil, p, all, nil), ix.MatchHeld(nil, p, slices.Clone(all)); !cmp.Equal(got, want) {
+		t.Fatalf("nil subset: %+v, want %+v", got, want)
+	}
+}

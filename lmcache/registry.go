@@ -64,6 +64,7 @@ type credit struct {
 	counts     map[InstanceState]int
 	dirtyIPs   map[string]struct{} // IPs whose instances' credit may have changed
 	dirtyInsts []*instance         // instances without an IP whose state may have changed
+	recount    bool                // an instance was forgotten: the gauges are stale
 	free       []int32             // dense numbers given back by instances that lost credit
 	next       int32               // the next dense number never given out
 }
@@ -125,7 +126,7 @@ func (ix *Index) dirtyIP(ip string) {
 // call it before they release ix.mu.
 func (ix *Index) settle() {
 	c := &ix.credit
-	if len(c.dirtyIPs) == 0 && len(c.dirtyInsts) == 0 {
+	if len(c.dirtyIPs) == 0 && len(c.dirtyInsts) == 0 && !c.recount {
 		return
 	}
 	for ip := range c.dirtyIPs {
@@ -152,6 +153,7 @@ func (ix *Index) settle() {
 	}
 	clear(c.dirtyIPs)
 	c.dirtyInsts = c.dirtyInsts[:0]
+	c.recount = false
 	ix.setGauges()
 }
 
@@ -384,6 +386,7 @@ func (ix *Index) forget(inst *instance) {
 	if inst.state != "" {
 		ix.credit.counts[inst.state]--
 		inst.state = ""
+		ix.credit.recount = true
 	}
 	ix.leaveIP(inst)
 	if p := inst.peer; p != "" {

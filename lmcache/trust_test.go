@@ -245,6 +245,7 @@ func fuzzBody(t *testing.T, in []byte) {
 			if ix.Keys() > 16 {
 				t.Fatalf("%d keys held, over the budget of 16", ix.Keys())
 			}
+			checkCredit(t, ix, fmt.Sprintf("after %#v from %s", m, peer))
 			perIP := map[string]int{}
 			infos := ix.Instances()
 			present := map[string]bool{}

@@ -50,7 +50,8 @@ func TestHeldMatchesDecideAsDenseOnes(t *testing.T) {
 	}
 }
 
-// A large fleet's decision keeps the best scoring.TopRanked and counts the rest.
+// A large fleet's decision keeps the best it may be asked about (an explanation's 32)
+// and counts the rest.
 func TestDecisionKeepsTheBestRanked(t *testing.T) {
 	bf := newBenchFleet(t, 500, 2)
 	p := newPicker(t, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}, MaxEndpoints: 4})
@@ -59,8 +60,8 @@ func TestDecisionKeepsTheBestRanked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Booking.Release()
-	if len(d.Ranked) != scoring.TopRanked || d.Candidates != 500 || len(d.Endpoints) != 4 {
-		t.Fatalf("ranked %d, candidates %d, endpoints %d: want %d, 500, 4", len(d.Ranked), d.Candidates, len(d.Endpoints), scoring.TopRanked)
+	if len(d.Ranked) != maxExplained || d.Candidates != 500 || len(d.Endpoints) != 4 {
+		t.Fatalf("ranked %d, candidates %d, endpoints %d: want %d, 500, 4", len(d.Ranked), d.Candidates, len(d.Endpoints), maxExplained)
 	}
 	if d.Endpoints[0] != bf.holder[0] || d.Sources[bf.holder[0]] != SourceLMCache {
 		t.Fatalf("winner %s (sources %v), want the idle holder %s", d.Endpoints[0], d.Sources, bf.holder[0])

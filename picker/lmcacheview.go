@@ -25,12 +25,12 @@ func (v LMCacheView) Match(_ context.Context, tokens []uint32, endpoints []strin
 // nothing per holder.
 var heldBufs = sync.Pool{New: func() any { return new([]lmcache.HeldMatch) }}
 
-// MatchHeld implements HeldMatcher (see lmcache.Index.MatchHeld: the endpoint list is
-// resolved once per list, so a lookup costs the chunks and holders only).
-func (v LMCacheView) MatchHeld(_ context.Context, tokens []uint32, endpoints []string, dst []Held) ([]Held, error) {
+// MatchHeld implements HeldMatcher (see lmcache.Index.MatchHeldIn: the fleet's list is
+// resolved once, so a lookup costs the chunks and holders only, with or without a subset).
+func (v LMCacheView) MatchHeld(_ context.Context, tokens []uint32, c Candidates, dst []Held) ([]Held, error) {
 	buf := heldBufs.Get().(*[]lmcache.HeldMatch)
 	defer heldBufs.Put(buf)
-	*buf = v.Index.MatchHeld((*buf)[:0], tokens, endpoints)
+	*buf = v.Index.MatchHeldIn((*buf)[:0], tokens, c.All, c.Subset)
 	for _, h := range *buf {
 		dst = append(dst, Held{Endpoint: h.Endpoint, CacheMatch: CacheMatch{Matched: h.Matched, HolderRank: h.HolderRank, Source: SourceLMCache}})
 	}

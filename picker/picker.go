@@ -54,7 +54,7 @@ type Request struct {
 // Decision is the outcome of one Pick.
 type Decision struct {
 	Endpoints    []string         // ordered, best first; at most MaxEndpoints
-	Ranked       []scoring.Ranked // the best candidates, best first: at most scoring.TopRanked of them
+	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or an explanation lists (32), whichever is more
 	Candidates   int              // candidates ranked (Ranked holds the first of them)
 	Policy       string
 	Beta         float64
@@ -74,25 +74,9 @@ type CacheMatch struct {
 
 // CacheView reports, for a prompt's token ids, what each endpoint holds.
 type CacheView interface {
-	// Match returns one CacheMatch per endpoint, aligned with endpoints.
+	// Match returns one CacheMatch per endpoint, aligned with endpoints. The slice may
+	// be the fleet's own: it must not be modified.
 	Match(ctx context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error)
-}
-
-// HeldMatcher is a CacheView that can also report only the endpoints holding part of the
-// prompt, so a decision over a large fleet costs the holders, not the fleet. The picker
-// prefers it when the view offers it.
-type HeldMatcher interface {
-	CacheView
-	// MatchHeld appends to dst the match of every endpoint holding part of the prompt,
-	// by place in endpoints; the others hold nothing (HolderRank -1). endpoints is the
-	// same slice while the endpoint set does not change, and is never modified.
-	MatchHeld(ctx context.Context, tokens []uint32, endpoints []string, dst []Held) ([]Held, error)
-}
-
-// Held is the CacheMatch of the endpoint at Endpoint.
-type Held struct {
-	Endpoint int
-	CacheMatch
 }
 
 // NoCache is the cache view with no information: nothing is held anywhere.
@@ -108,7 +92,8 @@ func (NoCache) Match(_ context.Context, _ []uint32, endpoints []string) ([]Cache
 }
 
 // Tokenizer turns a request's prompt (Prompt or ChatBody) into the token ids the engines
-// will compute. endpoints are the request's candidates, for tokenizers that ask an engine.
+// will compute. endpoints are the request's candidates, for tokenizers that ask an engine;
+// the slice may be the fleet's own and must not be modified.
 // An error says why the ids cannot be had; the picker then routes on load alone.
 type Tokenizer interface {
 	Tokenize(ctx context.Context, r Request, endpoints []string) ([]uint32, error)
@@ -121,7 +106,8 @@ type Observer interface {
 }
 
 // HealthView narrows candidates to the endpoints healthy at now (fleet.Health). When none
-// is healthy it returns them all and false.
+// is healthy it returns them all and false. It must not modify addrs (it may be the
+// fleet's own slice) and must keep their order.
 type HealthView interface {
 	Usable(addrs []string, now time.Time) ([]string, bool)
 }
@@ -167,75 +153,6 @@ type Picker struct {
 	source  string      // the cache view's name, for the cache-share metrics
 	scratch sync.Pool   // *pickScratch, for the work before the lock
 	ranking rankScratch // guarded by decide
-}
-
-// pickScratch is one decision's memory before the lock, reused across decisions.
-type pickScratch struct {
-	held []Held
-	idx  []int32 // candidate -> place in the fleet view, when candidates are a subset
-}
-
-// rankScratch is the ranking's memory, reused by every decision under Picker.decide.
-type rankScratch struct {
-	cands  []scoring.Candidate
-	ranked []scoring.Ranked
-	heldAt []int32 // place in cands -> 1 + index in held; zero between decisions
-}
-
-// sources names the cache source of each ranked endpoint's match (nil when none has
-// one). It looks up the ranked entries only, so its cost does not grow with the holders.
-func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches []CacheMatch, held []Held, useHeld bool) map[string]string {
-	if matches == nil && !useHeld {
-		return nil
-	}
-	if useHeld {
-		rs.heldAt = slices.Grow(rs.heldAt[:0], len(cands))[:len(cands)]
-		for i, h := range held {
-			rs.heldAt[h.Endpoint] = int32(i + 1)
-		}
-		defer func() {
-			for _, h := range held {
-				rs.heldAt[h.Endpoint] = 0
-			}
-		}()
-	}
-	srcs := make([]string, len(ranked)) // at most scoring.TopRanked: on the stack
-	n := 0
-	for k, r := range ranked {
-		if r.Matched <= 0 {
-			continue
-		}
-		i := placeOf(cands, r.Addr)
-		switch {
-		case i < 0:
-		case !useHeld:
-			srcs[k] = matches[i].Source
-		case rs.heldAt[i] > 0:
-			srcs[k] = held[rs.heldAt[i]-1].Source
-		}
-		if srcs[k] != "" {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	out := make(map[string]string, n)
-	for k, src := range srcs {
-		if src != "" {
-			out[ranked[k].Addr] = src
-		}
-	}
-	return out
-}
-
-// placeOf returns the place of addr in cands (sorted, as the fleet gives them; searched
-// in full if not), or -1.
-func placeOf(cands []string, addr string) int {
-	if i, ok := slices.BinarySearch(cands, addr); ok {
-		return i
-	}
-	return slices.Index(cands, addr)
 }
 
 // New checks opts and returns a Picker.
@@ -330,12 +247,13 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	}
 	d.PromptTokens = len(tokens)
 
-	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
+	placed := p.inView(view, cands, sc) // cands are view.Addrs()[sc.idx...]
+	var matches []CacheMatch            // aligned with cands; nil: no cache information, or see held
 	held, useHeld := sc.held[:0], false
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
-		if hm, ok := p.opts.Cache.(HeldMatcher); ok {
+		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
 			var err error
-			held, err = hm.MatchHeld(ctx, tokens, cands, held)
+			held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Subset: sc.idx}, held)
 			sc.held = held[:0]
 			if err != nil {
 				p.metrics.cacheErrors.Inc()
@@ -371,7 +289,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		}
 	}
 	rs := &p.ranking
-	if p.opts.Fleet.View() == view && p.inView(view, cands, sc) {
+	if placed && p.opts.Fleet.View() == view {
 		// The endpoint set did not change since the candidates were taken: loads are read
 		// through the view, by place.
 		rs.cands = slices.Grow(rs.cands[:0], len(cands))[:len(cands)]
@@ -409,7 +327,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		}
 		d.Booking = b
 		d.Candidates = len(ranked) - i
-		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+scoring.TopRanked)])
+		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+max(p.opts.MaxEndpoints, maxExplained))])
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
 		break
@@ -456,79 +374,38 @@ func (p *Picker) candidates(view *fleet.View, subset []string) ([]string, error)
 	if len(subset) == 0 {
 		return nil, ErrSubsetEmpty
 	}
-	want := make(map[string]bool, len(subset))
+	// all is sorted, so each hint is a binary search: an address finds itself, an IP
+	// alone every port of it (the addresses that start with "ip:" or "[ip]:").
+	var at []int
 	for _, s := range subset {
 		if a, err := fleet.CanonicalAddr(s); err == nil {
-			want[a] = true
-		} else {
-			want[strings.Trim(s, "[]")] = true // an IP alone matches every port of it
+			if i, ok := slices.BinarySearch(all, a); ok {
+				at = append(at, i)
+			}
+			continue
+		}
+		ip := strings.Trim(s, "[]")
+		prefix := ip + ":"
+		if strings.Contains(ip, ":") {
+			prefix = "[" + ip + "]:"
+		}
+		i, _ := slices.BinarySearch(all, prefix)
+		for ; i < len(all) && strings.HasPrefix(all[i], prefix); i++ {
+			if fleet.IP(all[i]) == ip {
+				at = append(at, i)
+			}
 		}
 	}
-	var out []string
-	for _, a := range all {
-		if want[a] || want[fleet.IP(a)] {
-			out = append(out, a)
-		}
+	slices.Sort(at)
+	at = slices.Compact(at)
+	out := make([]string, len(at))
+	for k, i := range at {
+		out[k] = all[i]
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w (hint: %s; endpoints: %s)", ErrSubsetUnmatched, strings.Join(subset, ","), strings.Join(all, ","))
 	}
 	return out, nil
-}
-
-// inView reports whether cands are, in order, addresses of view, and leaves in sc.idx
-// their places in it (nil when cands is the view's own list).
-func (p *Picker) inView(view *fleet.View, cands []string, sc *pickScratch) bool {
-	all := view.Addrs()
-	sc.idx = sc.idx[:0]
-	if len(cands) == len(all) && (len(all) == 0 || &cands[0] == &all[0]) {
-		sc.idx = nil
-		return true
-	}
-	j := 0
-	for _, a := range cands {
-		for j < len(all) && all[j] != a {
-			j++
-		}
-		if j == len(all) {
-			return false
-		}
-		sc.idx = append(sc.idx, int32(j))
-		j++
-	}
-	return true
-}
-
-// applyMatches copies the cache's matches onto the candidates (Candidates hold no credit
-// when they come in): by place from a dense answer aligned with cands, or from held
-// entries.
-func applyMatches(cs []scoring.Candidate, cands []string, matches []CacheMatch, held []Held, useHeld bool) {
-	if useHeld {
-		// held names places in cands; cs may lack endpoints removed since (Loads).
-		if len(cs) == len(cands) {
-			for _, h := range held {
-				cs[h.Endpoint].Matched, cs[h.Endpoint].HolderRank = h.Matched, h.HolderRank
-			}
-			return
-		}
-		matches = make([]CacheMatch, len(cands))
-		for i := range matches {
-			matches[i].HolderRank = -1
-		}
-		for _, h := range held {
-			matches[h.Endpoint] = h.CacheMatch
-		}
-	}
-	if matches == nil {
-		return
-	}
-	j := 0 // cs is cands in order, less endpoints removed since
-	for i := range cs {
-		for cands[j] != cs[i].Addr {
-			j++
-		}
-		cs[i].Matched, cs[i].HolderRank = matches[j].Matched, matches[j].HolderRank
-	}
 }
 
 // tokens returns the prompt's token ids, where they came from, and a note when there are none.

@@ -21,6 +21,7 @@ func TestSortTopAgreesWithAFullSort(t *testing.T) {
 		{"every score equal: address order", 3000, 65, 1},
 		{"k of one", 1000, 1, 10},
 		{"k above the inline buffers", 2000, 300, 50},
+		{"candidates in address order", 3000, 65, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -29,7 +30,11 @@ func TestSortTopAgreesWithAFullSort(t *testing.T) {
 			for i := range rs {
 				rs[i] = Ranked{Addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250), Score: float64(r.IntN(tt.distinct)) / 7}
 			}
-			r.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
+			if !strings.Contains(tt.name, "address order") {
+				r.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
+			} else {
+				slices.SortFunc(rs, func(a, b Ranked) int { return strings.Compare(a.Addr, b.Addr) })
+			}
 			want := slices.Clone(rs)
 			slices.SortFunc(want, func(a, b Ranked) int { return byScore(&a, &b) })
 			got := slices.Clone(rs)

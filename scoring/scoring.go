@@ -260,7 +260,23 @@ func sortTop(rs []Ranked, k int) {
 		down(0)
 		floor = rs[h[0]].Score - scoreEpsilon
 	}
-	slices.SortFunc(h, func(a, b int32) int { return byScore(&rs[a], &rs[b]) })
+	// Order the k best. Candidates usually arrive in address order: then the address
+	// tie-break is the place, and the sort compares no strings.
+	slices.Sort(h)
+	byPlace := true
+	for j := 1; j < len(h) && byPlace; j++ {
+		byPlace = rs[h[j-1]].Addr < rs[h[j]].Addr
+	}
+	if byPlace {
+		slices.SortFunc(h, func(a, b int32) int {
+			if d := rs[a].Score - rs[b].Score; math.Abs(d) > scoreEpsilon {
+				return cmp.Compare(rs[b].Score, rs[a].Score)
+			}
+			return cmp.Compare(a, b)
+		})
+	} else {
+		slices.SortFunc(h, func(a, b int32) int { return byScore(&rs[a], &rs[b]) })
+	}
 	// Move the k best to the front: entries of the front that are not among them go to
 	// the places the best leave.
 	var inFront [sortedPrefix]bool

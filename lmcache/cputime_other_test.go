@@ -1,0 +1,8 @@
+//go:build !linux
+
+package lmcache
+
+import "time"
+
+// threadCPU is not available here: the benchmarks report wall-clock quantiles only.
+func threadCPU() (time.Duration, bool) { return 0, false }

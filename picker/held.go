@@ -1,0 +1,165 @@
+package picker
+
+import (
+	"context"
+	"slices"
+
+	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// The decision's large-fleet path: the cache answers for the holders only, the
+// candidates are places in the fleet's view, and the ranking's memory is reused, so a
+// decision allocates nothing per endpoint.
+
+// HeldMatcher is a CacheView that can also report only the endpoints holding part of the
+// prompt, so a decision over a large fleet costs the holders, not the fleet. The picker
+// prefers it when the view offers it.
+type HeldMatcher interface {
+	CacheView
+	// MatchHeld appends to dst the match of every candidate holding part of the prompt,
+	// by place among the candidates; the others hold nothing (HolderRank -1). It answers
+	// as Match over the candidates' own list would.
+	MatchHeld(ctx context.Context, tokens []uint32, c Candidates, dst []Held) ([]Held, error)
+}
+
+// Candidates is a decision's candidate list as a HeldMatcher sees it: the fleet's
+// endpoint list (the same slice while the endpoint set does not change; never modified)
+// and, when the decision may use only some of them (a subset hint, an endpoint ejected),
+// their places in it, ascending. Subset nil means all of All.
+type Candidates struct {
+	All    []string
+	Subset []int32
+}
+
+// Held is the CacheMatch of the endpoint at Endpoint.
+type Held struct {
+	Endpoint int
+	CacheMatch
+}
+
+// pickScratch is one decision's memory before the lock, reused across decisions.
+type pickScratch struct {
+	held   []Held
+	idx    []int32 // candidate -> place in the fleet view, when candidates are a subset (else nil)
+	idxBuf []int32 // idx's memory
+}
+
+// rankScratch is the ranking's memory, reused by every decision under Picker.decide.
+type rankScratch struct {
+	cands  []scoring.Candidate
+	ranked []scoring.Ranked
+	heldAt []int32 // place in cands -> 1 + index in held; zero between decisions
+}
+
+// sources names the cache source of each ranked endpoint's match (nil when none has
+// one). It looks up the ranked entries only, so its cost does not grow with the holders.
+func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches []CacheMatch, held []Held, useHeld bool) map[string]string {
+	if matches == nil && !useHeld {
+		return nil
+	}
+	if useHeld {
+		rs.heldAt = slices.Grow(rs.heldAt[:0], len(cands))[:len(cands)]
+		for i, h := range held {
+			rs.heldAt[h.Endpoint] = int32(i + 1)
+		}
+		defer func() {
+			for _, h := range held {
+				rs.heldAt[h.Endpoint] = 0
+			}
+		}()
+	}
+	srcs := make([]string, len(ranked)) // at most scoring.TopRanked: on the stack
+	n := 0
+	for k, r := range ranked {
+		if r.Matched <= 0 {
+			continue
+		}
+		i := placeOf(cands, r.Addr)
+		switch {
+		case i < 0:
+		case !useHeld:
+			srcs[k] = matches[i].Source
+		case rs.heldAt[i] > 0:
+			srcs[k] = held[rs.heldAt[i]-1].Source
+		}
+		if srcs[k] != "" {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make(map[string]string, n)
+	for k, src := range srcs {
+		if src != "" {
+			out[ranked[k].Addr] = src
+		}
+	}
+	return out
+}
+
+// placeOf returns the place of addr in cands (sorted, as the fleet gives them; searched
+// in full if not), or -1.
+func placeOf(cands []string, addr string) int {
+	if i, ok := slices.BinarySearch(cands, addr); ok {
+		return i
+	}
+	return slices.Index(cands, addr)
+}
+
+// inView reports whether cands are, in order, addresses of view, and leaves in sc.idx
+// their places in it (nil when cands is the view's own list).
+func (p *Picker) inView(view *fleet.View, cands []string, sc *pickScratch) bool {
+	all := view.Addrs()
+	sc.idx = nil
+	if len(cands) == len(all) && (len(all) == 0 || &cands[0] == &all[0]) {
+		return true
+	}
+	idx := sc.idxBuf[:0]
+	j := 0
+	for _, a := range cands {
+		for j < len(all) && all[j] != a {
+			j++
+		}
+		if j == len(all) {
+			return false
+		}
+		idx = append(idx, int32(j))
+		j++
+	}
+	sc.idx, sc.idxBuf = idx, idx
+	return true
+}
+
+// applyMatches copies the cache's matches onto the candidates (Candidates hold no credit
+// when they come in): by place from a dense answer aligned with cands, or from held
+// entries.
+func applyMatches(cs []scoring.Candidate, cands []string, matches []CacheMatch, held []Held, useHeld bool) {
+	if useHeld {
+		// held names places in cands; cs may lack endpoints removed since (Loads).
+		if len(cs) == len(cands) {
+			for _, h := range held {
+				cs[h.Endpoint].Matched, cs[h.Endpoint].HolderRank = h.Matched, h.HolderRank
+			}
+			return
+		}
+		matches = make([]CacheMatch, len(cands))
+		for i := range matches {
+			matches[i].HolderRank = -1
+		}
+		for _, h := range held {
+			matches[h.Endpoint] = h.CacheMatch
+		}
+	}
+	if matches == nil {
+		return
+	}
+	j := 0 // cs is cands in order, less endpoints removed since
+	for i := range cs {
+		for cands[j] != cs[i].Addr {
+			j++
+		}
+		cs[i].Matched, cs[i].HolderRank = matches[j].Matched, matches[j].HolderRank
+	}
+}

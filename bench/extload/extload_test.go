@@ -254,3 +254,17 @@ func TestReportComparesAtEachRate(t *testing.T) {
 		t.Fatalf("report:\n%s", b.String())
 	}
 }
+
+func TestPoolMergesTheSameServerAndRate(t *testing.T) {
+	a := Arm{Server: "s", Rate: 500, Window: Window{Sent: 2, Totals: []time.Duration{1, 2}, Errors: map[string]int{"x": 1}}, CPU: 10}
+	b := Arm{Server: "s", Rate: 500, Window: Window{Sent: 3, Failed: 1, Totals: []time.Duration{3, 4}, Errors: map[string]int{"x": 2}}, CPU: 20}
+	c := Arm{Server: "s", Rate: 1000, Window: Window{Sent: 1}}
+	arms := Pool(Pool(Pool(nil, a), c), b)
+	if len(arms) != 2 {
+		t.Fatalf("%d arms, want 2 (one per rate)", len(arms))
+	}
+	p := arms[0]
+	if p.Window.Sent != 5 || p.Window.Failed != 1 || len(p.Window.Totals) != 4 || p.Window.Errors["x"] != 3 || p.CPU != 30 || p.CPUPerRequest() != 6 {
+		t.Fatalf("pooled %+v", p)
+	}
+}

@@ -40,6 +40,32 @@ func millis(ds []time.Duration, ps ...float64) []float64 {
 	return stats.Percentiles(xs, ps...)
 }
 
+// Pool adds a to arms: to the arm of the same server and rate if there is one (its
+// windows' counts, round trips and CPU summed), else as a new arm at the end.
+func Pool(arms []Arm, a Arm) []Arm {
+	for i := range arms {
+		if p := &arms[i]; p.Server == a.Server && p.Rate == a.Rate {
+			w := &p.Window
+			w.Sent += a.Window.Sent
+			w.Shed += a.Window.Shed
+			w.Failed += a.Window.Failed
+			w.Routed += a.Window.Routed
+			w.Elapsed += a.Window.Elapsed
+			w.Totals = append(w.Totals, a.Window.Totals...)
+			w.Choices = append(w.Choices, a.Window.Choices...)
+			for msg, n := range a.Window.Errors {
+				if w.Errors == nil {
+					w.Errors = map[string]int{}
+				}
+				w.Errors[msg] += n
+			}
+			p.CPU += a.CPU
+			return arms
+		}
+	}
+	return append(arms, a)
+}
+
 // Comparison is a server against the floor at one rate.
 type Comparison struct {
 	Rate                 float64

@@ -47,6 +47,7 @@ const (
 
 type extloadConfig struct {
 	rates       []float64
+	rounds      int
 	duration    time.Duration
 	warmup      time.Duration
 	bodyBytes   int
@@ -70,7 +71,8 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("extload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&rates, "rates", "500,1000,2000", "open-loop rates, requests/s, each run against both servers")
-	fs.DurationVar(&c.duration, "duration", 3*time.Second, "measured window per rate and server")
+	fs.IntVar(&c.rounds, "rounds", 1, "times the rates are run (servers alternating first); each server's windows at a rate are pooled")
+	fs.DurationVar(&c.duration, "duration", 3*time.Second, "measured window per rate, server and round")
 	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "unmeasured window at the same rate before each measured one")
 	fs.IntVar(&c.bodyBytes, "body-bytes", 8192, "request body size (64 B to 16 MiB)")
 	fs.StringVar(&c.prompt, "prompt", "ids", "prompt form: ids (token ids) or text (tokenized when -tokenizer is given, else routed on load alone)")
@@ -112,6 +114,8 @@ func (c extloadConfig) check() error {
 	switch {
 	case c.duration <= 0 || c.duration > 10*time.Minute:
 		return fmt.Errorf("-duration %v: pass a window between 1ms and 10m", c.duration)
+	case c.rounds < 1 || c.rounds > 100:
+		return fmt.Errorf("-rounds %d: pass 1 to 100", c.rounds)
 	case c.warmup < 0 || c.warmup > time.Minute:
 		return fmt.Errorf("-warmup %v: pass 0 to 1m", c.warmup)
 	case c.bodyBytes < 64 || c.bodyBytes > 16<<20:
@@ -177,21 +181,23 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "extload: %d-byte /v1/completions bodies (%s prompt), one ext_proc stream per request, full-duplex as Envoy;\n", len(req.Body), c.prompt)
 	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints) and %s.\n",
 		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing)
-	fmt.Fprintf(stdout, "rates %v req/s, %v measured after %v warm-up per rate and server: about %v.\n\n",
-		c.rates, c.duration, c.warmup, (time.Duration(2*len(c.rates)) * perWindow).Round(time.Second))
+	fmt.Fprintf(stdout, "rates %v req/s, %d round(s) of %v measured after %v warm-up per rate and server: about %v.\n\n",
+		c.rates, c.rounds, c.duration, c.warmup, (time.Duration(2*len(c.rates)*c.rounds) * perWindow).Round(time.Second))
 
 	var arms []extload.Arm
-	for i, rate := range c.rates {
-		order := []string{serverNothing, serverOurs}
-		if i%2 == 1 { // alternate which server goes first, so drift in the machine's load falls on both
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, name := range order {
-			arm, err := extloadWindow(ctx, c, name, rate, uint64(i), conns[name], servers[name], req, stderr)
-			if err != nil {
-				return err
+	for round := range c.rounds {
+		for i, rate := range c.rates {
+			order := []string{serverNothing, serverOurs}
+			if (i+round)%2 == 1 { // alternate which server goes first, so drift in the machine's load falls on both
+				order[0], order[1] = order[1], order[0]
 			}
-			arms = append(arms, arm)
+			for _, name := range order {
+				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, stderr)
+				if err != nil {
+					return err
+				}
+				arms = extload.Pool(arms, arm)
+			}
 		}
 	}
 	fmt.Fprintln(stdout, "Round trip: from a request's scheduled start to the server's end of its stream (headers, body, response")

@@ -23,7 +23,7 @@ func TestExtloadReportsBothServersAndTheirRatios(t *testing.T) {
 		t.Skip("starts two server processes")
 	}
 	var out, errOut bytes.Buffer
-	args := []string{"-rates", "200,300", "-duration", "250ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
+	args := []string{"-rates", "200,300", "-rounds", "2", "-duration", "150ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
 	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
 		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
@@ -58,6 +58,7 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 		{"a rate that is not a number", []string{"-rates", "500,fast"}, `"fast" is not a positive number`},
 		{"a zero rate", []string{"-rates", "0"}, "not a positive number"},
 		{"no window", []string{"-duration", "0s"}, "-duration 0s"},
+		{"no rounds", []string{"-rounds", "0"}, "-rounds 0: pass 1 to 100"},
 		{"a tiny body", []string{"-body-bytes", "10"}, "-body-bytes 10: pass 64"},
 		{"an unknown prompt form", []string{"-prompt", "audio"}, `-prompt "audio": use ids or text`},
 		{"no endpoints", []string{"-endpoints", "0"}, "-endpoints 0"},

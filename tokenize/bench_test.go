@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // benchText is ~64 KiB of mixed natural text and code.
@@ -120,10 +121,13 @@ func BenchmarkEncode100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	var sb strings.Builder
-	for sb.Len() < 270<<10 {
+	for sb.Len() < 284<<10 {
 		sb.WriteString(benchText)
 	}
-	text := sb.String()
+	text := sb.String()[:284<<10] // about 2.8 bytes a token
+	for !utf8.RuneStart(text[len(text)-1]) || text[len(text)-1] >= utf8.RuneSelf {
+		text = text[:len(text)-1] // end on a whole rune
+	}
 	n := len(tk.Encode(text, true))
 	b.SetBytes(int64(len(text)))
 	b.ReportAllocs()

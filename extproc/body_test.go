@@ -40,6 +40,8 @@ func TestParseBody(t *testing.T) {
 		{"ids with spaces and an exponent", PathCompletions, `{"model":"m","prompt":[ 1 , 2e1 ,3 ]}`, Body{Model: "m", Tokens: []uint32{1, 20, 3}}, ""},
 		{"largest id", PathCompletions, `{"model":"m","prompt":[4294967295]}`, Body{Model: "m", Tokens: []uint32{4294967295}}, ""},
 		{"id just over 2^32-1", PathCompletions, `{"model":"m","prompt":[4294967296]}`, Body{}, "position 0"},
+		{"a bad id followed by spaced elements", PathCompletions, `{"model":"m","prompt":[7000000000, 0, [1], "x"]}`, Body{}, "position 0 (7000000000)"},
+		{"a bad id in a body that is not valid JSON after it", PathCompletions, `{"model":"m","prompt":[-1, ]}`, Body{}, "not valid JSON"},
 		{"a string among ids", PathCompletions, `{"model":"m","prompt":[1,"a"]}`, Body{}, "position 1"},
 		{"an id among strings", PathCompletions, `{"model":"m","prompt":["a",1]}`, Body{}, "not a mix"},
 		{"null among ids", PathCompletions, `{"model":"m","prompt":[1,null]}`, Body{}, "position 1"},

@@ -3,6 +3,7 @@ package extproc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -47,6 +48,14 @@ func TestParseBody(t *testing.T) {
 		{"null among ids", PathCompletions, `{"model":"m","prompt":[1,null]}`, Body{}, "position 1"},
 		{"nested list among ids", PathCompletions, `{"model":"m","prompt":[1,[2]]}`, Body{}, "position 1"},
 		{"inner list with a string", PathCompletions, `{"model":"m","prompt":[["a]"]]}`, Body{}, "position 0"},
+		{"keys match case-insensitively", PathChatCompletions, `{"MODEL":"m","Messages":[1]}`, Body{Model: "m", Chat: true}, ""},
+		{"keys match after unescaping", PathCompletions, `{"mod\u0065l":"m","pr\u006fmpt":"x"}`, Body{Model: "m", Prompt: "x"}, ""},
+		{"a long s folds to s, as in encoding/json", PathChatCompletions, `{"model":"m","meſſages":[1]}`, Body{Model: "m", Chat: true}, ""},
+		{"the last of a repeated key wins", PathCompletions, `{"model":"a","prompt":[1],"Model":"b","prompt":"x"}`, Body{Model: "b", Prompt: "x"}, ""},
+		{"a repeated key's null wins too", PathCompletions, `{"model":"m","prompt":"x","prompt":null}`, Body{}, "needs \"prompt\""},
+		{"strings decode escapes and invalid UTF-8", PathCompletions, "{\"model\":\"m\\u00e9\\ud83d\\ude00\\ud800\xff\",\"prompt\":\"\\n\"}", Body{Model: "mé😀\uFFFD\uFFFD", Prompt: "\n"}, ""},
+		{"10,001 nested lists are refused as encoding/json does", PathCompletions, `{"model":"m","x":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`, Body{}, "exceeded max depth"},
+		{"10,000 nested containers are accepted", PathCompletions, `{"model":"m","prompt":"x","x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`, Body{Model: "m", Prompt: "x"}, ""},
 		{"chat without messages", PathChatCompletions, `{"model":"m"}`, Body{}, "needs \"messages\""},
 		{"chat with empty messages", PathChatCompletions, `{"model":"m","messages":[]}`, Body{}, "is empty"},
 		{"chat messages not a list", PathChatCompletions, `{"model":"m","messages":"hi"}`, Body{}, "must be a list"},
@@ -54,6 +63,10 @@ func TestParseBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseBody(tt.path, []byte(tt.body))
+			ref, refErr := referenceParseBody(tt.path, []byte(tt.body))
+			if fmt.Sprint(err) != fmt.Sprint(refErr) || !reflect.DeepEqual(got, ref) {
+				t.Fatalf("ParseBody = %+v, %v; the encoding/json parser says %+v, %v", got, err, ref, refErr)
+			}
 			if tt.wantErr != "" {
 				var bad *BadRequestError
 				if !errors.As(err, &bad) || !strings.Contains(err.Error(), tt.wantErr) {

@@ -116,6 +116,12 @@ func (s *scan) topObject() bool {
 	}
 }
 
+// fieldNames are the top-level keys ParseBody reads.
+var fieldNames = [...]struct {
+	name string
+	id   int
+}{{"model", fieldModel}, {"prompt", fieldPrompt}, {"messages", fieldMessages}}
+
 // field names the struct field encoding/json would store a top-level key in.
 func field(key []byte) int {
 	if bytes.IndexByte(key, '\\') >= 0 {
@@ -123,18 +129,12 @@ func field(key []byte) int {
 	} else {
 		key = key[1 : len(key)-1]
 	}
-	for _, f := range [...]struct {
-		name string
-		id   int
-	}{{"model", fieldModel}, {"prompt", fieldPrompt}, {"messages", fieldMessages}} {
+	for _, f := range fieldNames {
 		if string(key) == f.name {
 			return f.id
 		}
 	}
-	for _, f := range [...]struct {
-		name string
-		id   int
-	}{{"model", fieldModel}, {"prompt", fieldPrompt}, {"messages", fieldMessages}} {
+	for _, f := range fieldNames {
 		if bytes.EqualFold(key, []byte(f.name)) {
 			return f.id
 		}

@@ -5,7 +5,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload soak tournament
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament
 
 all: build
 
@@ -69,6 +69,11 @@ bench-live: deps
 # Open-loop rate steps through gateway + picker: the highest rate with p99 added latency under 2 ms.
 gwload: deps
 	$(GO) run ./cmd/loadaware-bench gwload
+
+# Open-loop ext_proc load on the picker and a do-nothing ext_proc server in the same run: round-trip
+# and CPU-per-request ratios at 500, 1,000 and 2,000 req/s (docs/decisions/1112-extload.md).
+extload: deps
+	$(GO) run ./cmd/loadaware-bench extload -rounds 3
 
 # Steady traffic alone, then beside hostile clients (unfinished bodies, STREAMED streams, idle
 # connections, an engine IP pushing junk LMCache events) for $(SOAK); RSS, goroutines and

@@ -37,46 +37,43 @@ func badRequest(format string, args ...any) error {
 // list of strings, a list of token ids or a list of lists of token ids (routing uses the
 // first prompt). /v1/chat/completions needs a non-empty "messages" list. Errors are
 // *BadRequestError with a sentence a client can act on.
+//
+// It accepts and refuses exactly the bodies encoding/json's Unmarshal into a struct of the
+// three fields would (keys matched case-insensitively, the last of a repeated key winning),
+// in one pass over the bytes and without reflection; only a refused body is handed to
+// encoding/json again, for its description of what is wrong.
 func ParseBody(path string, body []byte) (Body, error) {
-	var req struct {
-		Model    json.RawMessage `json:"model"`
-		Prompt   json.RawMessage `json:"prompt"`
-		Messages json.RawMessage `json:"messages"`
-	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Body{}, badRequest("the request body is empty: send a JSON object with \"model\"")
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field == "" {
-			return Body{}, badRequest("the request body is JSON but not an object: send {\"model\": ..., ...}")
-		}
-		return Body{}, badRequest("the request body is not valid JSON: %v", err)
+	s := scan{b: body}
+	if !s.run() {
+		return Body{}, badRequest("the request body is not valid JSON: %v", syntaxError(body))
+	}
+	if !s.object {
+		return Body{}, badRequest("the request body is JSON but not an object: send {\"model\": ..., ...}")
 	}
 	var b Body
-	if isNull(req.Model) {
+	if s.model == nil || string(s.model) == "null" {
 		return Body{}, badRequest("the request body has no \"model\": name the model to use")
 	}
-	if err := json.Unmarshal(req.Model, &b.Model); err != nil || b.Model == "" {
+	if s.model[0] != '"' || len(s.model) == 2 {
 		return Body{}, badRequest("\"model\" must be a non-empty string")
 	}
+	b.Model = string(unquote(s.model))
 	switch path {
 	case PathCompletions:
-		if isNull(req.Prompt) {
-			return Body{}, badRequest("a completions request needs \"prompt\": a string, a list of strings, or token ids")
-		}
-		if err := parsePrompt(req.Prompt, &b); err != nil {
+		if err := s.prompt.fill(&b); err != nil {
 			return Body{}, err
 		}
 	case PathChatCompletions:
-		if isNull(req.Messages) {
+		m := s.messages
+		switch {
+		case m == nil || string(m) == "null":
 			return Body{}, badRequest("a chat completions request needs \"messages\": a list of {\"role\", \"content\"} objects")
-		}
-		m := bytes.TrimSpace(req.Messages) // valid JSON: a list starts with '[', an empty one is "[ ]"
-		if m[0] != '[' {
+		case m[0] != '[':
 			return Body{}, badRequest("\"messages\" must be a list of {\"role\", \"content\"} objects")
-		}
-		if bytes.TrimSpace(m[1:])[0] == ']' {
+		case bytes.TrimLeft(m[1:], " \t\r\n")[0] == ']':
 			return Body{}, badRequest("\"messages\" is empty: send at least one message")
 		}
 		b.Chat = true
@@ -84,81 +81,54 @@ func ParseBody(path string, body []byte) (Body, error) {
 	return b, nil
 }
 
-func isNull(m json.RawMessage) bool {
-	return len(m) == 0 || string(bytes.TrimSpace(m)) == "null"
+// syntaxError is encoding/json's description of what is wrong with body, which the scan
+// found invalid.
+func syntaxError(body []byte) error {
+	var v json.RawMessage
+	if err := json.Unmarshal(body, &v); err != nil {
+		return err
+	}
+	return errors.New("refused by the body scanner") // never: the scan and encoding/json agree (FuzzParseBody)
 }
 
-// parsePrompt fills b from a prompt in any of its four OpenAI shapes. raw is valid JSON
-// (the body was validated as a whole), which the scanners below rely on.
-func parsePrompt(raw json.RawMessage, b *Body) error {
-	raw = bytes.TrimSpace(raw)
-	switch raw[0] {
-	case '"':
-		return json.Unmarshal(raw, &b.Prompt)
-	case '[':
+// fill sets b's prompt from the scanned "prompt" value in any of its four OpenAI shapes.
+func (p *prompt) fill(b *Body) error {
+	if !p.seen || string(p.raw) == "null" {
+		return badRequest("a completions request needs \"prompt\": a string, a list of strings, or token ids")
+	}
+	switch p.kind {
+	case promptString:
+		b.Prompt = string(unquote(p.first))
+	case promptEmpty:
+		return badRequest("\"prompt\" is an empty list: send the prompt text or its token ids")
+	case promptStrings:
+		if p.mixed {
+			var items []string
+			return badRequest("\"prompt\" must be a list of strings or of token ids, not a mix: %v", json.Unmarshal(p.raw, &items))
+		}
+		b.Prompt = string(unquote(p.first))
+	case promptNested, promptIDs:
+		if p.badPos >= 0 {
+			return badRequest("\"prompt\" token id at position %d (%s) is not a non-negative integer", p.badPos, truncate(string(elementText(p.bad)), 20))
+		}
+		if len(p.ids) == 0 {
+			return badRequest("\"prompt\"[0] must be a non-empty list of token ids")
+		}
+		b.Tokens = p.ids
 	default:
 		return badRequest("\"prompt\" must be a string, a list of strings, a list of token ids or a list of lists of token ids")
 	}
-	inner := bytes.TrimLeft(raw[1:], " \t\r\n")
-	switch {
-	case inner[0] == ']':
-		return badRequest("\"prompt\" is an empty list: send the prompt text or its token ids")
-	case inner[0] == '"':
-		var items []string
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return badRequest("\"prompt\" must be a list of strings or of token ids, not a mix: %v", err)
-		}
-		b.Prompt = items[0]
-		return nil
-	case inner[0] == '[':
-		end := bytes.IndexByte(inner, ']')
-		ids, err := parseIDList(inner[:end+1])
-		if err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return badRequest("\"prompt\"[0] must be a non-empty list of token ids")
-		}
-		b.Tokens = ids
-		return nil
-	}
-	ids, err := parseIDList(raw)
-	b.Tokens = ids
-	return err
+	return nil
 }
 
-// parseIDList reads a JSON array of token ids without reflection (a long prompt has
-// thousands): each element must be a non-negative integer below 2^32 (1.0 and 1e3 count).
-func parseIDList(raw []byte) ([]uint32, error) {
-	ids := make([]uint32, 0, len(raw)/5)
-	i := 1 // past '['
-	for n := 0; ; n++ {
-		i = skipSpace(raw, i)
-		if raw[i] == ']' && n == 0 {
-			return ids, nil
-		}
-		start := i
-		for i < len(raw) && raw[i] != ',' && raw[i] != ']' && raw[i] != ' ' && raw[i] != '\t' && raw[i] != '\r' && raw[i] != '\n' {
-			i++
-		}
-		v, ok := tokenID(raw[start:i])
-		if !ok {
-			return nil, badRequest("\"prompt\" token id at position %d (%s) is not a non-negative integer", n, truncate(string(raw[start:i]), 20))
-		}
-		ids = append(ids, v)
-		i = skipSpace(raw, i)
-		if i >= len(raw) || raw[i] == ']' {
-			return ids, nil
-		}
-		i++ // ','
+// elementText is what the error for a bad token id quotes: the bytes of the element that
+// starts b up to the next ',', ']' or whitespace.
+func elementText(b []byte) []byte {
+	end := 0
+	for end < len(b) && b[end] != ',' && b[end] != ']' && b[end] != ' ' && b[end] != '\t' && b[end] != '\r' && b[end] != '\n' {
+		end++
 	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
+	return b[:end]
 }
 
 // tokenID reads one JSON number as a token id.

@@ -4,7 +4,7 @@ import (
 	"math"
 
 	"github.com/loadaware/loadaware-epp/picker"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Names of the decision metadata the server adds beside the destination (see
@@ -22,37 +22,78 @@ const (
 	MaxScored = 8
 )
 
-// routingMetadata is the dynamic metadata of a routing answer: the destination value in
-// envoy.lb and, unless omitScores, the candidates' scores there and the decision's policy,
-// reason and ranking in DecisionNamespace.
-func routingMetadata(dest string, d picker.Decision, omitScores bool) *structpb.Struct {
-	lb := map[string]*structpb.Value{DestinationHeader: structpb.NewStringValue(dest)}
-	md := &structpb.Struct{Fields: map[string]*structpb.Value{LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb})}}
-	if omitScores || len(d.Ranked) == 0 {
-		return md
-	}
+// Field numbers of google.protobuf.Struct, Value and ListValue, and of
+// ProcessingResponse.dynamic_metadata.
+const (
+	structFields        = 1 // Struct.fields: map<string, Value>, entries of key = 1, value = 2
+	valueNumber         = 2 // Value.number_value: double
+	valueString         = 3 // Value.string_value
+	valueStruct         = 5 // Value.struct_value
+	valueList           = 6 // Value.list_value
+	listValues          = 1 // ListValue.values
+	respDynamicMetadata = 8 // ProcessingResponse.dynamic_metadata
+)
+
+// appendRoutingMetadata appends the field ProcessingResponse.dynamic_metadata of a routing
+// answer, encoded: the destination value in envoy.lb and, unless omitScores, the
+// candidates' scores there and the decision's policy, reason and ranking in
+// DecisionNamespace. The caller sets it as the response's unknown fields, which protobuf
+// writes as they are and every reader decodes as dynamic_metadata. It is the
+// google.protobuf.Struct that structpb would build, encoded without reflection: marshalling
+// that Struct's maps through protobuf-go was a tenth of the server's CPU per request
+// (decision 1110); TestRoutingMetadataMatchesStructpb holds the two to the same message.
+func appendRoutingMetadata(dst []byte, dest string, d picker.Decision, omitScores bool) []byte {
 	n := min(len(d.Ranked), MaxScored)
-	// One allocation per kind of value rather than three per candidate: this runs on
-	// every decision.
-	vals := make([]structpb.Value, 2*n)
-	nums := make([]structpb.Value_NumberValue, n)
-	strs := make([]structpb.Value_StringValue, n)
-	scores := make(map[string]*structpb.Value, n)
-	ranked := make([]*structpb.Value, 0, n)
-	for i, r := range d.Ranked[:n] {
-		if math.IsNaN(r.Score) || math.IsInf(r.Score, 0) {
-			continue // JSON (and so Envoy's access log) cannot carry it
-		}
-		nums[i].NumberValue, strs[i].StringValue = r.Score, r.Addr
-		vals[2*i].Kind, vals[2*i+1].Kind = &nums[i], &strs[i]
-		scores[r.Addr] = &vals[2*i]
-		ranked = append(ranked, &vals[2*i+1])
+	if omitScores {
+		n = 0
 	}
-	lb[ScoresKey] = structpb.NewStructValue(&structpb.Struct{Fields: scores})
-	md.Fields[DecisionNamespace] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-		"policy": structpb.NewStringValue(d.Policy),
-		"reason": structpb.NewStringValue(d.Ranked[0].Reason),
-		"ranked": structpb.NewListValue(&structpb.ListValue{Values: ranked}),
-	}})
-	return md
+	// Room for the common case at once: an address and its score are under 48 bytes.
+	v := make([]byte, 0, 64+len(dest)+len(d.Policy))
+	scores, ranked := make([]byte, 0, 48*n), make([]byte, 0, 40*n)
+	lb := make([]byte, 0, 128+len(dest)+48*n)
+	var dec []byte
+	v = appendString(v, valueString, dest)
+	lb = appendEntry(lb, DestinationHeader, v)
+	if n > 0 {
+		dec = make([]byte, 0, 96+len(d.Policy)+40*n)
+		for _, r := range d.Ranked[:n] {
+			if math.IsNaN(r.Score) || math.IsInf(r.Score, 0) {
+				continue // JSON (and so Envoy's access log) cannot carry it
+			}
+			v = protowire.AppendTag(v[:0], valueNumber, protowire.Fixed64Type)
+			v = protowire.AppendFixed64(v, math.Float64bits(r.Score))
+			scores = appendEntry(scores, r.Addr, v)
+			v = appendString(v[:0], valueString, r.Addr)
+			ranked = appendBytes(ranked, listValues, v)
+		}
+		lb = appendEntry(lb, ScoresKey, appendBytes(v[:0], valueStruct, scores))
+		dec = appendEntry(dec, "policy", appendString(v[:0], valueString, d.Policy))
+		dec = appendEntry(dec, "reason", appendString(v[:0], valueString, d.Ranked[0].Reason))
+		dec = appendEntry(dec, "ranked", appendBytes(v[:0], valueList, ranked))
+	}
+	md := appendEntry(make([]byte, 0, 48+len(lb)+len(dec)), LBNamespace, appendBytes(v[:0], valueStruct, lb))
+	if dec != nil {
+		md = appendEntry(md, DecisionNamespace, appendBytes(v[:0], valueStruct, dec))
+	}
+	return appendBytes(dst, respDynamicMetadata, md)
+}
+
+// appendEntry appends one Struct.fields entry: key and the encoded Value value.
+func appendEntry(b []byte, key string, value []byte) []byte {
+	b = protowire.AppendTag(b, structFields, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(1)+protowire.SizeBytes(len(key))+protowire.SizeTag(2)+protowire.SizeBytes(len(value))))
+	b = appendString(b, 1, key)
+	return appendBytes(b, 2, value)
+}
+
+// appendString appends field num as a length-delimited field holding s.
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+// appendBytes appends field num as a length-delimited field holding v.
+func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, v)
 }

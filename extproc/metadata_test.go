@@ -89,11 +89,73 @@ func TestRoutingMetadata(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := routingMetadata(tt.dest, tt.d, tt.omitScores)
-			if diff := cmp.Diff(mustStruct(t, tt.want), got, protocmp.Transform()); diff != "" {
-				t.Errorf("metadata differs (-want +got):\n%s", diff)
+			for name, got := range map[string]*structpb.Struct{
+				"encoded":  decodeMetadata(t, appendRoutingMetadata(nil, tt.dest, tt.d, tt.omitScores)),
+				"structpb": referenceRoutingMetadata(tt.dest, tt.d, tt.omitScores),
+			} {
+				if diff := cmp.Diff(mustStruct(t, tt.want), got, protocmp.Transform()); diff != "" {
+					t.Errorf("%s metadata differs (-want +got):\n%s", name, diff)
+				}
 			}
 		})
+	}
+}
+
+// decodeMetadata reads the dynamic_metadata of a ProcessingResponse encoded as raw.
+func decodeMetadata(t testing.TB, raw []byte) *structpb.Struct {
+	t.Helper()
+	var r extprocv3.ProcessingResponse
+	if err := proto.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("the encoded metadata does not decode: %v", err)
+	}
+	return r.GetDynamicMetadata()
+}
+
+// referenceRoutingMetadata builds with structpb the Struct appendRoutingMetadata encodes.
+func referenceRoutingMetadata(dest string, d picker.Decision, omitScores bool) *structpb.Struct {
+	lb := map[string]*structpb.Value{DestinationHeader: structpb.NewStringValue(dest)}
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb})}}
+	if omitScores || len(d.Ranked) == 0 {
+		return md
+	}
+	scores := map[string]*structpb.Value{}
+	var ranked []*structpb.Value
+	for _, r := range d.Ranked[:min(len(d.Ranked), MaxScored)] {
+		if math.IsNaN(r.Score) || math.IsInf(r.Score, 0) {
+			continue
+		}
+		scores[r.Addr] = structpb.NewNumberValue(r.Score)
+		ranked = append(ranked, structpb.NewStringValue(r.Addr))
+	}
+	lb[ScoresKey] = structpb.NewStructValue(&structpb.Struct{Fields: scores})
+	md.Fields[DecisionNamespace] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		"policy": structpb.NewStringValue(d.Policy),
+		"reason": structpb.NewStringValue(d.Ranked[0].Reason),
+		"ranked": structpb.NewListValue(&structpb.ListValue{Values: ranked}),
+	}})
+	return md
+}
+
+// TestRoutingMetadataMatchesStructpb holds the direct encoding to the Struct structpb
+// builds, over decisions of every size up to past MaxScored, with empty and long names,
+// negative zero and every policy's reasons.
+func TestRoutingMetadataMatchesStructpb(t *testing.T) {
+	reasons := []string{scoring.ReasonCacheAffinity, scoring.ReasonLoadBalance, scoring.ReasonLeastLoad, ""}
+	for n := range MaxScored + 3 {
+		for _, omit := range []bool{false, true} {
+			d := picker.Decision{Policy: strings.Repeat("p", n*40)}
+			for i := range n {
+				d.Ranked = append(d.Ranked, scoring.Ranked{Addr: fmt.Sprintf("10.0.%d.%d:%d", i, n, 8000+i), Score: []float64{0.5, -1, math.Copysign(0, -1), 1e300, 0}[i%5], Reason: reasons[(i+n)%len(reasons)]})
+			}
+			dest := ""
+			if n > 0 {
+				dest = d.Ranked[0].Addr + "," + strings.Repeat("x", 200)
+			}
+			got, want := decodeMetadata(t, appendRoutingMetadata(nil, dest, d, omit)), referenceRoutingMetadata(dest, d, omit)
+			if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+				t.Fatalf("%d candidates, omit %v: encoded metadata differs (-structpb +encoded):\n%s", n, omit, diff)
+			}
+		}
 	}
 }
 
@@ -152,8 +214,9 @@ func TestScoresOnTheStream(t *testing.T) {
 	}
 }
 
-// BenchmarkRoutingMetadata measures building and marshalling the routing answer's
-// dynamic metadata for n candidates, with and without the scores.
+// BenchmarkRoutingMetadata measures building and encoding the routing answer's dynamic
+// metadata for n candidates, with and without the scores: directly (what the server does)
+// and through structpb and proto.Marshal (what it did).
 func BenchmarkRoutingMetadata(b *testing.B) {
 	for _, n := range []int{3, 8, 32} {
 		d := picker.Decision{Policy: "loadaware"}
@@ -162,11 +225,19 @@ func BenchmarkRoutingMetadata(b *testing.B) {
 		}
 		for _, omit := range []bool{true, false} {
 			name := fmt.Sprintf("candidates=%d/scores=%v", n, !omit)
-			b.Run(name, func(b *testing.B) {
+			b.Run(name+"/encoded", func(b *testing.B) {
 				b.ReportAllocs()
 				size := 0
 				for b.Loop() {
-					raw, err := proto.Marshal(routingMetadata(d.Ranked[0].Addr, d, omit))
+					size = len(appendRoutingMetadata(nil, d.Ranked[0].Addr, d, omit))
+				}
+				b.ReportMetric(float64(size), "bytes")
+			})
+			b.Run(name+"/structpb", func(b *testing.B) {
+				b.ReportAllocs()
+				size := 0
+				for b.Loop() {
+					raw, err := proto.Marshal(referenceRoutingMetadata(d.Ranked[0].Addr, d, omit))
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -509,10 +509,11 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	if st.generatedID {
 		set = append(set, setHeader(RequestIDHeader, st.requestID))
 	}
-	md := routingMetadata(value, d, st.s.cfg.OmitScores)
 	c := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}
-	resp := &extprocv3.ProcessingResponse{DynamicMetadata: md,
+	resp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}
+	// dynamic_metadata, encoded directly (appendRoutingMetadata): the receiver decodes it.
+	resp.ProtoReflect().SetUnknown(appendRoutingMetadata(nil, value, d, st.s.cfg.OmitScores))
 	if answerInBody {
 		resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}}
 	}

@@ -1,9 +1,11 @@
 package tokenize
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // benchText is ~64 KiB of mixed natural text and code.
@@ -61,4 +63,76 @@ func BenchmarkLoadQwen25(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
 	runtime.KeepAlive(tk)
+}
+
+// decisionText is the picker's 1,559-token decision prompt (BenchmarkPickText1578): about
+// 8,450 bytes of 20 repeated words with a per-request question appended.
+func decisionText(i int) string {
+	words := strings.Fields("the quick brown fox jumps over a lazy dog while engines cache prefixes of long prompts for routing")
+	var sb strings.Builder
+	for j := 0; sb.Len() < 8450; j++ {
+		sb.WriteString(words[(j*7)%len(words)] + " ")
+	}
+	return sb.String() + fmt.Sprintf("\n[Q-%06d] What does the passage above say about item %d?", i, i)
+}
+
+// BenchmarkEncodeDecision encodes the picker's 1,559-token decision prompt: warm (every
+// piece cached by earlier prompts), cold (an empty piece cache: a new tokenizer's first
+// request) and uncached (the cache disabled).
+func BenchmarkEncodeDecision(b *testing.B) {
+	dir := requireTestdata(b, "qwen2_5")
+	for _, mode := range []string{"warm", "cold", "uncached"} {
+		b.Run("cache="+mode, func(b *testing.B) {
+			opts := Options{}
+			if mode == "uncached" {
+				opts.CacheEntries = -1
+			}
+			tk, err := LoadWith(dir, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			prompts := make([]string, 64)
+			for i := range prompts {
+				prompts[i] = decisionText(i)
+			}
+			n := len(tk.Encode(prompts[0], true))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if mode == "cold" {
+					b.StopTimer()
+					tk.cache = newPieceCache(1 << 16)
+					b.StartTimer()
+				}
+				tk.Encode(prompts[i%len(prompts)], true)
+				i++
+			}
+			b.ReportMetric(float64(n), "prompt-tokens")
+		})
+	}
+}
+
+// BenchmarkEncode100k encodes a ~100,000-token prompt of mixed prose and code whose pieces
+// are all cached.
+func BenchmarkEncode100k(b *testing.B) {
+	dir := requireTestdata(b, "qwen2_5")
+	tk, err := Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sb strings.Builder
+	for sb.Len() < 284<<10 {
+		sb.WriteString(benchText)
+	}
+	text := sb.String()[:284<<10] // about 2.8 bytes a token
+	for !utf8.RuneStart(text[len(text)-1]) || text[len(text)-1] >= utf8.RuneSelf {
+		text = text[:len(text)-1] // end on a whole rune
+	}
+	n := len(tk.Encode(text, true))
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Encode(text, true)
+	}
+	b.ReportMetric(float64(n), "prompt-tokens")
 }

@@ -66,13 +66,23 @@ func classAt(s string, i int) (rune, int, uint16) {
 	if i >= len(s) {
 		return -1, 0, 0
 	}
-	r, size := decode(s, i)
+	if c := s[i]; c < utf8.RuneSelf {
+		return rune(c), 1, classes.ascii[c]
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
 	return r, size, classOf(r)
 }
 
 // run returns the end of the longest run of runes from i whose class has any bit of mask.
 func run(s string, i int, mask uint16) int {
 	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if classes.ascii[c]&mask == 0 {
+				break
+			}
+			i++
+			continue
+		}
 		_, size, c := classAt(s, i)
 		if c&mask == 0 {
 			break

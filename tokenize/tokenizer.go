@@ -202,7 +202,7 @@ func (t *Tokenizer) buildModel(tj *tokenizerJSON) error {
 	}
 	bm := bpeModel{
 		vocab:        make(map[string]uint32, len(m.Vocab)),
-		merges:       make(map[uint64]uint64, len(m.Merges)),
+		merges:       newMergeTable(len(m.Merges)),
 		ignoreMerges: m.IgnoreMerges,
 	}
 	var have [256]bool
@@ -250,7 +250,7 @@ func (t *Tokenizer) buildModel(tj *tokenizerJSON) error {
 		if !oka || !okb || !okm {
 			return fmt.Errorf("merge %d (%q, %q) refers to a token missing from the vocabulary", rank, a, b)
 		}
-		bm.merges[pairKey(ia, ib)] = uint64(rank)<<32 | uint64(im)
+		bm.merges.put(pairKey(ia, ib), uint64(rank)<<32|uint64(im))
 	}
 	t.model = bm
 	return nil
@@ -410,6 +410,10 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 		ids = append(ids, id)
 		from = end
 	}
+	if t.cache != nil {
+		t.cache.count(sc.hits, sc.misses)
+		sc.hits, sc.misses = 0, 0
+	}
 	scratchPool.Put(sc)
 	if addSpecial {
 		ids = append(ids, t.suffix...)
@@ -417,7 +421,12 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 	return ids
 }
 
-type scratch struct{ a, b []int }
+// scratch is one Encode's reusable buffers and its piece-cache lookups, counted here and
+// added to the cache's totals once.
+type scratch struct {
+	a, b         []int
+	hits, misses uint64
+}
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
 
@@ -461,13 +470,13 @@ func (t *Tokenizer) encodePretokenized(s string, ids []uint32, sc *scratch) []ui
 	sc.a = ends
 	begin := 0
 	for _, e := range ends {
-		ids = t.encodePiece(s[begin:e], ids)
+		ids = t.encodePiece(s[begin:e], ids, sc)
 		begin = e
 	}
 	return ids
 }
 
-func (t *Tokenizer) encodePiece(p string, ids []uint32) []uint32 {
+func (t *Tokenizer) encodePiece(p string, ids []uint32, sc *scratch) []uint32 {
 	if len(p) == 1 {
 		return append(ids, t.model.byteTok[p[0]])
 	}
@@ -475,8 +484,10 @@ func (t *Tokenizer) encodePiece(p string, ids []uint32) []uint32 {
 		return t.model.encode(p, ids)
 	}
 	if got, ok := t.cache.get(p); ok {
+		sc.hits++
 		return append(ids, got...)
 	}
+	sc.misses++
 	n := len(ids)
 	ids = t.model.encode(p, ids)
 	t.cache.put(p, ids[n:])

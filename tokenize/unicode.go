@@ -26,10 +26,12 @@ const (
 	clsNFCInert // Go's NFC would touch it, the reference's does not
 )
 
-// classTable is a two-level lookup: stage1[r>>8] selects a 256-entry block of stage2.
+// classTable is a two-level lookup: stage1[r>>8] selects a 256-entry block of stage2. ascii
+// repeats the classes of U+0000 to U+007F for the pre-tokenizers' ASCII fast path (decision 1111).
 type classTable struct {
 	stage1 []uint16
 	stage2 []uint16
+	ascii  [utf8.RuneSelf]uint16
 }
 
 var (
@@ -67,6 +69,7 @@ func buildClassTable() classTable {
 		}
 		t.stage1[b] = idx
 	}
+	copy(t.ascii[:], flat[:utf8.RuneSelf])
 	return t
 }
 

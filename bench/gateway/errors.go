@@ -19,18 +19,6 @@ type sourceError struct {
 
 func (e *sourceError) Error() string { return e.err.Error() }
 
-func requestBody(b []byte, eos bool) *extprocv3.ProcessingRequest {
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-		RequestBody: &extprocv3.HttpBody{Body: b, EndOfStream: eos},
-	}}
-}
-
-func responseBody(b []byte, eos bool) *extprocv3.ProcessingRequest {
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-		ResponseBody: &extprocv3.HttpBody{Body: b, EndOfStream: eos},
-	}}
-}
-
 // startSender streams src to the picker in chunks of at most ChunkSize as the data arrives,
 // without waiting for answers (full-duplex). length is src's length, or -1 when unknown: with a
 // known length the last data chunk carries end_of_stream, otherwise an empty final message does,

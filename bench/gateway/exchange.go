@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
@@ -56,13 +55,6 @@ func newExchange(g *Gateway, w http.ResponseWriter, r *http.Request) *exchange {
 }
 
 func (ex *exchange) fullDuplex() bool { return ex.g.opts.Mode == FullDuplex }
-
-func (ex *exchange) bodyMode() extprocfilterv3.ProcessingMode_BodySendMode {
-	if ex.fullDuplex() {
-		return extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
-	}
-	return extprocfilterv3.ProcessingMode_BUFFERED
-}
 
 // run drives the exchange. A clean end half-closes the stream and lets a background goroutine
 // wait for the picker to end it; any failure cancels the stream at once, as Envoy resets it.
@@ -145,12 +137,7 @@ func (ex *exchange) requestPhase() bool {
 		return ex.streamFailed(err)
 	}
 	ex.stream = stream
-	first := &extprocv3.ProcessingRequest{
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: ex.bodyMode(), ResponseBodyMode: ex.bodyMode()},
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: ex.req.headerMap(false), EndOfStream: !hasBody,
-		}},
-	}
+	first := RequestHeadersMessage(g.opts.Mode, ex.req.method, ex.req.path, ex.req.authority, ex.req.scheme, ex.req.header, hasBody)
 	if g.opts.SubsetHint != nil {
 		first.MetadataContext = subsetHint(g.opts.SubsetHint)
 	}
@@ -159,7 +146,7 @@ func (ex *exchange) requestPhase() bool {
 		return ex.sendFailed(err)
 	}
 	if hasBody && ex.fullDuplex() {
-		ex.startSender(r.Body, r.ContentLength, requestBody, nil)
+		ex.startSender(r.Body, r.ContentLength, RequestBodyMessage, nil)
 	}
 
 	gotHeaders := false
@@ -192,10 +179,7 @@ func (ex *exchange) requestPhase() bool {
 					return ex.fail(http.StatusBadRequest, fmt.Errorf("read the client's request body: %w", err), "")
 				}
 				ex.body = body
-				msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-					RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true},
-				}}
-				if err := stream.Send(msg); err != nil {
+				if err := stream.Send(RequestBodyMessage(body, true)); err != nil {
 					return ex.sendFailed(err)
 				}
 			}

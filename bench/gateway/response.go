@@ -22,7 +22,7 @@ func (ex *exchange) streamResponse(resp *http.Response) bool {
 		return false
 	}
 	if hasBody {
-		ex.startSender(resp.Body, resp.ContentLength, responseBody, &ex.upEnd)
+		ex.startSender(resp.Body, resp.ContentLength, ResponseBodyMessage, &ex.upEnd)
 	} else {
 		ex.upEnd = time.Now()
 	}
@@ -96,10 +96,7 @@ func (ex *exchange) bufferResponse(resp *http.Response) bool {
 		}
 		ex.upEnd = time.Now()
 		body = b
-		msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-			ResponseBody: &extprocv3.HttpBody{Body: body, EndOfStream: true},
-		}}
-		if err := ex.stream.Send(msg); err != nil {
+		if err := ex.stream.Send(ResponseBodyMessage(body, true)); err != nil {
 			return ex.sendFailed(err)
 		}
 		pr, ok := ex.recvExpect("response body")
@@ -126,10 +123,7 @@ func (ex *exchange) bufferResponse(resp *http.Response) bool {
 }
 
 func (ex *exchange) sendResponseHeaders(rm *message, hasBody bool) bool {
-	msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: rm.headerMap(true), EndOfStream: !hasBody},
-	}}
-	if err := ex.stream.Send(msg); err != nil {
+	if err := ex.stream.Send(ResponseHeadersMessage(rm.status, rm.header, hasBody)); err != nil {
 		return ex.sendFailed(err)
 	}
 	return true

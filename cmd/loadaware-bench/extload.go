@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/bench/extload"
+	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/tokenize"
+)
+
+func init() {
+	register(command{name: "extload", summary: "open-loop ext_proc load on the picker beside a do-nothing ext_proc server: latency and CPU ratios", run: runExtload})
+	register(command{name: extloadServerName, summary: "(started by extload) one ext_proc server in its own process, on loopback", run: runExtloadServer})
+}
+
+const extloadServerName = "extload-server"
+
+// extloadChildEnv marks a process started as an extload server; a test binary (which is
+// os.Executable in tests) dispatches on it in TestMain.
+const extloadChildEnv = "LOADAWARE_BENCH_EXTLOAD_SERVER"
+
+// The two servers of a run.
+const (
+	serverOurs    = "loadaware-epp"
+	serverNothing = "do-nothing"
+)
+
+type extloadConfig struct {
+	rates       []float64
+	rounds      int
+	duration    time.Duration
+	warmup      time.Duration
+	bodyBytes   int
+	prompt      string
+	endpoints   int
+	policy      string
+	tokenizer   string
+	serverProcs int
+	maxInFlight int
+	timeout     time.Duration
+	seed        uint64
+	progress    bool
+	profile     string
+	p99Target   float64
+	cpuTarget   time.Duration
+}
+
+func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c extloadConfig
+	var rates string
+	fs := flag.NewFlagSet("extload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&rates, "rates", "500,1000,2000", "open-loop rates, requests/s, each run against both servers")
+	fs.IntVar(&c.rounds, "rounds", 1, "times the rates are run (servers alternating first); each server's windows at a rate are pooled")
+	fs.DurationVar(&c.duration, "duration", 3*time.Second, "measured window per rate, server and round")
+	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "unmeasured window at the same rate before each measured one")
+	fs.IntVar(&c.bodyBytes, "body-bytes", 8192, "request body size (64 B to 16 MiB)")
+	fs.StringVar(&c.prompt, "prompt", "ids", "prompt form: ids (token ids) or text (tokenized when -tokenizer is given, else routed on load alone)")
+	fs.IntVar(&c.endpoints, "endpoints", 2, "static endpoints the picker routes between (1 to 10000; never contacted)")
+	fs.StringVar(&c.policy, "policy", "loadaware", "the picker's policy")
+	fs.StringVar(&c.tokenizer, "tokenizer", "", "tokenizer.json or model directory for the picker (text prompts)")
+	fs.IntVar(&c.serverProcs, "server-procs", 1, "GOMAXPROCS of each server process (0: the Go default)")
+	fs.IntVar(&c.maxInFlight, "max-inflight", 2048, "streams open at once; arrivals beyond are shed and counted")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "longest one stream may take")
+	fs.Uint64Var(&c.seed, "seed", 1, "arrival-time seed")
+	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
+	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
+	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to the do-nothing server a rate should stay within")
+	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over the do-nothing server a rate should stay within")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loadaware-bench extload: unexpected argument %q: every setting is a flag (-h lists them)\n", fs.Arg(0))
+		return 2
+	}
+	var err error
+	if c.rates, err = parseRates(rates); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench extload: %v\n", err)
+		return 2
+	}
+	if err := c.check(); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench extload: %v\n", err)
+		return 2
+	}
+	if err := extloadRun(ctx, c, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "loadaware-bench extload: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func (c extloadConfig) check() error {
+	switch {
+	case c.duration <= 0 || c.duration > 10*time.Minute:
+		return fmt.Errorf("-duration %v: pass a window between 1ms and 10m", c.duration)
+	case c.rounds < 1 || c.rounds > 100:
+		return fmt.Errorf("-rounds %d: pass 1 to 100", c.rounds)
+	case c.warmup < 0 || c.warmup > time.Minute:
+		return fmt.Errorf("-warmup %v: pass 0 to 1m", c.warmup)
+	case c.bodyBytes < 64 || c.bodyBytes > 16<<20:
+		return fmt.Errorf("-body-bytes %d: pass 64 to %d", c.bodyBytes, 16<<20)
+	case c.prompt != "ids" && c.prompt != "text":
+		return fmt.Errorf("-prompt %q: use ids or text", c.prompt)
+	case c.endpoints < 1 || c.endpoints > 10000:
+		return fmt.Errorf("-endpoints %d: pass 1 to 10000", c.endpoints)
+	case c.serverProcs < 0:
+		return fmt.Errorf("-server-procs %d: pass 0 (the Go default) or more", c.serverProcs)
+	case c.maxInFlight < 1:
+		return fmt.Errorf("-max-inflight %d: pass at least 1", c.maxInFlight)
+	case c.timeout <= 0:
+		return fmt.Errorf("-timeout %v: pass a positive duration", c.timeout)
+	case c.p99Target <= 0 || c.cpuTarget < 0:
+		return errors.New("-p99-target must be positive and -cpu-target not negative")
+	}
+	for _, r := range c.rates {
+		if r > 100000 {
+			return fmt.Errorf("-rates: %v req/s is over the 100000 this generator can schedule", r)
+		}
+	}
+	return nil
+}
+
+func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) error {
+	stderr = &lockedWriter{w: stderr} // the server processes' logs and the progress share it
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this program to start the servers: %w", err)
+	}
+	servers := map[string]*extload.Child{}
+	defer func() {
+		for _, ch := range servers {
+			_ = ch.Close()
+		}
+	}()
+	conns := map[string]extprocv3.ExternalProcessorClient{}
+	for _, name := range []string{serverNothing, serverOurs} {
+		args := []string{extloadServerName, "-kind", name, "-procs", strconv.Itoa(c.serverProcs),
+			"-endpoints", strconv.Itoa(c.endpoints), "-policy", c.policy, "-tokenizer", c.tokenizer}
+		if name == serverOurs && c.profile != "" {
+			args = append(args, "-cpuprofile", c.profile)
+		}
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Env = append(os.Environ(), extloadChildEnv+"=1")
+		cmd.Stderr = stderr
+		ch, err := extload.StartChild(cmd, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		servers[name] = ch
+		conn, err := grpc.NewClient(ch.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("connect to the %s server at %s: %w", name, ch.Addr, err)
+		}
+		defer conn.Close()
+		conns[name] = extprocv3.NewExternalProcessorClient(conn)
+	}
+	req := extload.Request{Path: extproc.PathCompletions, Body: completionBody(c.bodyBytes, c.prompt == "ids"),
+		ResponseBody: []byte("data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n")}
+	perWindow := c.warmup + c.duration
+	fmt.Fprintf(stdout, "extload: %d-byte /v1/completions bodies (%s prompt), one ext_proc stream per request, full-duplex as Envoy;\n", len(req.Body), c.prompt)
+	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints) and %s.\n",
+		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing)
+	fmt.Fprintf(stdout, "rates %v req/s, %d round(s) of %v measured after %v warm-up per rate and server: about %v.\n\n",
+		c.rates, c.rounds, c.duration, c.warmup, (time.Duration(2*len(c.rates)*c.rounds) * perWindow).Round(time.Second))
+
+	var arms []extload.Arm
+	for round := range c.rounds {
+		for i, rate := range c.rates {
+			order := []string{serverNothing, serverOurs}
+			if (i+round)%2 == 1 { // alternate which server goes first, so drift in the machine's load falls on both
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, name := range order {
+				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, stderr)
+				if err != nil {
+					return err
+				}
+				arms = extload.Pool(arms, arm)
+			}
+		}
+	}
+	fmt.Fprintln(stdout, "Round trip: from a request's scheduled start to the server's end of its stream (headers, body, response")
+	fmt.Fprintln(stdout, "headers and body, half-close). Request phase: request headers sent to the routing answer. CPU/request: the")
+	fmt.Fprintln(stdout, "server process's getrusage CPU over the measured window / streams opened. The generator shares the CPUs.")
+	fmt.Fprintln(stdout)
+	return extload.WriteReport(stdout, arms, serverOurs, serverNothing, c.p99Target, c.cpuTarget)
+}
+
+// extloadWindow runs the warm-up and the measured window of one server at one rate.
+func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float64, seed uint64, client extprocv3.ExternalProcessorClient, ch *extload.Child, req extload.Request, stderr io.Writer) (extload.Arm, error) {
+	wc := extload.WindowConfig{Rate: rate, Duration: c.warmup, Seed: c.seed*1000 + seed, MaxInFlight: c.maxInFlight, Timeout: c.timeout}
+	if c.warmup > 0 {
+		if _, err := extload.Run(ctx, client, req, wc); err != nil {
+			return extload.Arm{}, err
+		}
+	}
+	bar := newProgressBar(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.progress)
+	wc.Duration, wc.Seed, wc.Progress = c.duration, wc.Seed+500, bar.update
+	before, err := ch.CPU()
+	if err != nil {
+		return extload.Arm{}, err
+	}
+	w, err := extload.Run(ctx, client, req, wc)
+	bar.finish()
+	if err != nil {
+		return extload.Arm{}, err
+	}
+	after, err := ch.CPU()
+	if err != nil {
+		return extload.Arm{}, err
+	}
+	if w.Sent > 0 && w.Failed == w.Sent {
+		for msg := range w.Errors {
+			return extload.Arm{}, fmt.Errorf("every request to the %s server failed, e.g. %s", name, msg)
+		}
+	}
+	return extload.Arm{Server: name, Rate: rate, Window: w, CPU: after - before}, nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// runExtloadServer is the child side: one server on a loopback port, speaking extload's
+// child protocol on stdin and stdout.
+func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(extloadServerName, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kind := fs.String("kind", serverNothing, "which server: "+serverOurs+" or "+serverNothing)
+	procs := fs.Int("procs", 1, "GOMAXPROCS (0: the Go default)")
+	endpoints := fs.Int("endpoints", 2, "static endpoints of the picker")
+	policy := fs.String("policy", "loadaware", "the picker's policy")
+	tok := fs.String("tokenizer", "", "tokenizer.json or model directory for the picker")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *kind != serverOurs && *kind != serverNothing {
+		fmt.Fprintf(stderr, "%s: -kind %q: use %s or %s\n", extloadServerName, *kind, serverOurs, serverNothing)
+		return 2
+	}
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", extloadServerName, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "%s: start the CPU profile: %v\n", extloadServerName, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := startNothing
+	if *kind == serverOurs {
+		start = func(ctx context.Context) (string, func() error, error) {
+			return startOurs(ctx, *endpoints, *policy, *tok, stderr)
+		}
+	}
+	if err := extload.ServeChild(ctx, os.Stdin, stdout, start); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", extloadServerName, err)
+		return 1
+	}
+	return 0
+}
+
+func startNothing(context.Context) (string, func() error, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("listen on a loopback port: %w", err)
+	}
+	srv := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(srv, extload.Nothing{})
+	go func() { _ = srv.Serve(lis) }()
+	return lis.Addr().String(), func() error { srv.Stop(); return nil }, nil
+}
+
+// startOurs starts the picker as `loadaware-epp serve` would with static endpoints that
+// are never contacted (active health checks off), plaintext ext_proc and the embedded
+// LMCache controller, every port on loopback.
+func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string, stderr io.Writer) (string, func() error, error) {
+	addrs := make([]string, endpoints)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("10.%d.%d.%d:8000", i>>16&255, i>>8&255, i&255+1)
+	}
+	cfg := app.Config{
+		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
+		Endpoints: addrs, Policy: policy, Beta: 1, BodyMode: extproc.FullDuplex,
+		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", ReplyAddr: "127.0.0.1:0",
+			Keys: lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}},
+	}
+	if tokenizerPath != "" {
+		tk, err := tokenize.Load(tokenizerPath)
+		if err != nil {
+			return "", nil, err
+		}
+		cfg.Tokenizer = &picker.Tokens{Local: tk}
+	}
+	a, err := app.Start(ctx, cfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	if err != nil {
+		return "", nil, fmt.Errorf("start the picker: %w", err)
+	}
+	return a.GRPCAddr(), a.Close, nil
+}

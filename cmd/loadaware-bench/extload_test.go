@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary serve as extload's server process: extload starts
+// os.Executable (here, this binary) with extloadChildEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(extloadChildEnv) != "" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestExtloadReportsBothServersAndTheirRatios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two server processes")
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"-rates", "200,300", "-rounds", "2", "-duration", "150ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
+	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
+		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		`(?m)^\s*rate/s\s+server\s+sent\s+shed\s+failed\s+routed\s+round trip p50 ms\s+p99\s+p99\.9\s+request phase p50 ms\s+p99\s+CPU/request µs$`,
+		`(?m)^\s*200\s+do-nothing\s+\d+\s+0\s+0\s+0\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$`,
+		`(?m)^\s*200\s+loadaware-epp\s+(\d+)\s+0\s+0\s+(\d+)\s+[\d.]+`,
+		`(?m)^\s*300\s+do-nothing\s`,
+		`(?m)^\s*300\s+loadaware-epp\s`,
+		`(?m)^\s*rate/s\s+p50 ratio\s+p99 ratio\s+p99 <= 1\.3x\s+CPU/request ratio\s+extra CPU/request µs\s+extra <= 100µs$`,
+		`(?m)^\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+\s+-?[\d.]+\s+(true|false)$`,
+		`(?m)^\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s`,
+	} {
+		if !regexp.MustCompile(want).MatchString(s) {
+			t.Errorf("report does not match %q:\n%s", want, s)
+		}
+	}
+	// Every request to the picker was routed: its sent and routed columns agree.
+	m := regexp.MustCompile(`(?m)^\s*200\s+loadaware-epp\s+(\d+)\s+0\s+0\s+(\d+)\s`).FindStringSubmatch(s)
+	if m == nil || m[1] != m[2] || m[1] == "0" {
+		t.Errorf("the picker's row should show every request sent and routed: %q", m)
+	}
+}
+
+func TestExtloadRefusesBadFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"a rate that is not a number", []string{"-rates", "500,fast"}, `"fast" is not a positive number`},
+		{"a zero rate", []string{"-rates", "0"}, "not a positive number"},
+		{"no window", []string{"-duration", "0s"}, "-duration 0s"},
+		{"no rounds", []string{"-rounds", "0"}, "-rounds 0: pass 1 to 100"},
+		{"a tiny body", []string{"-body-bytes", "10"}, "-body-bytes 10: pass 64"},
+		{"an unknown prompt form", []string{"-prompt", "audio"}, `-prompt "audio": use ids or text`},
+		{"no endpoints", []string{"-endpoints", "0"}, "-endpoints 0"},
+		{"no streams allowed", []string{"-max-inflight", "0"}, "-max-inflight 0"},
+		{"a stray argument", []string{"500"}, `unexpected argument "500"`},
+		{"an unknown flag", []string{"-nope"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := runExtload(context.Background(), tt.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tt.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestExtloadServerRefusesAnUnknownKind(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := runExtloadServer(context.Background(), []string{"-kind", "envoy"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `-kind "envoy"`) {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+}

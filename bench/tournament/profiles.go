@@ -180,7 +180,7 @@ const publishedCell = "kvaware"
 
 // measuredSeeds returns the published profile's seeds: for each of seeds,
 // the embedded kvaware cell's measured seed of that number, cut to its first
-// requests requests. The seeds share their slices with every caller: they
+// requests requests (more than it has is an error). The seeds share their slices with every caller: they
 // must not be modified.
 func measuredSeeds(seeds []uint64, requests, prefixes int) ([]vtime.CellSeed, error) {
 	all, err := publishedSeeds()
@@ -202,8 +202,10 @@ func measuredSeeds(seeds []uint64, requests, prefixes int) ([]vtime.CellSeed, er
 				return nil, fmt.Errorf("measured seed %d request %d uses prefix %d: the profile's pool has prefixes 0..%d (-prefixes)", s, j, id, prefixes-1)
 			}
 		}
-		n := min(requests, len(sd.PrefixIDs))
-		sd.PrefixIDs, sd.SendAt = sd.PrefixIDs[:n], sd.SendAt[:n]
+		if requests > len(sd.PrefixIDs) {
+			return nil, fmt.Errorf("measured seed %d has %d requests: -requests %d asks for more (the published profile replays at most its measured requests)", s, len(sd.PrefixIDs), requests)
+		}
+		sd.PrefixIDs, sd.SendAt = sd.PrefixIDs[:requests], sd.SendAt[:requests]
 		out[i] = sd
 	}
 	return out, nil

@@ -54,9 +54,13 @@ func WriteMarkdown(w io.Writer, res Result, opt ReportOptions) error {
 	if len(res.Seeds) < MinSeeds {
 		fmt.Fprintf(b, "**Only %d seeds**: the statistics are stated for at least %d; treat the tests below as a smoke run.\n\n", len(res.Seeds), MinSeeds)
 	}
-	writeSummary(b, res, opt)
-	for _, p := range res.Profiles {
-		writeProfile(b, p)
+	tests := make([][]Test, len(res.Profiles)) // each profile's tests, computed once (bootstraps)
+	for j, p := range res.Profiles {
+		tests[j] = p.Tests()
+	}
+	writeSummary(b, res, tests, opt)
+	for j, p := range res.Profiles {
+		writeProfile(b, p, tests[j])
 	}
 	return b.Flush()
 }
@@ -121,7 +125,7 @@ func Summarize(res Result) Summary {
 	return s
 }
 
-func writeSummary(b *bufio.Writer, res Result, opt ReportOptions) {
+func writeSummary(b *bufio.Writer, res Result, tests [][]Test, opt ReportOptions) {
 	s := Summarize(res)
 	b.WriteString("## Summary: who wins where\n\n")
 	b.WriteString("Median TTFT p95 of each arm over the profile's best arm's (1.00 = the best; **bold ★** marks the winner; ")
@@ -131,10 +135,6 @@ func writeSummary(b *bufio.Writer, res Result, opt ReportOptions) {
 		fmt.Fprintf(b, " %s |", p)
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(s.Profiles)) + "\n")
-	tests := make([][]Test, len(res.Profiles))
-	for j, p := range res.Profiles {
-		tests[j] = p.Tests()
-	}
 	for i, arm := range s.Arms {
 		fmt.Fprintf(b, "| %s |", arm)
 		for j := range s.Profiles {
@@ -162,7 +162,7 @@ func writeSummary(b *bufio.Writer, res Result, opt ReportOptions) {
 	}
 }
 
-func writeProfile(b *bufio.Writer, p ProfileResult) {
+func writeProfile(b *bufio.Writer, p ProfileResult, tests []Test) {
 	fmt.Fprintf(b, "## %s\n\n%s.\n\n%s\n\n", p.Profile.Name, capitalize(p.Profile.About), FleetText(p.Profile))
 	b.WriteString("| arm |")
 	for _, c := range columns {
@@ -181,7 +181,6 @@ func writeProfile(b *bufio.Writer, p ProfileResult) {
 		}
 		b.WriteString("\n")
 	}
-	tests := p.Tests()
 	if tests == nil {
 		b.WriteString("\n")
 		return

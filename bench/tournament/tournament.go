@@ -93,7 +93,7 @@ func (c Config) Validate() error {
 			if p.Fleet.Workload.Profile != workload.ProfileShared {
 				return fmt.Errorf("tournament: profile %s replays measured seeds: its workload must be the shared profile, not %q", p.Name, p.Fleet.Workload.Profile)
 			}
-			if _, err := measuredSeeds(c.Seeds, 1, p.Fleet.Workload.Prefixes); err != nil {
+			if _, err := measuredSeeds(c.Seeds, p.Fleet.Workload.Requests, p.Fleet.Workload.Prefixes); err != nil {
 				return fmt.Errorf("tournament: profile %s: %w", p.Name, err)
 			}
 		}

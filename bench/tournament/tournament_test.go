@@ -117,6 +117,12 @@ func TestMeasuredSeeds(t *testing.T) {
 	if _, err := measuredSeeds([]uint64{21}, 500, 128); err == nil || !strings.Contains(err.Error(), "not seed 21") {
 		t.Fatalf("seed 21: err = %v, want one saying the published profile has no seed 21", err)
 	}
+	if _, err := measuredSeeds([]uint64{1}, 501, 128); err == nil || !strings.Contains(err.Error(), "-requests 501") {
+		t.Fatalf("501 requests: err = %v, want one naming -requests", err)
+	}
+	if _, err := measuredSeeds([]uint64{1}, 500, 4); err == nil || !strings.Contains(err.Error(), "-prefixes") {
+		t.Fatalf("a 4-prefix pool: err = %v, want one naming -prefixes", err)
+	}
 }
 
 // arm builds an arm result from per-seed TTFT p95 values.

@@ -28,6 +28,7 @@ func TestParseArms(t *testing.T) {
 		{"loadaware:0.75", []vtime.Arm{{Name: "loadaware-b0.75", Policy: "loadaware", Beta: 0.75}}, ""},
 		{"loadaware", []vtime.Arm{{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}, ""},
 		{"session", []vtime.Arm{{Name: "session", Policy: "session", Beta: 1}}, ""},
+		{"leastload:2,leastload:0.5", []vtime.Arm{{Name: "leastload-b2", Policy: "leastload", Beta: 2}, {Name: "leastload-b0.5", Policy: "leastload", Beta: 0.5}}, ""},
 		{"fastest", nil, `unknown policy "fastest"`},
 		{"loadaware:x", nil, `beta "x" is not a number`},
 		{"loadaware:-1", nil, "out of range"},

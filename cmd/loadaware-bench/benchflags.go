@@ -149,8 +149,8 @@ func parseArm(item string) (vtime.Arm, error) {
 		beta = b
 	}
 	name := policy
-	if policy == "loadaware" {
-		name = "loadaware-b" + strconv.FormatFloat(beta, 'g', -1, 64)
+	if policy == "loadaware" || hasBeta { // a beta given to another policy (latencyaware:2) names its arm too
+		name = policy + "-b" + strconv.FormatFloat(beta, 'g', -1, 64)
 	}
 	return vtime.Arm{Name: name, Policy: policy, Beta: beta}, nil
 }

@@ -3,7 +3,6 @@ package picker
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -21,32 +20,17 @@ func BenchmarkPickPolicy(b *testing.B) {
 				bf.fleet.SetClock(func() time.Time { return now })
 				p := newPicker(b, Options{Fleet: bf.fleet, Policy: policy, Cache: LMCacheView{Index: bf.index}, Now: func() time.Time { return now }})
 				req := Request{Tokens: bf.tokens}
-				lat := make([]time.Duration, 0, 1<<16)
-				cpu := make([]time.Duration, 0, 1<<16)
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				runtime.GC()
-				b.ReportAllocs()
-				b.ResetTimer()
-				for b.Loop() {
+				timeEach(b, func() func() {
 					now = now.Add(time.Millisecond)
-					c0, cpuOK := threadCPU()
-					t := time.Now()
 					d, err := p.Pick(context.Background(), req)
-					lat = append(lat, time.Since(t))
-					if c1, _ := threadCPU(); cpuOK {
-						cpu = append(cpu, c1-c0)
-					}
 					if err != nil {
 						b.Fatal(err)
 					}
-					d.Booking.Decoding()
-					d.Booking.Release()
-				}
-				reportQuantiles(b, lat, "")
-				if len(cpu) > 0 {
-					reportQuantiles(b, cpu, "-cpu")
-				}
+					return func() {
+						d.Booking.Decoding()
+						d.Booking.Release()
+					}
+				})
 			})
 		}
 	}

@@ -9,24 +9,28 @@ import (
 // with a load that counts what delays a new request's first token, and a cache credit
 // that keeps cold prefixes on one engine.
 //
-//		load(s)      = pace(s)^PaceExponent * (decode(s) + PrefillWeight * (prefill(s) + prefill_tokens(s)/PrefillTokenUnit))
-//		relative(s)  = (load(s) - mean load) / max(1, mean load)
-//		affinity(s)  = AffinityBonus if s is where this prompt's first chunk was last routed,
-//		               within AffinityWindow, and that prefix is cold (rate < HotRate); else 0
-//		score(s)     = matched(s)/prompt_tokens + affinity(s) - Beta * relative(s)
+//		load(s)     = sqrt(pace(s)) * (decode(s) + PrefillWeight * (prefill(s) + miss(s)/PrefillTokenUnit))
+//		miss(s)     = max(0, prompt_tokens - matched(s) - MissAllowance)
+//		relative(s) = (load(s) - mean load) / max(1, mean load)
+//		affinity(s) = AffinityBonus if s is where this prompt's first chunk was last routed,
+//		              within AffinityWindow, and that prefix is cold (rate < HotRate); else 0
+//		score(s)    = matched(s)/prompt_tokens + affinity(s) - Beta * relative(s)
 //
 //	  - decode(s), prefill(s): this picker's requests on s past / before their first token;
 //	    a request in prefill delays every admission behind it (vLLM admits new requests
-//	    step by step), so it weighs PrefillWeight decoding ones; prefill_tokens(s) is the
-//	    uncached prompt tokens those requests must still compute.
+//	    step by step), so it weighs PrefillWeight decoding ones.
+//	  - miss(s) is what this request would prefill on s beyond one step's token budget: a
+//	    miss that fits in one step (MissAllowance) costs its engine one longer step and
+//	    replicates the prefix there, which pays off when the prefix is hot; a longer one
+//	    holds the engine for several steps, so it counts as the admissions it is worth.
 //	  - pace(s): s's measured mean decode duration (first token to end, fleet.Load) over the
-//	    candidates' mean: a slower engine's requests cost more of its time. Unmeasured
-//	    endpoints count as the mean.
+//	    candidates' mean: a slower engine's requests cost more of its time. The square root
+//	    damps it; unmeasured endpoints count as the mean.
 //	  - affinity keeps a prompt family that arrives rarely on the engine that served it last
 //	    (its blocks are likely still on that GPU), so hot prefixes carry the balancing and
 //	    are replicated, cold ones are not.
 //	  - Unlike loadaware there is no QPS fallback: when nobody holds the prompt, the load
-//	    term alone decides.
+//	    term alone decides (reason least-load).
 //
 // Highest score wins; ties to the smallest address.
 type LatencyAware struct {
@@ -47,9 +51,10 @@ const (
 	// MissAllowance: the uncached tokens one engine step prefills (vLLM's
 	// max_num_batched_tokens, 2048 on the published engines) are not charged.
 	MissAllowance = 2048
-	// PaceExponent damps the measured pace ratio (fitted: 0, 0.5, 0.8, 1, 1.5 scanned);
-	// the full ratio moves so much load to the fast engine that its queue grows.
-	PaceExponent = 0.5
+	// The pace ratio enters as its square root (fitted: exponents 0, 0.5, 0.75, 0.8, 1 and
+	// 1.5 scanned): the full ratio moves so much load to the fast engine that its queue
+	// grows.
+
 	// AffinityBonus, AffinityWindow, HotRate, HotTau: the cold-prefix affinity (fitted).
 	AffinityBonus  = 0.3
 	AffinityWindow = 60 * time.Second
@@ -74,12 +79,13 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 			paced++
 		}
 	}
+	invMeanPace := float64(paced) / max(paceSum, 1e-12)
 	var sum float64
 	for i, c := range in.Candidates {
 		miss := max(in.PromptTokens-max(c.Matched, 0)-MissAllowance, 0)
 		l := float64(c.Decode) + PrefillWeight*(float64(c.Prefill)+float64(miss)/PrefillTokenUnit)
 		if c.DecodePace > 0 {
-			l *= math.Pow(c.DecodePace.Seconds()/(paceSum/float64(paced)), PaceExponent)
+			l *= math.Sqrt(c.DecodePace.Seconds() * invMeanPace)
 		}
 		rs[i].Load = l
 		sum += l

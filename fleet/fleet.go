@@ -86,6 +86,8 @@ type endpoint struct {
 	addr    string
 	prefill atomic.Int64
 	decode  atomic.Int64
+	// remote is what other pickers booked here (SetRemote), packed as prefill<<32 | decode.
+	remote atomic.Uint64
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -96,6 +98,8 @@ type Set struct {
 	addrs  []string // sorted
 	synced bool
 	ready  chan struct{} // closed on the first Update
+
+	listener atomic.Pointer[listenerBox] // told of every booking change; nil: none
 }
 
 // New returns an empty Set that is not yet synced.
@@ -148,14 +152,16 @@ func (s *Set) Synced() bool {
 func (s *Set) Ready() <-chan struct{} { return s.ready }
 
 // Loads returns the loads of the given endpoints that are still in the set, in the order
-// given; endpoints no longer present are left out.
+// given; endpoints no longer present are left out. A load is this picker's bookings plus
+// what other pickers booked (SetRemote; zero for a single picker).
 func (s *Set) Loads(addrs []string) []Load {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]Load, 0, len(addrs))
 	for _, a := range addrs {
 		if e, ok := s.eps[a]; ok {
-			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load())})
+			rp, rd := unpackRemote(e.remote.Load())
+			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()) + rp, Decode: int(e.decode.Load()) + rd})
 		}
 	}
 	return out
@@ -173,7 +179,12 @@ func (s *Set) Book(addr string) (*Booking, error) {
 		return nil, fmt.Errorf("fleet: endpoint %s is not in the endpoint set", addr)
 	}
 	e.prefill.Add(1)
-	return &Booking{ep: e}, nil
+	b := &Booking{ep: e}
+	if lb := s.listener.Load(); lb != nil {
+		b.l = lb.l
+		b.l.Booked(addr)
+	}
+	return b, nil
 }
 
 // Booking states.
@@ -189,6 +200,7 @@ const (
 type Booking struct {
 	ep    *endpoint
 	state atomic.Int32
+	l     Listener // nil: none
 }
 
 // Addr is the booked endpoint.
@@ -200,6 +212,9 @@ func (b *Booking) Decoding() {
 	if b.state.CompareAndSwap(inPrefill, inDecode) {
 		b.ep.prefill.Add(-1)
 		b.ep.decode.Add(1)
+		if b.l != nil {
+			b.l.Decoding(b.ep.addr)
+		}
 	}
 }
 
@@ -216,6 +231,9 @@ func (b *Booking) Release() bool {
 				b.ep.prefill.Add(-1)
 			} else {
 				b.ep.decode.Add(-1)
+			}
+			if b.l != nil {
+				b.l.Released(b.ep.addr, st == inDecode)
 			}
 			return true
 		}

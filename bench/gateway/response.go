@@ -21,8 +21,9 @@ func (ex *exchange) streamResponse(resp *http.Response) bool {
 	if !ex.sendResponseHeaders(&rm, hasBody) {
 		return false
 	}
+	ex.open.resp = resp
 	if hasBody {
-		ex.startSender(resp.Body, resp.ContentLength, responseBody, &ex.upEnd)
+		ex.startSender(ex.teeResponse(resp.Body), resp.ContentLength, responseBody, &ex.upEnd)
 	} else {
 		ex.upEnd = time.Now()
 	}
@@ -56,6 +57,7 @@ func (ex *exchange) streamResponse(resp *http.Response) bool {
 			if sr == nil {
 				return ex.protocolError("a full-duplex response body response without streamed_response")
 			}
+			ex.echoed(len(sr.GetBody()))
 			if !ex.writeBody(sr.GetBody()) {
 				return false
 			}

@@ -102,9 +102,15 @@ func (f *liveFleet) awaitReady(ctx context.Context, a *app.App) error {
 	})
 }
 
-func (f *liveFleet) dialGateways(log *slog.Logger) error {
+func (f *liveFleet) dialGateways(log *slog.Logger, failOpen bool) error {
+	var fallback []string
+	if failOpen {
+		for _, e := range f.engines {
+			fallback = append(fallback, e.Addr())
+		}
+	}
 	for _, a := range f.apps {
-		gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{GenerateRequestID: true, Logger: log,
+		gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{GenerateRequestID: true, Logger: log, FailOpen: failOpen, Fallback: fallback,
 			OnOutcome: func(o gateway.Outcome) {
 				f.mu.Lock()
 				f.outcomes[o.RequestID] = o

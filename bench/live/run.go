@@ -64,8 +64,11 @@ type Options struct {
 	// messages and its own bookings (the deployment issue 14 replaces).
 	Naive bool
 	// KillAt, when positive, kills the last replica abruptly (no graceful stop) as request
-	// KillAt is sent; later requests go to the survivors (see Result.Kill).
+	// KillAt is sent; later requests go to the survivors (see Result.Replicas).
 	KillAt int
+	// FailOpen runs the gateways with failure_mode_allow true (gateway.Options.FailOpen,
+	// the engines as the fallback): a request whose replica dies is carried on, not lost.
+	FailOpen bool
 }
 
 // Result is one live run of one arm on one seed.
@@ -158,10 +161,10 @@ type liveFleet struct {
 	engines []*Engine
 	gw      *gateway.Gateway // the first replica's
 	replicaSet
-	srv     *http.Server
-	url     string // the gateway's base URL
-	client  *http.Client
-	log     *slog.Logger
+	srv    *http.Server
+	url    string // the gateway's base URL
+	client *http.Client
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	outcomes map[string]gateway.Outcome // by request id
@@ -257,7 +260,7 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 		return nil, err
 	}
 	f.baseReceived += r2 - r1
-	if err := f.dialGateways(log); err != nil {
+	if err := f.dialGateways(log, opts.FailOpen); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

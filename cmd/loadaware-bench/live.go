@@ -36,7 +36,9 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "show the picker's, the gateway's and the engines' logs on stderr")
 	replicas := fs.Int("replicas", 1, "picker replicas, each with its own gateway; requests spread over them in turn (docs/replicas.md)")
 	naive := fs.Bool("naive", false, "with -replicas > 1: no shared state (each replica sees its own engines' LMCache messages and its own bookings)")
+	failOpen := fs.Bool("fail-open", false, "run the gateways with failure_mode_allow true (a request whose picker dies goes on to a fallback engine or continues unprocessed)")
 	killHalf := fs.Bool("kill-half", false, "with -replicas > 1: kill the last replica abruptly half-way through each seed")
+	showReplicas := fs.Bool("replica-stats", false, "print the shared-state line (decision latency, traffic) even for one replica")
 	cache := fs.String("cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -66,7 +68,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
 			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
-			lo := live.Options{Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive}
+			lo := live.Options{Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
 			if *killHalf {
 				lo.KillAt = cfg.Workload.Requests / 2
 			}
@@ -77,7 +79,9 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			res.Runs = append(res.Runs, r.Run)
-			printReplicaStats(stdout, arm.Name, seed, r.Replicas)
+			if *replicas > 1 || *showReplicas {
+				printReplicaStats(stdout, arm.Name, seed, r.Replicas)
+			}
 			meta.Live = append(meta.Live, liveInfo{Messages: r.Messages, Received: r.Received, WarmEvents: r.WarmEvents,
 				InFlightAfter: r.InFlightAfter, WallSeconds: r.Wall.Seconds()})
 			if *twins {

@@ -75,9 +75,11 @@ type Replica struct {
 	client *http.Client
 	now    func() time.Time
 
-	pubMu    sync.Mutex // orders the load sequence with its publishes
+	pubMu    sync.Mutex // guards loadSeq and outbox
 	loadSeq  uint64
-	frameSeq uint64 // guarded by the gate's lock
+	outbox   []byte        // encoded load messages not yet published, each length-prefixed
+	wake     chan struct{} // signals the publisher that outbox has messages
+	frameSeq uint64        // guarded by the gate's lock
 
 	applied map[uint64]uint64 // frames Seq applied per origin; guarded by the gate's lock
 
@@ -107,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica: peer timeout %s must be longer than the state interval %s (--replica-peer-timeout, --replica-state-interval)", cfg.PeerTimeout, cfg.StateInterval)
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, now: cfg.Now, origin: newOrigin(), applied: map[uint64]uint64{},
-		client: cfg.Client, ready: make(chan struct{}), firstPeer: make(chan struct{}), warming: true}
+		client: cfg.Client, ready: make(chan struct{}), firstPeer: make(chan struct{}), warming: true, wake: make(chan struct{}, 1)}
 	if cfg.Gate != nil {
 		r.met = cfg.Gate.met
 	} else {
@@ -144,6 +146,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	cfg.Fleet.SetListener(r)
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.wg.Go(func() { r.tick(ctx) })
+	r.wg.Go(func() { r.publisher(ctx) })
 	if cfg.ScrapeInterval > 0 {
 		r.wg.Go(func() { r.scrapeLoop(ctx) })
 	}
@@ -241,16 +244,47 @@ func (r *Replica) publishFrames(peer string, frames [][]byte) {
 	r.publish(r.subject("frames"), "frames", AppendEncode(nil, Message{Kind: KindFrames, Origin: r.origin, Seq: r.frameSeq, Peer: peer, Frames: frames}))
 }
 
+// publishLoad numbers m and queues it for the publisher: a booking on the decision path
+// costs an encoding and an append, never a wait on NATS.
 func (r *Replica) publishLoad(m Message) {
 	r.pubMu.Lock()
-	defer r.pubMu.Unlock()
 	r.loadSeq++
 	m.Origin, m.Seq = r.origin, r.loadSeq
-	kind := "delta"
-	if m.Kind == KindState {
-		kind = "state"
+	start := len(r.outbox)
+	r.outbox = append(r.outbox, 0, 0, 0, 0)
+	r.outbox = AppendEncode(r.outbox, m)
+	n := len(r.outbox) - start - 4
+	r.outbox[start], r.outbox[start+1], r.outbox[start+2], r.outbox[start+3] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
+	r.pubMu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
-	r.publish(r.subject("load"), kind, AppendEncode(make([]byte, 0, 64), m))
+}
+
+// publisher publishes the queued load messages in order until ctx ends.
+func (r *Replica) publisher(ctx context.Context) {
+	var batch []byte
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+		r.pubMu.Lock()
+		batch, r.outbox = r.outbox, batch[:0]
+		r.pubMu.Unlock()
+		for rest := batch; len(rest) >= 4; {
+			n := int(rest[0]) | int(rest[1])<<8 | int(rest[2])<<16 | int(rest[3])<<24
+			m := rest[4 : 4+n]
+			kind := "delta"
+			if Kind(m[1]) == KindState {
+				kind = "state"
+			}
+			r.publish(r.subject("load"), kind, m) // nats.go copies m into its buffer
+			rest = rest[4+n:]
+		}
+	}
 }
 
 // Booked implements fleet.Listener.

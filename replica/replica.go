@@ -248,6 +248,10 @@ func (r *Replica) publishFrames(peer string, frames [][]byte) {
 // costs an encoding and an append, never a wait on NATS.
 func (r *Replica) publishLoad(m Message) {
 	r.pubMu.Lock()
+	if m.Kind == KindState {
+		// Read under the lock: every booking whose delta is queued before the state is in it.
+		m.Loads = r.load.local()
+	}
 	r.loadSeq++
 	m.Origin, m.Seq = r.origin, r.loadSeq
 	start := len(r.outbox)
@@ -316,7 +320,7 @@ func (r *Replica) tick(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.publishLoad(Message{Kind: KindState, Loads: r.load.local()})
+			r.publishLoad(Message{Kind: KindState})
 			r.load.expire(r.now())
 		}
 	}

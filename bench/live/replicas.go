@@ -21,6 +21,9 @@ type ReplicaStats struct {
 	// Messages and Bytes are the shared-state messages and payload bytes all replicas
 	// published over the measured seed (frames, deltas, states; 0 when naive).
 	Messages, Bytes float64
+	// Corrections counts the load views the engines' scraped counts corrected (every
+	// replica, the whole run: loadaware_replica_load_corrections_total).
+	Corrections float64
 	// DecisionP50 and DecisionP99 are the gateway's picker times (headers sent to the
 	// destination known) over the seed's requests.
 	DecisionP50, DecisionP99 time.Duration
@@ -213,6 +216,14 @@ func (f *liveFleet) replicaStats(ctx context.Context, start time.Time, outcomes 
 	st := ReplicaStats{Replicas: len(f.apps), Naive: f.naive, ViewHealed: -1}
 	msgs, bytes := f.sharedSent(ctx)
 	st.Messages, st.Bytes = msgs-before, bytes-beforeBytes
+	for i, a := range f.apps {
+		if i == f.killed {
+			continue
+		}
+		if m, err := scrape(ctx, f.client, "http://"+a.MetricsAddr()+"/metrics"); err == nil {
+			st.Corrections += m["loadaware_replica_load_corrections_total"]
+		}
+	}
 	var times []time.Duration
 	for _, id := range ids {
 		if o, ok := outcomes[id]; ok && o.PickerTime > 0 {

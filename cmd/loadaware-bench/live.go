@@ -136,8 +136,8 @@ func printTwins(w io.Writer, runs []vtime.Run, meta runMeta) {
 
 // printReplicaStats writes one line of a run's shared-state figures.
 func printReplicaStats(w io.Writer, arm string, seed uint64, st live.ReplicaStats) {
-	fmt.Fprintf(w, "replicas %s seed %d: replicas=%d naive=%v shared_messages=%.0f shared_bytes=%.0f decision_p50=%s decision_p99=%s",
-		arm, seed, st.Replicas, st.Naive, st.Messages, st.Bytes, st.DecisionP50, st.DecisionP99)
+	fmt.Fprintf(w, "replicas %s seed %d: replicas=%d naive=%v shared_messages=%.0f shared_bytes=%.0f corrections=%.0f decision_p50=%s decision_p99=%s",
+		arm, seed, st.Replicas, st.Naive, st.Messages, st.Bytes, st.Corrections, st.DecisionP50, st.DecisionP99)
 	if st.Killed {
 		fmt.Fprintf(w, " killed_at=%s failed_on_killed=%d failed_elsewhere=%d view_healed=%s", st.KilledAt.Round(time.Millisecond), st.FailedOnKilled, st.FailedElsewhere, st.ViewHealed)
 	}

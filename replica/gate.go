@@ -69,14 +69,14 @@ func (g *Gate) Ingest(peer string, frames [][]byte, apply func() bool) {
 	}
 }
 
-// applyFrames applies frames from peer (an engine's IP, as a peer replica or a snapshot
+// applyFramesLocked applies frames from peer (an engine's IP, as a peer replica or a snapshot
 // names it), with the gate's lock held.
 func (g *Gate) applyFramesLocked(peer string, frames [][]byte) int {
 	g.checkRestored(peer, frames)
 	return g.idx.ApplyFrames(frames, peer, g.now())
 }
 
-// restore applies frames of a snapshot or state file and remembers the instances they
+// restoreLocked applies frames of a snapshot or state file and remembers the instances they
 // register, with the gate's lock held.
 func (g *Gate) restoreLocked(peer string, frames [][]byte) int {
 	for _, f := range frames {

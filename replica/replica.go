@@ -311,16 +311,20 @@ func (r *Replica) Released(addr string, decoding bool) {
 	r.publishLoad(Message{Kind: KindDelta, Addr: addr, Op: op})
 }
 
-// tick publishes this replica's state and expires silent peers every state interval.
+// tick publishes this replica's state every state interval and expires silent peers
+// every eighth of the peer timeout (so a dead peer's bookings go at most an eighth late).
 func (r *Replica) tick(ctx context.Context) {
 	t := time.NewTicker(r.cfg.StateInterval)
 	defer t.Stop()
+	e := time.NewTicker(max(r.cfg.PeerTimeout/8, 10*time.Millisecond))
+	defer e.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			r.publishLoad(Message{Kind: KindState})
+		case <-e.C:
 			r.load.expire(r.now())
 		}
 	}

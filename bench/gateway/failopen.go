@@ -16,7 +16,7 @@ const maxFailOpenBody = 16 << 20
 // failOpenState is what an exchange keeps to carry a request on without the picker.
 type failOpenState struct {
 	raw  []byte         // the client's request body as received (FailOpen only)
-	resp *http.Response // the endpoint's response, once it started
+	resp *http.Response // the endpoint's response (full-duplex mode), once it started
 
 	mu      sync.Mutex
 	pending []byte // response bytes sent to the picker and not yet echoed to the client
@@ -86,7 +86,7 @@ func (ex *exchange) failOpen(err error) (done, ok bool) {
 	case ex.open.resp == nil && ex.upBody == nil && !ex.wrote && len(ex.g.opts.Fallback) > 0:
 		ex.openRequest(err)
 		return true, false
-	case ex.open.resp != nil && ex.open.tee:
+	case ex.open.resp != nil && ex.fullDuplex():
 		ex.openResponse(err)
 		return true, false
 	}

@@ -28,6 +28,7 @@ func TestPickerDyingMidStream(t *testing.T) {
 	}
 	beforeRouting := dies(func(r *extprocv3.ProcessingRequest) bool { return r.GetRequestHeaders() != nil })
 	duringResponse := dies(func(r *extprocv3.ProcessingRequest) bool { return len(r.GetResponseBody().GetBody()) > 0 })
+	atResponseHeaders := dies(func(r *extprocv3.ProcessingRequest) bool { return r.GetResponseHeaders() != nil })
 	tests := []struct {
 		name       string
 		setup      func(*fakePicker)
@@ -41,6 +42,7 @@ func TestPickerDyingMidStream(t *testing.T) {
 		{"before routing, fail open: the fallback engine answers", beforeRouting, true, 200, "data: a\ndata: b\n", "request", false},
 		{"during the response, fail closed: aborted", duringResponse, false, 0, "", "", true},
 		{"during the response, fail open: the response completes", duringResponse, true, 200, "data: a\ndata: b\n", "response", true},
+		{"at the response headers, fail open: the response completes", atResponseHeaders, true, 200, "data: a\ndata: b\n", "response", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,10 +18,10 @@ import (
 func (ex *exchange) streamResponse(resp *http.Response) bool {
 	rm := message{status: resp.StatusCode, header: resp.Header.Clone()}
 	hasBody := responseHasBody(ex.req.method, resp)
+	ex.open.resp = resp
 	if !ex.sendResponseHeaders(&rm, hasBody) {
 		return false
 	}
-	ex.open.resp = resp
 	if hasBody {
 		ex.startSender(ex.teeResponse(resp.Body), resp.ContentLength, responseBody, &ex.upEnd)
 	} else {

@@ -26,6 +26,7 @@ const (
 	DefaultPeerTimeout    = 750 * time.Millisecond
 	DefaultScrapeInterval = 250 * time.Millisecond
 	DefaultWarmTimeout    = 5 * time.Second
+	DefaultPeerWait       = 500 * time.Millisecond
 	snapshotChunkBytes    = 512 << 10 // under NATS's default 1 MiB max_payload
 )
 
@@ -54,6 +55,9 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// WarmTimeout bounds the warm start: connecting, finding a peer and taking its snapshot.
 	WarmTimeout time.Duration
+	// PeerWait is the shortest wait at start to hear a peer (a loaded peer may take a while
+	// to answer the hello); default DefaultPeerWait.
+	PeerWait time.Duration
 	// Client scrapes the engines; nil: a client with keep-alive.
 	Client *http.Client
 	Logger *slog.Logger
@@ -174,6 +178,9 @@ func setDefaults(c *Config) {
 	}
 	if c.WarmTimeout <= 0 {
 		c.WarmTimeout = DefaultWarmTimeout
+	}
+	if c.PeerWait <= 0 {
+		c.PeerWait = DefaultPeerWait
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
@@ -347,6 +354,10 @@ func (r *Replica) scrapeLoop(ctx context.Context) {
 // messages of one origin arrive, and are applied, in the order it published them.
 func (r *Replica) handle(msg *nats.Msg) {
 	rest := strings.TrimPrefix(msg.Subject, r.cfg.Subject+".")
+	if rest == "hello" { // a replica is starting: let it hear this one at once
+		r.publishLoad(Message{Kind: KindState})
+		return
+	}
 	if target, ok := strings.CutPrefix(rest, "snapshot."); ok {
 		if target == strconv.FormatUint(r.origin, 16) && msg.Reply != "" {
 			r.serveSnapshot(msg.Reply)

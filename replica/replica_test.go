@@ -51,7 +51,8 @@ func startNode(t testing.TB, url string, tune func(*Config)) *node {
 	}
 	f := fleet.New()
 	f.Update(endpoints)
-	cfg := Config{URL: url, Gate: g, Fleet: f, ScrapeInterval: -1, StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+	cfg := Config{URL: url, Gate: g, Fleet: f, ScrapeInterval: -1, StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond,
+		PeerWait: 50 * time.Millisecond}
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -59,7 +59,8 @@ func (r *Replica) warmStart(ctx context.Context) {
 	defer g.Open()
 	deadline := time.NewTimer(r.cfg.WarmTimeout)
 	defer deadline.Stop()
-	// A peer publishes its state every StateInterval: silence for three of them means none.
+	// A peer answers the hello with its state, and publishes one every StateInterval anyway:
+	// silence for three of them (at least PeerWait) means there is none.
 	for !r.nc.IsConnected() {
 		select {
 		case <-ctx.Done():
@@ -77,9 +78,13 @@ func (r *Replica) warmStart(ctx context.Context) {
 	if err := r.nc.Flush(); err != nil {
 		r.log.Warn("replica: NATS flush at start", "err", err)
 	}
+	// Ask the peers to publish their state now rather than at their next interval.
+	if err := r.nc.Publish(r.subject("hello"), nil); err != nil {
+		r.log.Warn("replica: NATS publish at start", "err", err)
+	}
 	select {
 	case <-r.firstPeer:
-	case <-time.After(3 * r.cfg.StateInterval):
+	case <-time.After(max(3*r.cfg.StateInterval, r.cfg.PeerWait)):
 		r.abandonWarm()
 		return
 	case <-ctx.Done():

@@ -20,6 +20,7 @@ import (
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/replica"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -72,6 +73,12 @@ type Config struct {
 	// names). It overrides Cache.
 	KVEvents *KVEventsConfig
 
+	// Replicas, when set, shares the LMCache index and the bookings with the picker's other
+	// replicas over NATS; nil: a lone picker, exactly as without it.
+	Replicas *ReplicaConfig
+	// StateFile, when set, saves the LMCache index on an interval and loads it at start.
+	StateFile *StateFileConfig
+
 	Cache     picker.CacheView // nil: no cache information
 	Tokenizer picker.Tokenizer // nil: text and chat prompts routed on load alone
 	Observer  picker.Observer  // nil: none
@@ -99,6 +106,8 @@ type App struct {
 	LMCacheServer                  *lmcache.Server      // nil without LMCache
 	KVEventsIndex                  *kvevents.Index      // nil without vLLM KV events
 	KVEventsSubscriber             *kvevents.Subscriber // nil without vLLM KV events
+	Replica                        *replica.Replica     // nil without --nats-url
+	gate                           *replica.Gate        // nil unless the index is shared or persisted
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
 
@@ -195,9 +204,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
 
 	ctx, a.cancel = context.WithCancel(ctx)
+	if err := a.startReplica(ctx, reg); err != nil {
+		a.cancel()
+		return nil, err
+	}
 	if err := a.bind(ctx, cfg); err != nil {
 		a.cancel()
 		a.closeListeners()
+		if a.Replica != nil {
+			_ = a.Replica.Close()
+		}
 		return nil, err
 	}
 	a.httpSrv = newHTTPServer(a.httpHandler(adm))
@@ -214,6 +230,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		case <-a.Fleet.Ready():
 			select {
 			case <-a.kvEventsReady(): // the index rebuilt from the engines' replays
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-a.replicaReady(): // the index taken from a peer
 			case <-ctx.Done():
 				return
 			}
@@ -336,6 +357,9 @@ func (a *App) UpdateEndpoints(addrs []string) {
 	a.Fleet.Update(addrs)
 	a.Picker.Forget(addrs)
 	a.health.h.Retain(addrs)
+	if a.Replica != nil {
+		a.Replica.Forget(addrs)
+	}
 	if a.LMCacheServer != nil {
 		a.LMCacheServer.SetAllowedIPs(addrs)
 	}
@@ -387,6 +411,9 @@ func (a *App) Close() error {
 			a.healthSrv.Stop()
 		}
 		<-stopped
+	}
+	if a.Replica != nil {
+		err = errors.Join(err, a.Replica.Close())
 	}
 	a.wg.Wait()
 	return err

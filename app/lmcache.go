@@ -33,8 +33,12 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	if err != nil {
 		return err
 	}
+	ingest, err := a.newGate(a.LMCacheIndex, reg)
+	if err != nil {
+		return err
+	}
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
-		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow}, a.LMCacheIndex, a.log, reg)
+		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ import (
 
 // Files holds the shipped configurations: gateway.yaml, sidecar.yaml and fallback.yaml.
 //
-//go:embed gateway.yaml sidecar.yaml fallback.yaml
+//go:embed gateway.yaml sidecar.yaml fallback.yaml replicas.yaml
 var Files embed.FS
 
 // DestinationHeader is the header the picker sets and ORIGINAL_DST reads.

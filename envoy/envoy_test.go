@@ -19,6 +19,8 @@ func TestShippedConfigs(t *testing.T) {
 		{"sidecar.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "127.0.0.1:9002", TLS: false,
 			Fallback: "engine_fallback", FallbackAddress: "vllm-engines:8000"}},
 		{"fallback.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "loadaware-epp:9002", TLS: true}},
+		{"replicas.yaml", Picker{Listener: "gateway", Cluster: "loadaware-epp", Address: "loadaware-epp-headless:9002", TLS: true,
+			FailOpen: true, Fallback: "engine_fallback", FallbackAddress: "vllm-engines:8000"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

@@ -91,6 +91,8 @@ type endpoint struct {
 	prefill atomic.Int64
 	decode  atomic.Int64
 	pace    pace
+	// remote is what other pickers booked here (SetRemote), packed as prefill<<32 | decode.
+	remote atomic.Uint64
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -103,6 +105,8 @@ type Set struct {
 	ready  chan struct{} // closed on the first Update
 	clock  func() time.Time
 	view   atomic.Pointer[View]
+
+	listener atomic.Pointer[listenerBox] // told of every booking change; nil: none
 }
 
 // New returns an empty Set that is not yet synced.
@@ -162,14 +166,16 @@ func (s *Set) Synced() bool {
 func (s *Set) Ready() <-chan struct{} { return s.ready }
 
 // Loads returns the loads of the given endpoints that are still in the set, in the order
-// given; endpoints no longer present are left out.
+// given; endpoints no longer present are left out. A load is this picker's bookings plus
+// what other pickers booked (SetRemote; zero for a single picker).
 func (s *Set) Loads(addrs []string) []Load {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]Load, 0, len(addrs))
 	for _, a := range addrs {
 		if e, ok := s.eps[a]; ok {
-			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()), DecodePace: e.pace.mean()})
+			rp, rd := unpackRemote(e.remote.Load())
+			out = append(out, Load{Addr: a, Prefill: int(e.prefill.Load()) + rp, Decode: int(e.decode.Load()) + rd, DecodePace: e.pace.mean()})
 		}
 	}
 	return out
@@ -188,7 +194,12 @@ func (s *Set) Book(addr string) (*Booking, error) {
 		return nil, fmt.Errorf("fleet: endpoint %s is not in the endpoint set", addr)
 	}
 	e.prefill.Add(1)
-	return &Booking{ep: e, clock: clock}, nil
+	b := &Booking{ep: e, clock: clock}
+	if lb := s.listener.Load(); lb != nil {
+		b.l = lb.l
+		b.l.Booked(addr)
+	}
+	return b, nil
 }
 
 // SetClock gives the set a clock, so that each endpoint's DecodePace is measured from its
@@ -214,6 +225,7 @@ type Booking struct {
 	state atomic.Int32
 	clock func() time.Time // nil: no pace measured
 	first atomic.Int64     // unix nanoseconds of the first token; 0 before
+	l     Listener         // nil: none
 }
 
 // Addr is the booked endpoint.
@@ -227,6 +239,9 @@ func (b *Booking) Decoding() {
 		b.ep.decode.Add(1)
 		if b.clock != nil {
 			b.first.Store(b.clock().UnixNano())
+		}
+		if b.l != nil {
+			b.l.Decoding(b.ep.addr)
 		}
 	}
 }
@@ -247,6 +262,9 @@ func (b *Booking) Release() bool {
 				if f := b.first.Load(); f != 0 && b.clock != nil {
 					b.ep.pace.observe(time.Duration(b.clock().UnixNano() - f))
 				}
+			}
+			if b.l != nil {
+				b.l.Released(b.ep.addr, st == inDecode)
 			}
 			return true
 		}

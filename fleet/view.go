@@ -16,14 +16,17 @@ func (s *Set) View() *View { return s.view.Load() }
 // Addrs returns the addresses, sorted. The slice is shared: callers must not modify it.
 func (v *View) Addrs() []string { return v.addrs }
 
-// InFlight returns the requests in flight (prefill + decode) on the endpoint Addrs()[i].
+// InFlight returns the requests in flight (prefill + decode) on the endpoint Addrs()[i],
+// other pickers' included, as Loads counts them.
 func (v *View) InFlight(i int) int {
 	e := v.eps[i]
-	return int(e.prefill.Load() + e.decode.Load())
+	rp, rd := unpackRemote(e.remote.Load())
+	return int(e.prefill.Load()+e.decode.Load()) + rp + rd
 }
 
 // Load returns the whole load of the endpoint Addrs()[i], as Loads does.
 func (v *View) Load(i int) Load {
 	e := v.eps[i]
-	return Load{Addr: e.addr, Prefill: int(e.prefill.Load()), Decode: int(e.decode.Load()), DecodePace: e.pace.mean()}
+	rp, rd := unpackRemote(e.remote.Load())
+	return Load{Addr: e.addr, Prefill: int(e.prefill.Load()) + rp, Decode: int(e.decode.Load()) + rd, DecodePace: e.pace.mean()}
 }

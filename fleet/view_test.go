@@ -38,3 +38,24 @@ func TestViewFollowsUpdatesAndLoads(t *testing.T) {
 		t.Fatal("an Update changed an older view")
 	}
 }
+
+// A View counts what other pickers booked (SetRemote), as Loads does: a replica's
+// decisions, which read loads through the View, must see every replica's requests.
+func TestViewCountsOtherPickersLoads(t *testing.T) {
+	s := New()
+	s.Update([]string{"10.0.0.1:1", "10.0.0.2:1"})
+	if _, err := s.Book("10.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	s.SetRemote("10.0.0.1:1", 2, 5)
+	v := s.View()
+	if got := v.InFlight(0); got != 8 {
+		t.Errorf("InFlight = %d, want 1 own + 7 remote", got)
+	}
+	if got, want := v.Load(0), s.Loads([]string{"10.0.0.1:1"})[0]; got != want {
+		t.Errorf("View.Load = %+v, Loads = %+v: they must agree", got, want)
+	}
+	if got := v.Load(0); got.Prefill != 3 || got.Decode != 5 {
+		t.Errorf("View.Load = %+v, want prefill 3, decode 5", got)
+	}
+}

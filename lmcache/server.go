@@ -69,6 +69,9 @@ type ServerConfig struct {
 	Now func() time.Time
 	// MaxFrameBytes bounds one received frame; larger ones drop the peer. 0 means 64 MiB.
 	MaxFrameBytes int64
+	// Ingest, when set, wraps every application of frames received from the network (see
+	// IngestFunc); nil applies them directly.
+	Ingest IngestFunc
 	// RcvHWM is how many messages each socket queues before ZeroMQ stops reading its
 	// peers (their PUSH sockets then block or drop): the memory a peer faster than the index
 	// can make libzmq hold. 0 means DefaultRcvHWM.
@@ -363,7 +366,7 @@ func (s *Server) servePull(so *zmq.Socket) {
 			s.idx.RefuseUnknownPeer(s.now())
 			continue
 		}
-		s.idx.ApplyFrames(frames, peer, s.now())
+		s.ingest(peer, frames, func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 })
 	}
 }
 
@@ -400,7 +403,10 @@ func (s *Server) answer(payload []byte, peer string) []byte {
 		s.idx.RefuseUnknownPeer(s.now())
 		err = errors.New("the connection's address is unknown, so the message cannot be authenticated")
 	} else {
-		msg, err = s.idx.ApplyFrameFrom(payload, peer, s.now())
+		s.ingest(peer, [][]byte{payload}, func() bool {
+			msg, err = s.idx.ApplyFrameFrom(payload, peer, s.now())
+			return err == nil
+		})
 	}
 	if errors.Is(err, ErrRefused) {
 		msg = nil // answer the refusal

@@ -16,6 +16,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -104,6 +105,7 @@ var kinds = map[string]func() any{
 	"v1 Service":                                   func() any { return &corev1.Service{} },
 	"v1 ConfigMap":                                 func() any { return &corev1.ConfigMap{} },
 	"apps/v1 Deployment":                           func() any { return &appsv1.Deployment{} },
+	"policy/v1 PodDisruptionBudget":                func() any { return &policyv1.PodDisruptionBudget{} },
 	"rbac.authorization.k8s.io/v1 Role":            func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1 RoleBinding":     func() any { return &rbacv1.RoleBinding{} },
 	"monitoring.coreos.com/v1 ServiceMonitor":      func() any { return &monitoringv1.ServiceMonitor{} },

@@ -68,6 +68,11 @@ func (ex *exchange) streamFailed(err error) bool {
 		return ex.sourceFailed(serr)
 	default:
 	}
+	if ex.g.opts.FailOpen && ex.r.Context().Err() == nil && !ex.out.ClientGone {
+		if done, ok := ex.failOpen(err); done {
+			return ok
+		}
+	}
 	return ex.fail(http.StatusInternalServerError, fmt.Errorf("ext_proc stream to the picker failed: %w", err),
 		"check that the picker is running and serves envoy.service.ext_proc.v3.ExternalProcessor at "+ex.g.target+
 			" (failure_mode_allow=false turns a picker failure into a 500)")

@@ -40,6 +40,7 @@ type exchange struct {
 
 	req      message
 	body     []byte // the request body after the picker's mutations
+	open     failOpenState
 	metaDest string // destination from dynamic metadata envoy.lb
 	metaOK   bool
 }

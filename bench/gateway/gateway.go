@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -80,6 +81,15 @@ type Options struct {
 	// DrainTimeout bounds how long a finished stream waits for the picker to end it after the
 	// gateway half-closes it; then the stream is cancelled. 0 means 5 s.
 	DrainTimeout time.Duration
+	// FailOpen is Envoy's failure_mode_allow true: when the picker's stream fails, the request
+	// goes on without the picker. Before the picker named an endpoint it goes to the next of
+	// Fallback in turn (the shipped configs' engine_fallback route) with the client's own
+	// body; after, the endpoint's response continues to the client unprocessed (full-duplex
+	// mode). The client's request body is then read whole before the picker sees it.
+	FailOpen bool
+	// Fallback are the engines a request the picker did not route goes to under FailOpen;
+	// without them such a request fails as without FailOpen.
+	Fallback []string
 	// OnOutcome, when set, receives every request's Outcome when its handler returns. It is called
 	// from the request's goroutine and must not block for long.
 	OnOutcome func(Outcome)
@@ -107,6 +117,10 @@ type Outcome struct {
 	Immediate bool
 	// Err says what went wrong, when something did ("" on success).
 	Err string
+	// FailedOpen says where the picker's stream failed when FailOpen carried the request on:
+	// "request" (sent to a Fallback engine) or "response" (continued unprocessed); "" when
+	// it did not fail.
+	FailedOpen string
 	// ClientGone is true when the client went away before the response ended; the gateway then
 	// cancelled the ext_proc stream, as Envoy resets it.
 	ClientGone bool
@@ -139,6 +153,7 @@ type Gateway struct {
 	log       *slog.Logger
 	active    sync.WaitGroup // requests being served, and streams being drained
 	chunks    sync.Pool      // *[]byte of ChunkSize: read buffers of the body senders
+	fallbackN atomic.Uint64  // the next Fallback engine
 }
 
 // New returns a Gateway that opens its ext_proc streams on conn.
@@ -229,7 +244,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.active.Add(1)
 	defer g.active.Done()
 	ex := newExchange(g, w, r)
+	if g.opts.FailOpen && !ex.readRawBody() {
+		ex.finish()
+		return
+	}
 	ex.run()
+	ex.finish()
+}
+
+// finish reports the exchange and aborts the client's stream when it failed mid-response.
+func (ex *exchange) finish() {
+	g := ex.g
 	ex.out.Total = time.Since(ex.start)
 	if ex.out.TTFB == 0 && ex.wrote {
 		ex.out.TTFB = ex.headAt

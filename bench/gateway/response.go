@@ -18,11 +18,12 @@ import (
 func (ex *exchange) streamResponse(resp *http.Response) bool {
 	rm := message{status: resp.StatusCode, header: resp.Header.Clone()}
 	hasBody := responseHasBody(ex.req.method, resp)
+	ex.open.resp = resp
 	if !ex.sendResponseHeaders(&rm, hasBody) {
 		return false
 	}
 	if hasBody {
-		ex.startSender(resp.Body, resp.ContentLength, ResponseBodyMessage, &ex.upEnd)
+		ex.startSender(ex.teeResponse(resp.Body), resp.ContentLength, ResponseBodyMessage, &ex.upEnd)
 	} else {
 		ex.upEnd = time.Now()
 	}
@@ -56,6 +57,7 @@ func (ex *exchange) streamResponse(resp *http.Response) bool {
 			if sr == nil {
 				return ex.protocolError("a full-duplex response body response without streamed_response")
 			}
+			ex.echoed(len(sr.GetBody()))
 			if !ex.writeBody(sr.GetBody()) {
 				return false
 			}

@@ -55,6 +55,20 @@ type Options struct {
 	// Hold, when set, is called with the result once the requests have been measured, while
 	// the fleet is still up; the fleet closes when it returns.
 	Hold func(ctx context.Context, r Result)
+	// Replicas runs this many pickers (0 means 1), each with its own gateway; requests are
+	// spread over them in turn, as Envoy spreads ext_proc streams over a cluster's hosts,
+	// and engine i pushes its LMCache messages to picker i mod Replicas. With more than one
+	// they share state over an in-process NATS server unless Naive (docs/replicas.md).
+	Replicas int
+	// Naive runs the replicas without shared state: each sees its own engines' LMCache
+	// messages and its own bookings (the deployment issue 14 replaces).
+	Naive bool
+	// KillAt, when positive, kills the last replica abruptly (no graceful stop) as request
+	// KillAt is sent; later requests go to the survivors (see Result.Replicas).
+	KillAt int
+	// FailOpen runs the gateways with failure_mode_allow true (gateway.Options.FailOpen,
+	// the engines as the fallback): a request whose replica dies is carried on, not lost.
+	FailOpen bool
 }
 
 // Result is one live run of one arm on one seed.
@@ -76,6 +90,8 @@ type Result struct {
 	InFlightAfter float64
 	// Wall is the run's wall time, start-up and warm-up included.
 	Wall time.Duration
+	// Replicas are the shared-state figures of a run with several replicas.
+	Replicas ReplicaStats
 }
 
 // engineIPs returns the engines' loopback IPs: engine i listens on the host of vtime.Addrs
@@ -122,7 +138,7 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 	if kvSource && (cfg.Protocol == vtime.ProtocolPublished || cfg.Warmup > 0) {
 		return Result{}, fmt.Errorf("live: cache source %s needs a cold fleet: use the per-seed protocol with a warm-up of 0 requests (-protocol per-seed -warmup 0): a warm-up's chunk events exist only as LMCache messages", opts.CacheSource)
 	}
-	f, err := startFleet(ctx, cfg, arm, warm, log, opts.CacheSource)
+	f, err := startFleet(ctx, cfg, arm, warm, log, opts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -141,13 +157,14 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 
 // liveFleet is a running picker, its engines and the gateway in front.
 type liveFleet struct {
-	app     *app.App
+	app     *app.App // the first replica
 	engines []*Engine
-	gw      *gateway.Gateway
-	srv     *http.Server
-	url     string // the gateway's base URL
-	client  *http.Client
-	log     *slog.Logger
+	gw      *gateway.Gateway // the first replica's
+	replicaSet
+	srv    *http.Server
+	url    string // the gateway's base URL
+	client *http.Client
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	outcomes map[string]gateway.Outcome // by request id
@@ -158,7 +175,8 @@ type liveFleet struct {
 	kv           bool // the engines publish vLLM KV events to the picker
 }
 
-func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm vtime.Warm, log *slog.Logger, source string) (f *liveFleet, err error) {
+func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm vtime.Warm, log *slog.Logger, opts Options) (f *liveFleet, err error) {
+	source := opts.CacheSource
 	f = &liveFleet{log: log, outcomes: map[string]gateway.Outcome{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}}
 	defer func() {
@@ -192,8 +210,7 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 		acfg.CacheSource = source
 		acfg.KVEvents = &app.KVEventsConfig{Port: kvCfg.Port, ReplayPort: kvCfg.ReplayPort}
 	}
-	f.app, err = app.Start(ctx, acfg, log)
-	if err != nil {
+	if err := f.startApps(ctx, acfg, log, opts); err != nil {
 		for _, l := range listeners {
 			_ = l.Close()
 		}
@@ -206,7 +223,7 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 	f.baseReceived = before
 	for i, ip := range ips {
 		e, err := StartEngine(EngineConfig{From: warm.Engines[i], Clock: warm.Now, IP: ip, Listener: listeners[i],
-			InstanceID: vtime.InstanceID(i), PullAddr: f.app.LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
+			InstanceID: vtime.InstanceID(i), PullAddr: f.apps[i%len(f.apps)].LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
 		if err != nil {
 			for _, l := range listeners[i:] {
 				_ = l.Close()
@@ -232,8 +249,10 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 		return nil, err
 	}
 	for _, m := range warm.Events {
-		if err := f.app.LMCacheIndex.Apply(m, time.Now()); err != nil {
-			return nil, fmt.Errorf("live: apply warm-up event %s: %w", m.Tag(), err)
+		for _, a := range f.apps {
+			if err := a.LMCacheIndex.Apply(m, time.Now()); err != nil {
+				return nil, fmt.Errorf("live: apply warm-up event %s: %w", m.Tag(), err)
+			}
 		}
 	}
 	r2, err := f.received(ctx)
@@ -241,20 +260,14 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 		return nil, err
 	}
 	f.baseReceived += r2 - r1
-	f.gw, err = gateway.Dial(f.app.GRPCAddr(), gateway.Options{GenerateRequestID: true, Logger: log,
-		OnOutcome: func(o gateway.Outcome) {
-			f.mu.Lock()
-			f.outcomes[o.RequestID] = o
-			f.mu.Unlock()
-		}})
-	if err != nil {
-		return nil, fmt.Errorf("live: gateway: %w", err)
+	if err := f.dialGateways(log, opts.FailOpen); err != nil {
+		return nil, err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("live: listen for the gateway on a loopback port: %w", err)
 	}
-	f.srv = &http.Server{Handler: f.gw, ReadHeaderTimeout: 10 * time.Second}
+	f.srv = &http.Server{Handler: f.front(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.srv.Serve(lis) }()
 	f.url = "http://" + lis.Addr().String()
 	return f, nil
@@ -264,28 +277,32 @@ func (f *liveFleet) close() {
 	if f.srv != nil {
 		_ = f.srv.Close()
 	}
-	if f.gw != nil {
-		_ = f.gw.Close()
-	}
+	f.closeGateways()
 	for _, e := range f.engines {
 		if err := e.Close(); err != nil {
 			f.log.Error("live: close engine", "engine", e.Addr(), "err", err)
 		}
 	}
-	if f.app != nil {
-		_ = f.app.Close()
-	}
+	f.closeApps()
 	f.client.CloseIdleConnections()
 }
 
 // received is how many LMCache messages the picker's controller has taken in (every type
 // and outcome), read from its /metrics.
 func (f *liveFleet) received(ctx context.Context) (float64, error) {
-	m, err := scrape(ctx, f.client, "http://"+f.app.MetricsAddr()+"/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("live: the picker's metrics: %w", err)
+	total := 0.0
+	for _, a := range f.apps {
+		m, err := scrape(ctx, f.client, "http://"+a.MetricsAddr()+"/metrics")
+		if err != nil {
+			return 0, fmt.Errorf("live: the picker's metrics: %w", err)
+		}
+		// Shared replicas each apply every message: the first one's count is the fleet's.
+		total += m["loadaware_lmcache_messages_total"]
+		if !f.naive {
+			break
+		}
 	}
-	return m["loadaware_lmcache_messages_total"], nil
+	return total, nil
 }
 
 // emitted is how many LMCache messages the engines have produced.
@@ -324,8 +341,10 @@ func poll(ctx context.Context, limit time.Duration, what string, done func() (bo
 func (f *liveFleet) awaitRegistered(ctx context.Context) error {
 	return poll(ctx, 10*time.Second, "the engines' LMCache workers did not register", func() (bool, error) {
 		byID := map[string]lmcache.InstanceInfo{}
-		for _, in := range f.app.LMCacheIndex.Instances() {
-			byID[in.ID] = in
+		for _, a := range f.apps {
+			for _, in := range a.LMCacheIndex.Instances() {
+				byID[in.ID] = in
+			}
 		}
 		for _, e := range f.engines {
 			in, ok := byID[e.InstanceID()]
@@ -377,6 +396,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 	}
 	receivedBefore -= f.baseReceived
 
+	sentMsgs, sentBytes := f.sharedSent(ctx)
 	recs := make([]record, len(reqs))
 	start := time.Now()
 	stop := make(chan struct{})
@@ -403,7 +423,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 		id := fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
 		if opts.Sequential {
 			if i > 0 {
-				f.gw.Wait()
+				f.waitGateways()
 				if _, err := f.awaitDelivered(ctx, 10*time.Second); err != nil {
 					close(stop)
 					<-sampled
@@ -422,6 +442,9 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 				t.Stop()
 			}
 		}
+		if opts.KillAt > 0 && i == opts.KillAt && len(f.apps) > 1 {
+			f.killLast()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -432,7 +455,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 	close(stop)
 	wg.Wait()
 	<-sampled
-	f.gw.Wait()
+	f.waitGateways()
 	if sampleErr != nil {
 		return res, sampleErr
 	}
@@ -488,6 +511,13 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 		})
 	}
 	res.Run = run
+	ids := make([]string, len(reqs))
+	failed := make([]bool, len(reqs))
+	for i, r := range reqs {
+		ids[i] = fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
+		failed[i] = run.Rows[i].Status != "ok"
+	}
+	res.Replicas = f.replicaStats(context.WithoutCancel(ctx), start, outcomes, ids, failed, sentMsgs, sentBytes)
 	return res, nil
 }
 

@@ -34,12 +34,25 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "bound on one seed's run from its first send (0: its send window plus 2 minutes)")
 	progress := fs.Bool("progress", true, "show progress on stderr")
 	verbose := fs.Bool("v", false, "show the picker's, the gateway's and the engines' logs on stderr")
+	replicas := fs.Int("replicas", 1, "picker replicas, each with its own gateway; requests spread over them in turn (docs/replicas.md)")
+	naive := fs.Bool("naive", false, "with -replicas > 1: no shared state (each replica sees its own engines' LMCache messages and its own bookings)")
+	failOpen := fs.Bool("fail-open", false, "run the gateways with failure_mode_allow true (a request whose picker dies goes on to a fallback engine or continues unprocessed)")
+	killHalf := fs.Bool("kill-half", false, "with -replicas > 1: kill the last replica abruptly half-way through each seed")
+	showReplicas := fs.Bool("replica-stats", false, "print the shared-state line (decision latency, traffic) even for one replica")
 	cache := fs.String("cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if err := sf.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench live: %v\n", err)
+		return 2
+	}
+	if *replicas < 1 || *replicas > 16 {
+		fmt.Fprintf(stderr, "loadaware-bench live: -replicas %d: use 1 to 16\n", *replicas)
+		return 2
+	}
+	if *killHalf && *replicas < 2 {
+		fmt.Fprintf(stderr, "loadaware-bench live: -kill-half needs -replicas 2 or more\n")
 		return 2
 	}
 	cfg.Workers = 1
@@ -55,13 +68,20 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
 			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
-			r, err := live.Run(ctx, cfg, arm, seed, live.Options{Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache})
+			lo := live.Options{Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
+			if *killHalf {
+				lo.KillAt = cfg.Workload.Requests / 2
+			}
+			r, err := live.Run(ctx, cfg, arm, seed, lo)
 			bar.finish()
 			if err != nil {
 				fmt.Fprintf(stderr, "loadaware-bench live: %s seed %d: %v\n", arm.Name, seed, err)
 				return 1
 			}
 			res.Runs = append(res.Runs, r.Run)
+			if *replicas > 1 || *showReplicas {
+				printReplicaStats(stdout, arm.Name, seed, r.Replicas)
+			}
 			meta.Live = append(meta.Live, liveInfo{Messages: r.Messages, Received: r.Received, WarmEvents: r.WarmEvents,
 				InFlightAfter: r.InFlightAfter, WallSeconds: r.Wall.Seconds()})
 			if *twins {
@@ -112,4 +132,14 @@ func printTwins(w io.Writer, runs []vtime.Run, meta runMeta) {
 		}
 	}
 	_ = tw.Flush()
+}
+
+// printReplicaStats writes one line of a run's shared-state figures.
+func printReplicaStats(w io.Writer, arm string, seed uint64, st live.ReplicaStats) {
+	fmt.Fprintf(w, "replicas %s seed %d: replicas=%d naive=%v shared_messages=%.0f shared_bytes=%.0f corrections=%.0f decision_p50=%s decision_p99=%s",
+		arm, seed, st.Replicas, st.Naive, st.Messages, st.Bytes, st.Corrections, st.DecisionP50, st.DecisionP99)
+	if st.Killed {
+		fmt.Fprintf(w, " killed_at=%s failed_on_killed=%d failed_elsewhere=%d view_healed=%s", st.KilledAt.Round(time.Millisecond), st.FailedOnKilled, st.FailedElsewhere, st.ViewHealed)
+	}
+	fmt.Fprintln(w)
 }

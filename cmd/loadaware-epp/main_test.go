@@ -53,6 +53,12 @@ func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
 		{"kv events credit", []string{ok, "--cache-source", "both", "--kv-events-medium-credit", "CPU=3"}, env(), "--kv-events-medium-credit"},
 		{"kv events dp size", []string{ok, "--cache-source", "vllm-events", "--kv-events-dp-size", "0"}, env(), "--kv-events-dp-size 0"},
 		{"both without LMCache", []string{ok, "--cache-source", "both", "--lmcache-pull-port", "0"}, env(), "drop --lmcache-pull-port 0"},
+		{"nats url without scheme", []string{ok, "--nats-url", "nats-host:4222"}, env(), "--nats-url \"nats-host:4222\": give nats://host:port"},
+		{"nats url from env checked", []string{ok}, env("LOADAWARE_NATS_URL", "http://x:1"), "--nats-url \"http://x:1\""},
+		{"nats subject wildcard", []string{ok, "--nats-url", "nats://n:4222", "--nats-subject", "a.>"}, env(), "--nats-subject \"a.>\""},
+		{"peer timeout under the state interval", []string{ok, "--nats-url", "nats://n:4222", "--replica-peer-timeout", "100ms"}, env(), "--replica-peer-timeout 100ms must be longer than --replica-state-interval 200ms"},
+		{"state file without LMCache", []string{ok, "--lmcache-pull-port", "0", "--state-file", "/tmp/s"}, env(), "--state-file needs the LMCache controller"},
+		{"state file in a missing directory", []string{ok, "--state-file", "/nonexistent/dir/s"}, env(), "--state-file /nonexistent/dir/s: its directory does not exist"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -53,6 +53,7 @@ type options struct {
 	lmInstanceTimeout            time.Duration
 
 	kv   kvFlags // --cache-source and the vLLM KV events source
+	rep  replicaFlags
 	hard hardening
 
 	// Kubernetes discovery (GIE's flag names).
@@ -108,6 +109,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.DurationVar(&o.lmInstanceTimeout, "lmcache-instance-timeout", 0, "drop an LMCache instance silent this long (heartbeating workers only); 0 = 6x the heartbeat period; negative = never")
 	o.kv.register(fs)
 	o.hard.register(fs)
+	o.rep.register(fs, getenv)
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	// GIE compatibility.
@@ -227,6 +229,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
+	}
+	if cfg.Replicas, cfg.StateFile, err = o.rep.config(lm != nil); err != nil {
+		return app.Config{}, o, err
 	}
 	if err := o.hard.apply(&cfg, o); err != nil {
 		return app.Config{}, o, err

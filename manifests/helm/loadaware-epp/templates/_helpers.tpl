@@ -44,7 +44,21 @@ app.kubernetes.io/component: envoy-gateway
 
 {{/* The picker Service's in-cluster DNS name. */}}
 {{- define "loadaware-epp.serviceHost" -}}
+{{- if gt (int .Values.replicas) 1 -}}
+{{- /* Several replicas: the headless Service, so Envoy resolves every pod and spreads its streams. */ -}}
+{{- printf "%s-headless.%s.svc.cluster.local" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
+{{- else -}}
 {{- printf "%s.%s.svc.cluster.local" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The NATS URL the replicas share state over ("" for one replica without nats.url). */}}
+{{- define "loadaware-epp.natsURL" -}}
+{{- if .Values.nats.url -}}
+{{- .Values.nats.url -}}
+{{- else if .Values.nats.deploy -}}
+{{- printf "nats://%s-nats.%s.svc.cluster.local:4222" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Whether the chart renders envoy/fallback.yaml (mode envoy, envoy.endpointFallback). */}}
@@ -80,6 +94,9 @@ app.kubernetes.io/component: envoy-gateway
 {{- define "loadaware-epp.validate" -}}
 {{- if not (has .Values.mode (list "inferencepool" "envoy" "selector")) -}}
 {{- fail (printf "mode %q is not one of inferencepool, envoy, selector" .Values.mode) -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.nats.url) (not .Values.nats.deploy) -}}
+{{- fail (printf "replicas %d needs shared state: set nats.url (an existing NATS server) or nats.deploy true; without it each replica would see a part of the cache events and of the load (docs/replicas.md)" (int .Values.replicas)) -}}
 {{- end -}}
 {{- if and (eq .Values.mode "inferencepool") .Values.engines.endpoints -}}
 {{- fail "engines.endpoints cannot be used with mode inferencepool: the pool's selector finds the engines" -}}

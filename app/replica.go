@@ -1,0 +1,90 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/replica"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ReplicaConfig shares this picker's state with its other replicas over NATS (package
+// replica; docs/replicas.md). Zero durations take replica's defaults.
+type ReplicaConfig struct {
+	URL            string // NATS server(s); required
+	Subject        string // subject prefix shared by the replicas of one deployment
+	Name           string // this replica in logs (default the host name)
+	StateInterval  time.Duration
+	PeerTimeout    time.Duration
+	ScrapeInterval time.Duration // negative: no scraping of the engines
+	WarmTimeout    time.Duration
+}
+
+// StateFileConfig persists the LMCache index of a picker across restarts.
+type StateFileConfig struct {
+	Path     string
+	Interval time.Duration // default 30s
+}
+
+// newGate returns the ingest hook of the LMCache controller when the index is shared or
+// persisted (nil otherwise: the controller applies frames directly, as a lone picker
+// always has), after loading the state file.
+func (a *App) newGate(idx *lmcache.Index, reg prometheus.Registerer) (lmcache.IngestFunc, error) {
+	if a.cfg.Replicas == nil && a.cfg.StateFile == nil {
+		return nil, nil
+	}
+	g, err := replica.NewGate(idx, reg, nil)
+	if err != nil {
+		return nil, err
+	}
+	a.gate = g
+	if sf := a.cfg.StateFile; sf != nil {
+		n, err := replica.LoadState(sf.Path, g)
+		if err != nil {
+			return nil, err
+		}
+		a.log.Info("state file loaded", "path", sf.Path, "chunks", n, "instances", len(idx.Instances()), "keys", idx.Keys())
+	}
+	if a.cfg.Replicas == nil {
+		g.Open()
+	}
+	return g.Ingest, nil
+}
+
+// startReplica joins the other replicas and starts the state file's saver.
+func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error {
+	if sf := a.cfg.StateFile; sf != nil && a.gate != nil {
+		iv := sf.Interval
+		if iv <= 0 {
+			iv = 30 * time.Second
+		}
+		a.wg.Go(func() { replica.RunStateFile(ctx, sf.Path, iv, a.gate, a.log) })
+	}
+	rc := a.cfg.Replicas
+	if rc == nil {
+		return nil
+	}
+	cfg := replica.Config{URL: rc.URL, Subject: rc.Subject, Name: rc.Name, Fleet: a.Fleet, StateInterval: rc.StateInterval,
+		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg}
+	if a.gate != nil {
+		cfg.Gate = a.gate
+	}
+	r, err := replica.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replicas: %w", err)
+	}
+	a.Replica = r
+	return nil
+}
+
+// replicaReady is closed once the shared index is warm (at once without replicas).
+func (a *App) replicaReady() <-chan struct{} {
+	if a.Replica == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return a.Replica.Ready()
+}

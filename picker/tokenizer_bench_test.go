@@ -14,10 +14,12 @@ import (
 // BenchmarkPickText1578 is one decision for a ~1,578-token text prompt end to end inside
 // the picker: Qwen2.5 tokenizing (warm piece cache: the prompt shares its prefix with the
 // previous ones, as routed traffic does), chunk keys and the LMCache index lookup over 2
-// endpoints holding the prefix, ranking and booking.
+// endpoints holding the prefix, ranking and booking; for loadaware and latencyaware, with
+// the decisions' p50 and p99.
 func BenchmarkPickText1578(b *testing.B) {
-	for _, cache := range []string{"warm", "cold"} {
-		b.Run("piece-cache="+cache, func(b *testing.B) {
+	for _, c := range []struct{ cache, policy string }{{"warm", "loadaware"}, {"warm", "latencyaware"}, {"cold", "loadaware"}, {"cold", "latencyaware"}} {
+		cache := c.cache
+		b.Run("piece-cache="+cache+"/policy="+c.policy, func(b *testing.B) {
 			qwen := loadQwenB(b)
 			if cache == "cold" {
 				var err error
@@ -50,7 +52,7 @@ func BenchmarkPickText1578(b *testing.B) {
 				}
 			}
 			p := newPicker(b, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Cache: LMCacheView{Index: idx},
-				Tokenizer: &Tokens{Local: qwen}})
+				Tokenizer: &Tokens{Local: qwen}, Policy: c.policy})
 			prompts := make([]string, 64)
 			for i := range prompts {
 				prompts[i] = prefix + fmt.Sprintf("\n[Q-%06d] What does the passage above say about item %d?", i, i)
@@ -64,14 +66,15 @@ func BenchmarkPickText1578(b *testing.B) {
 			}
 			d.Booking.Release()
 			tokens := d.PromptTokens
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			i := 0
+			timeEach(b, func() func() {
 				d, err := p.Pick(context.Background(), Request{Prompt: prompts[i%len(prompts)]})
+				i++
 				if err != nil {
 					b.Fatal(err)
 				}
-				d.Booking.Release()
-			}
+				return func() { d.Booking.Release() }
+			})
 			b.ReportMetric(float64(tokens), "prompt-tokens")
 		})
 	}

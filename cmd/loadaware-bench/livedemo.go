@@ -50,7 +50,7 @@ func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	var c liveDemoConfig
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.arms, "arms", "kvaware,loadaware-b1", "arms to run in turn (names as in sweep -arms)")
+	fs.StringVar(&c.arms, "arms", "kvaware,loadaware-b1,latencyaware", "arms to run in turn (names as in sweep -arms)")
 	fs.IntVar(&c.requests, "requests", 100, "live requests per arm")
 	fs.Float64Var(&c.rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
 	fs.IntVar(&c.tokens, "max-tokens", 64, "output tokens per request")

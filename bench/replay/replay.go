@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -135,58 +134,32 @@ func Run(ctx context.Context, c capture.Compact, opt Options) (Report, error) {
 		}
 		cfgs[i] = cfg
 	}
-	workers := opt.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	cells := make([]Cell, len(c.Cells))
-	errs := make([]error, len(c.Cells))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				t := time.Now()
-				res, err := vtime.RunCell(ctx, cfgs[i])
-				if err == nil {
-					cells[i], err = compareCell(c.Cells[i], res)
-					cells[i].Elapsed = time.Since(t).Seconds()
-				}
-				errs[i] = err
-				mu.Lock()
-				done++
-				if opt.Progress != nil {
-					opt.Progress(done, len(c.Cells), c.Cells[i].Name)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
-	for i := range c.Cells {
-		select {
-		case jobs <- i:
-		case <-ctx.Done():
-			break feed
+	err := vtime.ForEach(ctx, len(c.Cells), opt.Workers, func(i int) error {
+		t := time.Now()
+		res, err := vtime.RunCell(ctx, cfgs[i])
+		if err == nil {
+			cells[i], err = compareCell(c.Cells[i], res)
+			cells[i].Elapsed = time.Since(t).Seconds()
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return Report{}, err
-	}
-	for i, err := range errs {
+		mu.Lock()
+		done++
+		if opt.Progress != nil {
+			opt.Progress(done, len(c.Cells), c.Cells[i].Name)
+		}
+		mu.Unlock()
 		if err != nil {
-			return Report{}, fmt.Errorf("replay: cell %s: %w", c.Cells[i].Name, err)
+			return fmt.Errorf("replay: cell %s: %w", c.Cells[i].Name, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return Report{}, err
 	}
 	rep := Report{Source: c.Source, Baseline: opt.Baseline, Cells: cells}
 	rep.Ordering = orderings(cells)
-	var err error
 	if rep.Effects, err = effects(cells, opt.Baseline); err != nil {
 		return Report{}, err
 	}

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"time"
 
@@ -152,58 +151,31 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	workers := cfg.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	res := Result{Seeds: cfg.Seeds, SampleInterval: cfg.SampleInterval, Profiles: make([]ProfileResult, len(cfg.Profiles))}
 	for i, p := range cfg.Profiles {
 		res.Profiles[i] = ProfileResult{Profile: p, Arms: make([]ArmResult, len(cfg.Arms))}
 	}
 	total := len(cfg.Profiles) * len(cfg.Arms)
-	errs := make([]error, total)
 	var mu sync.Mutex
 	done := 0
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				p, a := j/len(cfg.Arms), j%len(cfg.Arms)
-				prof, arm := cfg.Profiles[p], cfg.Arms[a]
-				out, err := runCell(ctx, cfg, prof, arm)
-				if err != nil {
-					errs[j] = fmt.Errorf("tournament: profile %s, arm %s: %w", prof.Name, arm.Name, err)
-				}
-				res.Profiles[p].Arms[a] = out
-				mu.Lock()
-				done++
-				if cfg.Progress != nil {
-					cfg.Progress(done, total, prof.Name, arm.Name)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
-	for j := range total {
-		select {
-		case jobs <- j:
-		case <-ctx.Done():
-			break feed
+	err := vtime.ForEach(ctx, total, cfg.Workers, func(j int) error {
+		p, a := j/len(cfg.Arms), j%len(cfg.Arms)
+		prof, arm := cfg.Profiles[p], cfg.Arms[a]
+		out, err := runCell(ctx, cfg, prof, arm)
+		res.Profiles[p].Arms[a] = out
+		mu.Lock()
+		done++
+		if cfg.Progress != nil {
+			cfg.Progress(done, total, prof.Name, arm.Name)
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	for _, err := range errs {
+		mu.Unlock()
 		if err != nil {
-			return Result{}, err
+			return fmt.Errorf("tournament: profile %s, arm %s: %w", prof.Name, arm.Name, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return Result{}, err
 	}
 	return res, nil
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -233,13 +232,8 @@ func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total in
 	if err != nil {
 		return Results{}, err
 	}
-	workers := cfg.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	total := len(cfg.Arms) * len(cfg.Seeds)
 	runs := make([]Run, total)
-	errs := make([]error, total)
 	var mu sync.Mutex
 	done := 0
 	tick := func() {
@@ -256,41 +250,18 @@ func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total in
 	if cfg.Protocol == ProtocolPublished {
 		njobs = len(cfg.Arms)
 	}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				if cfg.Protocol == ProtocolPublished {
-					err := runArm(ctx, cfg, pool, j, runs[j*len(cfg.Seeds):(j+1)*len(cfg.Seeds)], tick)
-					errs[j*len(cfg.Seeds)] = err
-					continue
-				}
-				arm, seed := cfg.Arms[j/len(cfg.Seeds)], cfg.Seeds[j%len(cfg.Seeds)]
-				runs[j], errs[j] = runOne(ctx, cfg, pool, arm, seed)
-				tick()
-			}
-		}()
-	}
-feed:
-	for j := range njobs {
-		select {
-		case jobs <- j:
-		case <-ctx.Done():
-			break feed
+	err = ForEach(ctx, njobs, cfg.Workers, func(j int) error {
+		if cfg.Protocol == ProtocolPublished {
+			return runArm(ctx, cfg, pool, j, runs[j*len(cfg.Seeds):(j+1)*len(cfg.Seeds)], tick)
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+		arm, seed := cfg.Arms[j/len(cfg.Seeds)], cfg.Seeds[j%len(cfg.Seeds)]
+		var err error
+		runs[j], err = runOne(ctx, cfg, pool, arm, seed)
+		tick()
+		return err
+	})
+	if err != nil {
 		return Results{}, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return Results{}, err
-		}
 	}
 	return Results{Config: cfg, Runs: runs}, nil
 }

@@ -93,8 +93,8 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 	m := sum / float64(len(rs))
 	last, hot := p.state.lastRouted(in.PrefixKey, in.Now)
 	best := 0.0
-	for i := range rs {
-		rs[i].Benefit = float64(min(rs[i].Matched, in.PromptTokens)) / float64(max(in.PromptTokens, 1))
+	for i, c := range in.Candidates {
+		rs[i].Benefit = matchFraction(c, in.PromptTokens)
 		rs[i].RelativeLoad = (rs[i].Load - m) / max(1, m)
 		if rs[i].Addr == last && !hot {
 			rs[i].Affinity = AffinityBonus
@@ -105,13 +105,9 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 	sortByScore(rs)
 	switch {
 	case best == 0:
-		for i := range rs {
-			rs[i].Reason = ReasonLeastLoad
-		}
+		label(rs, ReasonLeastLoad)
 	case rs[0].Benefit < best:
-		for i := range rs {
-			rs[i].Reason = ReasonLoadBalance
-		}
+		label(rs, ReasonLoadBalance)
 	}
 	return rs
 }

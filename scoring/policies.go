@@ -138,9 +138,7 @@ func (p *LoadAware) Rank(in Input) []Ranked {
 	}
 	sortByScore(rs)
 	if rs[0].Benefit < best {
-		for i := range rs {
-			rs[i].Reason = ReasonLoadBalance
-		}
+		label(rs, ReasonLoadBalance)
 	}
 	return rs
 }

@@ -51,9 +51,7 @@ func (p *PrefixAware) Rank(in Input) []Ranked {
 		}
 	}
 	if held != nil {
-		for i := range rs {
-			rs[i].Reason = ReasonPrefixMatch
-		}
+		label(rs, ReasonPrefixMatch)
 	}
 	win := pool[p.state.random(len(pool))]
 	rs[0], rs[win] = rs[win], rs[0]

@@ -188,6 +188,13 @@ func base(in Input, reason string) []Ranked {
 	return out
 }
 
+// label gives every entry of a ranking the same reason (a ranking has one).
+func label(rs []Ranked, reason string) {
+	for i := range rs {
+		rs[i].Reason = reason
+	}
+}
+
 // scoreEpsilon is how close two scores must be to count as a tie. Scores are sums of
 // fractions, so a tie in exact arithmetic (1 - 2/3 against 0 + 1/3) can differ in the last
 // bit of float64; those ties go to the smallest address as the policy says.

@@ -63,9 +63,10 @@ func newTrustMetrics(reg prometheus.Registerer) (*trustMetrics, error) {
 	return m, nil
 }
 
-// instanceOf returns the instance id a worker message names, and the IP it claims (for
-// RegisterMsg and HeartbeatMsg).
-func instanceOf(msg Message) (id, claimedIP string, ok bool) {
+// InstanceOf returns the instance id a worker message names and the IP it claims (for
+// RegisterMsg and HeartbeatMsg; "" for the others); ok is false for messages that name no
+// instance.
+func InstanceOf(msg Message) (id, claimedIP string, ok bool) {
 	switch m := msg.(type) {
 	case RegisterMsg:
 		return m.InstanceID, m.IP, true
@@ -90,7 +91,7 @@ func instanceOf(msg Message) (id, claimedIP string, ok bool) {
 // authorize decides whether msg, received from peer (a canonical IP), may be applied.
 // It returns "" or the refusal reason with a sentence for the log. Called with ix.mu held.
 func (ix *Index) authorize(msg Message, peer string) (reason, why string) {
-	id, claimed, ok := instanceOf(msg)
+	id, claimed, ok := InstanceOf(msg)
 	if !ok {
 		return "", ""
 	}

@@ -121,8 +121,8 @@ func (g *Gate) checkRestored(peer string, frames [][]byte) {
 		if err != nil {
 			continue
 		}
-		id := instanceID(m)
-		if id == "" {
+		id, _, ok := lmcache.InstanceOf(m)
+		if !ok || id == "" {
 			continue
 		}
 		delete(g.restored, ip)
@@ -135,28 +135,6 @@ func (g *Gate) checkRestored(peer string, frames [][]byte) {
 		g.met.discarded.Inc()
 		return
 	}
-}
-
-func instanceID(m lmcache.Message) string {
-	switch v := m.(type) {
-	case lmcache.RegisterMsg:
-		return v.InstanceID
-	case lmcache.HeartbeatMsg:
-		return v.InstanceID
-	case lmcache.KVAdmitMsg:
-		return v.InstanceID
-	case lmcache.KVEvictMsg:
-		return v.InstanceID
-	case lmcache.BatchedKVOperationMsg:
-		return v.InstanceID
-	case lmcache.FullSyncBatchMsg:
-		return v.InstanceID
-	case lmcache.FullSyncEndMsg:
-		return v.InstanceID
-	case lmcache.DeRegisterMsg:
-		return v.InstanceID
-	}
-	return ""
 }
 
 // exportLocked writes the index as KindFrames chunks of at most chunkBytes (Seq 0), with

@@ -218,41 +218,21 @@ func TestChatRateAndDeterminism(t *testing.T) {
 	}
 }
 
-func TestValidateShapes(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(*Config)
-		want   string
-	}{
-		{"bursts are valid", func(c *Config) { *c = bursty() }, ""},
-		{"chat is valid", func(c *Config) { *c = chat() }, ""},
-		{"negative burst period", func(c *Config) { c.BurstEvery = -time.Second }, "-burst-every"},
-		{"burst as long as its period", func(c *Config) { *c = bursty(); c.BurstLen = c.BurstEvery }, "-burst-len"},
-		{"no burst length", func(c *Config) { *c = bursty(); c.BurstLen = 0 }, "-burst-len"},
-		{"burst below the base rate", func(c *Config) { *c = bursty(); c.BurstFactor = 0.5 }, "-burst-factor"},
-		{"bursts of chat sessions", func(c *Config) { *c = chat(); c.BurstEvery = 30 * time.Second }, "not to chat sessions"},
-		{"prefix range upside down", func(c *Config) { c.PrefixTokensMax = c.PrefixTokens - 1 }, "-prefix-tokens-max"},
-		{"prefixes beyond the context", func(c *Config) { c.PrefixTokensMax = 200000 }, "-prefix-tokens-max"},
-		{"no turns", func(c *Config) { *c = chat(); c.Turns = 0 }, "-turns"},
-		{"no think time", func(c *Config) { *c = chat(); c.ThinkTime = 0 }, "-think-time"},
-		{"user message shorter than its tag", func(c *Config) { *c = chat(); c.UserTokens = 3 }, "-user-tokens"},
-		{"chat needs a pool", func(c *Config) { *c = chat(); c.Prefixes = 0 }, "-prefixes"},
-		{"unknown profile names chat", func(c *Config) { c.Profile = "dialogue" }, `"chat"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := DefaultConfig()
-			tt.mutate(&c)
-			err := c.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want one naming %q", err, tt.want)
-			}
-		})
-	}
+// shapeValidateCases are TestValidate's cases for the bursts, prefix ranges and chat
+// sessions.
+var shapeValidateCases = []validateCase{
+	{"bursts are valid", func(c *Config) { *c = bursty() }, ""},
+	{"chat is valid", func(c *Config) { *c = chat() }, ""},
+	{"negative burst period", func(c *Config) { c.BurstEvery = -time.Second }, "-burst-every"},
+	{"burst as long as its period", func(c *Config) { *c = bursty(); c.BurstLen = c.BurstEvery }, "-burst-len"},
+	{"no burst length", func(c *Config) { *c = bursty(); c.BurstLen = 0 }, "-burst-len"},
+	{"burst below the base rate", func(c *Config) { *c = bursty(); c.BurstFactor = 0.5 }, "-burst-factor"},
+	{"bursts of chat sessions", func(c *Config) { *c = chat(); c.BurstEvery = 30 * time.Second }, "not to chat sessions"},
+	{"prefix range upside down", func(c *Config) { c.PrefixTokensMax = c.PrefixTokens - 1 }, "-prefix-tokens-max"},
+	{"prefixes beyond the context", func(c *Config) { c.PrefixTokensMax = 200000 }, "-prefix-tokens-max"},
+	{"no turns", func(c *Config) { *c = chat(); c.Turns = 0 }, "-turns"},
+	{"no think time", func(c *Config) { *c = chat(); c.ThinkTime = 0 }, "-think-time"},
+	{"user message shorter than its tag", func(c *Config) { *c = chat(); c.UserTokens = 3 }, "-user-tokens"},
+	{"chat needs a pool", func(c *Config) { *c = chat(); c.Prefixes = 0 }, "-prefixes"},
+	{"unknown profile names chat", func(c *Config) { c.Profile = "dialogue" }, `"chat"`},
 }

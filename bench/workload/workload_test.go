@@ -205,12 +205,15 @@ func TestNovelPromptsAreAllUnique(t *testing.T) {
 	}
 }
 
+// validateCase is one config change and the flag its error must name ("" = valid).
+type validateCase struct {
+	name   string
+	mutate func(*Config)
+	want   string
+}
+
 func TestValidate(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(*Config)
-		want   string
-	}{
+	tests := append([]validateCase{
 		{"defaults are valid", func(*Config) {}, ""},
 		{"unknown profile", func(c *Config) { c.Profile = "zipfy" }, "unknown profile"},
 		{"no requests", func(c *Config) { c.Requests = 0 }, "-requests"},
@@ -223,7 +226,7 @@ func TestValidate(t *testing.T) {
 		{"suffix shorter than its tag", func(c *Config) { c.SuffixTokens = 3 }, "-suffix-tokens"},
 		{"novel body too short", func(c *Config) { c.Profile = ProfileNovel; c.NovelPrefixTokens = 2 }, "-novel-prefix-tokens"},
 		{"novel suffix too short", func(c *Config) { c.Profile = ProfileNovel; c.NovelSuffixTokens = 2 }, "-novel-suffix-tokens"},
-	}
+	}, shapeValidateCases...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()

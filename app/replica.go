@@ -67,7 +67,8 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 		return nil
 	}
 	cfg := replica.Config{URL: rc.URL, Subject: rc.Subject, Name: rc.Name, Fleet: a.Fleet, StateInterval: rc.StateInterval,
-		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg}
+		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg,
+		History: a.Picker}
 	if a.gate != nil {
 		cfg.Gate = a.gate
 	}

@@ -185,7 +185,11 @@ func (s *Set) Loads(addrs []string) []Load {
 func (s *Set) All() []Load { return s.Loads(s.Endpoints()) }
 
 // Book adds one request in prefill to addr. It fails when addr is not in the set.
-func (s *Set) Book(addr string) (*Booking, error) {
+func (s *Set) Book(addr string) (*Booking, error) { return s.BookTagged(addr, 0) }
+
+// BookTagged is Book with a tag the set does not read but hands to the listener's Booked
+// (the picker passes the prompt's prefix key, so that other replicas learn where it went).
+func (s *Set) BookTagged(addr string, tag uint64) (*Booking, error) {
 	s.mu.RLock()
 	e, ok := s.eps[addr]
 	clock := s.clock
@@ -197,7 +201,7 @@ func (s *Set) Book(addr string) (*Booking, error) {
 	b := &Booking{ep: e, clock: clock}
 	if lb := s.listener.Load(); lb != nil {
 		b.l = lb.l
-		b.l.Booked(addr)
+		b.l.Booked(addr, tag)
 	}
 	return b, nil
 }

@@ -6,7 +6,7 @@ import "math"
 // is made: the feed of booking deltas other pickers apply (package replica). Its methods
 // are called on the booking's goroutine and must be fast and must not block.
 type Listener interface {
-	Booked(addr string)                  // one request booked in prefill
+	Booked(addr string, tag uint64)      // one request booked in prefill, with BookTagged's tag (0 from Book)
 	Decoding(addr string)                // one request moved from prefill to decode
 	Released(addr string, decoding bool) // one request ended, in decode when decoding
 }

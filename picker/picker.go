@@ -215,6 +215,17 @@ func (p *Picker) Forget(keep []string) {
 	p.metrics.share.forget(keep)
 }
 
+// PeerBooked records in the routing history a request another replica of this picker
+// booked on addr, with its prompt's prefix key (the tag of fleet.Set.BookTagged; 0: none),
+// as if this picker had routed it now: the QPS fallback then counts every replica's
+// requests, and latencyaware's affinity follows a prefix's last route whichever replica
+// took it. It implements replica.History.
+func (p *Picker) PeerBooked(addr string, key uint64) {
+	now := p.opts.Now()
+	p.state.Booked(addr, now)
+	p.state.Routed(key, addr, now)
+}
+
 // Pick chooses endpoints for r and books the first. The caller must Release the
 // Decision's Booking when the request ends.
 func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
@@ -321,7 +332,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		rs.ranked = ranked[:0]
 	}
 	for i := range ranked {
-		b, err := p.opts.Fleet.Book(ranked[i].Addr)
+		b, err := p.opts.Fleet.BookTagged(ranked[i].Addr, in.PrefixKey)
 		if err != nil {
 			continue // removed since the snapshot: try the next
 		}

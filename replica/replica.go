@@ -58,12 +58,22 @@ type Config struct {
 	// PeerWait is the shortest wait at start to hear a peer (a loaded peer may take a while
 	// to answer the hello); default DefaultPeerWait.
 	PeerWait time.Duration
+	// History, when set, is told of every booking a peer makes (its endpoint and tag), so
+	// that routing history (the QPS fallback's request counts, latencyaware's last route of
+	// a prefix) covers every replica's requests, not only this one's.
+	History History
 	// Client scrapes the engines; nil: a client with keep-alive.
 	Client *http.Client
 	Logger *slog.Logger
 	// Registerer receives the metrics when Gate is nil (else the gate's registry has them).
 	Registerer prometheus.Registerer
 	Now        func() time.Time
+}
+
+// History receives the peers' bookings (picker.Picker is one). PeerBooked is called on
+// the NATS delivery goroutine, once per booking, in each peer's order; it must not block.
+type History interface {
+	PeerBooked(addr string, tag uint64)
 }
 
 // Replica is one picker's membership in a group of replicas. Start it with Start; Close
@@ -205,6 +215,37 @@ func (r *Replica) Ready() <-chan struct{} { return r.ready }
 // Origin is this replica's id on the wire (new at every start).
 func (r *Replica) Origin() uint64 { return r.origin }
 
+// Published returns the sequence numbers of the last load message (booking delta or
+// state) and the last LMCache frames message this replica has queued for its peers.
+func (r *Replica) Published() (load, frames uint64) {
+	r.pubMu.Lock()
+	load = r.loadSeq
+	r.pubMu.Unlock()
+	if g := r.cfg.Gate; g != nil {
+		g.mu.Lock()
+		frames = r.frameSeq
+		g.mu.Unlock()
+	}
+	return load, frames
+}
+
+// Heard returns the sequence numbers of the last load and frames messages this replica
+// has applied from the peer with the given origin (0 for what it has not heard). A peer
+// whose Published numbers are at most these has had everything it sent applied here.
+func (r *Replica) Heard(origin uint64) (load, frames uint64) {
+	r.load.mu.Lock()
+	if p := r.load.peers[origin]; p != nil {
+		load = p.seq
+	}
+	r.load.mu.Unlock()
+	if g := r.cfg.Gate; g != nil {
+		g.mu.Lock()
+		frames = r.applied[origin]
+		g.mu.Unlock()
+	}
+	return load, frames
+}
+
 // Forget drops what the load view knows of endpoints not in keep.
 func (r *Replica) Forget(keep []string) { r.load.forget(keep) }
 
@@ -298,10 +339,10 @@ func (r *Replica) publisher(ctx context.Context) {
 	}
 }
 
-// Booked implements fleet.Listener.
-func (r *Replica) Booked(addr string) {
+// Booked implements fleet.Listener; the tag travels with the delta to the peers' History.
+func (r *Replica) Booked(addr string, tag uint64) {
 	r.load.booked(addr)
-	r.publishLoad(Message{Kind: KindDelta, Addr: addr, Op: OpBook})
+	r.publishLoad(Message{Kind: KindDelta, Addr: addr, Op: OpBook, Tag: tag})
 }
 
 // Decoding implements fleet.Listener.
@@ -394,6 +435,9 @@ func (r *Replica) handle(msg *nats.Msg) {
 	case rest == "load" && (m.Kind == KindDelta || m.Kind == KindState):
 		out := r.load.apply(m, r.now())
 		r.met.received.WithLabelValues(m.Kind.String(), out).Inc()
+		if h := r.cfg.History; h != nil && m.Kind == KindDelta && m.Op == OpBook && out != outStale {
+			h.PeerBooked(m.Addr, m.Tag)
+		}
 		if m.Kind == KindState {
 			r.peerOnce.Do(func() { close(r.firstPeer) })
 		}

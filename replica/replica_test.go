@@ -2,6 +2,9 @@ package replica
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,18 +184,48 @@ func TestPeerFramesKeepTheTrustRules(t *testing.T) {
 	}
 }
 
+// history records the peers' bookings a replica hands to its History.
+type history struct {
+	mu     sync.Mutex
+	booked []string
+}
+
+func (h *history) PeerBooked(addr string, tag uint64) {
+	h.mu.Lock()
+	h.booked = append(h.booked, fmt.Sprintf("%s#%d", addr, tag))
+	h.mu.Unlock()
+}
+
+func (h *history) got() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.booked)
+}
+
 func TestBookingsCountOnEveryReplica(t *testing.T) {
 	url := startNATS(t)
-	a, b := startNode(t, url, nil), startNode(t, url, nil)
+	var hist history
+	a, b := startNode(t, url, nil), startNode(t, url, func(c *Config) { c.History = &hist })
 	a.awaitReady(t)
 	b.awaitReady(t)
 	ep := endpoints[0]
-	b1, err := a.fleet.Book(ep)
+	b1, err := a.fleet.BookTagged(ep, 42)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b2, _ := a.fleet.Book(ep)
 	eventually(t, "b counts a's two bookings", func() bool { return remote(b.fleet, ep) == 2 })
+	if load, _ := a.r.Published(); load < 2 {
+		t.Errorf("a published %d load messages, want at least its 2 bookings", load)
+	}
+	eventually(t, "b heard all a published", func() bool {
+		load, _ := a.r.Published()
+		heard, _ := b.r.Heard(a.r.Origin())
+		return heard >= load
+	})
+	if diff := cmp.Diff([]string{ep + "#42", ep + "#0"}, hist.got()); diff != "" {
+		t.Errorf("b's history of a's bookings (-want +got):\n%s", diff)
+	}
 	b1.Decoding()
 	eventually(t, "b sees one decoding", func() bool { return b.fleet.Loads([]string{ep})[0].Decode == 1 })
 	b1.Release()

@@ -53,6 +53,7 @@ type Message struct {
 
 	Addr string  // KindDelta
 	Op   DeltaOp // KindDelta
+	Tag  uint64  // KindDelta with OpBook: the booking's tag (the prompt's prefix key; 0: none)
 
 	Loads []fleet.Load // KindState
 
@@ -79,6 +80,9 @@ func AppendEncode(dst []byte, m Message) []byte {
 	case KindDelta:
 		dst = appendString(dst, m.Addr)
 		dst = append(dst, byte(m.Op))
+		if m.Op == OpBook && m.Tag != 0 {
+			dst = binary.AppendUvarint(dst, m.Tag)
+		}
 	case KindState:
 		dst = binary.AppendUvarint(dst, uint64(len(m.Loads)))
 		for _, l := range m.Loads {
@@ -129,6 +133,11 @@ func Decode(b []byte) (Message, error) {
 		m.Op = DeltaOp(r.byte("op"))
 		if r.err == nil && (m.Op < OpBook || m.Op > OpReleaseDecode) {
 			r.err = fmt.Errorf("%w: unknown booking change %d", errWire, m.Op)
+		}
+		if r.err == nil && m.Op == OpBook && len(r.b) > 0 {
+			// The tag is optional (absent when 0, and from replicas older than it), so
+			// an older replica's bookings still decode.
+			m.Tag = r.uvarint("tag")
 		}
 	case KindState:
 		n := r.count("loads", maxLoads, 3)

@@ -16,6 +16,7 @@ var wireCases = []struct {
 	{"frames", Message{Kind: KindFrames, Origin: 7, Seq: 3, Peer: "10.0.0.1", Frames: [][]byte{[]byte("a"), {}, []byte("bcd")}}},
 	{"frames none", Message{Kind: KindFrames, Origin: 7, Seq: 1, Peer: "::1", Frames: [][]byte{}}},
 	{"delta book", Message{Kind: KindDelta, Origin: 1 << 63, Seq: 1 << 40, Addr: "10.0.0.1:8000", Op: OpBook}},
+	{"delta book tagged", Message{Kind: KindDelta, Origin: 5, Seq: 2, Addr: "10.0.0.1:8000", Op: OpBook, Tag: 1<<64 - 1}},
 	{"delta release", Message{Kind: KindDelta, Origin: 2, Seq: 9, Addr: "[::1]:8000", Op: OpReleaseDecode}},
 	{"state", Message{Kind: KindState, Origin: 3, Seq: 4, Loads: []fleet.Load{{Addr: "10.0.0.1:8000", Prefill: 2, Decode: 5}, {Addr: "10.0.0.2:8000"}}}},
 	{"snapshot end", Message{Kind: KindSnapEnd, Origin: 3, Chunks: 12, Seqs: map[uint64]uint64{1: 5, 99: 0}}},
@@ -47,6 +48,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"unknown kind", append([]byte{1, 9}, good[2:]...), "unknown kind 9"},
 		{"truncated", good[:len(good)-1], "past the end"},
 		{"trailing bytes", append(bytes.Clone(good), 0), "1 bytes after"},
+		{"a tag on a release", append(AppendEncode(nil, Message{Kind: KindDelta, Addr: "x", Op: OpReleasePrefill}), 7), "1 bytes after"},
+		{"truncated tag", append(AppendEncode(nil, Message{Kind: KindDelta, Addr: "x", Op: OpBook}), 0x80), "tag"},
 		{"unknown delta op", AppendEncode(nil, Message{Kind: KindDelta, Addr: "x", Op: 9}), "unknown booking change 9"},
 		{"frame count over the bytes", append(AppendEncode(nil, Message{Kind: KindFrames, Peer: "p"})[:11+2], 0xff, 0x01), "count"},
 	}

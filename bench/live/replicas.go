@@ -140,6 +140,32 @@ func (f *liveFleet) front() http.Handler {
 	})
 }
 
+// awaitReplicasSynced waits until every shared replica has applied everything every other
+// one has published (bookings, releases and LMCache frames); without shared replicas it
+// returns at once.
+func (f *liveFleet) awaitReplicasSynced(ctx context.Context) error {
+	if len(f.apps) < 2 || f.naive {
+		return nil
+	}
+	return poll(ctx, 10*time.Second, "the replicas did not hear each other's messages", func() (bool, error) {
+		for i, from := range f.apps {
+			if i == f.killed {
+				continue
+			}
+			load, frames := from.Replica.Published()
+			for j, to := range f.apps {
+				if j == i || j == f.killed {
+					continue
+				}
+				if l, fr := to.Replica.Heard(from.Replica.Origin()); l < load || fr < frames {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+}
+
 func (f *liveFleet) waitGateways() {
 	for _, g := range f.gws {
 		g.Wait()

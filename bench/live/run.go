@@ -31,8 +31,9 @@ type Options struct {
 	// the seed's start).
 	Requests []workload.Request
 	// Sequential sends each request only once every earlier one has ended, the picker has
-	// released it and the controller has received every LMCache message the engines
-	// produced; send times are ignored. Routing decisions then do not depend on timing
+	// released it, the controller has received every LMCache message the engines
+	// produced and, with shared replicas, every replica has applied every message the
+	// others published; send times are ignored. Routing decisions then do not depend on timing
 	// (no load, a complete index): the mode of the test that compares them with virtual time.
 	Sequential bool
 	// Timeout bounds the measured seed from its start; requests unfinished by then fail.
@@ -424,7 +425,11 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 		if opts.Sequential {
 			if i > 0 {
 				f.waitGateways()
-				if _, err := f.awaitDelivered(ctx, 10*time.Second); err != nil {
+				_, err := f.awaitDelivered(ctx, 10*time.Second)
+				if err == nil {
+					err = f.awaitReplicasSynced(ctx)
+				}
+				if err != nil {
 					close(stop)
 					<-sampled
 					return res, err

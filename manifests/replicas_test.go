@@ -19,10 +19,10 @@ func TestChartReplicas(t *testing.T) {
 		wantURL  string
 		wantNATS bool // the chart's own NATS server is rendered
 	}{
-		{"inferencepool, given NATS", []string{"--set", "replicas=3", "--set", "nats.url=nats://nats.shared:4222"}, "nats://nats.shared:4222", false},
-		{"envoy, the chart's NATS", []string{"--set", "mode=envoy", "--set", "replicas=2", "--set", "nats.deploy=true"},
+		{"inferencepool, given NATS", []string{"--set", "replicaCount=3", "--set", "nats.url=nats://nats.shared:4222"}, "nats://nats.shared:4222", false},
+		{"envoy, the chart's NATS", []string{"--set", "mode=envoy", "--set", "replicaCount=2", "--set", "nats.deploy=true"},
 			"nats://" + release + "-loadaware-epp-nats.llm.svc.cluster.local:4222", true},
-		{"selector, given NATS", []string{"--set", "mode=selector", "--set", "replicas=2", "--set", "nats.url=tls://n:4222"}, "tls://n:4222", false},
+		{"selector, given NATS", []string{"--set", "mode=selector", "--set", "replicaCount=2", "--set", "nats.url=tls://n:4222"}, "tls://n:4222", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,8 +77,9 @@ func TestChartRejectsReplicasWithoutSharedState(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"two replicas, no NATS", []string{"--set", "replicas=2"}, "replicas 2 needs shared state: set nats.url"},
-		{"NATS URL without a scheme", []string{"--set", "replicas=2", "--set", "nats.url=nats:4222"}, "/nats/url"},
+		{"two replicas, no NATS", []string{"--set", "replicaCount=2"}, "replicaCount 2 needs shared state: set nats.url"},
+		{"the count under another name", []string{"--set", "replicas=2"}, "the picker's replica count is replicaCount (--set replicaCount=2)"},
+		{"NATS URL without a scheme", []string{"--set", "replicaCount=2", "--set", "nats.url=nats:4222"}, "/nats/url"},
 		{"subject with a wildcard", []string{"--set", "nats.subject=a.>"}, "/nats/subject"},
 	}
 	for _, tt := range tests {

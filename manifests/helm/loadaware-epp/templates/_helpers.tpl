@@ -44,7 +44,7 @@ app.kubernetes.io/component: envoy-gateway
 
 {{/* The picker Service's in-cluster DNS name. */}}
 {{- define "loadaware-epp.serviceHost" -}}
-{{- if gt (int .Values.replicas) 1 -}}
+{{- if gt (int .Values.replicaCount) 1 -}}
 {{- /* Several replicas: the headless Service, so Envoy resolves every pod and spreads its streams. */ -}}
 {{- printf "%s-headless.%s.svc.cluster.local" (include "loadaware-epp.fullname" .) .Release.Namespace -}}
 {{- else -}}
@@ -95,8 +95,11 @@ app.kubernetes.io/component: envoy-gateway
 {{- if not (has .Values.mode (list "inferencepool" "envoy" "selector")) -}}
 {{- fail (printf "mode %q is not one of inferencepool, envoy, selector" .Values.mode) -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.nats.url) (not .Values.nats.deploy) -}}
-{{- fail (printf "replicas %d needs shared state: set nats.url (an existing NATS server) or nats.deploy true; without it each replica would see a part of the cache events and of the load (docs/replicas.md)" (int .Values.replicas)) -}}
+{{- if hasKey .Values "replicas" -}}
+{{- fail (printf "replicas is not a value of this chart: the picker's replica count is replicaCount (--set replicaCount=%v)" .Values.replicas) -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.nats.url) (not .Values.nats.deploy) -}}
+{{- fail (printf "replicaCount %d needs shared state: set nats.url (an existing NATS server) or nats.deploy true; without it each replica would see a part of the cache events and of the load (docs/replicas.md)" (int .Values.replicaCount)) -}}
 {{- end -}}
 {{- if and (eq .Values.mode "inferencepool") .Values.engines.endpoints -}}
 {{- fail "engines.endpoints cannot be used with mode inferencepool: the pool's selector finds the engines" -}}

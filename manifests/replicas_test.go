@@ -101,3 +101,65 @@ func (r rendered) find(kind, name string) any {
 	}
 	return nil
 }
+
+// TestChartStateFile: stateFile.enabled passes --state-file into a mounted volume (an
+// emptyDir by default, the given source otherwise) on the read-only root filesystem, and is
+// refused where there is no LMCache index to save.
+func TestChartStateFile(t *testing.T) {
+	name := release + "-loadaware-epp"
+	tests := []struct {
+		name    string
+		args    []string
+		wantPVC string // "" : the emptyDir default
+	}{
+		{"default volume", []string{"--set", "stateFile.enabled=true", "--set", "stateFile.interval=10s"}, ""},
+		{"a claim", []string{"--set", "stateFile.enabled=true", "--set", "stateFile.interval=10s",
+			"--set", "stateFile.volume.emptyDir=null", "--set", "stateFile.volume.persistentVolumeClaim.claimName=epp-state"}, "epp-state"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := get[appsv1.Deployment](render(t, release, tc.args...), "Deployment", name)
+			args := pickerArgs(t, d)
+			if args["state-file"] != "/var/lib/loadaware-epp/index.state" || args["state-file-interval"] != "10s" {
+				t.Errorf("--state-file %q --state-file-interval %q", args["state-file"], args["state-file-interval"])
+			}
+			mounted := false
+			for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+				if m.Name == "state" && m.MountPath == "/var/lib/loadaware-epp" && !m.ReadOnly {
+					mounted = true
+				}
+			}
+			if !mounted {
+				t.Errorf("no writable state volume at /var/lib/loadaware-epp: %+v", d.Spec.Template.Spec.Containers[0].VolumeMounts)
+			}
+			var vol *corev1.Volume
+			for i, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == "state" {
+					vol = &d.Spec.Template.Spec.Volumes[i]
+				}
+			}
+			switch {
+			case vol == nil:
+				t.Fatal("no state volume")
+			case tc.wantPVC == "" && vol.EmptyDir == nil:
+				t.Errorf("state volume %+v, want an emptyDir", vol.VolumeSource)
+			case tc.wantPVC != "" && (vol.PersistentVolumeClaim == nil || vol.PersistentVolumeClaim.ClaimName != tc.wantPVC || vol.EmptyDir != nil):
+				t.Errorf("state volume %+v, want only the claim %s", vol.VolumeSource, tc.wantPVC)
+			}
+		})
+	}
+	if _, ok := pickerArgs(t, get[appsv1.Deployment](render(t, release), "Deployment", name))["state-file"]; ok {
+		t.Error("--state-file rendered without stateFile.enabled")
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "stateFile.enabled=true", "--set", "cacheSource=vllm-events"}, "cacheSource vllm-events runs no LMCache controller"},
+		{[]string{"--set", "stateFile.interval=soon"}, "/stateFile/interval"},
+	} {
+		if _, err := helm(t, append([]string{"template", release, chart, "--namespace", "llm"}, bad.args...)...); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("helm template %v: %v, want an error containing %q", bad.args, err, bad.want)
+		}
+	}
+}

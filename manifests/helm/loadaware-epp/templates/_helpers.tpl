@@ -98,6 +98,9 @@ app.kubernetes.io/component: envoy-gateway
 {{- if hasKey .Values "replicas" -}}
 {{- fail (printf "replicas is not a value of this chart: the picker's replica count is replicaCount (--set replicaCount=%v)" .Values.replicas) -}}
 {{- end -}}
+{{- if and .Values.stateFile.enabled (eq .Values.cacheSource "vllm-events") -}}
+{{- fail "stateFile.enabled saves the LMCache index, and cacheSource vllm-events runs no LMCache controller: use cacheSource lmcache or both, or rely on the engines' replay port (kvEvents.replayPort)" -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.nats.url) (not .Values.nats.deploy) -}}
 {{- fail (printf "replicaCount %d needs shared state: set nats.url (an existing NATS server) or nats.deploy true; without it each replica would see a part of the cache events and of the load (docs/replicas.md)" (int .Values.replicaCount)) -}}
 {{- end -}}

@@ -19,6 +19,7 @@ type ReplicaConfig struct {
 	StateInterval  time.Duration
 	PeerTimeout    time.Duration
 	ScrapeInterval time.Duration // negative: no scraping of the engines
+	CeilingWindow  time.Duration // how far back the scraped counts bound the peers' share
 	WarmTimeout    time.Duration
 }
 
@@ -67,7 +68,7 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 		return nil
 	}
 	cfg := replica.Config{URL: rc.URL, Subject: rc.Subject, Name: rc.Name, Fleet: a.Fleet, StateInterval: rc.StateInterval,
-		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg,
+		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, CeilingWindow: rc.CeilingWindow, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg,
 		History: a.Picker}
 	if a.gate != nil {
 		cfg.Gate = a.gate

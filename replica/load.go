@@ -14,13 +14,17 @@ import (
 // sequence (NATS keeps one publisher's order); a lost delta is healed by the next state.
 // A peer silent for the timeout is dropped, with its bookings. The engines' scraped
 // running+waiting counts bound the result from above: the remote share may not exceed
-// what the engine ran at the larger of the last two scrapes, plus every booking made on it
-// since the older one, less this picker's own in-flight requests; while NATS is
-// unreachable the same bound stands in for the peers.
+// the largest count of the last `keep` scrapes (the ceiling window), plus every booking
+// made on the engine since the oldest of them was sent, less this picker's own in-flight
+// requests. The window must outlast the engine's own lag, or real bookings are cut: an
+// engine's gauges move once per step, and its API server streams a finished request's
+// last tokens after the engine stopped counting it. While NATS is unreachable the last
+// scrape plus the bookings since, less this picker's own, stands in for the peers.
 type loadView struct {
 	fleet   *fleet.Set
 	met     *metrics
 	timeout time.Duration
+	keep    int // scrapes in the ceiling window (at least 2)
 
 	mu       sync.Mutex
 	peers    map[uint64]*peerLoad
@@ -34,18 +38,31 @@ type peerLoad struct {
 	seen  time.Time
 }
 
-// engineCount is one endpoint's scraped count and the bookings made on it.
+// engineCount is one endpoint's scraped counts and the bookings made on it.
 type engineCount struct {
-	scrapes    int    // scrapes recorded
-	last, prev int    // running+waiting at the last two scrapes
-	books      uint64 // bookings seen on it, local and remote
-	booksPrev  uint64 // books when the older of the last two scrapes was sent
-	booksLast  uint64 // books when the last scrape was sent
-	correction string // the last correction applied, for counting changes once
+	scrapes    []scrapeRec // the last keep scrapes, oldest first
+	books      uint64      // bookings seen on it, local and remote
+	correction string      // the last correction applied, for counting changes once
 }
 
-func newLoadView(f *fleet.Set, met *metrics, timeout time.Duration) *loadView {
-	return &loadView{fleet: f, met: met, timeout: timeout, peers: map[uint64]*peerLoad{}, eng: map[string]*engineCount{}}
+// scrapeRec is one scrape's running+waiting and the bookings seen when it was sent.
+type scrapeRec struct {
+	count int
+	books uint64
+}
+
+// newLoadView returns an empty view whose ceiling spans keep scrapes (at least 2).
+func newLoadView(f *fleet.Set, met *metrics, timeout time.Duration, keep int) *loadView {
+	return &loadView{fleet: f, met: met, timeout: timeout, keep: max(keep, 2), peers: map[uint64]*peerLoad{}, eng: map[string]*engineCount{}}
+}
+
+// ceilingScrapes is how many scrapes at the interval cover the window (and one more, so
+// that the oldest was sent at least a window ago).
+func ceilingScrapes(window, interval time.Duration) int {
+	if interval <= 0 {
+		return 2
+	}
+	return max(2, int((window+interval-1)/interval)+1)
 }
 
 func (v *loadView) engine(addr string) *engineCount {
@@ -159,9 +176,10 @@ func (v *loadView) scraped(addr string, count int, books uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e := v.engine(addr)
-	e.prev, e.last = e.last, count
-	e.booksPrev, e.booksLast = e.booksLast, books
-	e.scrapes++
+	if len(e.scrapes) == v.keep {
+		e.scrapes = append(e.scrapes[:0], e.scrapes[1:]...)
+	}
+	e.scrapes = append(e.scrapes, scrapeRec{count: count, books: books})
 	v.recompute(addr)
 }
 
@@ -208,17 +226,21 @@ func (v *loadView) recompute(addr string) {
 	}
 	e := v.eng[addr]
 	kind := ""
-	if e != nil && e.scrapes > 0 {
+	if e != nil && len(e.scrapes) > 0 {
 		local := 0
 		if ls := v.fleet.LocalLoads([]string{addr}); len(ls) == 1 {
 			local = ls[0].InFlight()
 		}
-		switch {
+		switch last := e.scrapes[len(e.scrapes)-1]; {
 		case v.fallback:
-			rp, rd = 0, max(e.last+int(e.books-e.booksLast)-local, 0)
+			rp, rd = 0, max(last.count+int(e.books-last.books)-local, 0)
 			kind = "fallback"
-		case e.scrapes >= 2:
-			ceiling := max(max(e.last, e.prev)+int(e.books-e.booksPrev)-local, 0)
+		case len(e.scrapes) == v.keep:
+			most := 0
+			for _, sc := range e.scrapes {
+				most = max(most, sc.count)
+			}
+			ceiling := max(most+int(e.books-e.scrapes[0].books)-local, 0)
 			if excess := rp + rd - ceiling; excess > 0 {
 				cut := min(excess, rd)
 				rd -= cut

@@ -25,6 +25,7 @@ const (
 	DefaultStateInterval  = 200 * time.Millisecond
 	DefaultPeerTimeout    = 750 * time.Millisecond
 	DefaultScrapeInterval = 250 * time.Millisecond
+	DefaultCeilingWindow  = 2 * time.Second
 	DefaultWarmTimeout    = 5 * time.Second
 	DefaultPeerWait       = 500 * time.Millisecond
 	snapshotChunkBytes    = 512 << 10 // under NATS's default 1 MiB max_payload
@@ -53,6 +54,13 @@ type Config struct {
 	// ScrapeInterval is how often the engines' /metrics are read (the load view's ground
 	// truth); negative disables scraping.
 	ScrapeInterval time.Duration
+	// CeilingWindow is how far back the scraped counts bound the peers' share of an
+	// endpoint's load: the largest count over the window plus every booking since its
+	// start. It must outlast an engine's own lag behind the bookings (its gauges move
+	// once per step; its API server streams a finished request's last tokens after the
+	// engine stopped counting it), or real bookings are cut; a booking a live peer leaked
+	// is cut after it. Default DefaultCeilingWindow.
+	CeilingWindow time.Duration
 	// WarmTimeout bounds the warm start: connecting, finding a peer and taking its snapshot.
 	WarmTimeout time.Duration
 	// PeerWait is the shortest wait at start to hear a peer (a loaded peer may take a while
@@ -132,7 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.load = newLoadView(cfg.Fleet, r.met, cfg.PeerTimeout)
+	r.load = newLoadView(cfg.Fleet, r.met, cfg.PeerTimeout, ceilingScrapes(cfg.CeilingWindow, cfg.ScrapeInterval))
 	nc, err := nats.Connect(cfg.URL, nats.Name("loadaware-epp "+cfg.Name), nats.NoEcho(),
 		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.ConnectHandler(func(*nats.Conn) { r.connected(true) }),
@@ -185,6 +193,9 @@ func setDefaults(c *Config) {
 	}
 	if c.ScrapeInterval == 0 {
 		c.ScrapeInterval = DefaultScrapeInterval
+	}
+	if c.CeilingWindow <= 0 {
+		c.CeilingWindow = DefaultCeilingWindow
 	}
 	if c.WarmTimeout <= 0 {
 		c.WarmTimeout = DefaultWarmTimeout

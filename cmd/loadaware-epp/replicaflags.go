@@ -19,6 +19,7 @@ type replicaFlags struct {
 	natsURL, subject, name      string
 	stateInterval, peerTimeout  time.Duration
 	scrapeInterval, warmTimeout time.Duration
+	ceilingWindow               time.Duration
 	stateFile                   string
 	stateFileInterval           time.Duration
 }
@@ -30,6 +31,7 @@ func (r *replicaFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&r.stateInterval, "replica-state-interval", replica.DefaultStateInterval, "how often each replica publishes its absolute in-flight counts (heals lost deltas)")
 	fs.DurationVar(&r.peerTimeout, "replica-peer-timeout", replica.DefaultPeerTimeout, "a replica silent this long is dropped from the load view, with its bookings")
 	fs.DurationVar(&r.scrapeInterval, "load-scrape-interval", replica.DefaultScrapeInterval, "with --nats-url: how often the engines' vllm:num_requests_running/_waiting are read (the load view's ground truth); 0 disables")
+	fs.DurationVar(&r.ceilingWindow, "load-ceiling-window", replica.DefaultCeilingWindow, "with --nats-url: the peers' share of an engine's load may not exceed its largest scraped count over this window plus the bookings since; longer than the engines' own lag (a step, the API server's streaming)")
 	fs.DurationVar(&r.warmTimeout, "warm-timeout", replica.DefaultWarmTimeout, "with --nats-url: longest wait at start for a peer's index before turning ready with an empty one")
 	fs.StringVar(&r.stateFile, "state-file", "", "file the LMCache index is saved to on an interval and loaded from at start (a lone picker's warm restart)")
 	fs.DurationVar(&r.stateFileInterval, "state-file-interval", 30*time.Second, "how often --state-file is written")
@@ -51,7 +53,7 @@ func (r *replicaFlags) config(lmcache bool) (*app.ReplicaConfig, *app.StateFileC
 		for _, d := range []struct {
 			name string
 			v    time.Duration
-		}{{"replica-state-interval", r.stateInterval}, {"replica-peer-timeout", r.peerTimeout}, {"warm-timeout", r.warmTimeout}} {
+		}{{"replica-state-interval", r.stateInterval}, {"replica-peer-timeout", r.peerTimeout}, {"warm-timeout", r.warmTimeout}, {"load-ceiling-window", r.ceilingWindow}} {
 			if d.v <= 0 {
 				return nil, nil, fmt.Errorf("--%s %v: use a positive duration", d.name, d.v)
 			}
@@ -67,7 +69,7 @@ func (r *replicaFlags) config(lmcache bool) (*app.ReplicaConfig, *app.StateFileC
 			scrape = -1
 		}
 		rc = &app.ReplicaConfig{URL: r.natsURL, Subject: r.subject, Name: r.name, StateInterval: r.stateInterval,
-			PeerTimeout: r.peerTimeout, ScrapeInterval: scrape, WarmTimeout: r.warmTimeout}
+			PeerTimeout: r.peerTimeout, ScrapeInterval: scrape, CeilingWindow: r.ceilingWindow, WarmTimeout: r.warmTimeout}
 	}
 	var sf *app.StateFileConfig
 	if r.stateFile != "" {

@@ -218,15 +218,10 @@ func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vIdx, lIdx := engineIndex(vt), engineIndex(lv.Run)
 	fromEvents := 0
-	for i := range reqs {
-		v, l := vt.Rows[i], lv.Run.Rows[i]
-		if l.Status != "ok" {
-			t.Fatalf("live request %d failed: %s", i, l.Error)
-		}
-		if ve, le := vIdx[v.Engine], lIdx[l.Engine]; ve != le {
-			t.Errorf("request %d (prefix %d): virtual time (LMCache) chose engine %d, live on vLLM events engine %d (%s)", i, reqs[i].PrefixID, ve, le, lv.Decisions[i])
+	for i, c := range choices(t, vt, lv) {
+		if !c.same() {
+			t.Errorf("request %d (prefix %d): virtual time (LMCache) chose engine %d, live on vLLM events engine %d (%s)", i, reqs[i].PrefixID, c.v, c.l, lv.Decisions[i])
 		}
 		if strings.Contains(lv.Decisions[i], "source=vllm-events") {
 			fromEvents++

@@ -33,7 +33,6 @@ func TestSharedReplicasDecideAsOnePicker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vIdx := engineIndex(vt)
 		for _, n := range []int{2, 3} {
 			for _, naive := range []bool{false, true} {
 				if naive && (n == 3 || arm.Policy == "latencyaware") {
@@ -48,22 +47,15 @@ func TestSharedReplicasDecideAsOnePicker(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					lIdx := engineIndex(lv.Run)
 					differ := 0
-					for i := range reqs {
-						v, l := vt.Rows[i], lv.Run.Rows[i]
-						if l.Status != "ok" {
-							t.Fatalf("live request %d failed: %s", i, l.Error)
-						}
-						ve, vok := vIdx[v.Engine]
-						le, lok := lIdx[l.Engine]
-						if vok && lok && ve == le {
+					for i, c := range choices(t, vt, lv) {
+						if c.same() {
 							continue
 						}
 						differ++
 						if !naive {
 							t.Errorf("request %d (prefix %d, replica %d): one picker chose engine %d (%s), the replicas engine %d (%s; %s)",
-								i, reqs[i].PrefixID, i%n, ve, v.Engine, le, l.Engine, lv.Decisions[i])
+								i, reqs[i].PrefixID, i%n, c.v, vt.Rows[i].Engine, c.l, lv.Run.Rows[i].Engine, lv.Decisions[i])
 						}
 					}
 					if naive && differ == 0 {

@@ -55,6 +55,32 @@ func engineIndex(run vtime.Run) map[string]int {
 	return out
 }
 
+// choice is one request's engine, by index, in virtual time and live (-1: not an engine
+// of the run).
+type choice struct{ v, l int }
+
+func (c choice) same() bool { return c.v >= 0 && c.v == c.l }
+
+// choices lists each request's choice; it fails the test at a live request that failed.
+func choices(t *testing.T, vt vtime.Run, lv Result) []choice {
+	t.Helper()
+	vIdx, lIdx := engineIndex(vt), engineIndex(lv.Run)
+	out := make([]choice, len(lv.Run.Rows))
+	for i, l := range lv.Run.Rows {
+		if l.Status != "ok" {
+			t.Fatalf("live request %d failed: %s", i, l.Error)
+		}
+		out[i] = choice{-1, -1}
+		if e, ok := vIdx[vt.Rows[i].Engine]; ok {
+			out[i].v = e
+		}
+		if e, ok := lIdx[l.Engine]; ok {
+			out[i].l = e
+		}
+	}
+	return out
+}
+
 var reasonRE = regexp.MustCompile(` reason=(\S+)`)
 
 // TestLiveAndVirtualTimeMakeTheSameDecisions sends the same 40 requests (8 prefixes, so
@@ -78,17 +104,10 @@ func TestLiveAndVirtualTimeMakeTheSameDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			vIdx, lIdx := engineIndex(vt), engineIndex(lv.Run)
 			reasons := map[string]int{}
-			for i := range reqs {
-				v, l := vt.Rows[i], lv.Run.Rows[i]
-				if l.Status != "ok" {
-					t.Fatalf("live request %d failed: %s", i, l.Error)
-				}
-				ve, vok := vIdx[v.Engine]
-				le, lok := lIdx[l.Engine]
-				if !vok || !lok || ve != le {
-					t.Errorf("request %d (prefix %d): virtual time chose engine %d (%s), live engine %d (%s; %s)", i, reqs[i].PrefixID, ve, v.Engine, le, l.Engine, lv.Decisions[i])
+			for i, c := range choices(t, vt, lv) {
+				if !c.same() {
+					t.Errorf("request %d (prefix %d): virtual time chose engine %d (%s), live engine %d (%s; %s)", i, reqs[i].PrefixID, c.v, vt.Rows[i].Engine, c.l, lv.Run.Rows[i].Engine, lv.Decisions[i])
 				}
 				if m := reasonRE.FindStringSubmatch(lv.Decisions[i]); m != nil {
 					reasons[m[1]]++

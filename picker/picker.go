@@ -216,11 +216,48 @@ func (p *Picker) Forget(keep []string) {
 }
 
 // Pick chooses endpoints for r and books the first. The caller must Release the
-// Decision's Booking when the request ends.
+// Decision's Booking when the request ends. The Decision's slices and map are its own:
+// nothing another decision does changes them. PickInto decides the same without
+// allocating them.
 func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
+	var d Decision
+	err := p.PickInto(ctx, r, &d)
+	return d, err
+}
+
+// PickInto is Pick with the caller's memory: it overwrites *d with the decision for r,
+// reusing the memory of d.Ranked, d.Endpoints and d.Sources, so a caller that keeps one
+// Decision per worker (or pools them) allocates nothing for them in steady state.
+//
+// Ownership: the caller hands d's previous decision back by passing d. Nothing it kept
+// of that decision (the Ranked or Endpoints slices, the Sources map) stays valid, and its
+// Booking is overwritten without being released: release it first. The new decision's
+// memory is d's alone until d is passed again; two Decisions never share memory.
+// On error, *d holds what Pick would have returned with the error.
+func (p *Picker) PickInto(ctx context.Context, r Request, d *Decision) error {
 	start := time.Now()
 	act := p.active.Load()
-	d := Decision{Policy: act.cfg.Policy, Beta: act.cfg.Beta}
+	*d = Decision{Policy: act.cfg.Policy, Beta: act.cfg.Beta,
+		Ranked: d.Ranked[:0], Endpoints: d.Endpoints[:0], Sources: d.Sources}
+	if err := p.decideInto(ctx, r, act, d); err != nil {
+		return err
+	}
+	reason := d.Ranked[0].Reason
+	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()
+	p.metrics.latency.Observe(time.Since(start).Seconds())
+	if p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		p.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision",
+			slog.String("request_id", r.RequestID), slog.String("policy", d.Policy), slog.Float64("beta", d.Beta),
+			slog.String("winner", d.Endpoints[0]), slog.String("reason", reason),
+			slog.Int("prompt_tokens", d.PromptTokens), slog.String("tokens", d.Tokens), slog.String("note", d.Note),
+			slog.String("candidates", d.candidates(0)))
+	}
+	return nil
+}
+
+// decideInto is PickInto's decision: *d comes in with its policy and beta set and its
+// reusable memory emptied, and leaves with everything else but the metrics.
+func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Decision) error {
 
 	sc := p.scratch.Get().(*pickScratch)
 	defer p.scratch.Put(sc)
@@ -228,7 +265,8 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	cands, err := p.candidates(view, r.Subset)
 	if err != nil {
 		p.metrics.pickErrors.WithLabelValues(errorKind(err)).Inc()
-		return d, err
+		d.Ranked, d.Endpoints, d.Sources = nil, nil, nil
+		return err
 	}
 	if p.opts.Health != nil {
 		var ok bool
@@ -327,17 +365,18 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 		}
 		d.Booking = b
 		d.Candidates = len(ranked) - i
-		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+max(p.opts.MaxEndpoints, maxExplained))])
+		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+max(p.opts.MaxEndpoints, maxExplained))]...)
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
 		break
 	}
-	d.Sources = rs.sources(d.Ranked, cands, matches, held, useHeld)
+	d.Sources = rs.sources(d.Sources, d.Ranked, cands, matches, held, useHeld)
 	p.decide.Unlock()
 
 	if d.Booking == nil {
 		p.metrics.pickErrors.WithLabelValues("no-endpoints").Inc()
-		return d, ErrNoEndpoints
+		d.Ranked, d.Endpoints, d.Sources = nil, nil, nil
+		return ErrNoEndpoints
 	}
 	for i := 0; i < len(d.Ranked) && i < p.opts.MaxEndpoints; i++ {
 		d.Endpoints = append(d.Endpoints, d.Ranked[i].Addr)
@@ -348,17 +387,7 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 			p.opts.Observer.Routed(d.Endpoints[0], tokens)
 		}
 	}
-	reason := d.Ranked[0].Reason
-	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()
-	p.metrics.latency.Observe(time.Since(start).Seconds())
-	if p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
-		p.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision",
-			slog.String("request_id", r.RequestID), slog.String("policy", d.Policy), slog.Float64("beta", d.Beta),
-			slog.String("winner", d.Endpoints[0]), slog.String("reason", reason),
-			slog.Int("prompt_tokens", d.PromptTokens), slog.String("tokens", d.Tokens), slog.String("note", d.Note),
-			slog.String("candidates", d.candidates(0)))
-	}
-	return d, nil
+	return nil
 }
 
 // candidates returns the endpoints a request may go to: the fleet view's narrowed by the

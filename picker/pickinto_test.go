@@ -96,6 +96,9 @@ func TestPickIntoErrorClearsTheDecision(t *testing.T) {
 // In steady state a decision through PickInto allocates only its Booking, at every fleet
 // size and share of holders (the held path, the cache-affinity and the QPS fallback).
 func TestPickIntoAllocatesOnlyTheBooking(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under -race")
+	}
 	for _, c := range []struct{ n, holders int }{{2, 2}, {256, 2}, {256, 85}, {1000, 333}} {
 		t.Run(fmt.Sprintf("endpoints=%d/holders=%d", c.n, c.holders), func(t *testing.T) {
 			bf := newBenchFleet(t, c.n, c.holders)

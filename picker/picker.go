@@ -54,7 +54,7 @@ type Request struct {
 // Decision is the outcome of one Pick.
 type Decision struct {
 	Endpoints    []string         // ordered, best first; at most MaxEndpoints
-	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or an explanation lists (32), whichever is more
+	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or an explanation lists (32), whichever is more (in order unless two or more bookings failed, endpoints leaving during the decision: then the last may not be)
 	Candidates   int              // candidates ranked (Ranked holds the first of them)
 	Policy       string
 	Beta         float64
@@ -348,6 +348,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	applyMatches(rs.cands, cands, matches, held, useHeld)
 	in.Candidates = rs.cands
+	// The ranking need only order what the decision keeps, and one more for a booking
+	// that fails (an endpoint removed since the view). Placed candidates are in the view's
+	// order, which is address order.
+	keep := max(p.opts.MaxEndpoints, maxExplained)
+	in.Top, in.Sorted = keep+1, placed
 	in.Scratch = rs.ranked[:0]
 	var ranked []scoring.Ranked
 	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
@@ -365,7 +370,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		}
 		d.Booking = b
 		d.Candidates = len(ranked) - i
-		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+max(p.opts.MaxEndpoints, maxExplained))]...)
+		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
 		break

@@ -15,7 +15,7 @@ func leastLoad(in Input, reason string) []Ranked {
 	for i := range rs {
 		rs[i].Score = -float64(rs[i].InFlight)
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	return rs
 }
 
@@ -136,7 +136,7 @@ func (p *LoadAware) Rank(in Input) []Ranked {
 		rs[i].Score = rs[i].Benefit - p.Beta*rs[i].RelativeLoad
 		best = max(best, rs[i].Benefit)
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	if rs[0].Benefit < best {
 		label(rs, ReasonLoadBalance)
 	}

@@ -250,7 +250,7 @@ func (s *State) sessionRank(in Input) []Ranked {
 	for i := range rs {
 		rs[i].Score = float64(len(order) - pos[rs[i].Addr])
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	return rs
 }
 

@@ -129,12 +129,18 @@ func (p *LoadAware) Rank(in Input) []Ranked {
 	if !anyMatch {
 		return p.state.fallback(in)
 	}
-	rs := base(in, ReasonCacheAffinity)
-	best := 0.0
-	for i := range rs {
-		rs[i].Benefit = float64(min(rs[i].Matched, in.PromptTokens)) / float64(max(in.PromptTokens, 1))
-		rs[i].Score = rs[i].Benefit - p.Beta*rs[i].RelativeLoad
-		best = max(best, rs[i].Benefit)
+	// base's entries and their scores in one pass: over a large fleet the ranking is
+	// bound by memory, and a second pass over it costs as much as the first.
+	rs := scratchFor(in)
+	m := mean(in.Candidates)
+	best, prompt := 0.0, float64(max(in.PromptTokens, 1))
+	for i, c := range in.Candidates {
+		r := Ranked{Addr: c.Addr, RelativeLoad: relativeLoad(c.InFlight, m), Matched: c.Matched,
+			InFlight: c.InFlight, Reason: ReasonCacheAffinity}
+		r.Benefit = float64(min(r.Matched, in.PromptTokens)) / prompt
+		r.Score = r.Benefit - p.Beta*r.RelativeLoad
+		best = max(best, r.Benefit)
+		rs[i] = r
 	}
 	sortByScore(in, rs)
 	if rs[0].Benefit < best {

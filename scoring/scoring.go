@@ -180,11 +180,7 @@ func relativeLoad(inflight int, m float64) float64 {
 // in in.Scratch when it is large enough.
 func base(in Input, reason string) []Ranked {
 	m := mean(in.Candidates)
-	out := in.Scratch[:0]
-	if cap(out) < len(in.Candidates) {
-		out = make([]Ranked, len(in.Candidates))
-	}
-	out = out[:len(in.Candidates)]
+	out := scratchFor(in)
 	for i, c := range in.Candidates {
 		out[i] = Ranked{
 			Addr:         c.Addr,
@@ -195,6 +191,16 @@ func base(in Input, reason string) []Ranked {
 		}
 	}
 	return out
+}
+
+// scratchFor returns len(in.Candidates) entries to build a ranking in: in.Scratch's
+// memory when it is large enough, else new.
+func scratchFor(in Input) []Ranked {
+	out := in.Scratch[:0]
+	if cap(out) < len(in.Candidates) {
+		out = make([]Ranked, len(in.Candidates))
+	}
+	return out[:len(in.Candidates)]
 }
 
 // label gives every entry of a ranking the same reason (a ranking has one).

@@ -208,3 +208,32 @@ func BenchmarkPickSubset(b *testing.B) {
 		d.Booking.Release()
 	}
 }
+
+// BenchmarkPickCold is one decision for a prompt no endpoint holds (loadaware, as
+// BenchmarkPickLMCache, and kvaware): both take the QPS fallback over the whole fleet.
+// Every decision is booked and released, so the request rates it ranks by move.
+func BenchmarkPickCold(b *testing.B) {
+	for _, n := range []int{256, 10000} {
+		for _, policy := range []string{"loadaware", "kvaware"} {
+			b.Run(fmt.Sprintf("endpoints=%d/policy=%s", n, policy), func(b *testing.B) {
+				bf := newBenchFleet(b, n, 2)
+				p := newPicker(b, Options{Fleet: bf.fleet, Policy: policy, Cache: LMCacheView{Index: bf.index}})
+				cold := make([]uint32, len(bf.tokens))
+				for i := range cold {
+					cold[i] = uint32(3 + i)
+				}
+				req := Request{Tokens: cold}
+				timeEach(b, func() func() {
+					d, err := p.Pick(context.Background(), req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if d.Ranked[0].Reason != "qps-fallback" {
+						b.Fatalf("reason %s: the benchmark is not measuring the QPS fallback", d.Ranked[0].Reason)
+					}
+					return func() { d.Booking.Release() }
+				})
+			})
+		}
+	}
+}

@@ -38,6 +38,11 @@ var (
 	ErrSubsetUnmatched = errors.New("no endpoint in the gateway's subset hint is in the endpoint set")
 )
 
+// KeptRanked is how many of the best candidates a Decision keeps, at least, when the
+// request asked for no explanation: the routing answer's metadata lists the scores of at
+// most this many (extproc.MaxScored). An explanation (Request.Explain) keeps 32.
+const KeptRanked = 8
+
 // Request is what the picker needs of one HTTP request.
 type Request struct {
 	RequestID string
@@ -48,13 +53,13 @@ type Request struct {
 	ChatBody  []byte   // raw chat request body, for chat requests
 	Session   string   // value of the session header
 	Subset    []string // the gateway's subset hint; nil when absent
-	Explain   bool
+	Explain   bool     // the caller will render Decision.Explain: keep the 32 best, not KeptRanked
 }
 
 // Decision is the outcome of one Pick.
 type Decision struct {
 	Endpoints    []string         // ordered, best first; at most MaxEndpoints
-	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or an explanation lists (32), whichever is more (in order unless two or more bookings failed, endpoints leaving during the decision: then the last may not be)
+	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or, whichever is more, an explanation lists (32) when the request asked for one (Request.Explain), else KeptRanked; in order unless two or more bookings failed (endpoints leaving during the decision), when the last may not be
 	Candidates   int              // candidates ranked (Ranked holds the first of them)
 	Policy       string
 	Beta         float64
@@ -351,7 +356,10 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	// The ranking need only order what the decision keeps, and one more for a booking
 	// that fails (an endpoint removed since the view). Placed candidates are in the view's
 	// order, which is address order.
-	keep := max(p.opts.MaxEndpoints, maxExplained)
+	keep := max(p.opts.MaxEndpoints, KeptRanked)
+	if r.Explain {
+		keep = max(p.opts.MaxEndpoints, maxExplained)
+	}
 	in.Top, in.Sorted = keep+1, placed
 	in.Scratch = rs.ranked[:0]
 	var ranked []scoring.Ranked

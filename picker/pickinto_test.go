@@ -34,7 +34,7 @@ func TestPickIntoDecidesAsPickWithoutAliasing(t *testing.T) {
 			opts := Options{Fleet: bf.fleet, Policy: policy, Cache: LMCacheView{Index: bf.index}, MaxEndpoints: 3, Now: func() time.Time { return benchNow }}
 			into, pick := newPicker(t, opts), newPicker(t, opts)
 			var a, b Decision
-			reqs := []Request{{Tokens: bf.tokens}, {Tokens: cold}, {Tokens: bf.tokens, Subset: bf.addrs[:5]}, {}, {Tokens: bf.tokens}}
+			reqs := []Request{{Tokens: bf.tokens}, {Tokens: cold, Explain: true}, {Tokens: bf.tokens, Subset: bf.addrs[:5]}, {}, {Tokens: bf.tokens, Explain: true}, {Tokens: bf.tokens}}
 			for i, req := range reqs {
 				dst := &a
 				if i%2 == 1 {

@@ -362,26 +362,23 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	in.Top, in.Sorted = keep+1, placed
 	in.Scratch = rs.ranked[:0]
-	var ranked []scoring.Ranked
-	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
-		ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone
-	} else {
-		ranked = act.policy.Rank(in)
+	rank := func(in scoring.Input) []scoring.Ranked {
+		if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
+			return scoring.LoadOnly(in) // nothing to look up: the load term alone
+		}
+		return act.policy.Rank(in)
 	}
+	ranked := rank(in)
 	if cap(ranked) > cap(rs.ranked) {
 		rs.ranked = ranked[:0]
 	}
-	for i := range ranked {
-		b, err := p.opts.Fleet.Book(ranked[i].Addr)
-		if err != nil {
-			continue // removed since the snapshot: try the next
-		}
+	ranked, i, b := bookFirst(ranked, in, rank, p.opts.Fleet.Book)
+	if b != nil {
 		d.Booking = b
-		d.Candidates = len(ranked) - i
+		d.Candidates = len(in.Candidates) - i
 		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
-		break
 	}
 	d.Sources = rs.sources(d.Sources, d.Ranked, cands, matches, held, useHeld)
 	p.decide.Unlock()
@@ -401,6 +398,27 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		}
 	}
 	return nil
+}
+
+// bookFirst books the first entry of ranked (the policy's ranking of in) that book
+// accepts, and returns the ranking, that entry's place and its booking (nil when every
+// entry was refused: they all left the fleet since the view was taken). A short ranking
+// (one of only the leading entries, Input.Top) is asked for in full at its first refusal,
+// so the entries that follow are those the full ranking has; such a ranking is pure
+// (see Input.Top), so asking again changes nothing else.
+func bookFirst(ranked []scoring.Ranked, in scoring.Input, rank func(scoring.Input) []scoring.Ranked,
+	book func(addr string) (*fleet.Booking, error)) ([]scoring.Ranked, int, *fleet.Booking) {
+	for i := 0; i < len(ranked); i++ {
+		b, err := book(ranked[i].Addr)
+		if err == nil {
+			return ranked, i, b
+		}
+		if len(ranked) < len(in.Candidates) {
+			in.Top = 0
+			ranked = rank(in)
+		}
+	}
+	return ranked, 0, nil
 }
 
 // candidates returns the endpoints a request may go to: the fleet view's narrowed by the

@@ -118,23 +118,66 @@ func TestTopAndSortedKeepTheLeadingEntries(t *testing.T) {
 	for i := range 500 {
 		in.Candidates = append(in.Candidates, Candidate{Addr: fmt.Sprintf("10.0.%d.%d:8000", i/256, i%256), Matched: i % 7 * 10 % 30, HolderRank: -1, InFlight: i % 5, Decode: i % 3})
 	}
+	shuffled := slices.Clone(in.Candidates)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	slices.SortFunc(in.Candidates, func(a, b Candidate) int { return strings.Compare(a.Addr, b.Addr) })
 	for _, name := range Names {
-		for _, top := range []int{1, 3, 32, 33} {
-			full, err := New(name, DefaultParams(), NewState())
-			if err != nil {
-				t.Fatal(err)
+		for _, sorted := range []bool{true, false} {
+			for _, top := range []int{1, 3, 32, 33} {
+				full, err := New(name, DefaultParams(), NewState())
+				if err != nil {
+					t.Fatal(err)
+				}
+				part, _ := New(name, DefaultParams(), NewState())
+				in := in
+				if !sorted {
+					in.Candidates = shuffled
+				}
+				want := full.Rank(in)
+				pin := in
+				pin.Top, pin.Sorted = top, sorted
+				got := part.Rank(pin)
+				if len(got) < top+1 || len(got) > len(want) {
+					t.Fatalf("%s, Top %d: %d entries of %d", name, top, len(got), len(want))
+				}
+				if !slices.Equal(got[:top+1], want[:top+1]) {
+					t.Fatalf("%s, sorted %v, Top %d: first entries differ:\n got %v\nwant %v", name, sorted, top, got[:top+1], want[:top+1])
+				}
 			}
-			part, _ := New(name, DefaultParams(), NewState())
-			want := full.Rank(in)
-			pin := in
-			pin.Top, pin.Sorted = top, true
-			got := part.Rank(pin)
-			if len(got) != len(want) {
-				t.Fatalf("%s, Top %d: %d entries, want %d", name, top, len(got), len(want))
+		}
+	}
+}
+
+// loadaware's ranking of a large fleet, selected while scoring (Input.Top), is sortTop's
+// of the whole ranking, ties and near-ties of scores included: beta and loads make many
+// candidates score alike, and a third of them hold some of the prompt.
+func TestLoadAwareSelectsAsTheFullRanking(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, beta := range []float64{0, 0.1, 1, 3} {
+		for _, sorted := range []bool{true, false} {
+			in := Input{PromptTokens: 1578}
+			for i := range 3000 {
+				c := Candidate{Addr: fmt.Sprintf("10.%d.%d.%d:8000", i/65536, i/256%256, i%256), HolderRank: -1, InFlight: r.IntN(4)}
+				if r.IntN(3) == 0 {
+					c.Matched, c.HolderRank = 256*r.IntN(8), i
+				}
+				in.Candidates = append(in.Candidates, c)
 			}
-			if !slices.Equal(got[:top], want[:top]) {
-				t.Fatalf("%s, Top %d: first entries differ:\n got %v\nwant %v", name, top, got[:top], want[:top])
+			if sorted {
+				slices.SortFunc(in.Candidates, func(a, b Candidate) int { return strings.Compare(a.Addr, b.Addr) })
+			} else {
+				r.Shuffle(len(in.Candidates), func(i, j int) { in.Candidates[i], in.Candidates[j] = in.Candidates[j], in.Candidates[i] })
+			}
+			p := &LoadAware{Beta: beta, state: NewState()}
+			want := p.Rank(in)
+			for _, top := range []int{1, 8, 33, TopRanked} {
+				pin := in
+				pin.Top, pin.Sorted = top, sorted
+				got := p.Rank(pin)
+				n := min(top+1, sortedPrefix)
+				if len(got) != n || !slices.Equal(got, want[:n]) {
+					t.Fatalf("beta %v, sorted %v, Top %d: got %d entries %v\nwant %v", beta, sorted, top, len(got), got[:min(3, len(got))], want[:3])
+				}
 			}
 		}
 	}

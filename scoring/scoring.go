@@ -8,7 +8,8 @@
 //
 // Contract shared by every policy: Rank is called once per routing decision, its first
 // entry is the endpoint that will be booked, and equal inputs (with equal State) give
-// equal outputs. A ranking holds every candidate, but only its first Input.Top entries
+// equal outputs. A ranking holds every candidate (with Input.Top set, it may hold only
+// the leading ones: see there), but only its first Input.Top entries
 // (TopRanked when Top is 0; all of them when there are fewer) are promised in order: the
 // ranking helpers select those without sorting the rest, so a decision over a large
 // fleet costs time linear in the fleet.
@@ -47,7 +48,10 @@ type Input struct {
 	// Top is how many leading entries of the ranking the caller reads: the policy puts at
 	// least that many first and in order (see the package comment). 0, or more than
 	// TopRanked, means TopRanked. A smaller Top makes a ranking over a large fleet cheaper;
-	// it never changes which entries come first or their order.
+	// it never changes which entries come first or their order. When Top is more than 0,
+	// a policy may also return only the leading entries (at least Top+1, or every
+	// candidate when there are fewer); one that does ranks equal inputs equally without
+	// changing its State, so the caller may ask again with Top 0 for the rest.
 	Top int
 	// Sorted promises that Candidates are in strictly ascending address order, as the
 	// fleet gives them. Ties between scores are then broken by place, which is the same

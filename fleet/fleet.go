@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,13 +87,15 @@ type Load struct {
 // InFlight is the policy's load: prefill + decode.
 func (l Load) InFlight() int { return l.Prefill + l.Decode }
 
+// endpoint is one endpoint's counters. What every decision reads (View.Load) comes first,
+// in 48 bytes; pace's writer-only fields follow.
 type endpoint struct {
 	addr    string
 	prefill atomic.Int64
 	decode  atomic.Int64
-	pace    pace
 	// remote is what other pickers booked here (SetRemote), packed as prefill<<32 | decode.
 	remote atomic.Uint64
+	pace   pace
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -123,24 +126,22 @@ func New() *Set {
 func (s *Set) Update(addrs []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := make(map[string]*endpoint, len(addrs))
-	for _, a := range addrs {
-		if e, ok := s.eps[a]; ok {
-			next[a] = e
-		} else {
-			next[a] = &endpoint{addr: a}
+	sorted := slices.Clone(addrs)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	next := make(map[string]*endpoint, len(sorted))
+	v := &View{addrs: sorted, eps: make([]*endpoint, len(sorted))}
+	for i, a := range sorted {
+		// New endpoints are allocated in address order, so a decision reading every
+		// endpoint's counters in that order reads memory in order (adjacent allocations
+		// of one size share spans).
+		e, ok := s.eps[a]
+		if !ok {
+			e = &endpoint{addr: a}
 		}
+		next[a], v.eps[i] = e, e
 	}
-	s.eps = next
-	s.addrs = make([]string, 0, len(next))
-	for a := range next {
-		s.addrs = append(s.addrs, a)
-	}
-	sort.Strings(s.addrs)
-	v := &View{addrs: s.addrs, eps: make([]*endpoint, len(s.addrs))}
-	for i, a := range s.addrs {
-		v.eps[i] = next[a]
-	}
+	s.eps, s.addrs = next, sorted
 	s.view.Store(v)
 	if !s.synced {
 		s.synced = true

@@ -15,10 +15,10 @@ const paceWeight = 1.0 / 32
 // pace is an exponentially weighted mean of decode durations. Writers serialize on mu;
 // readers (every decision, per candidate) load the published mean without a lock.
 type pace struct {
+	pub atomic.Uint64 // math.Float64bits of m, 0 before the first sample; first, as the one readers load
 	mu  sync.Mutex
 	n   int
-	m   float64       // seconds; guarded by mu
-	pub atomic.Uint64 // math.Float64bits of m, 0 before the first sample
+	m   float64 // seconds; guarded by mu
 }
 
 func (p *pace) observe(d time.Duration) {

@@ -78,7 +78,7 @@ func (ix *Index) enforceBudget(now time.Time) {
 	for _, k := range victims {
 		sh := ix.shardOf(k)
 		sh.mu.RLock()
-		ids := sh.m[k].appendTo(buf[:0])
+		ids := sh.appendTo(sh.m[k], buf[:0])
 		sh.mu.RUnlock()
 		for _, id := range ids {
 			if s := ix.slotByID[id]; s != nil {

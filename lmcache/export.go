@@ -59,7 +59,7 @@ func (ix *Index) Export(emit func(peer string, msgs []Message) error) error {
 		sh := &ix.shards[i]
 		sh.mu.RLock()
 		for k, h := range sh.m {
-			hs = h.appendTo(hs[:0])
+			hs = sh.appendTo(h, hs[:0])
 			for r, id := range hs {
 				for len(byRank) <= r {
 					byRank = append(byRank, map[uint32][]int64{})

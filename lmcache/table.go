@@ -7,9 +7,11 @@ import "sync"
 // reverse index), so dropping a worker walks only its keys.
 
 type shard struct {
-	mu sync.RWMutex
-	m  map[int64]holders
-	_  [32]byte // keep neighbouring shards' locks off one cache line
+	mu    sync.RWMutex
+	m     map[int64]holders
+	lists [][]uint32 // holders' overflow lists, by holders.more-1; guarded by mu
+	free  []uint32   // indices of lists not in use
+	_     [32]byte   // keep neighbouring shards' locks off one cache line
 }
 
 func (ix *Index) shardOf(key int64) *shard {
@@ -22,7 +24,7 @@ func (ix *Index) holdersOf(key int64, dst []uint32) ([]uint32, uint32) {
 	sh := ix.shardOf(key)
 	sh.mu.RLock()
 	h := sh.m[key]
-	dst = h.appendTo(dst)
+	dst = sh.appendTo(h, dst)
 	sh.mu.RUnlock()
 	return dst, h.used
 }
@@ -59,10 +61,10 @@ func (ix *Index) admit(w *worker, loc string, key int64) bool {
 	s.keys[key] = struct{}{}
 	sh.mu.Lock()
 	h := sh.m[key]
-	if h.len() == 0 {
+	if h.empty() {
 		ix.nkeys.Add(1)
 	}
-	h = h.add(s.id)
+	h = sh.add(h, s.id)
 	h.used = tick
 	sh.m[key] = h
 	sh.mu.Unlock()
@@ -93,9 +95,9 @@ func (ix *Index) evict(w *worker, loc string, key int64) bool {
 func (ix *Index) unhold(key int64, id uint32) {
 	sh := ix.shardOf(key)
 	sh.mu.Lock()
-	h, ok := sh.m[key].remove(id)
+	h, ok := sh.remove(sh.m[key], id)
 	if ok {
-		if h.len() == 0 {
+		if h.empty() {
 			delete(sh.m, key)
 			ix.nkeys.Add(-1)
 		} else {

@@ -54,7 +54,9 @@ func (c *cacheShare) collectors() []prometheus.Collector {
 
 // routed records one decision's prompt and matched tokens on endpoint.
 func (c *cacheShare) routed(endpoint, source string, prompt, matched int) {
-	c.seen.LoadOrStore(endpoint, struct{}{})
+	if _, ok := c.seen.Load(endpoint); !ok { // Load first: LoadOrStore's value would allocate
+		c.seen.LoadOrStore(endpoint, struct{}{})
+	}
 	c.prompt.WithLabelValues(endpoint, source).Add(float64(prompt))
 	c.matched.WithLabelValues(endpoint, source).Add(float64(matched))
 }

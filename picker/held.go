@@ -49,12 +49,14 @@ type pickScratch struct {
 type rankScratch struct {
 	cands  []scoring.Candidate
 	ranked []scoring.Ranked
-	heldAt []int32 // place in cands -> 1 + index in held; zero between decisions
+	heldAt []int32  // place in cands -> 1 + index in held; zero between decisions
+	srcs   []string // sources' memory: the source of each kept entry; empty between decisions
 }
 
 // sources names the cache source of each ranked endpoint's match (nil when none has
-// one). It looks up the ranked entries only, so its cost does not grow with the holders.
-func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches []CacheMatch, held []Held, useHeld bool) map[string]string {
+// one), in dst when dst is not nil (it is cleared first). It looks up the ranked entries
+// only, so its cost does not grow with the holders.
+func (rs *rankScratch) sources(dst map[string]string, ranked []scoring.Ranked, cands []string, matches []CacheMatch, held []Held, useHeld bool) map[string]string {
 	if matches == nil && !useHeld {
 		return nil
 	}
@@ -69,7 +71,9 @@ func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches 
 			}
 		}()
 	}
-	srcs := make([]string, len(ranked)) // at most scoring.TopRanked: on the stack
+	srcs := slices.Grow(rs.srcs[:0], len(ranked))[:len(ranked)]
+	rs.srcs = srcs
+	defer clear(srcs) // hold no strings between decisions
 	n := 0
 	for k, r := range ranked {
 		if r.Matched <= 0 {
@@ -90,7 +94,12 @@ func (rs *rankScratch) sources(ranked []scoring.Ranked, cands []string, matches 
 	if n == 0 {
 		return nil
 	}
-	out := make(map[string]string, n)
+	out := dst
+	if out == nil {
+		out = make(map[string]string, n)
+	} else {
+		clear(out)
+	}
 	for k, src := range srcs {
 		if src != "" {
 			out[ranked[k].Addr] = src

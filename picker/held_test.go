@@ -3,6 +3,7 @@ package picker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -50,20 +51,36 @@ func TestHeldMatchesDecideAsDenseOnes(t *testing.T) {
 	}
 }
 
-// A large fleet's decision keeps the best it may be asked about (an explanation's 32)
-// and counts the rest.
+// A large fleet's decision keeps the best it may be asked about (an explanation's 32, else
+// KeptRanked, or MaxEndpoints when more) and counts the rest.
 func TestDecisionKeepsTheBestRanked(t *testing.T) {
 	bf := newBenchFleet(t, 500, 2)
-	p := newPicker(t, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}, MaxEndpoints: 4})
-	d, err := p.Pick(context.Background(), Request{Tokens: bf.tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Booking.Release()
-	if len(d.Ranked) != maxExplained || d.Candidates != 500 || len(d.Endpoints) != 4 {
-		t.Fatalf("ranked %d, candidates %d, endpoints %d: want %d, 500, 4", len(d.Ranked), d.Candidates, len(d.Endpoints), maxExplained)
-	}
-	if d.Endpoints[0] != bf.holder[0] || d.Sources[bf.holder[0]] != SourceLMCache {
-		t.Fatalf("winner %s (sources %v), want the idle holder %s", d.Endpoints[0], d.Sources, bf.holder[0])
+	for _, c := range []struct {
+		maxEndpoints int
+		explain      bool
+		want         int
+	}{
+		{4, true, maxExplained},
+		{4, false, KeptRanked},
+		{12, false, 12},
+		{40, true, 40},
+	} {
+		t.Run(fmt.Sprintf("max-endpoints=%d/explain=%v", c.maxEndpoints, c.explain), func(t *testing.T) {
+			p := newPicker(t, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}, MaxEndpoints: c.maxEndpoints})
+			d, err := p.Pick(context.Background(), Request{Tokens: bf.tokens, Explain: c.explain})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Booking.Release()
+			if len(d.Ranked) != c.want || d.Candidates != 500 || len(d.Endpoints) != c.maxEndpoints {
+				t.Fatalf("ranked %d, candidates %d, endpoints %d: want %d, 500, %d", len(d.Ranked), d.Candidates, len(d.Endpoints), c.want, c.maxEndpoints)
+			}
+			if d.Endpoints[0] != bf.holder[0] || d.Sources[bf.holder[0]] != SourceLMCache {
+				t.Fatalf("winner %s (sources %v), want the idle holder %s", d.Endpoints[0], d.Sources, bf.holder[0])
+			}
+			if more := fmt.Sprintf("(+%d more)", 500-min(c.want, maxExplained)); !strings.Contains(d.Explain(), more) {
+				t.Fatalf("explanation %q does not end with %s", d.Explain(), more)
+			}
+		})
 	}
 }

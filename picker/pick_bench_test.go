@@ -73,7 +73,13 @@ func newBenchFleet(b testing.TB, n, holders int) *benchFleet {
 // clock (p50-ns, p99-ns) and, on Linux, the CPU time of the benchmark's thread
 // (p50-cpu-ns, p99-cpu-ns), which leaves out the time slices other processes take on a
 // shared machine. Run it with -cpu 1 so the decisions stay on one thread.
-func BenchmarkPickLMCache(b *testing.B) {
+func BenchmarkPickLMCache(b *testing.B) { benchPickLMCache(b, false) }
+
+// BenchmarkPickIntoLMCache is BenchmarkPickLMCache through PickInto, with one Decision
+// reused from decision to decision, as a caller that keeps one per worker would.
+func BenchmarkPickIntoLMCache(b *testing.B) { benchPickLMCache(b, true) }
+
+func benchPickLMCache(b *testing.B, into bool) {
 	for _, n := range []int{2, 256, 1000, 10000} {
 		for _, holders := range []int{2, n / 3} {
 			if holders < 2 || (n == 2 && holders != 2) {
@@ -91,7 +97,15 @@ func BenchmarkPickLMCache(b *testing.B) {
 					b.Fatalf("the first decision went to %s with %d tokens matched: the benchmark is not measuring a cache hit", d.Endpoints[0], d.Ranked[0].Matched)
 				}
 				d.Booking.Release()
+				var reused Decision
+				release := func() { reused.Booking.Release() }
 				timeEach(b, func() func() {
+					if into {
+						if err := p.PickInto(context.Background(), req, &reused); err != nil {
+							b.Fatal(err)
+						}
+						return release
+					}
 					d, err := p.Pick(context.Background(), req)
 					if err != nil {
 						b.Fatal(err)
@@ -192,5 +206,34 @@ func BenchmarkPickSubset(b *testing.B) {
 			b.Fatal(err)
 		}
 		d.Booking.Release()
+	}
+}
+
+// BenchmarkPickCold is one decision for a prompt no endpoint holds (loadaware, as
+// BenchmarkPickLMCache, and kvaware): both take the QPS fallback over the whole fleet.
+// Every decision is booked and released, so the request rates it ranks by move.
+func BenchmarkPickCold(b *testing.B) {
+	for _, n := range []int{256, 10000} {
+		for _, policy := range []string{"loadaware", "kvaware"} {
+			b.Run(fmt.Sprintf("endpoints=%d/policy=%s", n, policy), func(b *testing.B) {
+				bf := newBenchFleet(b, n, 2)
+				p := newPicker(b, Options{Fleet: bf.fleet, Policy: policy, Cache: LMCacheView{Index: bf.index}})
+				cold := make([]uint32, len(bf.tokens))
+				for i := range cold {
+					cold[i] = uint32(3 + i)
+				}
+				req := Request{Tokens: cold}
+				timeEach(b, func() func() {
+					d, err := p.Pick(context.Background(), req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if d.Ranked[0].Reason != "qps-fallback" {
+						b.Fatalf("reason %s: the benchmark is not measuring the QPS fallback", d.Ranked[0].Reason)
+					}
+					return func() { d.Booking.Release() }
+				})
+			})
+		}
 	}
 }

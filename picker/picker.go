@@ -38,6 +38,11 @@ var (
 	ErrSubsetUnmatched = errors.New("no endpoint in the gateway's subset hint is in the endpoint set")
 )
 
+// KeptRanked is how many of the best candidates a Decision keeps, at least, when the
+// request asked for no explanation: the routing answer's metadata lists the scores of at
+// most this many (extproc.MaxScored). An explanation (Request.Explain) keeps 32.
+const KeptRanked = 8
+
 // Request is what the picker needs of one HTTP request.
 type Request struct {
 	RequestID string
@@ -48,13 +53,13 @@ type Request struct {
 	ChatBody  []byte   // raw chat request body, for chat requests
 	Session   string   // value of the session header
 	Subset    []string // the gateway's subset hint; nil when absent
-	Explain   bool
+	Explain   bool     // the caller will render Decision.Explain: keep the 32 best, not KeptRanked
 }
 
 // Decision is the outcome of one Pick.
 type Decision struct {
 	Endpoints    []string         // ordered, best first; at most MaxEndpoints
-	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or an explanation lists (32), whichever is more
+	Ranked       []scoring.Ranked // the best candidates, best first: as many as MaxEndpoints or, whichever is more, an explanation lists (32) when the request asked for one (Request.Explain), else KeptRanked; in order unless two or more bookings failed (endpoints leaving during the decision), when the last may not be
 	Candidates   int              // candidates ranked (Ranked holds the first of them)
 	Policy       string
 	Beta         float64
@@ -227,11 +232,48 @@ func (p *Picker) PeerBooked(addr string, key uint64) {
 }
 
 // Pick chooses endpoints for r and books the first. The caller must Release the
-// Decision's Booking when the request ends.
+// Decision's Booking when the request ends. The Decision's slices and map are its own:
+// nothing another decision does changes them. PickInto decides the same without
+// allocating them.
 func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
+	var d Decision
+	err := p.PickInto(ctx, r, &d)
+	return d, err
+}
+
+// PickInto is Pick with the caller's memory: it overwrites *d with the decision for r,
+// reusing the memory of d.Ranked, d.Endpoints and d.Sources, so a caller that keeps one
+// Decision per worker (or pools them) allocates nothing for them in steady state.
+//
+// Ownership: the caller hands d's previous decision back by passing d. Nothing it kept
+// of that decision (the Ranked or Endpoints slices, the Sources map) stays valid, and its
+// Booking is overwritten without being released: release it first. The new decision's
+// memory is d's alone until d is passed again; two Decisions never share memory.
+// On error, *d holds what Pick would have returned with the error.
+func (p *Picker) PickInto(ctx context.Context, r Request, d *Decision) error {
 	start := time.Now()
 	act := p.active.Load()
-	d := Decision{Policy: act.cfg.Policy, Beta: act.cfg.Beta}
+	*d = Decision{Policy: act.cfg.Policy, Beta: act.cfg.Beta,
+		Ranked: d.Ranked[:0], Endpoints: d.Endpoints[:0], Sources: d.Sources}
+	if err := p.decideInto(ctx, r, act, d); err != nil {
+		return err
+	}
+	reason := d.Ranked[0].Reason
+	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()
+	p.metrics.latency.Observe(time.Since(start).Seconds())
+	if p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		p.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision",
+			slog.String("request_id", r.RequestID), slog.String("policy", d.Policy), slog.Float64("beta", d.Beta),
+			slog.String("winner", d.Endpoints[0]), slog.String("reason", reason),
+			slog.Int("prompt_tokens", d.PromptTokens), slog.String("tokens", d.Tokens), slog.String("note", d.Note),
+			slog.String("candidates", d.candidates(0)))
+	}
+	return nil
+}
+
+// decideInto is PickInto's decision: *d comes in with its policy and beta set and its
+// reusable memory emptied, and leaves with everything else but the metrics.
+func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Decision) error {
 
 	sc := p.scratch.Get().(*pickScratch)
 	defer p.scratch.Put(sc)
@@ -239,7 +281,8 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	cands, err := p.candidates(view, r.Subset)
 	if err != nil {
 		p.metrics.pickErrors.WithLabelValues(errorKind(err)).Inc()
-		return d, err
+		d.Ranked, d.Endpoints, d.Sources = nil, nil, nil
+		return err
 	}
 	if p.opts.Health != nil {
 		var ok bool
@@ -321,34 +364,40 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 	}
 	applyMatches(rs.cands, cands, matches, held, useHeld)
 	in.Candidates = rs.cands
-	in.Scratch = rs.ranked[:0]
-	var ranked []scoring.Ranked
-	if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
-		ranked = scoring.LoadOnly(in) // nothing to look up: the load term alone
-	} else {
-		ranked = act.policy.Rank(in)
+	// The ranking need only order what the decision keeps, and one more for a booking
+	// that fails (an endpoint removed since the view). Placed candidates are in the view's
+	// order, which is address order.
+	keep := max(p.opts.MaxEndpoints, KeptRanked)
+	if r.Explain {
+		keep = max(p.opts.MaxEndpoints, maxExplained)
 	}
+	in.Top, in.Sorted = keep+1, placed
+	in.Scratch = rs.ranked[:0]
+	rank := func(in scoring.Input) []scoring.Ranked {
+		if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
+			return scoring.LoadOnly(in) // nothing to look up: the load term alone
+		}
+		return act.policy.Rank(in)
+	}
+	ranked := rank(in)
 	if cap(ranked) > cap(rs.ranked) {
 		rs.ranked = ranked[:0]
 	}
-	for i := range ranked {
-		b, err := p.opts.Fleet.BookTagged(ranked[i].Addr, in.PrefixKey)
-		if err != nil {
-			continue // removed since the snapshot: try the next
-		}
+	ranked, i, b := bookFirst(ranked, in, rank, p.opts.Fleet.BookTagged)
+	if b != nil {
 		d.Booking = b
-		d.Candidates = len(ranked) - i
-		d.Ranked = slices.Clone(ranked[i:min(len(ranked), i+max(p.opts.MaxEndpoints, maxExplained))])
+		d.Candidates = len(in.Candidates) - i
+		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
-		break
 	}
-	d.Sources = rs.sources(d.Ranked, cands, matches, held, useHeld)
+	d.Sources = rs.sources(d.Sources, d.Ranked, cands, matches, held, useHeld)
 	p.decide.Unlock()
 
 	if d.Booking == nil {
 		p.metrics.pickErrors.WithLabelValues("no-endpoints").Inc()
-		return d, ErrNoEndpoints
+		d.Ranked, d.Endpoints, d.Sources = nil, nil, nil
+		return ErrNoEndpoints
 	}
 	for i := 0; i < len(d.Ranked) && i < p.opts.MaxEndpoints; i++ {
 		d.Endpoints = append(d.Endpoints, d.Ranked[i].Addr)
@@ -359,17 +408,28 @@ func (p *Picker) Pick(ctx context.Context, r Request) (Decision, error) {
 			p.opts.Observer.Routed(d.Endpoints[0], tokens)
 		}
 	}
-	reason := d.Ranked[0].Reason
-	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()
-	p.metrics.latency.Observe(time.Since(start).Seconds())
-	if p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
-		p.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision",
-			slog.String("request_id", r.RequestID), slog.String("policy", d.Policy), slog.Float64("beta", d.Beta),
-			slog.String("winner", d.Endpoints[0]), slog.String("reason", reason),
-			slog.Int("prompt_tokens", d.PromptTokens), slog.String("tokens", d.Tokens), slog.String("note", d.Note),
-			slog.String("candidates", d.candidates(0)))
+	return nil
+}
+
+// bookFirst books the first entry of ranked (the policy's ranking of in) that book
+// accepts, tagged with the prompt's prefix key (fleet.Set.BookTagged), and returns the ranking, that entry's place and its booking (nil when every
+// entry was refused: they all left the fleet since the view was taken). A short ranking
+// (one of only the leading entries, Input.Top) is asked for in full at its first refusal,
+// so the entries that follow are those the full ranking has; such a ranking is pure
+// (see Input.Top), so asking again changes nothing else.
+func bookFirst(ranked []scoring.Ranked, in scoring.Input, rank func(scoring.Input) []scoring.Ranked,
+	book func(addr string, tag uint64) (*fleet.Booking, error)) ([]scoring.Ranked, int, *fleet.Booking) {
+	for i := 0; i < len(ranked); i++ {
+		b, err := book(ranked[i].Addr, in.PrefixKey)
+		if err == nil {
+			return ranked, i, b
+		}
+		if len(ranked) < len(in.Candidates) {
+			in.Top = 0
+			ranked = rank(in)
+		}
 	}
-	return d, nil
+	return ranked, 0, nil
 }
 
 // candidates returns the endpoints a request may go to: the fleet view's narrowed by the

@@ -102,7 +102,7 @@ func (p *LatencyAware) Rank(in Input) []Ranked {
 		rs[i].Score = rs[i].Benefit + rs[i].Affinity - p.Beta*rs[i].RelativeLoad
 		best = max(best, rs[i].Benefit)
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	switch {
 	case best == 0:
 		label(rs, ReasonLeastLoad)

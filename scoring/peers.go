@@ -111,7 +111,7 @@ func (SGLangCacheAware) Rank(in Input) []Ranked {
 		best = max(best, rs[i].Benefit)
 	}
 	if best > sglangCacheThreshold {
-		sortByScore(rs)
+		sortByScore(in, rs)
 		return rs
 	}
 	return withBenefit(leastLoad(in, ReasonLowMatch), in.PromptTokens)
@@ -203,7 +203,7 @@ func weighted(in Input, prefix []float64) []Ranked {
 	for i := range rs {
 		rs[i].Score = weightQueue*q[i] + weightPrefix*prefix[i]
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	return rs
 }
 
@@ -324,6 +324,6 @@ func (DynamoKV) Rank(in Input) []Ranked {
 		decode := float64((rs[i].InFlight + 1) * reqBlocks)
 		rs[i].Score = -(dynamoOverlapWeight*prefill + decode)
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	return rs
 }

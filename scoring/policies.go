@@ -1,5 +1,7 @@
 package scoring
 
+import "slices"
+
 // LeastLoad sends each request to the endpoint with the fewest requests in flight; ties
 // go to the smallest address.
 type LeastLoad struct{}
@@ -15,7 +17,7 @@ func leastLoad(in Input, reason string) []Ranked {
 	for i := range rs {
 		rs[i].Score = -float64(rs[i].InFlight)
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	return rs
 }
 
@@ -129,14 +131,49 @@ func (p *LoadAware) Rank(in Input) []Ranked {
 	if !anyMatch {
 		return p.state.fallback(in)
 	}
-	rs := base(in, ReasonCacheAffinity)
-	best := 0.0
-	for i := range rs {
-		rs[i].Benefit = float64(min(rs[i].Matched, in.PromptTokens)) / float64(max(in.PromptTokens, 1))
-		rs[i].Score = rs[i].Benefit - p.Beta*rs[i].RelativeLoad
-		best = max(best, rs[i].Benefit)
+	m := mean(in.Candidates)
+	best, prompt := 0.0, float64(max(in.PromptTokens, 1))
+	if k := in.prefix(); in.Top > 0 && len(in.Candidates) > 2*k {
+		// The caller reads the first Top: score every candidate, keep the k best as
+		// sortTop would, and write out those k only (see Input.Top).
+		top := newCandidateTop(in, k)
+		for i, c := range in.Candidates {
+			benefit := float64(min(c.Matched, in.PromptTokens)) / prompt
+			top.offer(i, benefit-p.Beta*relativeLoad(c.InFlight, m))
+			best = max(best, benefit)
+		}
+		var buf [sortedPrefix]int32
+		places := top.places(&buf)
+		rs := in.Scratch[:0]
+		if cap(rs) < len(places) {
+			rs = make([]Ranked, 0, len(places))
+		}
+		for _, i := range places {
+			c := in.Candidates[i]
+			r := Ranked{Addr: c.Addr, RelativeLoad: relativeLoad(c.InFlight, m), Matched: c.Matched,
+				InFlight: c.InFlight, Reason: ReasonCacheAffinity}
+			r.Benefit = float64(min(r.Matched, in.PromptTokens)) / prompt
+			r.Score = r.Benefit - p.Beta*r.RelativeLoad
+			rs = append(rs, r)
+		}
+		slices.SortFunc(rs, func(a, b Ranked) int { return byScore(&a, &b) }) // sortTop's order of its k
+		if rs[0].Benefit < best {
+			label(rs, ReasonLoadBalance)
+		}
+		return rs
 	}
-	sortByScore(rs)
+	// base's entries and their scores in one pass: over a large fleet the ranking is
+	// bound by memory, and a second pass over it costs as much as the first.
+	rs := scratchFor(in)
+	for i, c := range in.Candidates {
+		r := Ranked{Addr: c.Addr, RelativeLoad: relativeLoad(c.InFlight, m), Matched: c.Matched,
+			InFlight: c.InFlight, Reason: ReasonCacheAffinity}
+		r.Benefit = float64(min(r.Matched, in.PromptTokens)) / prompt
+		r.Score = r.Benefit - p.Beta*r.RelativeLoad
+		best = max(best, r.Benefit)
+		rs[i] = r
+	}
+	sortByScore(in, rs)
 	if rs[0].Benefit < best {
 		label(rs, ReasonLoadBalance)
 	}

@@ -8,10 +8,11 @@
 //
 // Contract shared by every policy: Rank is called once per routing decision, its first
 // entry is the endpoint that will be booked, and equal inputs (with equal State) give
-// equal outputs. A ranking holds every candidate, but only its first TopRanked entries
-// (all of them when there are fewer) are promised in order: the ranking helpers select
-// those without sorting the rest, so a decision over a large fleet costs time linear in
-// the fleet.
+// equal outputs. A ranking holds every candidate (with Input.Top set, it may hold only
+// the leading ones: see there), but only its first Input.Top entries
+// (TopRanked when Top is 0; all of them when there are fewer) are promised in order: the
+// ranking helpers select those without sorting the rest, so a decision over a large
+// fleet costs time linear in the fleet.
 package scoring
 
 import (
@@ -44,6 +45,18 @@ type Input struct {
 	PrefixKey    uint64    // hash of the prompt's first chunk of tokens; 0 when there are none
 	Prompt       string    // the prompt text (prefixaware's trie), or the chat messages' contents
 	Candidates   []Candidate
+	// Top is how many leading entries of the ranking the caller reads: the policy puts at
+	// least that many first and in order (see the package comment). 0, or more than
+	// TopRanked, means TopRanked. A smaller Top makes a ranking over a large fleet cheaper;
+	// it never changes which entries come first or their order. When Top is more than 0,
+	// a policy may also return only the leading entries (at least Top+1, or every
+	// candidate when there are fewer); one that does ranks equal inputs equally without
+	// changing its State, so the caller may ask again with Top 0 for the rest.
+	Top int
+	// Sorted promises that Candidates are in strictly ascending address order, as the
+	// fleet gives them. Ties between scores are then broken by place, which is the same
+	// order, without comparing addresses. A false promise makes the tie-break undefined.
+	Sorted bool
 	// Scratch, when its capacity is at least len(Candidates), is memory the ranking is
 	// built in (the result aliases it), so a caller that reuses it between decisions
 	// allocates nothing per candidate. Every ranking started within one Rank gets the same
@@ -171,11 +184,7 @@ func relativeLoad(inflight int, m float64) float64 {
 // in in.Scratch when it is large enough.
 func base(in Input, reason string) []Ranked {
 	m := mean(in.Candidates)
-	out := in.Scratch[:0]
-	if cap(out) < len(in.Candidates) {
-		out = make([]Ranked, len(in.Candidates))
-	}
-	out = out[:len(in.Candidates)]
+	out := scratchFor(in)
 	for i, c := range in.Candidates {
 		out[i] = Ranked{
 			Addr:         c.Addr,
@@ -186,6 +195,16 @@ func base(in Input, reason string) []Ranked {
 		}
 	}
 	return out
+}
+
+// scratchFor returns len(in.Candidates) entries to build a ranking in: in.Scratch's
+// memory when it is large enough, else new.
+func scratchFor(in Input) []Ranked {
+	out := in.Scratch[:0]
+	if cap(out) < len(in.Candidates) {
+		out = make([]Ranked, len(in.Candidates))
+	}
+	return out[:len(in.Candidates)]
 }
 
 // label gives every entry of a ranking the same reason (a ranking has one).
@@ -218,15 +237,27 @@ func byScore(a, b *Ranked) int {
 	return strings.Compare(a.Addr, b.Addr)
 }
 
-// sortByScore puts the best sortedPrefix entries first, in byScore order; the others
-// follow in no particular order.
-func sortByScore(rs []Ranked) { sortTop(rs, sortedPrefix) }
+// prefix is how many entries the score helpers put in order for in: one more than the
+// caller reads (Top, else TopRanked), so a policy that then moves one entry to the front
+// (kvaware, the peers' winnerFirst) still returns them in order.
+func (in Input) prefix() int {
+	t := in.Top
+	if t <= 0 || t > TopRanked {
+		t = TopRanked
+	}
+	return t + 1
+}
+
+// sortByScore puts the best in.prefix() entries of rs, a ranking of in.Candidates in
+// their order, first, in byScore order; the others follow in no particular order.
+func sortByScore(in Input, rs []Ranked) { sortTop(rs, in.prefix(), in.Sorted) }
 
 // sortTop puts the k best entries of rs (byScore) first and in order, the others after
 // them in no particular order. It keeps the k best seen in a heap whose root is the worst
 // of them, so an entry that does not beat the root costs one comparison: O(n + k log k)
-// for candidates that arrive in address order, O(n log k) at worst.
-func sortTop(rs []Ranked, k int) {
+// for candidates that arrive in address order, O(n log k) at worst. sorted promises that
+// rs is in strictly ascending address order: a tie is then decided by place.
+func sortTop(rs []Ranked, k int, sorted bool) {
 	if len(rs) <= 2*k {
 		slices.SortFunc(rs, func(a, b Ranked) int { return byScore(&a, &b) })
 		return
@@ -260,7 +291,16 @@ func sortTop(rs []Ranked, k int) {
 	}
 	floor := rs[h[0]].Score - scoreEpsilon // an entry scoring under it cannot beat the root
 	for i := k; i < len(rs); i++ {
-		if rs[i].Score < floor || byScore(&rs[i], &rs[h[0]]) >= 0 {
+		if rs[i].Score < floor {
+			continue
+		}
+		if sorted {
+			// Every entry of the heap comes before i, so in address order: i beats the
+			// root only by more than a tie (byScore's first case; NaN never does).
+			if !(rs[i].Score-rs[h[0]].Score > scoreEpsilon) {
+				continue
+			}
+		} else if byScore(&rs[i], &rs[h[0]]) >= 0 {
 			continue
 		}
 		h[0] = int32(i)
@@ -271,7 +311,7 @@ func sortTop(rs []Ranked, k int) {
 	// tie-break is the place, and the sort compares no strings.
 	slices.Sort(h)
 	byPlace := true
-	for j := 1; j < len(h) && byPlace; j++ {
+	for j := 1; !sorted && j < len(h) && byPlace; j++ {
 		byPlace = rs[h[j-1]].Addr < rs[h[j]].Addr
 	}
 	if byPlace {

@@ -1,10 +1,8 @@
 package scoring
 
 import (
-	"cmp"
 	"hash/fnv"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +24,6 @@ type State struct {
 	mu     sync.Mutex
 	rrNext uint64
 	sent   map[string]*rateWindow
-	ever   map[string]bool  // endpoints that have received at least one request
 	rings  map[string]*ring // by ringKey of the members; at most maxRings
 	recent map[uint64]routed
 	prefix *prefixTrie // prefixaware's, made on first use
@@ -119,14 +116,13 @@ const maxRings = 16
 
 // NewState returns empty history.
 func NewState() *State {
-	return &State{sent: map[string]*rateWindow{}, ever: map[string]bool{}, rings: map[string]*ring{}}
+	return &State{sent: map[string]*rateWindow{}, rings: map[string]*ring{}}
 }
 
 // Booked records that a request was sent to addr at now.
 func (s *State) Booked(addr string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ever[addr] = true
 	w := s.sent[addr]
 	if w == nil {
 		w = &rateWindow{}
@@ -143,9 +139,8 @@ func (s *State) Forget(keep []string) {
 	for _, a := range keep {
 		k[a] = true
 	}
-	for a := range s.ever {
+	for a := range s.sent {
 		if !k[a] {
-			delete(s.ever, a)
 			delete(s.sent, a)
 		}
 	}
@@ -197,31 +192,40 @@ func (s *State) nextRR() uint64 {
 }
 
 // qpsRank orders the candidates for the QPS fallback: endpoints that never received a
-// request first, then the lowest request rate over QPSWindow, then by address.
+// request first, then the lowest request rate over QPSWindow, then by address. As every
+// ranking, only its first in.prefix() entries are in order.
+//
+// The order is found by sortTop on a key put in Score for the while: neverKey for an
+// endpoint that never received a request, else its score, -requests/QPSWindow, which is
+// at most 0. Distinct keys differ by at least 1/60, far more than scoreEpsilon, so
+// byScore's ties are exact ties, as in the order above. Then every neverKey is put back to
+// the score it stands for.
 func (s *State) qpsRank(in Input) []Ranked {
 	rs := base(in, ReasonQPS)
 	s.mu.Lock()
-	never := make(map[string]bool, len(rs))
 	for i := range rs {
-		a := rs[i].Addr
-		never[a] = !s.ever[a]
-		rs[i].Score = -float64(s.sent[a].total(in.Now)) / QPSWindow.Seconds()
+		w := s.sent[rs[i].Addr]
+		if w == nil {
+			rs[i].Score = neverKey
+			continue
+		}
+		rs[i].Score = -float64(w.total(in.Now)) / QPSWindow.Seconds()
 	}
 	s.mu.Unlock()
-	slices.SortFunc(rs, func(a, b Ranked) int {
-		if na, nb := never[a.Addr], never[b.Addr]; na != nb {
-			if na {
-				return -1
-			}
-			return 1
+	sortTop(rs, in.prefix(), in.Sorted)
+	for i := range rs {
+		if rs[i].Score == neverKey {
+			rs[i].Score = neverScore
 		}
-		if a.Score != b.Score {
-			return cmp.Compare(b.Score, a.Score)
-		}
-		return strings.Compare(a.Addr, b.Addr)
-	})
+	}
 	return rs
 }
+
+// neverKey orders an endpoint that never received a request before every other in
+// qpsRank; its score is neverScore, what no requests give: -0/QPSWindow.
+const neverKey = 1
+
+var neverScore = math.Copysign(0, -1)
 
 // sessionRank orders the candidates by the consistent-hash ring: the owner of the key
 // first, then the next distinct endpoints clockwise.
@@ -250,7 +254,7 @@ func (s *State) sessionRank(in Input) []Ranked {
 	for i := range rs {
 		rs[i].Score = float64(len(order) - pos[rs[i].Addr])
 	}
-	sortByScore(rs)
+	sortByScore(in, rs)
 	return rs
 }
 

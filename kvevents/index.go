@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	mbits "math/bits"
 	"slices"
@@ -96,7 +97,8 @@ type IndexConfig struct {
 
 // Index records which endpoint holds which token blocks, from applied batches, and
 // answers the contiguous cached prefix of a prompt per endpoint. It is safe for
-// concurrent use; lookups run in parallel with each other and between events.
+// concurrent use. Events are applied one writer at a time; lookups take no lock and run
+// in parallel with each other and with the writer (see Match for what they see).
 //
 // Layout (docs/decisions/0802): every stream (an endpoint's data-parallel rank) has a
 // slot; for each tier, one table maps (block key, slot word) to the bitmask of the
@@ -110,9 +112,16 @@ type Index struct {
 	root   uint64
 	m      *indexMetrics
 
+	held   [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
+	stamps table           // pair(first block key, stream salt) -> store order
+	dir    atomic.Pointer[directory]
+	// onlySize is the block size of every stream, if they share one; else 0.
+	onlySize atomic.Int64
+
+	// What follows is the writers' (lookups read the fields above, and take mu only to
+	// ask again; see Match).
+	_       linePad
 	mu      rwspin
-	held    [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
-	stamps  table           // pair(first block key, stream salt) -> store order
 	streams map[streamID]*stream
 	byEP    map[string][]*stream
 	sizes   map[int]int // block size -> streams using it
@@ -121,8 +130,7 @@ type Index struct {
 	stamp   uint64
 	salt    uint64
 
-	sink     atomic.Uint64 // what warm read, kept so that its loads are not removed
-	onlySize atomic.Int64  // the block size of every stream, if they share one; else 0
+	sink atomic.Uint64 // what warm read, kept so that its loads are not removed
 }
 
 type streamID struct {
@@ -174,6 +182,7 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		ix.root = binary.LittleEndian.Uint64(b[:]) | 1
 	}
 	ix.salt = fmix(ix.root + 0x632be59bd9b4e019)
+	ix.dir.Store(&directory{byEP: map[string][]streamRef{}})
 	var err error
 	if ix.m, err = newIndexMetrics(cfg.Registerer, ix); err != nil {
 		return nil, err
@@ -389,13 +398,14 @@ func (ix *Index) store(id streamID, ev *Event) {
 		}
 		key := chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
 		s.engine.put(h, key)
-		ix.setBit(med, s, key)
 		if i == 0 && !ev.HasParent {
+			// The store order before the block: a lookup that sees the block held finds it.
 			if _, had := ix.stamps.get(pair(key, s.salt)); !had {
 				ix.stamp++
 				ix.stamps.put(pair(key, s.salt), ix.stamp)
 			}
 		}
+		ix.setBit(med, s, key)
 		parent = key
 	}
 	ix.m.count(OutStored, n)
@@ -477,6 +487,7 @@ func (ix *Index) resize(s *stream, bs int) {
 	s.blockSize = bs
 	ix.sizes[bs]++
 	ix.sizesChanged()
+	ix.publish(s.id.endpoint)
 }
 
 // sizesChanged records the one block size in use, if there is one. ix.mu is held.
@@ -499,11 +510,51 @@ func (ix *Index) addStream(id streamID, bs int) *stream {
 		ix.slots++
 	}
 	s := &stream{id: id, slot: slot, salt: ix.salt, blockSize: bs}
+	s.engine.compact = true // only writers read it
 	ix.streams[id] = s
 	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
 	ix.sizes[bs]++
 	ix.sizesChanged()
+	ix.publish(id.endpoint)
 	return s
+}
+
+// directory is what lookups know of the streams: for each endpoint, its streams' slots,
+// salts and block sizes. A directory is never changed; a writer that adds, forgets or
+// resizes a stream publishes a new one (ix.mu held), before the slot it frees can be
+// handed out again. A lookup may still read a slot through an older directory after
+// the slot went to another stream; see Match for why that is never credited.
+type directory struct {
+	byEP map[string][]streamRef
+}
+
+// streamRef is a stream as a directory records it.
+type streamRef struct {
+	slot      int
+	salt      uint64
+	blockSize int
+}
+
+func (r streamRef) word() uint64 { return uint64(r.slot / 64) }
+func (r streamRef) bit() uint64  { return 1 << (r.slot % 64) }
+
+// publish replaces endpoint's streams in the directory by those of ix.byEP. ix.mu is
+// held.
+func (ix *Index) publish(endpoint string) {
+	byEP := map[string][]streamRef{}
+	if old := ix.dir.Load(); old != nil {
+		byEP = maps.Clone(old.byEP)
+	}
+	if ss := ix.byEP[endpoint]; len(ss) > 0 {
+		refs := make([]streamRef, len(ss))
+		for i, s := range ss {
+			refs[i] = streamRef{slot: s.slot, salt: s.salt, blockSize: s.blockSize}
+		}
+		byEP[endpoint] = refs
+	} else {
+		delete(byEP, endpoint)
+	}
+	ix.dir.Store(&directory{byEP: byEP})
 }
 
 // clear removes every entry of s and returns how many there were. ix.mu is held.
@@ -530,6 +581,7 @@ func (ix *Index) Drop(endpoint, reason string) {
 		ix.forget(s)
 	}
 	delete(ix.byEP, endpoint)
+	ix.publish(endpoint)
 	ix.m.dropped.WithLabelValues(reason).Add(float64(n))
 }
 
@@ -550,6 +602,7 @@ func (ix *Index) DropRank(endpoint string, rank int, reason string) {
 	} else {
 		ix.byEP[endpoint] = rest
 	}
+	ix.publish(endpoint)
 }
 
 // forget removes an emptied stream and frees its slot. ix.mu is held.
@@ -571,25 +624,53 @@ type Match struct {
 // Match returns, for each endpoint (aligned), the credited tokens of the longest
 // contiguous prefix of tokens it holds in a credited tier, on its best rank, and the
 // order in which the holders of the first block stored it.
+//
+// Match takes no lock, so events may be applied while it reads. What it credits was
+// held: each block credited to a rank in a tier was held by that rank in that tier at
+// some instant during the call, and each store order it ranks by was that rank's. It is
+// not a snapshot of one instant (a chain being stored or removed meanwhile may be seen
+// partly), just as an event applied in holds is seen partly by lookups between them.
+// Without concurrent events the result is the index's state exactly.
+//
+// The stream's epoch is its salt, which no other stream ever has: a rank is credited
+// only if its store order of block 0, keyed by its salt, is found after its blocks were
+// read. That proves the rank still existed then, so the slot read was its own all along
+// (a dropped stream never comes back; its slot may go to another stream only after it
+// was dropped). A rank seen holding block 0 without a store order (block 0 removed
+// meanwhile) makes the lookup look again; after two such tries, it looks under the
+// writers' lock (docs/decisions/0805).
 func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	out := make([]Match, len(endpoints))
-	for i := range out {
-		out[i].HolderRank = -1
-	}
 	sc := scratchPool.Get().(*matchScratch)
 	defer scratchPool.Put(sc)
 	sc.keys = sc.keys[:0]
 	if bs := ix.onlySize.Load(); bs > 0 {
-		// The keys need no lock: hash before taking it (while a writer may hold it).
+		// Hash once, outside every try.
 		sc.keysFor(ix, tokens, int(bs))
+	}
+	for range 2 {
+		if ix.match(tokens, endpoints, out, sc, false) {
+			return out
+		}
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	ix.match(tokens, endpoints, out, sc, true)
+	return out
+}
+
+// match fills out from the tables as they are read. Unless locked (ix.mu read-locked:
+// no writer), it reports false when it saw a rank hold block 0 without a store order.
+func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *matchScratch, locked bool) bool {
+	dir := ix.dir.Load()
+	for i := range out {
+		out[i] = Match{HolderRank: -1}
+	}
 	// The streams asked about, grouped by block size, then by slot word (usually one
 	// group: a fleet has one block size and up to 64 streams).
 	groups := sc.groups[:0]
 	for i, ep := range endpoints {
-		for _, s := range ix.byEP[ep] {
+		for _, s := range dir.byEP[ep] {
 			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
 			if g < 0 {
 				if len(groups) < cap(groups) {
@@ -611,7 +692,7 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	var act [numMedia]Medium
 	na := 0
 	for _, m := range ix.order {
-		if ix.held[m].Len() > 0 {
+		if ix.held[m].NonEmpty() {
 			act[na], na = m, na+1
 		}
 	}
@@ -675,6 +756,11 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 				continue
 			}
 			st, _ := ix.stamps.get(pair(keys[0], w.s.salt))
+			if st == 0 && !locked {
+				// Block 0 seen held, its store order not: the rank removed block 0, or
+				// was dropped (its slot may then be another stream's), meanwhile.
+				return false
+			}
 			if m == out[w.ep].Matched && st >= stamps[w.ep] {
 				continue // a tie between ranks: the earlier store counts
 			}
@@ -692,13 +778,13 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	for r, i := range ranked {
 		out[i].HolderRank = r
 	}
-	return out
+	return true
 }
 
 // The streams a lookup asks about, grouped by block size and slot word.
 type want struct {
 	ep int // index in endpoints
-	s  *stream
+	s  streamRef
 }
 
 type group struct {

@@ -6,11 +6,17 @@ import (
 )
 
 // TestTableAgreesWithAMap runs random puts and deletes on a table and a Go map, with a
-// small key space (long probe runs, wrap-around, the zero key) and a large one.
+// small key space (long probe runs, wrap-around, keys 0 and 1, many copies to drop
+// deleted slots) and a large one, for tables that leave deleted slots and compact ones.
 func TestTableAgreesWithAMap(t *testing.T) {
-	for _, space := range []uint64{40, 1 << 62} {
+	for _, c := range []struct {
+		space   uint64
+		compact bool
+	}{{40, false}, {1 << 62, false}, {40, true}, {1 << 62, true}} {
+		space := c.space
 		rng := rand.New(rand.NewPCG(space, 9))
 		var tb table
+		tb.compact = c.compact
 		ref := map[uint64]uint64{}
 		for op := 0; op < 200000; op++ {
 			k := rng.Uint64N(space)
@@ -56,8 +62,11 @@ func TestTableAgreesWithAMap(t *testing.T) {
 		if seen != len(ref) {
 			t.Fatalf("each visited %d of %d", seen, len(ref))
 		}
+		if c.compact && tb.used != tb.n {
+			t.Errorf("compact table: %d slots used for %d entries", tb.used, tb.n)
+		}
 		tb.reset()
-		if tb.Len() != 0 {
+		if tb.Len() != 0 || tb.NonEmpty() {
 			t.Fatal("reset left entries")
 		}
 	}

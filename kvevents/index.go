@@ -183,6 +183,10 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	}
 	ix.salt = fmix(ix.root + 0x632be59bd9b4e019)
 	ix.dir.Store(&directory{byEP: map[string][]streamRef{}})
+	for m := range ix.held {
+		ix.held[m].mixed = true // wordKey of a chain key, an fmix output
+	}
+	ix.stamps.mixed = true // pair: an fmix output
 	var err error
 	if ix.m, err = newIndexMetrics(cfg.Registerer, ix); err != nil {
 		return nil, err
@@ -688,12 +692,15 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 	sc.groups = groups
 	stamps := append(sc.stamps[:0], make([]uint64, len(endpoints))...)
 	sc.stamps = stamps
-	// The tiers that hold anything, best credit first.
+	// The tiers that hold anything, best credit first, and their arrays as they are now
+	// (an array copied meanwhile keeps the state it was copied in).
 	var act [numMedia]Medium
+	var arrs [numMedia]*slotArray
 	na := 0
 	for _, m := range ix.order {
 		if ix.held[m].NonEmpty() {
 			act[na], na = m, na+1
+			arrs[na-1] = ix.held[m].arr.Load()
 		}
 	}
 	var credit [64]float64
@@ -734,7 +741,13 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 			wk := wordKey(k, g.word)
 			var covered uint64
 			for a := range na {
-				v, _ := ix.held[act[a]].get(wk)
+				var v uint64
+				switch {
+				case wk <= tombKey:
+					v, _ = ix.held[act[a]].get(wk)
+				case arrs[a] != nil:
+					v, _ = arrs[a].lookup(wk)
+				}
 				bits := v & alive &^ covered
 				cur[a] = bits
 				covered |= bits

@@ -36,6 +36,7 @@ type table struct {
 	n        int                       // live entries in the array (writer only)
 	used     int                       // live and deleted slots (writer only)
 	compact  bool                      // set before the first insert; see above
+	mixed    bool                      // set before the first insert: keys are uniformly random
 	_        linePad
 }
 
@@ -50,7 +51,10 @@ const (
 	tombKey  = 1
 )
 
-type slotArray struct{ slots []slot }
+type slotArray struct {
+	slots []slot
+	mixed bool // the table's keys are uniformly random: their home needs no finalizer
+}
 
 // slot is one entry; a key and its value share a cache line, so a probe that finds its
 // key at home misses the cache once.
@@ -75,8 +79,28 @@ func (e *sideEntry) get() (uint64, bool) {
 }
 
 func (a *slotArray) home(k uint64) int {
-	hi, _ := bits.Mul64(fmix(k), uint64(len(a.slots)))
+	if !a.mixed {
+		k = fmix(k)
+	}
+	hi, _ := bits.Mul64(k, uint64(len(a.slots)))
 	return int(hi)
+}
+
+// lookup is get on a, for a key > tombKey (for readers that probe one array many
+// times).
+func (a *slotArray) lookup(k uint64) (uint64, bool) {
+	for i := a.home(k); ; {
+		sl := &a.slots[i]
+		switch sl.k.Load() {
+		case k:
+			return sl.v.Load(), true
+		case emptyKey:
+			return 0, false
+		}
+		if i++; i == len(a.slots) {
+			i = 0
+		}
+	}
 }
 
 // Len is the number of entries (writer only).
@@ -108,18 +132,7 @@ func (t *table) get(k uint64) (uint64, bool) {
 	if a == nil {
 		return 0, false
 	}
-	for i := a.home(k); ; {
-		sl := &a.slots[i]
-		switch sl.k.Load() {
-		case k:
-			return sl.v.Load(), true
-		case emptyKey:
-			return 0, false
-		}
-		if i++; i == len(a.slots) {
-			i = 0
-		}
-	}
+	return a.lookup(k)
 }
 
 // touch reads k's home slot (to bring it into the cache) and returns its key.
@@ -186,7 +199,7 @@ func (t *table) rehash() *slotArray {
 			size += size / 2
 		}
 	}
-	a := &slotArray{slots: make([]slot, size)}
+	a := &slotArray{slots: make([]slot, size), mixed: t.mixed}
 	if old != nil {
 		for i := range old.slots {
 			k := old.slots[i].k.Load()

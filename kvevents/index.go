@@ -115,8 +115,6 @@ type Index struct {
 	held   [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
 	stamps table           // pair(first block key, stream salt) -> store order
 	dir    atomic.Pointer[directory]
-	// onlySize is the block size of every stream, if they share one; else 0.
-	onlySize atomic.Int64
 
 	// What follows is the writers' (lookups read the fields above, and take mu only to
 	// ask again; see Match).
@@ -124,9 +122,8 @@ type Index struct {
 	mu      rwspin
 	streams map[streamID]*stream
 	byEP    map[string][]*stream
-	sizes   map[int]int // block size -> streams using it
-	free    []int       // released slots
-	slots   int         // slots handed out
+	free    []int // released slots
+	slots   int   // slots handed out
 	stamp   uint64
 	salt    uint64
 
@@ -168,7 +165,6 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		root:    cfg.Seed,
 		streams: map[streamID]*stream{},
 		byEP:    map[string][]*stream{},
-		sizes:   map[int]int{},
 	}
 	for m := range numMedia {
 		if ix.credit[m] > 0 {
@@ -485,24 +481,8 @@ func (ix *Index) warm(id streamID, ev *Event, med Medium, next int, parent uint6
 }
 
 func (ix *Index) resize(s *stream, bs int) {
-	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
-		delete(ix.sizes, s.blockSize)
-	}
 	s.blockSize = bs
-	ix.sizes[bs]++
-	ix.sizesChanged()
 	ix.publish(s.id.endpoint)
-}
-
-// sizesChanged records the one block size in use, if there is one. ix.mu is held.
-func (ix *Index) sizesChanged() {
-	var only int64
-	if len(ix.sizes) == 1 {
-		for bs := range ix.sizes {
-			only = int64(bs)
-		}
-	}
-	ix.onlySize.Store(only)
 }
 
 func (ix *Index) addStream(id streamID, bs int) *stream {
@@ -517,8 +497,6 @@ func (ix *Index) addStream(id streamID, bs int) *stream {
 	s.engine.compact = true // only writers read it
 	ix.streams[id] = s
 	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
-	ix.sizes[bs]++
-	ix.sizesChanged()
 	ix.publish(id.endpoint)
 	return s
 }
@@ -613,10 +591,6 @@ func (ix *Index) DropRank(endpoint string, rank int, reason string) {
 func (ix *Index) forget(s *stream) {
 	delete(ix.streams, s.id)
 	ix.free = append(ix.free, s.slot)
-	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
-		delete(ix.sizes, s.blockSize)
-	}
-	ix.sizesChanged()
 }
 
 // Match is how much of a prompt one endpoint holds.
@@ -647,11 +621,7 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	out := make([]Match, len(endpoints))
 	sc := scratchPool.Get().(*matchScratch)
 	defer scratchPool.Put(sc)
-	sc.keys = sc.keys[:0]
-	if bs := ix.onlySize.Load(); bs > 0 {
-		// Hash once, outside every try.
-		sc.keysFor(ix, tokens, int(bs))
-	}
+	sc.keys = sc.keys[:0] // hashed once per lookup, for every try
 	for range 2 {
 		if ix.match(tokens, endpoints, out, sc, false) {
 			return out
@@ -823,7 +793,7 @@ type promptKeys struct {
 var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
 
 // keysFor returns the prompt's block keys for block size bs, computed once per lookup
-// (sc.keys is emptied by the first call of a lookup: see Match).
+// (sc.keys is emptied at the start of a lookup: see Match).
 func (sc *matchScratch) keysFor(ix *Index, tokens []uint32, bs int) []uint64 {
 	for _, pk := range sc.keys {
 		if pk.bs == bs {

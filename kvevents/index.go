@@ -840,6 +840,9 @@ func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
 func (ix *Index) appendPromptKeys(ks []uint64, tokens []uint32, bs int) []uint64 {
 	n := len(tokens) / bs
 	ks = slices.Grow(ks, n)
+	if bs == 16 {
+		return appendChain16(ks, ix.root, ix.root, tokens[:n*16])
+	}
 	parent := ix.root
 	for j := range n {
 		parent = chain(parent, ix.root, tokens[j*bs:(j+1)*bs])

@@ -115,6 +115,7 @@ type Index struct {
 	held   [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
 	stamps table           // pair(first block key, stream salt) -> store order
 	dir    atomic.Pointer[directory]
+	last   atomic.Pointer[resolution] // see groupsFor
 
 	// What follows is the writers' (lookups read the fields above, and take mu only to
 	// ask again; see Match).
@@ -640,26 +641,7 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 	for i := range out {
 		out[i] = Match{HolderRank: -1}
 	}
-	// The streams asked about, grouped by block size, then by slot word (usually one
-	// group: a fleet has one block size and up to 64 streams).
-	groups := sc.groups[:0]
-	for i, ep := range endpoints {
-		for _, s := range dir.byEP[ep] {
-			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
-			if g < 0 {
-				if len(groups) < cap(groups) {
-					groups = groups[:len(groups)+1]
-					groups[len(groups)-1].bs, groups[len(groups)-1].word = s.blockSize, s.word()
-					groups[len(groups)-1].ws = groups[len(groups)-1].ws[:0]
-				} else {
-					groups = append(groups, group{bs: s.blockSize, word: s.word()})
-				}
-				g = len(groups) - 1
-			}
-			groups[g].ws = append(groups[g].ws, want{i, s})
-		}
-	}
-	sc.groups = groups
+	groups := ix.groupsFor(dir, endpoints, sc)
 	stamps := append(sc.stamps[:0], make([]uint64, len(endpoints))...)
 	sc.stamps = stamps
 	// The tiers that hold anything, best credit first, and their arrays as they are now
@@ -776,6 +758,53 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 	return true
 }
 
+// groupsFor returns the streams of endpoints in dir, grouped by block size, then by slot
+// word (usually one group: a fleet has one block size and up to 64 streams). The caller
+// must not change them. The grouping of the last list asked twice in a row (on one P)
+// is kept in ix.last, and reused while the directory stays the same: a fleet's lookups
+// usually ask about the same list, and comparing it costs less than finding each
+// endpoint's streams.
+func (ix *Index) groupsFor(dir *directory, endpoints []string, sc *matchScratch) []group {
+	if r := ix.last.Load(); r != nil && r.dir == dir && slices.Equal(r.endpoints, endpoints) {
+		return r.groups
+	}
+	groups := sc.groups[:0]
+	for i, ep := range endpoints {
+		for _, s := range dir.byEP[ep] {
+			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
+			if g < 0 {
+				if len(groups) < cap(groups) {
+					groups = groups[:len(groups)+1]
+					groups[len(groups)-1].bs, groups[len(groups)-1].word = s.blockSize, s.word()
+					groups[len(groups)-1].ws = groups[len(groups)-1].ws[:0]
+				} else {
+					groups = append(groups, group{bs: s.blockSize, word: s.word()})
+				}
+				g = len(groups) - 1
+			}
+			groups[g].ws = append(groups[g].ws, want{i, s})
+		}
+	}
+	sc.groups = groups
+	if slices.Equal(sc.missed, endpoints) {
+		r := &resolution{dir: dir, endpoints: slices.Clone(endpoints), groups: make([]group, len(groups))}
+		for i, g := range groups {
+			r.groups[i] = group{bs: g.bs, word: g.word, ws: slices.Clone(g.ws)}
+		}
+		ix.last.Store(r)
+	}
+	sc.missed = append(sc.missed[:0], endpoints...)
+	return groups
+}
+
+// resolution is the grouping of one endpoint list's streams in one directory. It is
+// never changed once published.
+type resolution struct {
+	dir       *directory
+	endpoints []string
+	groups    []group
+}
+
 // The streams a lookup asks about, grouped by block size and slot word.
 type want struct {
 	ep int // index in endpoints
@@ -795,6 +824,7 @@ type matchScratch struct {
 	stamps []uint64
 	ranked []int
 	keys   []promptKeys // the prompt's block keys, per block size
+	missed []string     // the last endpoint list not found in ix.last
 }
 
 type promptKeys struct {

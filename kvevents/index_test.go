@@ -193,3 +193,32 @@ func TestIndexManyStreams(t *testing.T) {
 		t.Errorf("blocks %d, holder ranks %d %d", ix.Blocks(), got[1].HolderRank, got[3].HolderRank)
 	}
 }
+
+// TestMatchRepeatedLists: lookups that ask about the same list again (its grouping is
+// then reused) answer as a first lookup would, when the list is changed in place, when
+// another list of the same length is asked, and when streams come and go between them.
+func TestMatchRepeatedLists(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Seed: 2})
+	ix.Apply("a", batch(stored(0, 3, 100)))
+	ix.Apply("b", batch(stored(0, 1, 200)))
+	eps := []string{"a", "b"}
+	check := func(step string, want []Match) {
+		t.Helper()
+		for range 3 { // the second and third ask reuse the grouping
+			if diff := cmp.Diff(want, ix.Match(prompt, eps)); diff != "" {
+				t.Fatalf("%s: Match (-want +got):\n%s", step, diff)
+			}
+		}
+	}
+	check("a and b", []Match{{3 * bs, 0}, {bs, 1}})
+	eps[0], eps[1] = eps[1], eps[0] // the same slice, changed in place
+	check("b and a", []Match{{bs, 1}, {3 * bs, 0}})
+	eps = []string{"b", "c"}
+	check("b and c", []Match{{bs, 0}, {0, -1}})
+	ix.Apply("c", batch(stored(0, 2, 300))) // a new stream: a new directory
+	check("c stored", []Match{{bs, 0}, {2 * bs, 1}})
+	ix.Drop("b", "left")
+	check("b dropped", []Match{{0, -1}, {2 * bs, 0}})
+	ix.Apply("b", batch(stored(0, 4, 400))) // back, on the slot a or c did not take
+	check("b back", []Match{{4 * bs, 1}, {2 * bs, 0}})
+}

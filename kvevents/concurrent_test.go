@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestTableReadersDuringWrites runs readers against a table while one writer puts and
+// TestTableReadersDuringWrites runs readers against a ctable while one writer puts and
 // deletes keys (a small key space, keys 0 and 1 included: long probe runs, many
 // deletions, so the array is copied often). Each value written to key k is k<<32 | s,
 // s the key's operation count; each get must return a state the key had during the
@@ -17,7 +17,7 @@ import (
 // deletion happened in that time.
 func TestTableReadersDuringWrites(t *testing.T) {
 	const keys, ops = 48, 300000
-	var tb table
+	var tb ctable
 	var started, done [keys]atomic.Int64 // the last operation on each key begun, finished
 	var deleted [keys][]atomic.Bool      // whether operation s on key k was a deletion
 	for k := range deleted {

@@ -112,8 +112,8 @@ type Index struct {
 	root   uint64
 	m      *indexMetrics
 
-	held   [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
-	stamps table           // pair(first block key, stream salt) -> store order
+	held   [numMedia]ctable // wordKey(block key, slot/64) -> bitmask of slots holding it
+	stamps ctable           // pair(first block key, stream salt) -> store order
 	dir    atomic.Pointer[directory]
 	last   atomic.Pointer[resolution] // see groupsFor
 
@@ -495,7 +495,6 @@ func (ix *Index) addStream(id streamID, bs int) *stream {
 		ix.slots++
 	}
 	s := &stream{id: id, slot: slot, salt: ix.salt, blockSize: bs}
-	s.engine.compact = true // only writers read it
 	ix.streams[id] = s
 	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
 	ix.publish(id.endpoint)

@@ -1,309 +1,172 @@
 package kvevents
 
-import (
-	"math/bits"
-	"sync/atomic"
-)
+import "math/bits"
 
-// table is a uint64 -> uint64 hash map in one flat array (16 bytes a slot), open
-// addressing with linear probing. Keys need not be well distributed; every key is
-// allowed (0 and 1, which mark empty and deleted slots, are kept beside the array).
-//
-// One writer at a time (the caller serializes put, or, del and reset) may run
-// concurrently with any number of readers (get, Len, NonEmpty, touch), which take no
-// lock (docs/decisions/0805). Every field a reader sees is accessed with sync/atomic,
-// and the array is written so that every read sees a state the table had:
-//   - a slot only goes from empty, to holding one key (its value written before its
-//     key), to deleted (its key overwritten with a tombstone), so a reader that found
-//     its key reads that key's value, and one that met an empty slot met the end of
-//     the probe run as it was then;
-//   - deleted slots are not reused; when live and deleted slots reach 85 % of the
-//     array, the live entries are copied into a new array (half as large again when
-//     they are more than 70 % of it, else as large), which is published at once and
-//     never written again. Readers still in the old one see the state at the copy.
-//
-// A compact table (one that no reader probes while it is written: a stream's engine
-// hashes) deletes by shifting the later entries of the probe run back instead, and
-// never holds a deleted slot; it grows when its entries reach 85 %.
-//
-// At 10^6 entries an entry takes 20-28 bytes (a Go map about 38; docs/decisions/0802);
-// a table with deletions up to 34 (docs/decisions/0805).
+// table is a uint64 -> uint64 hash map in two flat arrays (16 bytes a slot), open
+// addressing with linear probing and backward-shift deletion, grown by half when 85%
+// full: 20-28 bytes an entry where a Go map takes about 38 at 10^6 entries (see
+// docs/decisions/0802). Keys need not be well distributed; the zero key is allowed.
+// It is not safe for concurrent use: a stream's engine hashes, which only writers read
+// (under the index's lock), are kept in one; the tables lookups read are ctables.
 type table struct {
-	arr      atomic.Pointer[slotArray] // nil until the first insert
-	nonEmpty atomic.Bool               // Len() > 0, for readers
-	side     [2]sideEntry              // keys 0 and 1
-	_        linePad                   // the writer's counters change at every insert and deletion
-	n        int                       // live entries in the array (writer only)
-	used     int                       // live and deleted slots (writer only)
-	compact  bool                      // set before the first insert; see above
-	mixed    bool                      // set before the first insert: keys are uniformly random
-	_        linePad
-}
-
-// linePad keeps what writers change often off the cache lines that readers read, so a
-// reader does not wait for them to move between cores (two lines: x86 fetches lines in
-// pairs).
-type linePad [128]byte
-
-// The slot keys that mark empty and deleted slots.
-const (
-	emptyKey = 0
-	tombKey  = 1
-)
-
-type slotArray struct {
-	slots []slot
-	mixed bool // the table's keys are uniformly random: their home needs no finalizer
+	slots   []slot // key 0 marks an empty slot; the zero key lives in zero/hasZero
+	n       int    // entries in the slots
+	zero    uint64
+	hasZero bool
 }
 
 // slot is one entry; a key and its value share a cache line, so a probe that finds its
 // key at home misses the cache once.
-type slot struct{ k, v atomic.Uint64 }
+type slot struct{ k, v uint64 }
 
-// sideEntry holds key 0 or 1. Its version is odd while it is deleted, so that a reader
-// never pairs "held" with the value after deletion.
-type sideEntry struct {
-	ver atomic.Uint64
-	has atomic.Bool
-	v   atomic.Uint64
-}
-
-func (e *sideEntry) get() (uint64, bool) {
-	for {
-		ver := e.ver.Load()
-		has, v := e.has.Load(), e.v.Load()
-		if ver&1 == 0 && e.ver.Load() == ver {
-			return v, has
-		}
-	}
-}
-
-func (a *slotArray) home(k uint64) int {
-	if !a.mixed {
-		k = fmix(k)
-	}
-	hi, _ := bits.Mul64(k, uint64(len(a.slots)))
+func (t *table) home(k uint64) int {
+	hi, _ := bits.Mul64(fmix(k), uint64(len(t.slots)))
 	return int(hi)
 }
 
-// lookup is get on a, for a key > tombKey (for readers that probe one array many
-// times).
-func (a *slotArray) lookup(k uint64) (uint64, bool) {
-	for i := a.home(k); ; {
-		sl := &a.slots[i]
-		switch sl.k.Load() {
+// Len is the number of entries.
+func (t *table) Len() int {
+	if t.hasZero {
+		return t.n + 1
+	}
+	return t.n
+}
+
+func (t *table) get(k uint64) (uint64, bool) {
+	if k == 0 {
+		return t.zero, t.hasZero
+	}
+	if len(t.slots) == 0 {
+		return 0, false
+	}
+	for i := t.home(k); ; {
+		switch t.slots[i].k {
 		case k:
-			return sl.v.Load(), true
-		case emptyKey:
+			return t.slots[i].v, true
+		case 0:
 			return 0, false
 		}
-		if i++; i == len(a.slots) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
-}
-
-// Len is the number of entries (writer only).
-func (t *table) Len() int {
-	n := t.n
-	for i := range t.side {
-		if t.side[i].has.Load() {
-			n++
-		}
-	}
-	return n
-}
-
-func (t *table) changed() {
-	if ne := t.Len() > 0; ne != t.nonEmpty.Load() {
-		t.nonEmpty.Store(ne)
-	}
-}
-
-// NonEmpty reports whether the table holds an entry.
-func (t *table) NonEmpty() bool { return t.nonEmpty.Load() }
-
-// get returns k's value, as it was at some instant during the call.
-func (t *table) get(k uint64) (uint64, bool) {
-	if k <= tombKey {
-		return t.side[k].get()
-	}
-	a := t.arr.Load()
-	if a == nil {
-		return 0, false
-	}
-	return a.lookup(k)
 }
 
 // touch reads k's home slot (to bring it into the cache) and returns its key.
 func (t *table) touch(k uint64) uint64 {
-	a := t.arr.Load()
-	if a == nil {
+	if len(t.slots) == 0 {
 		return 0
 	}
-	return a.slots[a.home(k)].k.Load()
+	return t.slots[t.home(k)].k
 }
 
-func (t *table) put(k, v uint64) { t.update(k, v, false) }
-
-// or sets bits in k's value (inserting k with bits when absent), in one probe.
-func (t *table) or(k, bits uint64) { t.update(k, bits, true) }
-
-// update puts v at k, or ors it into k's value.
-func (t *table) update(k, v uint64, or bool) {
-	if k <= tombKey {
-		e := &t.side[k]
-		if or && e.has.Load() {
-			v |= e.v.Load()
-		}
-		e.v.Store(v)
-		e.has.Store(true)
-		t.changed()
+func (t *table) put(k, v uint64) {
+	if k == 0 {
+		t.zero, t.hasZero = v, true
 		return
 	}
-	a := t.arr.Load()
-	if a == nil || (t.used+1)*20 > len(a.slots)*17 {
-		a = t.rehash()
+	if (t.n+1)*20 > len(t.slots)*17 {
+		t.grow()
 	}
-	for i := a.home(k); ; {
-		sl := &a.slots[i]
-		switch sl.k.Load() {
+	for i := t.home(k); ; {
+		switch t.slots[i].k {
 		case k:
-			if or {
-				v |= sl.v.Load()
-			}
-			sl.v.Store(v)
+			t.slots[i].v = v
 			return
-		case emptyKey:
-			sl.v.Store(v) // the value first: a reader that sees the key reads its value
-			sl.k.Store(k)
+		case 0:
+			t.slots[i] = slot{k, v}
 			t.n++
-			t.used++
-			t.changed()
 			return
 		}
-		if i++; i == len(a.slots) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
 }
 
-// rehash copies the live entries into a new array, half as large again when they fill
-// more than 70 % of the old one (a compact table: always), and publishes it.
-func (t *table) rehash() *slotArray {
-	old := t.arr.Load()
-	size := 8
-	if old != nil {
-		size = len(old.slots)
-		if t.compact || t.n*10 > size*7 {
-			size += size / 2
+// or sets bits in k's value (inserting k with bits when absent), in one probe.
+func (t *table) or(k, bits uint64) {
+	if k == 0 {
+		t.zero, t.hasZero = t.zero|bits, true
+		return
+	}
+	if (t.n+1)*20 > len(t.slots)*17 {
+		t.grow()
+	}
+	for i := t.home(k); ; {
+		switch t.slots[i].k {
+		case k:
+			t.slots[i].v |= bits
+			return
+		case 0:
+			t.slots[i] = slot{k, bits}
+			t.n++
+			return
+		}
+		if i++; i == len(t.slots) {
+			i = 0
 		}
 	}
-	a := &slotArray{slots: make([]slot, size), mixed: t.mixed}
-	if old != nil {
-		for i := range old.slots {
-			k := old.slots[i].k.Load()
-			if k <= tombKey {
-				continue
-			}
-			j := a.home(k)
-			for a.slots[j].k.Load() != emptyKey {
-				if j++; j == len(a.slots) {
-					j = 0
-				}
-			}
-			a.slots[j].v.Store(old.slots[i].v.Load())
-			a.slots[j].k.Store(k)
+}
+
+func (t *table) grow() {
+	old := t.slots
+	size := max(8, len(old)+len(old)/2)
+	t.slots, t.n = make([]slot, size), 0
+	for _, e := range old {
+		if e.k != 0 {
+			t.put(e.k, e.v)
 		}
 	}
-	t.used = t.n
-	t.arr.Store(a)
-	return a
 }
 
 func (t *table) del(k uint64) {
-	if k <= tombKey {
-		if e := &t.side[k]; e.has.Load() {
-			e.ver.Add(1)
-			e.has.Store(false)
-			e.v.Store(0)
-			e.ver.Add(1)
-			t.changed()
-		}
+	if k == 0 {
+		t.zero, t.hasZero = 0, false
 		return
 	}
-	a := t.arr.Load()
-	if a == nil {
+	if len(t.slots) == 0 {
 		return
 	}
-	for i := a.home(k); ; {
-		sl := &a.slots[i]
-		switch sl.k.Load() {
-		case k:
-			if t.compact {
-				a.shiftBack(i)
-				t.used--
-			} else {
-				sl.k.Store(tombKey)
-			}
-			t.n--
-			t.changed()
-			return
-		case emptyKey:
+	i := t.home(k)
+	for t.slots[i].k != k {
+		if t.slots[i].k == 0 {
 			return
 		}
-		if i++; i == len(a.slots) {
+		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
-}
-
-// shiftBack empties slot i by moving later entries of its probe run into the hole when
-// their home is not between the hole and their slot (cyclically).
-func (a *slotArray) shiftBack(i int) {
+	// Backward shift: move later entries of the probe run into the hole when their home
+	// is not between the hole and their slot (cyclically).
 	for j := i; ; {
-		if j++; j == len(a.slots) {
+		if j++; j == len(t.slots) {
 			j = 0
 		}
-		kj := a.slots[j].k.Load()
-		if kj == emptyKey {
+		if t.slots[j].k == 0 {
 			break
 		}
-		h := a.home(kj)
+		h := t.home(t.slots[j].k)
 		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
-			a.slots[i].k.Store(kj)
-			a.slots[i].v.Store(a.slots[j].v.Load())
+			t.slots[i] = t.slots[j]
 			i = j
 		}
 	}
-	a.slots[i].k.Store(emptyKey)
-	a.slots[i].v.Store(0)
+	t.slots[i] = slot{}
+	t.n--
 }
 
 // each calls f for every entry, in no order; f must not change the table.
 func (t *table) each(f func(k, v uint64)) {
-	for k := range t.side {
-		if v, ok := t.side[k].get(); ok {
-			f(uint64(k), v)
-		}
+	if t.hasZero {
+		f(0, t.zero)
 	}
-	a := t.arr.Load()
-	if a == nil {
-		return
-	}
-	for i := range a.slots {
-		if k := a.slots[i].k.Load(); k > tombKey {
-			f(k, a.slots[i].v.Load())
+	for _, e := range t.slots {
+		if e.k != 0 {
+			f(e.k, e.v)
 		}
 	}
 }
 
-// reset empties the table and frees its slots (a compact table stays compact).
-func (t *table) reset() {
-	t.arr.Store(nil)
-	t.n, t.used = 0, 0
-	for k := range t.side {
-		t.del(uint64(k))
-	}
-	t.changed()
-}
+// reset empties the table and frees its slots.
+func (t *table) reset() { *t = table{} }

@@ -688,7 +688,42 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 				}
 			}
 		}
-		for _, k := range keys {
+		rest := keys
+		if na == 1 && exact && arrs[0] != nil {
+			// One tier holds anything (a fleet without offloading): the loop below for
+			// it alone.
+			sl := arrs[0].slots
+			for _, k := range keys {
+				wk := wordKey(k, g.word)
+				var v uint64
+				if wk <= tombKey {
+					v, _ = ix.held[act[0]].get(wk)
+				} else {
+					for i := arrs[0].home(wk); ; {
+						if k := sl[i].k.Load(); k == wk {
+							v = sl[i].v.Load()
+							break
+						} else if k == emptyKey {
+							break
+						}
+						if i++; i == len(sl) {
+							i = 0
+						}
+					}
+				}
+				if bits := v & alive; bits == prev[0] {
+					run++
+				} else {
+					flush()
+					prev[0], run = bits, 1
+				}
+				if alive = prev[0]; alive == 0 {
+					break
+				}
+			}
+			rest = nil // probed
+		}
+		for _, k := range rest {
 			wk := wordKey(k, g.word)
 			var covered uint64
 			for a := range na {

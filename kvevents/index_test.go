@@ -60,6 +60,7 @@ func TestIndexMatch(t *testing.T) {
 		{"tokens not blocks x size are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Tokens = e.Tokens[:5] })}}, []Match{{0, -1}, {0, -1}}},
 		{"an unknown medium is refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "NVME-OF" })}}, []Match{{0, -1}, {0, -1}}},
 		{"CPU blocks at half credit", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0}, {0, -1}}},
+		{"a credit that is not a multiple of 2^-10, added block by block", Credits{GPU: 1, CPU: 0.3}, map[string][]Event{"a": {with(stored(0, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{4, 0}, {0, -1}}}, // 3 blocks x 4 x 0.3 = 3.6
 		{"a zero-credit tier ends the prefix", Credits{GPU: 1}, map[string][]Event{"a": {stored(0, 1, 100), with(stored(1, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0}, {0, -1}}},
 		{"the best tier counts", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" }), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "GPU"}}}, []Match{{2 * bs, 0}, {0, -1}}},
 		{"GPU eviction keeps the CPU copy", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {stored(0, 2, 100), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "CPU"}, removed("GPU", 100, 101)}}, []Match{{bs, 0}, {0, -1}}},

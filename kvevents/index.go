@@ -618,19 +618,29 @@ type Match struct {
 // meanwhile) makes the lookup look again; after two such tries, it looks under the
 // writers' lock (docs/decisions/0805).
 func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
-	out := make([]Match, len(endpoints))
+	return ix.AppendMatch(nil, tokens, endpoints)
+}
+
+// AppendMatch is Match with the result appended to dst (one entry per endpoint, aligned
+// from len(dst)). A caller that passes the same dst[:0] again makes a lookup allocate
+// nothing (an allocated result costs a lookup a refill of the allocator's cache every
+// few dozen lookups, and the collector's work; docs/decisions/0805).
+func (ix *Index) AppendMatch(dst []Match, tokens []uint32, endpoints []string) []Match {
+	dst = slices.Grow(dst, len(endpoints))
+	out := dst[len(dst) : len(dst)+len(endpoints)]
+	dst = dst[:len(dst)+len(endpoints)]
 	sc := scratchPool.Get().(*matchScratch)
 	defer scratchPool.Put(sc)
 	sc.keys = sc.keys[:0] // hashed once per lookup, for every try
 	for range 2 {
 		if ix.match(tokens, endpoints, out, sc, false) {
-			return out
+			return dst
 		}
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	ix.match(tokens, endpoints, out, sc, true)
-	return out
+	return dst
 }
 
 // match fills out from the tables as they are read. Unless locked (ix.mu read-locked:

@@ -223,3 +223,22 @@ func TestMatchRepeatedLists(t *testing.T) {
 	ix.Apply("b", batch(stored(0, 4, 400))) // back, on the slot a or c did not take
 	check("b back", []Match{{4 * bs, 1}, {2 * bs, 0}})
 }
+
+// TestAppendMatch: AppendMatch leaves what dst held and appends what Match answers, also
+// into a reused dst.
+func TestAppendMatch(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Seed: 4})
+	ix.Apply("a", batch(stored(0, 3, 100)))
+	ix.Apply("b", batch(stored(0, 2, 200)))
+	eps := []string{"b", "a", "c"}
+	want := ix.Match(prompt, eps)
+	got := ix.AppendMatch([]Match{{7, 3}}, prompt, eps)
+	if diff := cmp.Diff(append([]Match{{7, 3}}, want...), got); diff != "" {
+		t.Errorf("appended to one entry (-want +got):\n%s", diff)
+	}
+	for range 2 {
+		if got = ix.AppendMatch(got[:0], prompt, eps); !cmp.Equal(got, want) {
+			t.Errorf("into a reused dst: %+v, want %+v", got, want)
+		}
+	}
+}

@@ -1,0 +1,21 @@
+//go:build !race
+
+package kvevents
+
+import "testing"
+
+// TestAppendMatchAllocatesNothing: a lookup into a reused result allocates nothing, and
+// Match only its result (the race detector's sync.Pool drops items, hence the build tag).
+func TestAppendMatchAllocatesNothing(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Seed: 4})
+	ix.Apply("a", batch(stored(0, 3, 100)))
+	ix.Apply("b", batch(stored(0, 2, 200)))
+	eps := []string{"b", "a"}
+	var ms []Match
+	if n := testing.AllocsPerRun(100, func() { ms = ix.AppendMatch(ms[:0], prompt, eps) }); n != 0 {
+		t.Errorf("AppendMatch into a reused result: %v allocations a lookup", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { ix.Match(prompt, eps) }); n != 1 {
+		t.Errorf("Match: %v allocations a lookup, want 1", n)
+	}
+}

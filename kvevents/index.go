@@ -700,10 +700,12 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 		}
 		rest := keys
 		if na == 1 && exact && arrs[0] != nil {
-			// One tier holds anything (a fleet without offloading): the loop below for
-			// it alone.
+			// One tier holds anything (a fleet without offloading), probed in a loop of
+			// its own. A slot leaves the prefix once (alive only loses bits), so its
+			// credit is the blocks before it left times the tier's credit of a block
+			// (the same number as the runs' sum below: the credit is exact).
 			sl := arrs[0].slots
-			for _, k := range keys {
+			for j, k := range keys {
 				wk := wordKey(k, g.word)
 				var v uint64
 				if wk <= tombKey {
@@ -721,15 +723,16 @@ func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *mat
 						}
 					}
 				}
-				if bits := v & alive; bits == prev[0] {
-					run++
-				} else {
-					flush()
-					prev[0], run = bits, 1
+				bits := v & alive
+				for gone := alive &^ bits; gone != 0; gone &= gone - 1 {
+					credit[mbits.TrailingZeros64(gone)] = float64(j) * cm[0]
 				}
-				if alive = prev[0]; alive == 0 {
+				if alive = bits; alive == 0 {
 					break
 				}
+			}
+			for ; alive != 0; alive &= alive - 1 {
+				credit[mbits.TrailingZeros64(alive)] = float64(len(keys)) * cm[0]
 			}
 			rest = nil // probed
 		}

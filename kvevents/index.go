@@ -413,15 +413,17 @@ func (ix *Index) store(id streamID, ev *Event) {
 }
 
 // lockSpan is how many blocks of one event are applied under one hold of the write
-// lock: lookups wait at most that long for a writer (a partly applied store is a valid
-// shorter chain; a partly applied removal a valid smaller set).
+// lock: the lock's readers (warm, Blocks, and a lookup that asks again under it: see
+// Match) wait at most that long for a writer. A partly applied store is a valid shorter
+// chain; a partly applied removal a valid smaller set. Lookups take no lock and do not
+// wait for holds (docs/decisions/0805); 8 was chosen when they did (0804).
 const lockSpan = 8
 
 // removeSpan is lockSpan for removals, which cost about twice a store per block (8
 // removals held the lock 1.5-2.5 µs, 8 stores 0.5-0.75 µs; docs/decisions/0804).
 const removeSpan = lockSpan / 2
 
-// yield lets waiting lookups in between parts of a long event, warms the next part
+// yield lets the lock's waiting readers in between parts of a long event, warms the next part
 // (blocks from next, whose parent key is parent when ev is a store), and reports whether
 // s is still the stream of id. ix.mu is held, and is held again on return.
 func (ix *Index) yield(id streamID, s *stream, ev *Event, med Medium, next int, parent uint64) bool {

@@ -5,7 +5,8 @@ package kvevents
 import "testing"
 
 // TestAppendMatchAllocatesNothing: a lookup into a reused result allocates nothing, and
-// Match only its result (the race detector's sync.Pool drops items, hence the build tag).
+// Match at most its result (the race detector's sync.Pool drops items, hence the build
+// tag).
 func TestAppendMatchAllocatesNothing(t *testing.T) {
 	ix, _ := NewIndex(IndexConfig{Seed: 4})
 	ix.Apply("a", batch(stored(0, 3, 100)))
@@ -15,7 +16,8 @@ func TestAppendMatchAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { ms = ix.AppendMatch(ms[:0], prompt, eps) }); n != 0 {
 		t.Errorf("AppendMatch into a reused result: %v allocations a lookup", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { ix.Match(prompt, eps) }); n != 1 {
-		t.Errorf("Match: %v allocations a lookup, want 1", n)
+	// At most: the compiler may keep a small result that does not escape on the stack.
+	if n := testing.AllocsPerRun(100, func() { ix.Match(prompt, eps) }); n > 1 {
+		t.Errorf("Match: %v allocations a lookup, want at most 1 (its result)", n)
 	}
 }

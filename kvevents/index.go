@@ -620,7 +620,7 @@ type Match struct {
 // meanwhile) makes the lookup look again; after two such tries, it looks under the
 // writers' lock (docs/decisions/0805).
 func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
-	return ix.AppendMatch(nil, tokens, endpoints)
+	return ix.AppendMatch(make([]Match, 0, len(endpoints)), tokens, endpoints)
 }
 
 // AppendMatch is Match with the result appended to dst (one entry per endpoint, aligned

@@ -241,4 +241,7 @@ func TestAppendMatch(t *testing.T) {
 			t.Errorf("into a reused dst: %+v, want %+v", got, want)
 		}
 	}
+	if got := ix.Match(prompt, nil); got == nil || len(got) != 0 {
+		t.Errorf("Match of no endpoints: %#v, want an empty result", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	mbits "math/bits"
 	"slices"
@@ -96,7 +97,8 @@ type IndexConfig struct {
 
 // Index records which endpoint holds which token blocks, from applied batches, and
 // answers the contiguous cached prefix of a prompt per endpoint. It is safe for
-// concurrent use; lookups run in parallel with each other and between events.
+// concurrent use. Events are applied one writer at a time; lookups take no lock and run
+// in parallel with each other and with the writer (see Match for what they see).
 //
 // Layout (docs/decisions/0802): every stream (an endpoint's data-parallel rank) has a
 // slot; for each tier, one table maps (block key, slot word) to the bitmask of the
@@ -110,19 +112,23 @@ type Index struct {
 	root   uint64
 	m      *indexMetrics
 
+	held   [numMedia]ctable // wordKey(block key, slot/64) -> bitmask of slots holding it
+	stamps ctable           // pair(first block key, stream salt) -> store order
+	dir    atomic.Pointer[directory]
+	last   atomic.Pointer[resolution] // see groupsFor
+
+	// What follows is the writers' (lookups read the fields above, and take mu only to
+	// ask again; see Match).
+	_       linePad
 	mu      rwspin
-	held    [numMedia]table // wordKey(block key, slot/64) -> bitmask of slots holding it
-	stamps  table           // pair(first block key, stream salt) -> store order
 	streams map[streamID]*stream
 	byEP    map[string][]*stream
-	sizes   map[int]int // block size -> streams using it
-	free    []int       // released slots
-	slots   int         // slots handed out
+	free    []int // released slots
+	slots   int   // slots handed out
 	stamp   uint64
 	salt    uint64
 
-	sink     atomic.Uint64 // what warm read, kept so that its loads are not removed
-	onlySize atomic.Int64  // the block size of every stream, if they share one; else 0
+	sink atomic.Uint64 // what warm read, kept so that its loads are not removed
 }
 
 type streamID struct {
@@ -160,7 +166,6 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		root:    cfg.Seed,
 		streams: map[streamID]*stream{},
 		byEP:    map[string][]*stream{},
-		sizes:   map[int]int{},
 	}
 	for m := range numMedia {
 		if ix.credit[m] > 0 {
@@ -174,6 +179,11 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		ix.root = binary.LittleEndian.Uint64(b[:]) | 1
 	}
 	ix.salt = fmix(ix.root + 0x632be59bd9b4e019)
+	ix.dir.Store(&directory{byEP: map[string][]streamRef{}})
+	for m := range ix.held {
+		ix.held[m].mixed = true // wordKey of a chain key, an fmix output
+	}
+	ix.stamps.mixed = true // pair: an fmix output
 	var err error
 	if ix.m, err = newIndexMetrics(cfg.Registerer, ix); err != nil {
 		return nil, err
@@ -389,28 +399,31 @@ func (ix *Index) store(id streamID, ev *Event) {
 		}
 		key := chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
 		s.engine.put(h, key)
-		ix.setBit(med, s, key)
 		if i == 0 && !ev.HasParent {
+			// The store order before the block: a lookup that sees the block held finds it.
 			if _, had := ix.stamps.get(pair(key, s.salt)); !had {
 				ix.stamp++
 				ix.stamps.put(pair(key, s.salt), ix.stamp)
 			}
 		}
+		ix.setBit(med, s, key)
 		parent = key
 	}
 	ix.m.count(OutStored, n)
 }
 
 // lockSpan is how many blocks of one event are applied under one hold of the write
-// lock: lookups wait at most that long for a writer (a partly applied store is a valid
-// shorter chain; a partly applied removal a valid smaller set).
+// lock: the lock's readers (warm, Blocks, and a lookup that asks again under it: see
+// Match) wait at most that long for a writer. A partly applied store is a valid shorter
+// chain; a partly applied removal a valid smaller set. Lookups take no lock and do not
+// wait for holds (docs/decisions/0805); 8 was chosen when they did (0804).
 const lockSpan = 8
 
 // removeSpan is lockSpan for removals, which cost about twice a store per block (8
 // removals held the lock 1.5-2.5 µs, 8 stores 0.5-0.75 µs; docs/decisions/0804).
 const removeSpan = lockSpan / 2
 
-// yield lets waiting lookups in between parts of a long event, warms the next part
+// yield lets the lock's waiting readers in between parts of a long event, warms the next part
 // (blocks from next, whose parent key is parent when ev is a store), and reports whether
 // s is still the stream of id. ix.mu is held, and is held again on return.
 func (ix *Index) yield(id streamID, s *stream, ev *Event, med Medium, next int, parent uint64) bool {
@@ -471,23 +484,8 @@ func (ix *Index) warm(id streamID, ev *Event, med Medium, next int, parent uint6
 }
 
 func (ix *Index) resize(s *stream, bs int) {
-	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
-		delete(ix.sizes, s.blockSize)
-	}
 	s.blockSize = bs
-	ix.sizes[bs]++
-	ix.sizesChanged()
-}
-
-// sizesChanged records the one block size in use, if there is one. ix.mu is held.
-func (ix *Index) sizesChanged() {
-	var only int64
-	if len(ix.sizes) == 1 {
-		for bs := range ix.sizes {
-			only = int64(bs)
-		}
-	}
-	ix.onlySize.Store(only)
+	ix.publish(s.id.endpoint)
 }
 
 func (ix *Index) addStream(id streamID, bs int) *stream {
@@ -501,9 +499,46 @@ func (ix *Index) addStream(id streamID, bs int) *stream {
 	s := &stream{id: id, slot: slot, salt: ix.salt, blockSize: bs}
 	ix.streams[id] = s
 	ix.byEP[id.endpoint] = append(ix.byEP[id.endpoint], s)
-	ix.sizes[bs]++
-	ix.sizesChanged()
+	ix.publish(id.endpoint)
 	return s
+}
+
+// directory is what lookups know of the streams: for each endpoint, its streams' slots,
+// salts and block sizes. A directory is never changed; a writer that adds, forgets or
+// resizes a stream publishes a new one (ix.mu held), before the slot it frees can be
+// handed out again. A lookup may still read a slot through an older directory after
+// the slot went to another stream; see Match for why that is never credited.
+type directory struct {
+	byEP map[string][]streamRef
+}
+
+// streamRef is a stream as a directory records it.
+type streamRef struct {
+	slot      int
+	salt      uint64
+	blockSize int
+}
+
+func (r streamRef) word() uint64 { return uint64(r.slot / 64) }
+func (r streamRef) bit() uint64  { return 1 << (r.slot % 64) }
+
+// publish replaces endpoint's streams in the directory by those of ix.byEP. ix.mu is
+// held.
+func (ix *Index) publish(endpoint string) {
+	byEP := map[string][]streamRef{}
+	if old := ix.dir.Load(); old != nil {
+		byEP = maps.Clone(old.byEP)
+	}
+	if ss := ix.byEP[endpoint]; len(ss) > 0 {
+		refs := make([]streamRef, len(ss))
+		for i, s := range ss {
+			refs[i] = streamRef{slot: s.slot, salt: s.salt, blockSize: s.blockSize}
+		}
+		byEP[endpoint] = refs
+	} else {
+		delete(byEP, endpoint)
+	}
+	ix.dir.Store(&directory{byEP: byEP})
 }
 
 // clear removes every entry of s and returns how many there were. ix.mu is held.
@@ -530,6 +565,7 @@ func (ix *Index) Drop(endpoint, reason string) {
 		ix.forget(s)
 	}
 	delete(ix.byEP, endpoint)
+	ix.publish(endpoint)
 	ix.m.dropped.WithLabelValues(reason).Add(float64(n))
 }
 
@@ -550,16 +586,13 @@ func (ix *Index) DropRank(endpoint string, rank int, reason string) {
 	} else {
 		ix.byEP[endpoint] = rest
 	}
+	ix.publish(endpoint)
 }
 
 // forget removes an emptied stream and frees its slot. ix.mu is held.
 func (ix *Index) forget(s *stream) {
 	delete(ix.streams, s.id)
 	ix.free = append(ix.free, s.slot)
-	if ix.sizes[s.blockSize]--; ix.sizes[s.blockSize] == 0 {
-		delete(ix.sizes, s.blockSize)
-	}
-	ix.sizesChanged()
 }
 
 // Match is how much of a prompt one endpoint holds.
@@ -571,48 +604,66 @@ type Match struct {
 // Match returns, for each endpoint (aligned), the credited tokens of the longest
 // contiguous prefix of tokens it holds in a credited tier, on its best rank, and the
 // order in which the holders of the first block stored it.
+//
+// Match takes no lock, so events may be applied while it reads. What it credits was
+// held: each block credited to a rank in a tier was held by that rank in that tier at
+// some instant during the call, and each store order it ranks by was that rank's. It is
+// not a snapshot of one instant (a chain being stored or removed meanwhile may be seen
+// partly), just as an event applied in holds is seen partly by lookups between them.
+// Without concurrent events the result is the index's state exactly.
+//
+// The stream's epoch is its salt, which no other stream ever has: a rank is credited
+// only if its store order of block 0, keyed by its salt, is found after its blocks were
+// read. That proves the rank still existed then, so the slot read was its own all along
+// (a dropped stream never comes back; its slot may go to another stream only after it
+// was dropped). A rank seen holding block 0 without a store order (block 0 removed
+// meanwhile) makes the lookup look again; after two such tries, it looks under the
+// writers' lock (docs/decisions/0805).
 func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
-	out := make([]Match, len(endpoints))
-	for i := range out {
-		out[i].HolderRank = -1
-	}
+	return ix.AppendMatch(make([]Match, 0, len(endpoints)), tokens, endpoints)
+}
+
+// AppendMatch is Match with the result appended to dst (one entry per endpoint, aligned
+// from len(dst)). A caller that passes the same dst[:0] again makes a lookup allocate
+// nothing (an allocated result costs a lookup a refill of the allocator's cache every
+// few dozen lookups, and the collector's work; docs/decisions/0805).
+func (ix *Index) AppendMatch(dst []Match, tokens []uint32, endpoints []string) []Match {
+	dst = slices.Grow(dst, len(endpoints))
+	out := dst[len(dst) : len(dst)+len(endpoints)]
+	dst = dst[:len(dst)+len(endpoints)]
 	sc := scratchPool.Get().(*matchScratch)
 	defer scratchPool.Put(sc)
-	sc.keys = sc.keys[:0]
-	if bs := ix.onlySize.Load(); bs > 0 {
-		// The keys need no lock: hash before taking it (while a writer may hold it).
-		sc.keysFor(ix, tokens, int(bs))
+	sc.keys = sc.keys[:0] // hashed once per lookup, for every try
+	for range 2 {
+		if ix.match(tokens, endpoints, out, sc, false) {
+			return dst
+		}
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	// The streams asked about, grouped by block size, then by slot word (usually one
-	// group: a fleet has one block size and up to 64 streams).
-	groups := sc.groups[:0]
-	for i, ep := range endpoints {
-		for _, s := range ix.byEP[ep] {
-			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
-			if g < 0 {
-				if len(groups) < cap(groups) {
-					groups = groups[:len(groups)+1]
-					groups[len(groups)-1].bs, groups[len(groups)-1].word = s.blockSize, s.word()
-					groups[len(groups)-1].ws = groups[len(groups)-1].ws[:0]
-				} else {
-					groups = append(groups, group{bs: s.blockSize, word: s.word()})
-				}
-				g = len(groups) - 1
-			}
-			groups[g].ws = append(groups[g].ws, want{i, s})
-		}
+	ix.match(tokens, endpoints, out, sc, true)
+	return dst
+}
+
+// match fills out from the tables as they are read. Unless locked (ix.mu read-locked:
+// no writer), it reports false when it saw a rank hold block 0 without a store order.
+func (ix *Index) match(tokens []uint32, endpoints []string, out []Match, sc *matchScratch, locked bool) bool {
+	dir := ix.dir.Load()
+	for i := range out {
+		out[i] = Match{HolderRank: -1}
 	}
-	sc.groups = groups
+	groups := ix.groupsFor(dir, endpoints, sc)
 	stamps := append(sc.stamps[:0], make([]uint64, len(endpoints))...)
 	sc.stamps = stamps
-	// The tiers that hold anything, best credit first.
+	// The tiers that hold anything, best credit first, and their arrays as they are now
+	// (an array copied meanwhile keeps the state it was copied in).
 	var act [numMedia]Medium
+	var arrs [numMedia]*slotArray
 	na := 0
 	for _, m := range ix.order {
-		if ix.held[m].Len() > 0 {
+		if ix.held[m].NonEmpty() {
 			act[na], na = m, na+1
+			arrs[na-1] = ix.held[m].arr.Load()
 		}
 	}
 	var credit [64]float64
@@ -649,11 +700,67 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 				}
 			}
 		}
-		for _, k := range keys {
+		rest := keys
+		if na == 1 && exact && arrs[0] != nil {
+			// One tier holds anything (a fleet without offloading), probed in a loop of
+			// its own. A slot leaves the prefix once (alive only loses bits), so its
+			// credit is the blocks before it left times the tier's credit of a block
+			// (the same number as the runs' sum below: the credit is exact).
+			sl := arrs[0].slots
+			for j, k := range keys {
+				wk := wordKey(k, g.word)
+				var v uint64
+				if wk <= tombKey {
+					v, _ = ix.held[act[0]].get(wk)
+				} else {
+					for i := arrs[0].home(wk); ; {
+						if k := sl[i].k.Load(); k == wk {
+							v = sl[i].v.Load()
+							break
+						} else if k == emptyKey {
+							break
+						}
+						if i++; i == len(sl) {
+							i = 0
+						}
+					}
+				}
+				bits := v & alive
+				for gone := alive &^ bits; gone != 0; gone &= gone - 1 {
+					credit[mbits.TrailingZeros64(gone)] = float64(j) * cm[0]
+				}
+				if alive = bits; alive == 0 {
+					break
+				}
+			}
+			for ; alive != 0; alive &= alive - 1 {
+				credit[mbits.TrailingZeros64(alive)] = float64(len(keys)) * cm[0]
+			}
+			rest = nil // probed
+		}
+		for _, k := range rest {
 			wk := wordKey(k, g.word)
 			var covered uint64
 			for a := range na {
-				v, _ := ix.held[act[a]].get(wk)
+				var v uint64
+				switch {
+				case wk <= tombKey:
+					v, _ = ix.held[act[a]].get(wk)
+				case arrs[a] != nil:
+					// arrs[a].lookup(wk), by hand: the call is most of a probe's cost.
+					sl := arrs[a].slots
+					for i := arrs[a].home(wk); ; {
+						if k := sl[i].k.Load(); k == wk {
+							v = sl[i].v.Load()
+							break
+						} else if k == emptyKey {
+							break
+						}
+						if i++; i == len(sl) {
+							i = 0
+						}
+					}
+				}
 				bits := v & alive &^ covered
 				cur[a] = bits
 				covered |= bits
@@ -675,6 +782,11 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 				continue
 			}
 			st, _ := ix.stamps.get(pair(keys[0], w.s.salt))
+			if st == 0 && !locked {
+				// Block 0 seen held, its store order not: the rank removed block 0, or
+				// was dropped (its slot may then be another stream's), meanwhile.
+				return false
+			}
 			if m == out[w.ep].Matched && st >= stamps[w.ep] {
 				continue // a tie between ranks: the earlier store counts
 			}
@@ -692,13 +804,60 @@ func (ix *Index) Match(tokens []uint32, endpoints []string) []Match {
 	for r, i := range ranked {
 		out[i].HolderRank = r
 	}
-	return out
+	return true
+}
+
+// groupsFor returns the streams of endpoints in dir, grouped by block size, then by slot
+// word (usually one group: a fleet has one block size and up to 64 streams). The caller
+// must not change them. The grouping of the last list asked twice in a row (on one P)
+// is kept in ix.last, and reused while the directory stays the same: a fleet's lookups
+// usually ask about the same list, and comparing it costs less than finding each
+// endpoint's streams.
+func (ix *Index) groupsFor(dir *directory, endpoints []string, sc *matchScratch) []group {
+	if r := ix.last.Load(); r != nil && r.dir == dir && slices.Equal(r.endpoints, endpoints) {
+		return r.groups
+	}
+	groups := sc.groups[:0]
+	for i, ep := range endpoints {
+		for _, s := range dir.byEP[ep] {
+			g := slices.IndexFunc(groups, func(g group) bool { return g.bs == s.blockSize && g.word == s.word() })
+			if g < 0 {
+				if len(groups) < cap(groups) {
+					groups = groups[:len(groups)+1]
+					groups[len(groups)-1].bs, groups[len(groups)-1].word = s.blockSize, s.word()
+					groups[len(groups)-1].ws = groups[len(groups)-1].ws[:0]
+				} else {
+					groups = append(groups, group{bs: s.blockSize, word: s.word()})
+				}
+				g = len(groups) - 1
+			}
+			groups[g].ws = append(groups[g].ws, want{i, s})
+		}
+	}
+	sc.groups = groups
+	if slices.Equal(sc.missed, endpoints) {
+		r := &resolution{dir: dir, endpoints: slices.Clone(endpoints), groups: make([]group, len(groups))}
+		for i, g := range groups {
+			r.groups[i] = group{bs: g.bs, word: g.word, ws: slices.Clone(g.ws)}
+		}
+		ix.last.Store(r)
+	}
+	sc.missed = append(sc.missed[:0], endpoints...)
+	return groups
+}
+
+// resolution is the grouping of one endpoint list's streams in one directory. It is
+// never changed once published.
+type resolution struct {
+	dir       *directory
+	endpoints []string
+	groups    []group
 }
 
 // The streams a lookup asks about, grouped by block size and slot word.
 type want struct {
 	ep int // index in endpoints
-	s  *stream
+	s  streamRef
 }
 
 type group struct {
@@ -714,6 +873,7 @@ type matchScratch struct {
 	stamps []uint64
 	ranked []int
 	keys   []promptKeys // the prompt's block keys, per block size
+	missed []string     // the last endpoint list not found in ix.last
 }
 
 type promptKeys struct {
@@ -724,7 +884,7 @@ type promptKeys struct {
 var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
 
 // keysFor returns the prompt's block keys for block size bs, computed once per lookup
-// (sc.keys is emptied by the first call of a lookup: see Match).
+// (sc.keys is emptied at the start of a lookup: see Match).
 func (sc *matchScratch) keysFor(ix *Index, tokens []uint32, bs int) []uint64 {
 	for _, pk := range sc.keys {
 		if pk.bs == bs {
@@ -759,6 +919,9 @@ func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
 func (ix *Index) appendPromptKeys(ks []uint64, tokens []uint32, bs int) []uint64 {
 	n := len(tokens) / bs
 	ks = slices.Grow(ks, n)
+	if bs == 16 {
+		return appendChain16(ks, ix.root, ix.root, tokens[:n*16])
+	}
 	parent := ix.root
 	for j := range n {
 		parent = chain(parent, ix.root, tokens[j*bs:(j+1)*bs])

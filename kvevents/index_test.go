@@ -60,6 +60,7 @@ func TestIndexMatch(t *testing.T) {
 		{"tokens not blocks x size are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Tokens = e.Tokens[:5] })}}, []Match{{0, -1}, {0, -1}}},
 		{"an unknown medium is refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "NVME-OF" })}}, []Match{{0, -1}, {0, -1}}},
 		{"CPU blocks at half credit", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0}, {0, -1}}},
+		{"a credit that is not a multiple of 2^-10, added block by block", Credits{GPU: 1, CPU: 0.3}, map[string][]Event{"a": {with(stored(0, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{4, 0}, {0, -1}}}, // 3 blocks x 4 x 0.3 = 3.6
 		{"a zero-credit tier ends the prefix", Credits{GPU: 1}, map[string][]Event{"a": {stored(0, 1, 100), with(stored(1, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0}, {0, -1}}},
 		{"the best tier counts", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" }), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "GPU"}}}, []Match{{2 * bs, 0}, {0, -1}}},
 		{"GPU eviction keeps the CPU copy", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {stored(0, 2, 100), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "CPU"}, removed("GPU", 100, 101)}}, []Match{{bs, 0}, {0, -1}}},
@@ -191,5 +192,56 @@ func TestIndexManyStreams(t *testing.T) {
 	}
 	if ix.Blocks() == 0 || got[1].HolderRank < 0 || got[3].HolderRank != -1 {
 		t.Errorf("blocks %d, holder ranks %d %d", ix.Blocks(), got[1].HolderRank, got[3].HolderRank)
+	}
+}
+
+// TestMatchRepeatedLists: lookups that ask about the same list again (its grouping is
+// then reused) answer as a first lookup would, when the list is changed in place, when
+// another list of the same length is asked, and when streams come and go between them.
+func TestMatchRepeatedLists(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Seed: 2})
+	ix.Apply("a", batch(stored(0, 3, 100)))
+	ix.Apply("b", batch(stored(0, 1, 200)))
+	eps := []string{"a", "b"}
+	check := func(step string, want []Match) {
+		t.Helper()
+		for range 3 { // the second and third ask reuse the grouping
+			if diff := cmp.Diff(want, ix.Match(prompt, eps)); diff != "" {
+				t.Fatalf("%s: Match (-want +got):\n%s", step, diff)
+			}
+		}
+	}
+	check("a and b", []Match{{3 * bs, 0}, {bs, 1}})
+	eps[0], eps[1] = eps[1], eps[0] // the same slice, changed in place
+	check("b and a", []Match{{bs, 1}, {3 * bs, 0}})
+	eps = []string{"b", "c"}
+	check("b and c", []Match{{bs, 0}, {0, -1}})
+	ix.Apply("c", batch(stored(0, 2, 300))) // a new stream: a new directory
+	check("c stored", []Match{{bs, 0}, {2 * bs, 1}})
+	ix.Drop("b", "left")
+	check("b dropped", []Match{{0, -1}, {2 * bs, 0}})
+	ix.Apply("b", batch(stored(0, 4, 400))) // back, on the slot a or c did not take
+	check("b back", []Match{{4 * bs, 1}, {2 * bs, 0}})
+}
+
+// TestAppendMatch: AppendMatch leaves what dst held and appends what Match answers, also
+// into a reused dst.
+func TestAppendMatch(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Seed: 4})
+	ix.Apply("a", batch(stored(0, 3, 100)))
+	ix.Apply("b", batch(stored(0, 2, 200)))
+	eps := []string{"b", "a", "c"}
+	want := ix.Match(prompt, eps)
+	got := ix.AppendMatch([]Match{{7, 3}}, prompt, eps)
+	if diff := cmp.Diff(append([]Match{{7, 3}}, want...), got); diff != "" {
+		t.Errorf("appended to one entry (-want +got):\n%s", diff)
+	}
+	for range 2 {
+		if got = ix.AppendMatch(got[:0], prompt, eps); !cmp.Equal(got, want) {
+			t.Errorf("into a reused dst: %+v, want %+v", got, want)
+		}
+	}
+	if got := ix.Match(prompt, nil); got == nil || len(got) != 0 {
+		t.Errorf("Match of no endpoints: %#v, want an empty result", got)
 	}
 }

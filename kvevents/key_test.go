@@ -44,3 +44,27 @@ func TestChainUnrolledAgreesWithLoop(t *testing.T) {
 		t.Fatalf("unrolled %#x, loop %#x", got, want)
 	}
 }
+
+// TestAppendChain16AgreesWithChain checks the prompt path for 16-token blocks against
+// chaining the blocks one by one through the general loop.
+func TestAppendChain16AgreesWithChain(t *testing.T) {
+	toks := make([]uint32, 16*7)
+	for i := range toks {
+		toks[i] = uint32(i*2654435761) ^ 0x5bd1e995
+	}
+	got := appendChain16([]uint64{42}, 9, 31, toks)
+	want := []uint64{42}
+	parent := uint64(9)
+	for j := 0; j < 7; j++ {
+		parent = chainLoop(parent, 31, toks[j*16:(j+1)*16])
+		want = append(want, parent)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d keys, want %d", len(got), len(want))
+	}
+	for j := range want {
+		if got[j] != want[j] {
+			t.Errorf("key %d: %#x, want %#x", j, got[j], want[j])
+		}
+	}
+}

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// rwspin is the index's readers-writer lock. Its waiters spin, then yield the processor,
-// instead of parking: a lookup waits for at most one writer's hold (lockSpan blocks,
-// about a microsecond), and a parked goroutine takes longer than that to be woken.
-// Waiting lookups go in before the next writer (writers apply long events in holds of
-// lockSpan blocks, and would otherwise take the lock back at once). See
-// docs/decisions/0804.
+// rwspin is the index's readers-writer lock. Writers hold it; lookups take no lock
+// (docs/decisions/0805), and its readers are a writer warming its next hold, Blocks, and
+// a lookup that asks again under it. Its waiters spin, then yield the processor, instead
+// of parking: a reader waits for at most one writer's hold (lockSpan blocks, about a
+// microsecond), and a parked goroutine takes longer than that to be woken. Waiting
+// readers go in before the next writer (writers apply long events in holds of lockSpan
+// blocks, and would otherwise take the lock back at once). See docs/decisions/0804.
 type rwspin struct {
 	wmu     sync.Mutex   // serializes writers (they may park)
 	writer  atomic.Bool  // a writer holds the lock or is taking it

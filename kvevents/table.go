@@ -6,6 +6,8 @@ import "math/bits"
 // addressing with linear probing and backward-shift deletion, grown by half when 85%
 // full: 20-28 bytes an entry where a Go map takes about 38 at 10^6 entries (see
 // docs/decisions/0802). Keys need not be well distributed; the zero key is allowed.
+// It is not safe for concurrent use: a stream's engine hashes, which only writers read
+// (under the index's lock), are kept in one; the tables lookups read are ctables.
 type table struct {
 	slots   []slot // key 0 marks an empty slot; the zero key lives in zero/hasZero
 	n       int    // entries in the slots

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/loadaware/loadaware-epp/kvevents"
 )
@@ -30,13 +31,20 @@ type KVEventsView struct{ Index *kvevents.Index }
 
 // Match implements CacheView.
 func (v KVEventsView) Match(_ context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error) {
-	ms := v.Index.Match(tokens, endpoints)
+	bp := kvMatchBufs.Get().(*[]kvevents.Match)
+	defer kvMatchBufs.Put(bp)
+	ms := v.Index.AppendMatch((*bp)[:0], tokens, endpoints)
+	*bp = ms
 	out := make([]CacheMatch, len(ms))
 	for i, m := range ms {
 		out[i] = CacheMatch{Matched: m.Matched, HolderRank: m.HolderRank, Source: SourceVLLMEvents}
 	}
 	return out, nil
 }
+
+// kvMatchBufs holds the index's answers while they are copied into CacheMatches, so
+// that a lookup allocates only the CacheMatches.
+var kvMatchBufs = sync.Pool{New: func() any { return new([]kvevents.Match) }}
 
 // Longest combines cache views: each endpoint gets the match of the view that holds the
 // longer contiguous prefix for it (the first view on a tie). A view that fails is left

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -80,9 +81,10 @@ func (m BodyMode) String() string {
 	return "full-duplex"
 }
 
-// Picker is what the server needs of the decision engine.
+// Picker is what the server needs of the decision engine: picker.Picker's PickInto, which
+// decides into the caller's Decision and reuses its memory (see its ownership contract).
 type Picker interface {
-	Pick(ctx context.Context, r picker.Request) (picker.Decision, error)
+	PickInto(ctx context.Context, r picker.Request, d *picker.Decision) error
 }
 
 // Config configures a Server.
@@ -114,6 +116,12 @@ type Server struct {
 	streams *gate
 	limitLog
 
+	// decisions holds Decisions between streams, so a decision reuses the memory of an
+	// earlier stream's (picker.PickInto) rather than allocating its own. A stream takes
+	// one when it decides and puts it back when it ends, after releasing its booking;
+	// nothing of a Decision is read after that.
+	decisions sync.Pool
+
 	streamDone func() // test hook: called after a stream's booking is released
 }
 
@@ -144,7 +152,7 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 // Process implements the ext_proc stream: one HTTP request.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy(),
-		msgs: make(chan received), quit: make(chan struct{})}
+		msgs: make(chan received), quit: make(chan struct{}), decision: &noDecision}
 	if !s.streams.enter() {
 		st.refuse = "overloaded"
 	}
@@ -156,6 +164,10 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		s.streams.leave()
 		st.freeBody()
 		st.release()
+		if st.decision != &noDecision {
+			*st.decision = picker.Decision{Ranked: st.decision.Ranked[:0], Endpoints: st.decision.Endpoints[:0], Sources: st.decision.Sources}
+			s.decisions.Put(st.decision)
+		}
 		if s.streamDone != nil {
 			s.streamDone()
 		}
@@ -231,9 +243,12 @@ type stream struct {
 	body              bytes.Buffer // the request body, when it came in several frames
 	whole             []byte       // the request body, when it came in one frame
 	decided           bool
-	decision          picker.Decision
-	finished          bool // the response ended or an ImmediateResponse was sent
+	decision          *picker.Decision // &noDecision until decide takes one from the pool
+	finished          bool             // the response ended or an ImmediateResponse was sent
 }
+
+// noDecision is a stream's decision before it has one: empty, never written.
+var noDecision picker.Decision
 
 // run receives until the stream ends. A nil error means the conversation ended normally.
 func (st *stream) run() error {
@@ -496,14 +511,18 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 			req.ChatBody = body
 		}
 	}
-	d, err := st.s.picker.Pick(st.srv.Context(), req)
-	if err != nil {
+	d, _ := st.s.decisions.Get().(*picker.Decision)
+	if d == nil {
+		d = new(picker.Decision)
+	}
+	st.decision = d
+	if err := st.s.picker.PickInto(st.srv.Context(), req, d); err != nil {
+		d.Booking = nil // none was made; a stale one must not be released
 		if st.srv.Context().Err() != nil {
 			return st.srv.Context().Err()
 		}
 		return st.immediate(typev3.StatusCode_ServiceUnavailable, "ServiceUnavailable", err.Error())
 	}
-	st.decision = d
 	value := strings.Join(d.Endpoints, ",")
 	set := []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}
 	if st.generatedID {
@@ -513,7 +532,7 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	resp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}
 	// dynamic_metadata, encoded directly (appendRoutingMetadata): the receiver decodes it.
-	resp.ProtoReflect().SetUnknown(appendRoutingMetadata(nil, value, d, st.s.cfg.OmitScores))
+	resp.ProtoReflect().SetUnknown(appendRoutingMetadata(nil, value, *d, st.s.cfg.OmitScores))
 	if answerInBody {
 		resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}}
 	}

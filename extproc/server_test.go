@@ -573,3 +573,77 @@ func TestHealthWatchSeesChanges(t *testing.T) {
 		hs.SetServing(true)
 	}
 }
+
+// Decisions are pooled between streams (PickInto): a stream that ends hands its decision
+// back while others are open, and a later stream's decision must not be any open
+// stream's. Each stream's explanation, read after the others decided and ended, names its
+// own winner.
+func TestPooledDecisionsAreNeverShared(t *testing.T) {
+	eps := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"}
+	h := newHarness(t, harnessOpts{endpoints: eps, cfg: Config{Explain: ExplainAll}})
+	route := func() (extprocv3.ExternalProcessor_ProcessClient, string) {
+		st, _ := h.open(t)
+		if err := st.Send(postHeaders(PathCompletions, ExplainHeader, "1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(body(completion, true)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil { // the body echoed back
+			t.Fatal(err)
+		}
+		return st, string(r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()[0].GetHeader().GetRawValue())
+	}
+	explained := func(st extprocv3.ExternalProcessor_ProcessClient) string {
+		if err := st.Send(respHeaders(false)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(r.GetResponseHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()[0].GetHeader().GetRawValue())
+	}
+	finish := func(st extprocv3.ExternalProcessor_ProcessClient) {
+		if err := st.Send(respBody("data: [DONE]\n\n", true)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.CloseSend()
+		<-h.done
+	}
+	type open struct {
+		st     extprocv3.ExternalProcessor_ProcessClient
+		winner string
+	}
+	var live []open
+	for round := range 3 {
+		for range 3 {
+			st, w := route()
+			live = append(live, open{st, w})
+		}
+		// End the oldest two: their decisions go back to the pool for the next round.
+		for _, o := range live[:2] {
+			if ex := explained(o.st); !strings.Contains(ex, "winner="+o.winner+" ") {
+				t.Fatalf("round %d: a stream routed to %s explains %q", round, o.winner, ex)
+			}
+			finish(o.st)
+		}
+		live = live[2:]
+	}
+	for _, o := range live {
+		if ex := explained(o.st); !strings.Contains(ex, "winner="+o.winner+" ") {
+			t.Errorf("a stream routed to %s explains %q", o.winner, ex)
+		}
+		finish(o.st)
+	}
+	if h.inflight() != 0 {
+		t.Fatalf("in flight %d after every stream ended", h.inflight())
+	}
+}

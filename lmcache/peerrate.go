@@ -5,14 +5,15 @@ import (
 	"time"
 )
 
-// Defaults of the per-IP byte rate on the controller's sockets (decision 0707). A busy
-// engine sends about 50 KB/s (a few hundred chunk admits and evicts a second, ~60 bytes
-// each); a full sync is about 9 bytes a key, which LMCache sends in batches of 2,000 keys
-// (18 KB) every 5 ms. 1 MiB/s is some 20 times the busy stream, and the 4 MiB burst lets a
-// sync of about 450,000 keys through at once.
+// Defaults of the per-IP byte rate on the controller's sockets (decision 0707). An engine
+// prefilling 50,000 tokens/s stores about 200 chunks of 256 tokens a second: with as many
+// evicts, some 25 KB/s of ~60-byte messages. A full sync sends the CPU backend's keys,
+// about 9 bytes each, in batches of 2,000 (18 KB) every 5 ms; 100 GiB of an 8B model's
+// 32 MiB chunks is 3,200 keys. 1 MiB/s is 40 times the busy stream, and the 1 MiB burst
+// lets a sync of about 110,000 keys through at once (larger ones go at the rate).
 const (
 	DefaultPeerRate  = 1 << 20 // bytes per second, per peer IP
-	DefaultPeerBurst = 4 << 20 // bytes
+	DefaultPeerBurst = 1 << 20 // bytes
 
 	// maxPeerWait is the longest the controller stops reading for one message of a peer
 	// over its rate. While it waits no socket peer is read (ZeroMQ's fair queue cannot

@@ -41,7 +41,7 @@ func TestHardeningFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 4<<20 {
+	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 1<<20 {
 		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
 	}
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||

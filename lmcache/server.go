@@ -78,7 +78,7 @@ type ServerConfig struct {
 	RcvHWM int
 	// PeerRate is how many bytes a second of messages one peer IP may send, summed over
 	// the sockets; 0 means DefaultPeerRate, negative: no limit. A peer over it is slowed
-	// to it: the controller stops reading (at most 20 ms per message) until the peer's
+	// to it: the controller stops reading (at most 50 ms per message) until the peer's
 	// debt is repaid, so its connection backs up and ZeroMQ blocks its sender; a peer
 	// more than PeerBurst bytes in debt has its messages dropped. Counted in
 	// loadaware_lmcache_peer_over_rate_*.

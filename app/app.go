@@ -57,6 +57,8 @@ type Config struct {
 	MaxGRPCConns   int                 // 0: DefaultMaxGRPCConns
 	MaxHTTPConns   int                 // 0: DefaultMaxHTTPConns
 	MaxConnsPerIP  int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
+	ConnReadRate   int64               // bytes/s one ext_proc connection may send; 0: DefaultConnReadRate; negative: no limit
+	ConnReadBurst  int64               // bytes above ConnReadRate at once; 0: DefaultConnReadBurst
 	Health         HealthConfig        // passive and active endpoint health
 
 	ImbalanceWindow   time.Duration // default 60s
@@ -110,6 +112,7 @@ type App struct {
 	gate                           *replica.Gate        // nil unless the index is shared or persisted
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
+	connRate                       *connRate // nil: ext_proc reads are not rate-limited
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -155,6 +158,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}, []string{"port"})
 	if err := reg.Register(a.refusedConns); err != nil {
 		return nil, err
+	}
+	if cfg.ConnReadRate > 0 {
+		if a.connRate, err = newConnRate(cfg.ConnReadRate, cfg.ConnReadBurst, log, reg); err != nil {
+			return nil, err
+		}
 	}
 	params := scoring.DefaultParams()
 	params.Beta = cfg.Beta
@@ -274,6 +282,9 @@ func (a *App) bind(ctx context.Context, cfg Config) error {
 	}
 	// No per-IP cap on ext_proc: one Envoy opens a connection per worker thread.
 	a.grpcLis = limitListener(a.grpcLis, cfg.MaxGRPCConns, 0, nil)
+	if a.connRate != nil {
+		a.grpcLis = &rateListener{Listener: a.grpcLis, r: a.connRate}
+	}
 	if cfg.HealthAddr != "-" {
 		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
 			return err
@@ -327,6 +338,12 @@ func setDefaults(c *Config) {
 	}
 	if c.MaxConnsPerIP == 0 {
 		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.ConnReadRate == 0 {
+		c.ConnReadRate = DefaultConnReadRate
+	}
+	if c.ConnReadBurst <= 0 {
+		c.ConnReadBurst = DefaultConnReadBurst
 	}
 	if c.ImbalanceInterval <= 0 {
 		c.ImbalanceInterval = 250 * time.Millisecond

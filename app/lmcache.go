@@ -21,6 +21,9 @@ type LMCacheConfig struct {
 
 	MaxKeys           int // chunk keys held (LRU beyond); 0: lmcache.DefaultMaxKeys; negative: no bound
 	MaxInstancesPerIP int // 0: lmcache.DefaultMaxInstancesPerIP
+
+	PeerRate  int64 // bytes/s of messages one engine IP may send; 0: lmcache.DefaultPeerRate; negative: no limit
+	PeerBurst int64 // bytes above PeerRate at once; 0: lmcache.DefaultPeerBurst
 }
 
 func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
@@ -38,7 +41,8 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 		return err
 	}
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
-		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest}, a.LMCacheIndex, a.log, reg)
+		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
+		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err
 	}

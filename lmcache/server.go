@@ -76,6 +76,16 @@ type ServerConfig struct {
 	// peers (their PUSH sockets then block or drop): the memory a peer faster than the index
 	// can make libzmq hold. 0 means DefaultRcvHWM.
 	RcvHWM int
+	// PeerRate is how many bytes a second of messages one peer IP may send, summed over
+	// the sockets; 0 means DefaultPeerRate, negative: no limit. A peer over it is slowed
+	// to it: the controller stops reading (at most 50 ms per message) until the peer's
+	// debt is repaid, so its connection backs up and ZeroMQ blocks its sender; a peer
+	// more than PeerBurst bytes in debt has its messages dropped. Counted in
+	// loadaware_lmcache_peer_over_rate_*.
+	PeerRate int64
+	// PeerBurst is how many bytes a peer may send at once above PeerRate (a full sync);
+	// 0 means DefaultPeerBurst.
+	PeerBurst int64
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -90,6 +100,13 @@ type Server struct {
 	allowed   atomic.Pointer[map[string]bool]
 	rejectLog sync.Mutex
 	lastLog   map[string]time.Time
+
+	limit      *peerLimiter
+	overWait   prometheus.Counter
+	overMsgs   *prometheus.CounterVec
+	overLogMu  sync.Mutex
+	overLogged map[string]time.Time
+	overCount  map[string]int
 
 	zctx                           *zmq.Context
 	pullAddr, replyAddr, heartAddr string
@@ -125,6 +142,12 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = 64 << 20
 	}
+	if cfg.PeerRate == 0 {
+		cfg.PeerRate = DefaultPeerRate
+	}
+	if cfg.PeerBurst <= 0 {
+		cfg.PeerBurst = DefaultPeerBurst
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -139,6 +162,17 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		}),
 		lastLog: map[string]time.Time{},
 		done:    make(chan struct{}),
+		limit:   newPeerLimiter(cfg.PeerRate, cfg.PeerBurst),
+		overWait: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_peer_over_rate_wait_seconds_total",
+			Help: "Time the LMCache controller stopped reading its sockets because a peer IP sent faster than --lmcache-peer-rate (back-pressure: its sender blocks).",
+		}),
+		overMsgs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_peer_over_rate_messages_total",
+			Help: "Messages of a peer IP over --lmcache-peer-rate: delayed (applied after a wait) or dropped (more than --lmcache-peer-burst in debt).",
+		}, []string{"outcome"}),
+		overLogged: map[string]time.Time{},
+		overCount:  map[string]int{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -146,9 +180,14 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	empty := map[string]bool{}
 	s.allowed.Store(&empty)
 	idx.SetTrustClaims(cfg.Allow == AllowAny)
+	if cfg.PeerRate < 0 {
+		s.limit = nil
+	}
 	if reg != nil {
-		if err := reg.Register(s.rejected); err != nil {
-			return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
+		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
+			}
 		}
 	}
 	return s, nil
@@ -366,7 +405,68 @@ func (s *Server) servePull(so *zmq.Socket) {
 			s.idx.RefuseUnknownPeer(s.now())
 			continue
 		}
+		apply, stop := s.pace(peer, frames)
+		if stop {
+			return
+		}
+		if !apply {
+			continue
+		}
 		s.ingest(peer, frames, func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 })
+	}
+}
+
+// pace charges a message of peer to its byte rate and waits out the peer's debt (see
+// ServerConfig.PeerRate). It reports whether to apply the message, and stop when the server
+// is closing.
+func (s *Server) pace(peer string, frames [][]byte) (apply, stop bool) {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	ip := canonicalIP(peer)
+	wait, apply := s.limit.admit(ip, n, time.Now())
+	if wait <= 0 {
+		return apply, false
+	}
+	outcome := "delayed"
+	if !apply {
+		outcome = "dropped"
+	}
+	s.overMsgs.WithLabelValues(outcome).Inc()
+	s.overWait.Add(wait.Seconds())
+	s.noteOverRate(ip, outcome)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return apply, false
+	case <-s.done:
+		return false, true
+	}
+}
+
+// noteOverRate logs a peer over its rate at WARN, at most once a minute per peer, with the
+// messages delayed or dropped since the last line.
+func (s *Server) noteOverRate(ip, outcome string) {
+	now := time.Now()
+	s.overLogMu.Lock()
+	key := ip + "|" + outcome
+	s.overCount[key]++
+	last, seen := s.overLogged[key]
+	logIt := !seen || now.Sub(last) >= time.Minute
+	n := s.overCount[key]
+	if logIt {
+		if len(s.overLogged) >= 1024 {
+			clear(s.overLogged)
+			clear(s.overCount)
+		}
+		s.overLogged[key], s.overCount[key] = now, 0
+	}
+	s.overLogMu.Unlock()
+	if logIt {
+		s.log.Warn("lmcache: a peer sends cache events faster than --lmcache-peer-rate; the controller slows it (it stops reading, so the peer's sends block) and drops what is more than --lmcache-peer-burst over (logged once a minute per peer; see loadaware_lmcache_peer_over_rate_messages_total). If it is a real engine, raise the rate",
+			"peer", ip, "outcome", outcome, "messages", n, "rate_bytes_per_s", s.cfg.PeerRate, "burst_bytes", s.cfg.PeerBurst)
 	}
 }
 
@@ -383,6 +483,15 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 		}
 		if len(frames) < 2 {
 			continue // no routing identity: cannot answer
+		}
+		if peer := md["Peer-Address"]; peer != "" {
+			apply, stop := s.pace(peer, frames[len(frames)-1:])
+			if stop {
+				return
+			}
+			if !apply {
+				continue // dropped unanswered: the peer is far over its rate
+			}
 		}
 		reply := s.answer(frames[len(frames)-1], md["Peer-Address"])
 		out := append(frames[:len(frames)-1:len(frames)-1], reply)

@@ -116,13 +116,16 @@ func TestSoak(t *testing.T) {
 	defer stop()
 	begin := time.Now()
 	steadyStart(t, srv.URL, ctx)
+	rtBegin := readRuntime()
 	select {
 	case <-time.After(idleFor):
 	case <-ctx.Done():
 	}
 	hostileFrom := time.Since(begin)
+	rtHostile := readRuntime()
 	var hostile sync.WaitGroup
 	var refused atomic.Int64
+	var bodyBytes, lmcacheFrames atomic.Int64 // what the hostile senders got out
 
 	on := func(name string) bool { // LOADAWARE_SOAK_HOSTILE picks the hostile clients; default all
 		v := os.Getenv("LOADAWARE_SOAK_HOSTILE")
@@ -165,6 +168,7 @@ func TestSoak(t *testing.T) {
 					if st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk}}}) != nil {
 						break
 					}
+					bodyBytes.Add(int64(len(chunk)))
 				}
 				select { // hold it until the picker ends it
 				case <-ended:
@@ -269,7 +273,9 @@ func TestSoak(t *testing.T) {
 				b, _ := lmcache.Encode(m)
 				frames = append(frames, b)
 			}
-			_, _ = push.SendMessage(frames)
+			if _, err := push.SendMessage(frames); err == nil {
+				lmcacheFrames.Add(int64(len(frames)))
+			}
 		}
 	})
 
@@ -296,6 +302,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	rtEnd := readRuntime()
 	st.wg.Wait()
 	hostile.Wait()
 	var idle, loaded []time.Duration
@@ -314,6 +321,9 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
 	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys. RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
+	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
+	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies and %.0f LMCache events/s\n\n",
+		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(bodyBytes.Load())/(1<<20)/hostileSecs, float64(lmcacheFrames.Load())/hostileSecs)
 	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
 		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused)

@@ -27,6 +27,10 @@ type hardening struct {
 	healthCheckPath     string
 	lmMaxKeys           int
 	lmMaxInstancesPerIP int
+	connReadRate        int64
+	connReadBurst       int64
+	lmPeerRate          int64
+	lmPeerBurst         int64
 }
 
 func (h *hardening) register(fs *flag.FlagSet) {
@@ -42,6 +46,10 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.healthCheckInterval, "health-check-interval", 250*time.Millisecond, "period of the active GET --health-check-path checks of static --endpoints; 0 disables them")
 	fs.IntVar(&h.lmMaxKeys, "lmcache-max-keys", lmcache.DefaultMaxKeys, "chunk keys the LMCache index holds (about 120-160 bytes each); beyond it the least recently used go first; -1: no bound")
 	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")
+	fs.Int64Var(&h.connReadRate, "grpc-conn-read-rate", app.DefaultConnReadRate, "bytes per second one ext_proc connection may send; a faster one is read slower, so HTTP/2 flow control makes its sender wait; -1: no bound")
+	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate")
+	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
+	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
 }
 
@@ -67,8 +75,16 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmMaxKeys == 0 || h.lmMaxKeys < -1 || h.lmMaxInstancesPerIP < 1 {
 		return fmt.Errorf("--lmcache-max-keys must be a count (default %d) or -1, and --lmcache-max-instances-per-ip at least 1", lmcache.DefaultMaxKeys)
 	}
+	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 {
+		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst at least 1 byte (default %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst)
+	}
+	if h.lmPeerRate == 0 || h.lmPeerRate < -1 || h.lmPeerBurst < 1 {
+		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
+	}
+	cfg.ConnReadRate, cfg.ConnReadBurst = h.connReadRate, h.connReadBurst
 	if cfg.LMCache != nil {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
+		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)
 	if err != nil {

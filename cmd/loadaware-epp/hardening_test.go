@@ -25,6 +25,10 @@ func TestHardeningFlags(t *testing.T) {
 		{"connections", []string{ok, "--max-connections-per-ip", "0"}, "must be at least 1"},
 		{"health interval", []string{ok, "--health-check-interval", "-1s"}, "--health-check-interval -1s"},
 		{"lmcache keys", []string{ok, "--lmcache-max-keys", "0"}, "--lmcache-max-keys must be a count"},
+		{"conn read rate", []string{ok, "--grpc-conn-read-rate", "0"}, "--grpc-conn-read-rate must be bytes per second"},
+		{"conn read burst", []string{ok, "--grpc-conn-read-burst", "0"}, "--grpc-conn-read-burst at least 1 byte"},
+		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
+		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := parse(tt.args, env())
@@ -37,11 +41,11 @@ func TestHardeningFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 {
+	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 1<<20 {
 		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
 	}
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||
-		cfg.Health.CheckInterval != 250*time.Millisecond || cfg.Health.CheckPath != "/health" {
+		cfg.Health.CheckInterval != 250*time.Millisecond || cfg.Health.CheckPath != "/health" || cfg.ConnReadRate != 32<<20 || cfg.ConnReadBurst != 32<<20 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	cfg, _, err = parse([]string{"--pool-name", "p", "--pool-namespace", "n", "--explain", "all", "--max-prompt-bytes", "-1"}, env())

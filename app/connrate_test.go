@@ -1,0 +1,156 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func dialExtProc(t *testing.T, a *App) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// sendBody sends one full-duplex /v1/completions request whose body is size bytes, in
+// 256 KiB chunks, and returns where it was routed.
+func sendBody(ctx context.Context, conn *grpc.ClientConn, size int) (string, error) {
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}}); err != nil {
+		return "", err
+	}
+	head, tail := `{"model":"m","prompt":"`, `"}`
+	body := []byte(head + strings.Repeat("a", size-len(head)-len(tail)) + tail)
+	for off := 0; off < len(body); off += 256 << 10 {
+		end := min(off+256<<10, len(body))
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+			Body: body[off:end], EndOfStream: end == len(body)}}}); err != nil {
+			return "", err
+		}
+	}
+	r, err := st.Recv()
+	if err != nil {
+		return "", err
+	}
+	if ir := r.GetImmediateResponse(); ir != nil {
+		return "", io.ErrUnexpectedEOF
+	}
+	_ = st.CloseSend()
+	return r.GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-destination-endpoint"].GetStringValue(), nil
+}
+
+// A connection sending faster than --grpc-conn-read-rate is slowed to it (its sender
+// waits: the body takes at least its excess over the burst divided by the rate), while
+// another connection is served meanwhile.
+func TestConnReadRateSlowsTheSender(t *testing.T) {
+	const rate, burst, size = 2 << 20, 256 << 10, 1280 << 10
+	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}, ConnReadRate: rate, ConnReadBurst: burst})
+	slow, other := dialExtProc(t, a), dialExtProc(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		dest string
+		took time.Duration
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		begin := time.Now()
+		dest, err := sendBody(ctx, slow, size)
+		done <- result{dest, time.Since(begin), err}
+	}()
+	for testutil.ToFloat64(a.connRate.slowed) == 0 { // the slow connection is being held back
+		select {
+		case r := <-done:
+			t.Fatalf("a %d-byte body over a %d-byte burst finished (%v, %v) without its connection being slowed", size, burst, r.took, r.err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if dest, err := routeOnce(other); err != nil || dest != "10.0.0.1:8000" {
+		t.Fatalf("another connection while one is slowed: %q, %v", dest, err)
+	}
+	r := <-done
+	if r.err != nil || r.dest != "10.0.0.1:8000" {
+		t.Fatalf("the slowed request was not routed: %q, %v", r.dest, r.err)
+	}
+	// A Read is charged after it returns, so the last one (at most gRPC's 32 KiB read
+	// buffer) is not waited for.
+	least := time.Duration(float64(size-burst-32<<10) / rate * float64(time.Second))
+	if r.took < least {
+		t.Errorf("%d bytes at %d bytes/s with a %d-byte burst took %v, under %v: the rate is not enforced", size, rate, burst, r.took, least)
+	}
+	if w := testutil.ToFloat64(a.connRate.waited); w <= 0 {
+		t.Errorf("loadaware_extproc_read_rate_wait_seconds_total %v after a slowed connection", w)
+	}
+}
+
+// Under the defaults a request body of the largest allowed size (16 MiB) is read without
+// waiting.
+func TestConnReadRateDefaultsPassALargestBody(t *testing.T) {
+	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if dest, err := sendBody(ctx, dialExtProc(t, a), 16<<20); err != nil || dest != "10.0.0.1:8000" {
+		t.Fatalf("a 16 MiB body: %q, %v", dest, err)
+	}
+	if w, n := testutil.ToFloat64(a.connRate.waited), testutil.ToFloat64(a.connRate.slowed); w != 0 || n != 0 {
+		t.Errorf("a 16 MiB body under the default read rate waited %vs (%v connections slowed)", w, n)
+	}
+}
+
+// A Read waiting for its connection's debt returns as soon as the connection is closed.
+func TestRateConnCloseEndsAWait(t *testing.T) {
+	r, err := newConnRate(1<<10, 1<<10, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client := net.Pipe()
+	defer client.Close()
+	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
+	c := &rateConn{Conn: server, r: r, tokens: r.burst, last: time.Now(), closed: make(chan struct{})}
+	buf := make([]byte, 4<<10)
+	for range 2 { // the burst, then one more read into debt
+		if n, err := c.Read(buf); err != nil || n > 1<<10 {
+			t.Fatalf("read %d bytes (the burst is 1 KiB), %v", n, err)
+		}
+	}
+	ended := make(chan time.Duration, 1)
+	go func() {
+		begin := time.Now()
+		_, _ = c.Read(buf) // owes about a second
+		ended <- time.Since(begin)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.slowed) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // until the Read is waiting
+			t.Fatal("a Read into debt never waited")
+		}
+	}
+	c.Close()
+	select {
+	case took := <-ended:
+		if took > 500*time.Millisecond {
+			t.Errorf("the Read returned %v after its connection was closed", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Read waiting on the rate did not return after Close")
+	}
+}

@@ -1,0 +1,92 @@
+package lmcache
+
+import (
+	"sync"
+	"time"
+)
+
+// Defaults of the per-IP byte rate on the controller's sockets (decision 0707). An engine
+// prefilling 50,000 tokens/s stores about 200 chunks of 256 tokens a second: with as many
+// evicts, some 25 KB/s of ~60-byte messages. A full sync sends the CPU backend's keys,
+// about 9 bytes each, in batches of 2,000 (18 KB) every 5 ms; 100 GiB of an 8B model's
+// 32 MiB chunks is 3,200 keys. 1 MiB/s is 40 times the busy stream, and the 1 MiB burst
+// lets a sync of about 110,000 keys through at once (larger ones go at the rate).
+const (
+	DefaultPeerRate  = 1 << 20 // bytes per second, per peer IP
+	DefaultPeerBurst = 1 << 20 // bytes
+
+	// maxPeerWait is the longest the controller stops reading for one message of a peer
+	// over its rate. While it waits no socket peer is read (ZeroMQ's fair queue cannot
+	// skip one), so this bounds the delay an engine over its rate adds to the others':
+	// each still gets at least one message through per wait. At the default rate a
+	// message of up to 52 KB (a 5,800-key sync batch) is paid for in one wait; larger
+	// ones leave debt, and a peer deeper than the burst in debt is dropped.
+	maxPeerWait = 50 * time.Millisecond
+
+	maxPeerBuckets = 4096 // beyond it, buckets that are full (idle peers) are forgotten
+)
+
+// peerLimiter is a token bucket of bytes per peer IP. A message may take the bucket into
+// debt down to -burst; the reader then waits for the debt to be repaid (at most
+// maxPeerWait per message), so a peer sending faster than its rate is slowed to it and its
+// own socket backs up to the high-water mark, blocking the sender. A message that would go
+// deeper than -burst is dropped. Safe for concurrent use.
+type peerLimiter struct {
+	rate, burst float64 // rate <= 0: unlimited
+	mu          sync.Mutex
+	buckets     map[string]*peerBucket
+}
+
+type peerBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func newPeerLimiter(rate, burst int64) *peerLimiter {
+	return &peerLimiter{rate: float64(rate), burst: float64(burst), buckets: map[string]*peerBucket{}}
+}
+
+// admit charges n bytes received from ip at now. It returns how long the reader must
+// wait before going on, and whether the message is to be applied (after the wait) or
+// dropped (also after the wait, so that a peer sending only droppable messages is paced
+// too).
+func (l *peerLimiter) admit(ip string, n int, now time.Time) (wait time.Duration, apply bool) {
+	if l == nil || l.rate <= 0 {
+		return 0, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[ip]
+	if b == nil {
+		if len(l.buckets) >= maxPeerBuckets {
+			l.forgetFull(now)
+		}
+		b = &peerBucket{tokens: l.burst, last: now}
+		l.buckets[ip] = b
+	}
+	if dt := now.Sub(b.last).Seconds(); dt > 0 {
+		b.tokens = min(l.burst, b.tokens+dt*l.rate)
+		b.last = now
+	}
+	if b.tokens-float64(n) < -l.burst {
+		return maxPeerWait, false
+	}
+	b.tokens -= float64(n)
+	if b.tokens >= 0 {
+		return 0, true
+	}
+	return min(time.Duration(-b.tokens*float64(time.Second)/l.rate), maxPeerWait), true
+}
+
+// forgetFull drops the buckets that have refilled by now: their peers are within their
+// rate, and a new bucket starts full. Called with l.mu held.
+func (l *peerLimiter) forgetFull(now time.Time) {
+	for ip, b := range l.buckets {
+		if b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst {
+			delete(l.buckets, ip)
+		}
+	}
+	if len(l.buckets) >= maxPeerBuckets { // all in debt at once (allow-from any): start over
+		clear(l.buckets)
+	}
+}

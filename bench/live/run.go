@@ -242,6 +242,11 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 	if _, err := f.awaitDelivered(ctx, 10*time.Second); err != nil {
 		return nil, err
 	}
+	// Shared replicas hear the engines' registrations over NATS: every replica must have
+	// them all before the warm-up's events for those instances are applied beside them.
+	if err := f.awaitReplicasSynced(ctx); err != nil {
+		return nil, err
+	}
 	// The warm-up's chunk events go straight into the index, in the order virtual time
 	// applied them (several sockets would not keep the order across engines). The engines
 	// are idle, so whatever the controller's message count gains meanwhile is theirs.
@@ -338,23 +343,38 @@ func poll(ctx context.Context, limit time.Duration, what string, done func() (bo
 	}
 }
 
-// awaitRegistered waits until the index knows every engine's instance by its IP.
+// awaitRegistered waits until the index knows every engine's instance by its IP: every
+// replica's index when they share state (an engine registers with one replica, the others
+// learn it over NATS), else the replicas' indexes together (naive replicas each know their
+// own engines only).
 func (f *liveFleet) awaitRegistered(ctx context.Context) error {
+	shared := len(f.apps) > 1 && !f.naive
 	return poll(ctx, 10*time.Second, "the engines' LMCache workers did not register", func() (bool, error) {
 		byID := map[string]lmcache.InstanceInfo{}
-		for _, a := range f.apps {
+		for i, a := range f.apps {
+			if shared {
+				clear(byID)
+			}
 			for _, in := range a.LMCacheIndex.Instances() {
 				byID[in.ID] = in
 			}
-		}
-		for _, e := range f.engines {
-			in, ok := byID[e.InstanceID()]
-			if !ok || in.State != lmcache.StateActive || in.IP != e.cfg.IP {
+			if (shared || i == len(f.apps)-1) && !f.knowsEngines(byID) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
+}
+
+// knowsEngines reports whether byID holds every engine's instance, active, at its IP.
+func (f *liveFleet) knowsEngines(byID map[string]lmcache.InstanceInfo) bool {
+	for _, e := range f.engines {
+		in, ok := byID[e.InstanceID()]
+		if !ok || in.State != lmcache.StateActive || in.IP != e.cfg.IP {
+			return false
+		}
+	}
+	return true
 }
 
 // awaitDelivered waits until the controller has received every message the engines produced.

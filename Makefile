@@ -79,5 +79,5 @@ extload: deps
 # connections, an engine IP pushing junk LMCache events) for $(SOAK); RSS, goroutines and
 # latency recorded in soak.md (docs/security.md).
 SOAK ?= 5m
-soak: deps
+soak: deps testdata
 	LOADAWARE_SOAK=$(SOAK) LOADAWARE_SOAK_OUT=$(CURDIR)/soak.md $(GO) test -count=1 -run TestSoak -timeout 90m -v ./bench/soak

@@ -50,16 +50,17 @@ type Config struct {
 	AdminToken string // bearer token for POST /admin/config; empty: changes refused
 
 	// Hardening (see docs/security.md); zero values take the defaults.
-	Limits         extproc.Limits      // ext_proc streams, buffered bytes, idle timeout
-	Explain        extproc.ExplainMode // zero: only requests carrying AdminToken get the decision header
-	MaxPromptBytes int                 // 0: picker.DefaultMaxPromptBytes; negative: no bound
-	ClientCA       string              // PEM file: ext_proc requires a client certificate it signed (mTLS)
-	MaxGRPCConns   int                 // 0: DefaultMaxGRPCConns
-	MaxHTTPConns   int                 // 0: DefaultMaxHTTPConns
-	MaxConnsPerIP  int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
-	ConnReadRate   int64               // bytes/s one ext_proc connection may send; 0: DefaultConnReadRate; negative: no limit
-	ConnReadBurst  int64               // bytes above ConnReadRate at once; 0: DefaultConnReadBurst
-	Health         HealthConfig        // passive and active endpoint health
+	Limits             extproc.Limits      // ext_proc streams, buffered bytes, idle timeout
+	Explain            extproc.ExplainMode // zero: only requests carrying AdminToken get the decision header
+	MaxPromptBytes     int                 // 0: picker.DefaultMaxPromptBytes; negative: no bound
+	LargeTokenizations int                 // prompts over picker.LargePromptBytes tokenized at once; 0: picker's default; negative: no bound
+	ClientCA           string              // PEM file: ext_proc requires a client certificate it signed (mTLS)
+	MaxGRPCConns       int                 // 0: DefaultMaxGRPCConns
+	MaxHTTPConns       int                 // 0: DefaultMaxHTTPConns
+	MaxConnsPerIP      int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
+	ConnReadRate       int64               // bytes/s one ext_proc connection may send; 0: DefaultConnReadRate; negative: no limit
+	ConnReadBurst      int64               // bytes above ConnReadRate at once; 0: DefaultConnReadBurst
+	Health             HealthConfig        // passive and active endpoint health
 
 	ImbalanceWindow   time.Duration // default 60s
 	ImbalanceInterval time.Duration // default 250ms
@@ -168,7 +169,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	params.Beta = cfg.Beta
 	p, err := picker.New(picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
-		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, Logger: log, Registerer: reg,
+		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err

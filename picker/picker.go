@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,11 @@ import (
 // whitespace) at about 0.6 us per byte, linear, and ordinary text at 11 ns per byte, so
 // 256 KiB bounds one tokenization to about 0.15 s of CPU.
 const DefaultMaxPromptBytes = 256 << 10
+
+// LargePromptBytes is the size from which a text or chat prompt takes one of the
+// Options.LargeTokenizations slots: 32 KiB is about 8k tokens of ordinary text (0.4 ms to
+// tokenize) and at most 22 ms of the worst shape.
+const LargePromptBytes = 32 << 10
 
 // Errors Pick returns when it cannot route. Callers map them to 503.
 var (
@@ -131,9 +137,16 @@ type Options struct {
 	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
 	// means no bound.
 	MaxPromptBytes int
-	Now            func() time.Time
-	Logger         *slog.Logger
-	Registerer     prometheus.Registerer // nil: metrics are not registered
+	// LargeTokenizations bounds how many prompts over LargePromptBytes are tokenized at
+	// once; a large prompt that finds every slot taken is routed on load alone (noted,
+	// counted as "<kind>-tokenizer-busy") instead of waiting. A run of pathological
+	// prompts (the worst shape costs 0.6-0.7 us per byte, 0.18 s at the byte bound) can
+	// then hold at most this many cores, and small prompts never wait for them. 0 means
+	// max(1, GOMAXPROCS/2); negative means no bound.
+	LargeTokenizations int
+	Now                func() time.Time
+	Logger             *slog.Logger
+	Registerer         prometheus.Registerer // nil: metrics are not registered
 }
 
 // Config is the part of the configuration that can change at run time.
@@ -158,6 +171,8 @@ type Picker struct {
 	source  string      // the cache view's name, for the cache-share metrics
 	scratch sync.Pool   // *pickScratch, for the work before the lock
 	ranking rankScratch // guarded by decide
+
+	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
 
 // New checks opts and returns a Picker.
@@ -180,6 +195,9 @@ func New(opts Options) (*Picker, error) {
 	if opts.MaxEndpoints < 1 {
 		opts.MaxEndpoints = 1
 	}
+	if opts.LargeTokenizations == 0 {
+		opts.LargeTokenizations = max(1, runtime.GOMAXPROCS(0)/2)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -191,6 +209,9 @@ func New(opts Options) (*Picker, error) {
 		return nil, err
 	}
 	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache)}
+	if opts.LargeTokenizations > 0 {
+		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
+	}
 	p.scratch.New = func() any { return new(pickScratch) }
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
@@ -498,6 +519,15 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 	if n := max(len(r.Prompt), len(r.ChatBody)); p.opts.MaxPromptBytes > 0 && n > p.opts.MaxPromptBytes {
 		p.metrics.untokenized.WithLabelValues(kind + "-too-large").Inc()
 		return nil, "none", fmt.Sprintf("the %s prompt is %d bytes, over --max-prompt-bytes %d: not tokenized, routed on load alone", kind, n, p.opts.MaxPromptBytes)
+	}
+	if n := max(len(r.Prompt), len(r.ChatBody)); n >= LargePromptBytes && p.largeSlots != nil {
+		select {
+		case p.largeSlots <- struct{}{}:
+			defer func() { <-p.largeSlots }()
+		default:
+			p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-busy").Inc()
+			return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and %d prompts over %d bytes are being tokenized already (--large-tokenizations): routed on load alone", kind, n, cap(p.largeSlots), LargePromptBytes)
+		}
 	}
 	ids, err := p.opts.Tokenizer.Tokenize(ctx, r, cands)
 	if err != nil || len(ids) == 0 {

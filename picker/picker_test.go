@@ -366,3 +366,79 @@ func TestMaxPromptBytes(t *testing.T) {
 		})
 	}
 }
+
+// heldTokenizer tokenizes as fakeTokenizer once release is closed, and says when a call
+// has started.
+type heldTokenizer struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (h heldTokenizer) Tokenize(ctx context.Context, r Request, eps []string) ([]uint32, error) {
+	h.started <- struct{}{}
+	<-h.release
+	return fakeTokenizer{}.Tokenize(ctx, r, eps)
+}
+
+// At most LargeTokenizations prompts of LargePromptBytes or more are tokenized at once: one
+// more is routed on load alone at once (noted, counted), a small prompt still is tokenized
+// beside them, and a slot freed is taken again.
+func TestLargeTokenizationsAreBounded(t *testing.T) {
+	tok := heldTokenizer{started: make(chan struct{}, 8), release: make(chan struct{})}
+	p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Tokenizer: tok, LargeTokenizations: 2})
+	large := strings.Repeat("a ", LargePromptBytes/2)
+	done := make(chan Decision, 2)
+	for range 2 {
+		go func() {
+			d, err := p.Pick(context.Background(), Request{Prompt: large})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- d
+		}()
+	}
+	<-tok.started
+	<-tok.started // both slots held
+	d, err := p.Pick(context.Background(), Request{Prompt: large})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Booking.Release()
+	if d.PromptTokens != 0 || !strings.Contains(d.Explain(), "2 prompts over 32768 bytes are being tokenized already") {
+		t.Errorf("a third large prompt: %d tokens, %q; want it routed on load alone, saying why", d.PromptTokens, d.Explain())
+	}
+	if v := testutil.ToFloat64(p.metrics.untokenized.WithLabelValues("text-tokenizer-busy")); v != 1 {
+		t.Errorf("untokenized text-tokenizer-busy = %v, want 1", v)
+	}
+	small := make(chan Decision, 1)
+	go func() {
+		d, err := p.Pick(context.Background(), Request{Prompt: "a b c"})
+		if err != nil {
+			t.Error(err)
+		}
+		small <- d
+	}()
+	<-tok.started // a small prompt takes no slot: it reaches the tokenizer
+	close(tok.release)
+	if d := <-small; d.PromptTokens != 3 {
+		t.Errorf("small prompt: %d tokens, want 3", d.PromptTokens)
+	} else {
+		d.Booking.Release()
+	}
+	for range 2 {
+		d := <-done
+		if d.PromptTokens != LargePromptBytes/2 {
+			t.Errorf("a large prompt holding a slot: %d tokens, want %d", d.PromptTokens, LargePromptBytes/2)
+		}
+		d.Booking.Release()
+	}
+	d, err = p.Pick(context.Background(), Request{Prompt: large}) // the slots are free again
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tok.started
+	d.Booking.Release()
+	if d.PromptTokens != LargePromptBytes/2 {
+		t.Errorf("after the slots were freed: %d tokens, want %d", d.PromptTokens, LargePromptBytes/2)
+	}
+}

@@ -32,6 +32,8 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/simpleengine"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/tokenize"
 	zmq "github.com/pebbe/zmq4"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -89,13 +91,32 @@ func TestSoak(t *testing.T) {
 		addrs = append(addrs, e.Addr())
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	on := func(name string) bool { // LOADAWARE_SOAK_HOSTILE picks the hostile clients; default all
+		v := os.Getenv("LOADAWARE_SOAK_HOSTILE")
+		return v == "" || slices.Contains(strings.Split(v, ","), name)
+	}
+	var tok picker.Tokenizer // the prompts client needs one; the others route token ids
+	if on("prompts") {
+		qwen, err := tokenize.Load("../../testdata/ext/qwen2_5")
+		if err != nil {
+			t.Fatalf("the prompts client tokenizes with Qwen2.5: %v (run make testdata)", err)
+		}
+		tok = &picker.Tokens{Local: qwen}
+	}
+	largeTok := 0 // LOADAWARE_SOAK_LARGE_TOKENIZATIONS: the picker's --large-tokenizations (-1: unbounded, to compare)
+	if v := os.Getenv("LOADAWARE_SOAK_LARGE_TOKENIZATIONS"); v != "" {
+		if largeTok, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("LOADAWARE_SOAK_LARGE_TOKENIZATIONS=%q: give a count, or -1", v)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: "loadaware", Beta: 1, MaxEndpoints: 2, BodyMode: extproc.FullDuplex,
-		Limits:  extproc.Limits{MaxBufferedBytes: 64 << 20, IdleTimeout: 5 * time.Second},
-		Health:  app.HealthConfig{CheckInterval: 250 * time.Millisecond},
-		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
+		Limits:    extproc.Limits{MaxBufferedBytes: 64 << 20, IdleTimeout: 5 * time.Second},
+		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
+		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
+		Tokenizer: tok, LargeTokenizations: largeTok,
 	}, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -125,12 +146,8 @@ func TestSoak(t *testing.T) {
 	rtHostile := readRuntime()
 	var hostile sync.WaitGroup
 	var refused atomic.Int64
-	var bodyBytes, lmcacheFrames atomic.Int64 // what the hostile senders got out
+	var bodyBytes, lmcacheFrames, promptsRouted atomic.Int64 // what the hostile senders got out
 
-	on := func(name string) bool { // LOADAWARE_SOAK_HOSTILE picks the hostile clients; default all
-		v := os.Getenv("LOADAWARE_SOAK_HOSTILE")
-		return v == "" || slices.Contains(strings.Split(v, ","), name)
-	}
 	// 1. Unfinished bodies: 32 streams at a time, each sending 4 MiB and never ending it.
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -182,6 +199,37 @@ func TestSoak(t *testing.T) {
 	goIf := func(name string, f func()) {
 		if on(name) {
 			hostile.Go(f)
+		}
+	}
+	// 5. Tokenizer amplification: 4 streams at a time on their own connection, each a
+	// completion whose prompt is one run of whitespace just under --max-prompt-bytes (the
+	// worst shape to tokenize), ended as soon as it is routed.
+	if on("prompts") {
+		pconn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pconn.Close()
+		pext := extprocv3.NewExternalProcessorClient(pconn)
+		prompt := []byte(`{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat(" ", picker.DefaultMaxPromptBytes-64) + `"}`)
+		for range 4 {
+			hostile.Go(func() {
+				for ctx.Err() == nil {
+					sctx, cancel := context.WithCancel(ctx)
+					st, err := pext.Process(sctx)
+					if err != nil {
+						cancel()
+						return
+					}
+					_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+						Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}})
+					_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: prompt, EndOfStream: true}}})
+					if _, err := st.Recv(); err == nil { // the routing answer: the prompt was tokenized or refused
+						promptsRouted.Add(1)
+					}
+					cancel()
+				}
+			})
 		}
 	}
 	goIf("streamed", func() {
@@ -320,10 +368,10 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
-	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys. RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
+	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time. RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
-	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies and %.0f LMCache events/s\n\n",
-		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(bodyBytes.Load())/(1<<20)/hostileSecs, float64(lmcacheFrames.Load())/hostileSecs)
+	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s and %.1f worst-shape prompts routed/s\n\n",
+		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(bodyBytes.Load())/(1<<20)/hostileSecs, float64(lmcacheFrames.Load())/hostileSecs, float64(promptsRouted.Load())/hostileSecs)
 	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
 		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused)

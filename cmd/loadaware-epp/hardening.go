@@ -31,6 +31,7 @@ type hardening struct {
 	connReadBurst       int64
 	lmPeerRate          int64
 	lmPeerBurst         int64
+	largeTokenizations  int
 }
 
 func (h *hardening) register(fs *flag.FlagSet) {
@@ -39,6 +40,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.idleTimeout, "stream-idle-timeout", extproc.DefaultIdleTimeout, "longest silence while a request is read (before routing); over it the request is answered 408")
 	fs.StringVar(&h.explain, "explain", "token", "who gets the x-loadaware-decision header on asking: token (requests with Authorization: Bearer <admin token>), all, or off")
 	fs.IntVar(&h.maxPromptBytes, "max-prompt-bytes", picker.DefaultMaxPromptBytes, "largest text or chat prompt tokenized; larger ones are routed on load alone; -1: no bound")
+	fs.IntVar(&h.largeTokenizations, "large-tokenizations", 0, "prompts of 32 KiB or more tokenized at once; one more is routed on load alone rather than wait; 0: half the CPUs (at least 1); -1: no bound")
 	fs.StringVar(&h.clientCA, "client-ca", "", "PEM file of the CA signing Envoy's client certificate: ext_proc then requires mutual TLS")
 	fs.IntVar(&h.maxGRPCConns, "max-grpc-connections", app.DefaultMaxGRPCConns, "connections the ext_proc port holds at once; more wait in the kernel backlog")
 	fs.IntVar(&h.maxHTTPConns, "max-http-connections", app.DefaultMaxHTTPConns, "connections the metrics port holds at once; more wait in the kernel backlog")
@@ -65,6 +67,8 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		return fmt.Errorf("--stream-idle-timeout %v: use a positive duration such as 30s", h.idleTimeout)
 	case h.maxPromptBytes == 0 || h.maxPromptBytes < -1:
 		return fmt.Errorf("--max-prompt-bytes %d: use a size in bytes (default %d) or -1 for no bound", h.maxPromptBytes, picker.DefaultMaxPromptBytes)
+	case h.largeTokenizations < -1:
+		return fmt.Errorf("--large-tokenizations %d: use a count, 0 for half the CPUs or -1 for no bound", h.largeTokenizations)
 	case h.clientCA != "" && !o.secure:
 		return fmt.Errorf("--client-ca needs --secure-serving: mutual TLS is TLS")
 	case h.maxGRPCConns < 1 || h.maxHTTPConns < 1 || h.maxConnsPerIP < 1:
@@ -92,6 +96,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	}
 	cfg.Limits = extproc.Limits{MaxStreams: h.maxStreams, MaxBufferedBytes: h.maxBufferedBytes, IdleTimeout: h.idleTimeout}
 	cfg.Explain, cfg.MaxPromptBytes, cfg.ClientCA = mode, h.maxPromptBytes, h.clientCA
+	cfg.LargeTokenizations = h.largeTokenizations
 	cfg.MaxGRPCConns, cfg.MaxHTTPConns, cfg.MaxConnsPerIP = h.maxGRPCConns, h.maxHTTPConns, h.maxConnsPerIP
 	cfg.Health.CheckPath = h.healthCheckPath
 	if len(cfg.Endpoints) > 0 { // static mode: nothing else tells us an engine died

@@ -97,6 +97,27 @@ func (h *harness) open(t testing.TB) (extprocv3.ExternalProcessor_ProcessClient,
 	return st, cancel
 }
 
+// route opens a stream, sends a full-duplex completion (its headers with kv added, then its
+// body) and returns the stream and the destination answered, once the body is echoed back.
+func (h *harness) route(t testing.TB, kv ...string) (extprocv3.ExternalProcessor_ProcessClient, string) {
+	t.Helper()
+	st, _ := h.open(t)
+	if err := st.Send(postHeaders(PathCompletions, kv...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(body(completion, true)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil { // the body echoed back
+		t.Fatal(err)
+	}
+	return st, string(r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()[0].GetHeader().GetRawValue())
+}
+
 func (h *harness) inflight() int {
 	n := 0
 	for _, l := range h.fleet.All() {
@@ -498,22 +519,9 @@ func TestConcurrentStreamsSpreadAndRelease(t *testing.T) {
 	streams := make([]extprocv3.ExternalProcessor_ProcessClient, n)
 	got := map[string]int{}
 	for i := range streams {
-		st, _ := h.open(t)
+		st, dest := h.route(t)
 		streams[i] = st
-		if err := st.Send(postHeaders(PathCompletions)); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Send(body(completion, true)); err != nil {
-			t.Fatal(err)
-		}
-		r, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[string(r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()[0].GetHeader().GetRawValue())]++
-		if _, err := st.Recv(); err != nil {
-			t.Fatal(err)
-		}
+		got[dest]++
 	}
 	keys := make([]string, 0, len(got))
 	for k, v := range got {
@@ -581,23 +589,6 @@ func TestHealthWatchSeesChanges(t *testing.T) {
 func TestPooledDecisionsAreNeverShared(t *testing.T) {
 	eps := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"}
 	h := newHarness(t, harnessOpts{endpoints: eps, cfg: Config{Explain: ExplainAll}})
-	route := func() (extprocv3.ExternalProcessor_ProcessClient, string) {
-		st, _ := h.open(t)
-		if err := st.Send(postHeaders(PathCompletions, ExplainHeader, "1")); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Send(body(completion, true)); err != nil {
-			t.Fatal(err)
-		}
-		r, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Recv(); err != nil { // the body echoed back
-			t.Fatal(err)
-		}
-		return st, string(r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()[0].GetHeader().GetRawValue())
-	}
 	explained := func(st extprocv3.ExternalProcessor_ProcessClient) string {
 		if err := st.Send(respHeaders(false)); err != nil {
 			t.Fatal(err)
@@ -625,7 +616,7 @@ func TestPooledDecisionsAreNeverShared(t *testing.T) {
 	var live []open
 	for round := range 3 {
 		for range 3 {
-			st, w := route()
+			st, w := h.route(t, ExplainHeader, "1")
 			live = append(live, open{st, w})
 		}
 		// End the oldest two: their decisions go back to the pool for the next round.

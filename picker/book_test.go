@@ -31,7 +31,7 @@ func TestBookFirstFollowsTheFullRanking(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Candidates[5].Matched, in.PromptTokens = 100, 100 // a match, so loadaware scores
-	in.PrefixKey = 0x5eed // passed to the booking as its tag
+	in.PrefixKey = 0x5eed                                // passed to the booking as its tag
 	full := pol.Rank(in)
 	for _, c := range []struct {
 		name    string

@@ -19,7 +19,9 @@ build: deps
 testdata:
 	@bash scripts/testdata.sh
 
+# gofmt over the tracked Go files (a checkout's untracked scratch is not the project's).
 vet: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -w these files: $$out"; exit 1; fi
 	$(GO) vet ./...
 
 staticcheck: deps

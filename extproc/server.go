@@ -517,7 +517,10 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	}
 	st.decision = d
 	if err := st.s.picker.PickInto(st.srv.Context(), req, d); err != nil {
-		d.Booking = nil // none was made; a stale one must not be released
+		if d.Booking != nil { // Pick books nothing when it fails; should that change, nothing leaks
+			d.Booking.Release()
+			d.Booking = nil
+		}
 		if st.srv.Context().Err() != nil {
 			return st.srv.Context().Err()
 		}

@@ -1,9 +1,6 @@
 package tokenize
 
-import (
-	"container/heap"
-	"math"
-)
+import "math"
 
 // bpeModel is a byte-level BPE model: every symbol is a token id, merges are keyed by the ids of
 // the adjacent pair and carry their rank and the id of the merged token.
@@ -96,7 +93,8 @@ func (m *bpeModel) lookup(a, b uint32) uint64 { return m.merges.get(pairKey(a, b
 
 // encodeHeap is the O(n log n) form for long pieces: a linked list of symbols and a heap of
 // candidate merges ordered by (rank, position), with stale candidates skipped on pop. It gives
-// the same result as encodeSmall.
+// the same result as encodeSmall. The heap is typed (no container/heap): boxing each
+// candidate into an interface allocated on every push, most of a long piece's cost.
 func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
 	n := len(piece)
 	ids := make([]uint32, n)
@@ -116,9 +114,9 @@ func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
 			h = append(h, candidate{v: v, pos: int32(i)})
 		}
 	}
-	heap.Init(&h)
-	for h.Len() > 0 {
-		c := heap.Pop(&h).(candidate)
+	h.init()
+	for len(h) > 0 {
+		c := h.pop()
 		p := c.pos
 		if !alive[p] || next[p] < 0 {
 			continue
@@ -135,12 +133,12 @@ func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
 		}
 		if pp := prev[p]; pp >= 0 {
 			if v := m.lookup(ids[pp], ids[p]); v != noMerge {
-				heap.Push(&h, candidate{v: v, pos: pp})
+				h.push(candidate{v: v, pos: pp})
 			}
 		}
 		if nn := next[p]; nn >= 0 {
 			if v := m.lookup(ids[p], ids[nn]); v != noMerge {
-				heap.Push(&h, candidate{v: v, pos: p})
+				h.push(candidate{v: v, pos: p})
 			}
 		}
 	}
@@ -155,21 +153,60 @@ type candidate struct {
 	pos int32
 }
 
+// before orders candidates by rank, then position (leftmost first).
+func (c candidate) before(d candidate) bool {
+	if rc, rd := c.v>>32, d.v>>32; rc != rd {
+		return rc < rd
+	}
+	return c.pos < d.pos
+}
+
+// mergeHeap is a binary min-heap of candidates under before.
 type mergeHeap []candidate
 
-func (h mergeHeap) Len() int { return len(h) }
-func (h mergeHeap) Less(i, j int) bool {
-	ri, rj := h[i].v>>32, h[j].v>>32
-	if ri != rj {
-		return ri < rj
+func (h mergeHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
 	}
-	return h[i].pos < h[j].pos
 }
-func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(candidate)) }
-func (h *mergeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *mergeHeap) push(c candidate) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !s[i].before(s[parent]) {
+			break
+		}
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
+	}
+}
+
+func (h *mergeHeap) pop() candidate {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	*h = s[:last]
+	h.down(0)
+	return top
+}
+
+func (h mergeHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		least := l
+		if r := l + 1; r < len(h) && h[r].before(h[l]) {
+			least = r
+		}
+		if !h[least].before(h[i]) {
+			return
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
 }

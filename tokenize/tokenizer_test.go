@@ -233,3 +233,29 @@ func TestDecodeInvertsEncode(t *testing.T) {
 		}
 	}
 }
+
+// The heap merge, which long pieces take, agrees with the plain quadratic loop (mergeSmall
+// given buffers as long as the piece) on pieces past smallPiece: runs of one character (the
+// worst shape for the tokenizer, issue 10), repeated words and generated text.
+func TestHeapMergeAgreesOnLongPieces(t *testing.T) {
+	tk := loadRef(t, "qwen2_5")
+	var pieces []string
+	for _, n := range []int{smallPiece + 1, 200, 257, 511, 1000, 2048, 3001} {
+		for _, c := range []string{" ", "\n", "a", "0", "é", "\t "} {
+			pieces = append(pieces, strings.Repeat(c, n)[:n])
+		}
+		pieces = append(pieces, strings.Repeat("the quick brown fox ", n/20+1)[:n])
+	}
+	for _, s := range genInputs(13, 200, nil) {
+		for len(s) <= smallPiece {
+			s += s + " "
+		}
+		pieces = append(pieces, s)
+	}
+	for _, s := range pieces {
+		want := tk.model.mergeSmall(s, nil, make([]uint32, len(s)), make([]uint64, len(s)))
+		if got := tk.model.encodeHeap(s, nil); !slices.Equal(got, want) {
+			t.Fatalf("%d bytes %.20q...: heap %v, plain loop %v", len(s), s, got, want)
+		}
+	}
+}

@@ -140,7 +140,7 @@ type Options struct {
 	// LargeTokenizations bounds how many prompts over LargePromptBytes are tokenized at
 	// once; a large prompt that finds every slot taken is routed on load alone (noted,
 	// counted as "<kind>-tokenizer-busy") instead of waiting. A run of pathological
-	// prompts (the worst shape costs 0.6-0.7 us per byte, 0.18 s at the byte bound) can
+	// prompts (the worst shape costs about 0.3 us per byte, 0.09 s at the byte bound) can
 	// then hold at most this many cores, and small prompts never wait for them. 0 means
 	// max(1, GOMAXPROCS/2); negative means no bound.
 	LargeTokenizations int

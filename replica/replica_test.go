@@ -12,7 +12,6 @@ import (
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 var keys = lmcache.KeyConfig{HashSeed: "123", ChunkSize: 4}
@@ -44,14 +43,7 @@ var endpoints = []string{"10.0.0.1:8000", "10.0.0.2:8000"}
 
 func startNode(t testing.TB, url string, tune func(*Config)) *node {
 	t.Helper()
-	idx, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(idx, prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	idx, g := newIndexGate(t)
 	f := fleet.New()
 	f.Update(endpoints)
 	cfg := Config{URL: url, Gate: g, Fleet: f, ScrapeInterval: -1, StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond,

@@ -12,7 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func newGate(t testing.TB) *Gate {
+// newIndexGate returns an empty index behind a gate that is not open yet.
+func newIndexGate(t testing.TB) (*lmcache.Index, *Gate) {
 	t.Helper()
 	idx, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: keys})
 	if err != nil {
@@ -22,6 +23,13 @@ func newGate(t testing.TB) *Gate {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return idx, g
+}
+
+// newGate is newIndexGate's gate, opened (a lone picker's).
+func newGate(t testing.TB) *Gate {
+	t.Helper()
+	_, g := newIndexGate(t)
 	g.Open()
 	return g
 }

@@ -54,19 +54,28 @@ type replicaSet struct {
 	healed   chan time.Duration
 }
 
+// startNATS runs a real NATS server in process on a free loopback port, ready for clients.
+func startNATS() (*natsserver.Server, error) {
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		return nil, fmt.Errorf("NATS server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("NATS server did not start within 10 s")
+	}
+	return s, nil
+}
+
 func (f *liveFleet) startApps(ctx context.Context, acfg app.Config, log *slog.Logger, opts Options) error {
 	n := max(opts.Replicas, 1)
 	f.naive, f.killed, f.served = opts.Naive, -1, map[string]int{}
 	var url string
 	if n > 1 && !opts.Naive {
-		s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+		s, err := startNATS()
 		if err != nil {
-			return fmt.Errorf("NATS server: %w", err)
-		}
-		go s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			s.Shutdown()
-			return fmt.Errorf("NATS server did not start")
+			return err
 		}
 		f.nats, url = s, s.ClientURL()
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // TestRestartedPickerDecidesAsAnUninterruptedOne is issue 14's restart target over real
@@ -48,13 +47,9 @@ func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 			ctx := context.Background()
 			var natsURL string
 			if tc.peer {
-				s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+				s, err := startNATS()
 				if err != nil {
 					t.Fatal(err)
-				}
-				go s.Start()
-				if !s.ReadyForConnections(10 * time.Second) {
-					t.Fatal("nats-server did not start")
 				}
 				t.Cleanup(s.Shutdown)
 				natsURL = s.ClientURL()

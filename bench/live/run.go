@@ -348,17 +348,16 @@ func poll(ctx context.Context, limit time.Duration, what string, done func() (bo
 // learn it over NATS), else the replicas' indexes together (naive replicas each know their
 // own engines only).
 func (f *liveFleet) awaitRegistered(ctx context.Context) error {
-	shared := len(f.apps) > 1 && !f.naive
+	groups := [][]*app.App{f.apps} // naive: the indexes together
+	if len(f.apps) > 1 && !f.naive {
+		groups = groups[:0]
+		for _, a := range f.apps {
+			groups = append(groups, []*app.App{a})
+		}
+	}
 	return poll(ctx, 10*time.Second, "the engines' LMCache workers did not register", func() (bool, error) {
-		byID := map[string]lmcache.InstanceInfo{}
-		for i, a := range f.apps {
-			if shared {
-				clear(byID)
-			}
-			for _, in := range a.LMCacheIndex.Instances() {
-				byID[in.ID] = in
-			}
-			if (shared || i == len(f.apps)-1) && !f.knowsEngines(byID) {
+		for _, g := range groups {
+			if !f.knowsEngines(g) {
 				return false, nil
 			}
 		}
@@ -366,8 +365,15 @@ func (f *liveFleet) awaitRegistered(ctx context.Context) error {
 	})
 }
 
-// knowsEngines reports whether byID holds every engine's instance, active, at its IP.
-func (f *liveFleet) knowsEngines(byID map[string]lmcache.InstanceInfo) bool {
+// knowsEngines reports whether the apps' indexes, together, hold every engine's instance,
+// active, at its IP.
+func (f *liveFleet) knowsEngines(apps []*app.App) bool {
+	byID := map[string]lmcache.InstanceInfo{}
+	for _, a := range apps {
+		for _, in := range a.LMCacheIndex.Instances() {
+			byID[in.ID] = in
+		}
+	}
 	for _, e := range f.engines {
 		in, ok := byID[e.InstanceID()]
 		if !ok || in.State != lmcache.StateActive || in.IP != e.cfg.IP {

@@ -165,7 +165,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		st.freeBody()
 		st.release()
 		if st.decision != &noDecision {
-			*st.decision = picker.Decision{Ranked: st.decision.Ranked[:0], Endpoints: st.decision.Endpoints[:0], Sources: st.decision.Sources}
+			st.decision.Booking = nil // released above; PickInto overwrites the rest
 			s.decisions.Put(st.decision)
 		}
 		if s.streamDone != nil {

@@ -28,13 +28,13 @@ import (
 
 // DefaultMaxPromptBytes is the largest prompt tokenized by default: a 32k-token context is
 // about 128 KiB of text. BenchmarkWorstCasePrompt measures the worst shape (one run of
-// whitespace) at about 0.6 us per byte, linear, and ordinary text at 11 ns per byte, so
-// 256 KiB bounds one tokenization to about 0.15 s of CPU.
+// whitespace) at about 0.2 us per byte, linear, and ordinary text at 5-6 ns per byte, so
+// 256 KiB bounds one tokenization to about 50 ms of CPU (decision 0709).
 const DefaultMaxPromptBytes = 256 << 10
 
 // LargePromptBytes is the size from which a text or chat prompt takes one of the
 // Options.LargeTokenizations slots: 32 KiB is about 8k tokens of ordinary text (0.4 ms to
-// tokenize) and at most 22 ms of the worst shape.
+// tokenize) and at most 7 ms of the worst shape.
 const LargePromptBytes = 32 << 10
 
 // Errors Pick returns when it cannot route. Callers map them to 503.

@@ -1,6 +1,9 @@
 package tokenize
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // bpeModel is a byte-level BPE model: every symbol is a token id, merges are keyed by the ids of
 // the adjacent pair and carry their rank and the id of the merged token.
@@ -93,97 +96,117 @@ func (m *bpeModel) lookup(a, b uint32) uint64 { return m.merges.get(pairKey(a, b
 
 // encodeHeap is the O(n log n) form for long pieces: a linked list of symbols and a heap of
 // candidate merges ordered by (rank, position), with stale candidates skipped on pop. It gives
-// the same result as encodeSmall. The heap is typed (no container/heap): boxing each
-// candidate into an interface allocated on every push, most of a long piece's cost.
+// the same result as encodeSmall. A candidate is one word, rank<<32 | position, so the heap
+// compares integers; its buffers come from heapPool, so a long piece allocates nothing
+// (a 256 KiB one had allocated 7.5 MB, decision 0709).
 func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
 	n := len(piece)
-	ids := make([]uint32, n)
-	next := make([]int32, n)
-	prev := make([]int32, n)
-	alive := make([]bool, n)
+	sc := heapPool.Get().(*heapScratch)
+	sc.grow(n)
+	ids, next, prev := sc.ids[:n], sc.next[:n], sc.prev[:n]
 	for i := 0; i < n; i++ {
 		ids[i] = m.byteTok[piece[i]]
 		next[i] = int32(i + 1)
 		prev[i] = int32(i - 1)
-		alive[i] = true
 	}
 	next[n-1] = -1
-	h := make(mergeHeap, 0, n)
+	h := sc.heap[:0]
 	for i := 0; i+1 < n; i++ {
 		if v := m.lookup(ids[i], ids[i+1]); v != noMerge {
-			h = append(h, candidate{v: v, pos: int32(i)})
+			h = append(h, v&^0xFFFFFFFF|uint64(i))
 		}
 	}
 	h.init()
 	for len(h) > 0 {
 		c := h.pop()
-		p := c.pos
-		if !alive[p] || next[p] < 0 {
+		p := int32(c)
+		if prev[p] == dead || next[p] < 0 {
 			continue
 		}
 		q := next[p]
-		if m.lookup(ids[p], ids[q]) != c.v {
+		v := m.lookup(ids[p], ids[q])
+		if v>>32 != c>>32 { // a rank names one merge: the same rank is the same pair
 			continue
 		}
-		ids[p] = uint32(c.v)
-		alive[q] = false
+		ids[p] = uint32(v)
+		prev[q] = dead
 		next[p] = next[q]
 		if next[q] >= 0 {
 			prev[next[q]] = p
 		}
 		if pp := prev[p]; pp >= 0 {
 			if v := m.lookup(ids[pp], ids[p]); v != noMerge {
-				h.push(candidate{v: v, pos: pp})
+				h.push(v&^0xFFFFFFFF | uint64(pp))
 			}
 		}
 		if nn := next[p]; nn >= 0 {
 			if v := m.lookup(ids[p], ids[nn]); v != noMerge {
-				h.push(candidate{v: v, pos: p})
+				h.push(v&^0xFFFFFFFF | uint64(p))
 			}
 		}
 	}
 	for i := int32(0); i >= 0; i = next[i] {
 		dst = append(dst, ids[i])
 	}
+	sc.heap = h
+	if n <= maxPooledPiece {
+		heapPool.Put(sc)
+	}
 	return dst
 }
 
-type candidate struct {
-	v   uint64 // rank<<32 | merged id
-	pos int32
+// dead marks, in prev, a symbol merged into its left neighbour.
+const dead = -2
+
+// maxPooledPiece is the longest piece whose buffers go back to heapPool (about 20 bytes a
+// byte): four times the default prompt cap, so an unusual cap does not pin a huge buffer.
+const maxPooledPiece = 1 << 20
+
+// heapScratch is encodeHeap's reusable buffers.
+type heapScratch struct {
+	ids        []uint32
+	next, prev []int32
+	heap       mergeHeap
 }
 
-// before orders candidates by rank, then position (leftmost first).
-func (c candidate) before(d candidate) bool {
-	if rc, rd := c.v>>32, d.v>>32; rc != rd {
-		return rc < rd
+var heapPool = sync.Pool{New: func() any { return new(heapScratch) }}
+
+// grow makes every buffer hold at least n elements.
+func (s *heapScratch) grow(n int) {
+	if cap(s.ids) < n {
+		s.ids = make([]uint32, n)
+		s.next = make([]int32, n)
+		s.prev = make([]int32, n)
+		s.heap = make(mergeHeap, 0, n)
 	}
-	return c.pos < d.pos
 }
 
-// mergeHeap is a binary min-heap of candidates under before.
-type mergeHeap []candidate
+// mergeHeap is a 4-ary min-heap of candidates (rank<<32 | position): half the depth of a
+// binary heap, and a node's children share a cache line.
+type mergeHeap []uint64
 
 func (h mergeHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
+	for i := (len(h) - 2) / 4; i >= 0; i-- {
 		h.down(i)
 	}
 }
 
-func (h *mergeHeap) push(c candidate) {
+func (h *mergeHeap) push(c uint64) {
 	*h = append(*h, c)
 	s := *h
-	for i := len(s) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !s[i].before(s[parent]) {
+	i := len(s) - 1
+	for i > 0 {
+		parent := (i - 1) / 4
+		if s[parent] <= c {
 			break
 		}
-		s[i], s[parent] = s[parent], s[i]
+		s[i] = s[parent]
 		i = parent
 	}
+	s[i] = c
 }
 
-func (h *mergeHeap) pop() candidate {
+func (h *mergeHeap) pop() uint64 {
 	s := *h
 	top := s[0]
 	last := len(s) - 1
@@ -194,19 +217,27 @@ func (h *mergeHeap) pop() candidate {
 }
 
 func (h mergeHeap) down(i int) {
+	n := len(h)
+	if n == 0 {
+		return
+	}
+	c := h[i]
 	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
+		first := 4*i + 1
+		if first >= n {
+			break
 		}
-		least := l
-		if r := l + 1; r < len(h) && h[r].before(h[l]) {
-			least = r
+		least, lv := first, h[first]
+		for j := first + 1; j < first+4 && j < n; j++ {
+			if h[j] < lv {
+				least, lv = j, h[j]
+			}
 		}
-		if !h[least].before(h[i]) {
-			return
+		if lv >= c {
+			break
 		}
-		h[i], h[least] = h[least], h[i]
+		h[i] = lv
 		i = least
 	}
+	h[i] = c
 }

@@ -133,24 +133,24 @@ func (ix *Index) endSync(w *worker, m FullSyncEndMsg) bool {
 
 // dropSlots forgets every key of w. The slots are retired (new admits get new slot ids)
 // and their view entries cleared before the keys are purged, so lookups stop crediting
-// them at once; the cost is w's keys, whatever the size of the registry.
+// them at once; the cost is w's keys, whatever the size of the registry. w's slot map is
+// emptied and kept, not replaced, so a drop allocates nothing.
 func (ix *Index) dropSlots(w *worker) {
-	old := w.slots
-	w.slots = map[string]*slot{}
 	for sk := range ix.syncs {
 		if sk.instance == w.inst.id && sk.worker == w.id {
 			delete(ix.syncs, sk)
 		}
 	}
-	for _, s := range old {
+	for _, s := range w.slots {
 		ix.setSlot(s.id, nil)
 	}
-	for _, s := range old {
+	for _, s := range w.slots {
 		delete(ix.slotByID, s.id)
 		for k := range s.keys {
 			ix.unhold(k, s.id)
 		}
 	}
+	clear(w.slots)
 }
 
 // Keys returns the number of distinct chunk keys held by at least one worker.

@@ -317,7 +317,7 @@ func (ix *Index) claim(inst *instance, ip string) {
 		n := 0
 		for _, w := range prev.workers {
 			n += w.keyCount()
-			ix.dropSlots(w)
+			ix.retireSlots(w)
 		}
 		ix.trust.swept.Add(float64(n))
 		ix.info("lmcache: a newer instance claims an IP; the older one's chunks are dropped",
@@ -332,7 +332,7 @@ func (ix *Index) register(m RegisterMsg, now time.Time, peer string) {
 	if w := ix.worker(m.InstanceID, m.WorkerID); w != nil {
 		ix.info("lmcache: known worker registered again (restart): dropping its chunks",
 			slog.String("instance", m.InstanceID), slog.Int("worker", m.WorkerID), slog.Int("keys", w.keyCount()))
-		ix.dropSlots(w)
+		ix.retireSlots(w)
 	} else {
 		ix.info("lmcache: worker registered",
 			slog.String("instance", m.InstanceID), slog.Int("worker", m.WorkerID), slog.String("ip", m.IP), slog.Int("port", m.Port))
@@ -413,12 +413,17 @@ func (ix *Index) forget(inst *instance) {
 // Sweep drops every heartbeating instance silent for longer than its timeout at now, with
 // its keys, and returns how many it dropped. The Server calls it periodically; virtual-time
 // callers call it with their clock.
+//
+// It also purges from the key table every key of the slots registrations retired since
+// the last Sweep that the key traffic has not purged yet (see purge), heartbeat timeout or
+// not.
 func (ix *Index) Sweep(now time.Time) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.purge(-1)
 	if ix.hbTimeout < 0 {
 		return 0
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
 	defer ix.settle()
 	var dead []*instance
 	for _, inst := range ix.instances {

@@ -314,3 +314,54 @@ func reportQuantiles(b *testing.B, lat []time.Duration, kind string) {
 	b.ReportMetric(q(0.5), "p50"+kind+"-ns")
 	b.ReportMetric(q(0.99), "p99"+kind+"-ns")
 }
+
+// BenchmarkAdmitWhilePurging times one KVAdmitMsg (a new key of a registered instance) in
+// an index of 200,000 keys, with nothing to purge and while the 100,000 keys of a
+// superseded instance wait in the retired slots (each key operation purges purgePerOp of
+// them: the cost a supersede no longer pays, spread over the traffic after it). Reported
+// as in BenchmarkRegisterAt10k.
+func BenchmarkAdmitWhilePurging(b *testing.B) {
+	for _, purging := range []bool{false, true} {
+		b.Run(fmt.Sprintf("purging=%v", purging), func(b *testing.B) {
+			ix := newTestIndex(b, IndexConfig{})
+			r := rand.New(rand.NewPCG(6, 6))
+			fill := func(id string, n int) {
+				ops := make([]KVOp, 0, 1000)
+				for i := 0; i < n; i += cap(ops) {
+					ops = ops[:0]
+					for range cap(ops) {
+						ops = append(ops, KVOp{Op: OpAdmit, Key: int64(r.Uint64())})
+					}
+					applyAll(b, ix, []Message{BatchedKVOperationMsg{InstanceID: id, Location: "cpu", Operations: ops}}, t0)
+				}
+			}
+			applyAll(b, ix, []Message{regMsg("a", 0, "10.0.0.1"), regMsg("b", 0, "10.0.0.2")}, t0)
+			fill("a", 100_000)
+			fill("b", 100_000)
+			if purging {
+				applyAll(b, ix, []Message{regMsg("a2", 0, "10.0.0.1")}, t0) // a's 100,000 keys retired
+			}
+			cpu := make([]time.Duration, 0, 1<<15)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			runtime.GC()
+			for b.Loop() {
+				m := Message(KVAdmitMsg{InstanceID: "b", Key: int64(r.Uint64()), Location: "cpu"})
+				c0, _ := threadCPU()
+				err := ix.Apply(m, t0)
+				if c1, ok := threadCPU(); ok {
+					cpu = append(cpu, c1-c0)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			if purging && ix.retiredKeys == 0 {
+				b.Fatal("the retired keys ran out: the purging case did not purge throughout")
+			}
+			if len(cpu) > 0 {
+				reportQuantiles(b, cpu, "-cpu")
+			}
+		})
+	}
+}

@@ -44,8 +44,14 @@ func (ix *Index) renew(keys []int64, stale uint64) {
 
 // enforceBudget drops the least recently used keys while the index holds more than
 // maxKeys, down to 90% of it. Called with ix.mu held, after a batch.
+//
+// Keys of retired slots (see purge) are purged first, so that they never cost a live key
+// its place.
 func (ix *Index) enforceBudget(now time.Time) {
 	if ix.maxKeys <= 0 || ix.nkeys.Load() <= ix.maxKeys {
+		return
+	}
+	if ix.purge(-1); ix.nkeys.Load() <= ix.maxKeys {
 		return
 	}
 	target := ix.nkeys.Load() - ix.maxKeys + ix.maxKeys/evictFraction

@@ -21,6 +21,7 @@ const ExportBatchOps = 2048
 func (ix *Index) Export(emit func(peer string, msgs []Message) error) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.purge(-1) // the keys of retired slots are gone too: the key table is then exactly what is exported
 	insts := make([]*instance, 0, len(ix.instances))
 	for _, inst := range ix.instances {
 		if !inst.superseded && inst.owner() != "" {

@@ -95,10 +95,13 @@ type Index struct {
 	syncs     map[syncKey]*fullSync
 	logged    map[string]bool // decode error kinds and tags already logged
 
-	perIP      map[string]int       // instances created from each connection IP
-	refusedLog map[string]time.Time // refusal kinds last logged
-	slotByID   map[uint32]*slot     // live slots, for evicting a key from its holders
-	credit     credit               // who is credited, kept current by settle
+	perIP       map[string]int       // instances created from each connection IP
+	refusedLog  map[string]time.Time // refusal kinds last logged
+	slotByID    map[uint32]*slot     // live slots, for evicting a key from its holders
+	retired     []*slot              // from retiredHead on: slots retired by registrations whose keys are still in the key table, oldest first
+	retiredHead int
+	retiredKeys int    // the keys they still hold
+	credit      credit // who is credited, kept current by settle
 }
 
 // NewIndex returns an empty index.

@@ -199,7 +199,13 @@ func (d *MissDetector) Suspected() []string {
 func canonicalIP(s string) string {
 	s = strings.TrimSpace(s)
 	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().String()
+		// Most addresses arrive canonical (every message of a connection names its
+		// peer): return s itself then, rather than a new string equal to it.
+		var buf [64]byte
+		if c := a.Unmap().AppendTo(buf[:0]); string(c) != s {
+			return string(c)
+		}
+		return s
 	}
 	if h, _, err := net.SplitHostPort(s); err == nil {
 		if a, err := netip.ParseAddr(h); err == nil {

@@ -1,6 +1,8 @@
 package lmcache
 
 import (
+	"context"
+	"log/slog"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -238,6 +240,14 @@ func (ix *Index) leaveIP(inst *instance) {
 	ix.dirtyIP(inst.ip)
 }
 
+// info logs msg at Info with attrs. Registrations log on every call; unlike Logger.Info's
+// key-value arguments, which are boxed into interfaces (an allocation each for strings and
+// most ints, and one for the slice), attributes cost no allocation unless the handler
+// makes one, so a registration under the writer lock allocates only what it keeps.
+func (ix *Index) info(msg string, attrs ...slog.Attr) {
+	ix.log.LogAttrs(context.Background(), slog.LevelInfo, msg, attrs...)
+}
+
 // worker returns a known worker or nil.
 func (ix *Index) worker(instanceID string, workerID int) *worker {
 	if inst := ix.instances[instanceID]; inst != nil {
@@ -307,10 +317,11 @@ func (ix *Index) claim(inst *instance, ip string) {
 		n := 0
 		for _, w := range prev.workers {
 			n += w.keyCount()
-			ix.dropSlots(w)
+			ix.retireSlots(w)
 		}
 		ix.trust.swept.Add(float64(n))
-		ix.log.Info("lmcache: a newer instance claims an IP; the older one's chunks are dropped", "ip", ip, "new", inst.id, "old", prev.id, "keys", n)
+		ix.info("lmcache: a newer instance claims an IP; the older one's chunks are dropped",
+			slog.String("ip", ip), slog.String("new", inst.id), slog.String("old", prev.id), slog.Int("keys", n))
 	}
 	ix.ipClaims[ip] = inst
 	inst.superseded, inst.supersededBy, inst.conflict = false, "", false
@@ -319,10 +330,12 @@ func (ix *Index) claim(inst *instance, ip string) {
 
 func (ix *Index) register(m RegisterMsg, now time.Time, peer string) {
 	if w := ix.worker(m.InstanceID, m.WorkerID); w != nil {
-		ix.log.Info("lmcache: known worker registered again (restart): dropping its chunks", "instance", m.InstanceID, "worker", m.WorkerID, "keys", w.keyCount())
-		ix.dropSlots(w)
+		ix.info("lmcache: known worker registered again (restart): dropping its chunks",
+			slog.String("instance", m.InstanceID), slog.Int("worker", m.WorkerID), slog.Int("keys", w.keyCount()))
+		ix.retireSlots(w)
 	} else {
-		ix.log.Info("lmcache: worker registered", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP, "port", m.Port)
+		ix.info("lmcache: worker registered",
+			slog.String("instance", m.InstanceID), slog.Int("worker", m.WorkerID), slog.String("ip", m.IP), slog.Int("port", m.Port))
 	}
 	ix.claim(ix.instanceFor(m.InstanceID, peer), m.IP)
 	w := ix.touch(m.InstanceID, m.WorkerID, now, "")
@@ -345,7 +358,8 @@ func (ix *Index) instanceFor(id, peer string) *instance {
 
 func (ix *Index) heartbeat(m HeartbeatMsg, now time.Time, peer string) {
 	if ix.worker(m.InstanceID, m.WorkerID) == nil {
-		ix.log.Info("lmcache: heartbeat from an unknown worker registers it", "instance", m.InstanceID, "worker", m.WorkerID, "ip", m.IP)
+		ix.info("lmcache: heartbeat from an unknown worker registers it",
+			slog.String("instance", m.InstanceID), slog.Int("worker", m.WorkerID), slog.String("ip", m.IP))
 		ix.claim(ix.instanceFor(m.InstanceID, peer), m.IP)
 	} else if inst := ix.instances[m.InstanceID]; m.IP != "" && canonicalIP(m.IP) != inst.ip {
 		ix.claim(inst, m.IP)
@@ -399,12 +413,17 @@ func (ix *Index) forget(inst *instance) {
 // Sweep drops every heartbeating instance silent for longer than its timeout at now, with
 // its keys, and returns how many it dropped. The Server calls it periodically; virtual-time
 // callers call it with their clock.
+//
+// It also purges from the key table every key of the slots registrations retired since
+// the last Sweep that the key traffic has not purged yet (see purge), heartbeat timeout or
+// not.
 func (ix *Index) Sweep(now time.Time) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.purge(-1)
 	if ix.hbTimeout < 0 {
 		return 0
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
 	defer ix.settle()
 	var dead []*instance
 	for _, inst := range ix.instances {

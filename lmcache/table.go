@@ -30,7 +30,11 @@ func (ix *Index) holdersOf(key int64, dst []uint32) ([]uint32, uint32) {
 }
 
 // admit records that w holds key at loc; it reports whether the key was new for that slot.
+// Like evict, it first purges up to purgePerOp keys of retired slots (see purge).
 func (ix *Index) admit(w *worker, loc string, key int64) bool {
+	if ix.retiredKeys > 0 {
+		ix.purge(purgePerOp)
+	}
 	if w.inst.superseded {
 		// Its IP belongs to a newer instance: its chunks were swept and are not kept.
 		ix.met.op(false, false)
@@ -77,6 +81,9 @@ func (ix *Index) admit(w *worker, loc string, key int64) bool {
 
 // evict records that w dropped key from loc; it reports whether w held it there.
 func (ix *Index) evict(w *worker, loc string, key int64) bool {
+	if ix.retiredKeys > 0 {
+		ix.purge(purgePerOp)
+	}
 	s := w.slots[loc]
 	if s == nil {
 		ix.met.op(true, false)
@@ -131,27 +138,96 @@ func (ix *Index) endSync(w *worker, m FullSyncEndMsg) bool {
 	return true
 }
 
-// dropSlots forgets every key of w. The slots are retired (new admits get new slot ids)
-// and their view entries cleared before the keys are purged, so lookups stop crediting
-// them at once; the cost is w's keys, whatever the size of the registry.
+// dropSlots forgets every key of w now: it retires w's slots (see retireSlots) and
+// purges their keys from the key table before it returns. The cost is w's keys, whatever
+// the size of the registry.
 func (ix *Index) dropSlots(w *worker) {
-	old := w.slots
-	w.slots = map[string]*slot{}
+	n := len(ix.retired)
+	ix.retireSlots(w)
+	for _, s := range ix.retired[n:] {
+		ix.purgeSlot(s, -1)
+	}
+	clear(ix.retired[n:])
+	ix.retired = ix.retired[:n]
+}
+
+// retireSlots takes w's slots away from it, in time proportional to their number, not to
+// their keys: each slot's view entry is cleared first, so no lookup that starts afterwards
+// credits it (slot ids are never reused, and a lookup credits a holder only through its
+// view entry), then it leaves slotByID and w, and joins ix.retired, whose keys are purged
+// from the key table later (see purge). w's slot map is emptied and kept, not replaced, so
+// this allocates nothing; new admits of w get new slots.
+func (ix *Index) retireSlots(w *worker) {
 	for sk := range ix.syncs {
 		if sk.instance == w.inst.id && sk.worker == w.id {
 			delete(ix.syncs, sk)
 		}
 	}
-	for _, s := range old {
+	for _, s := range w.slots {
 		ix.setSlot(s.id, nil)
 	}
-	for _, s := range old {
+	for _, s := range w.slots {
 		delete(ix.slotByID, s.id)
-		for k := range s.keys {
-			ix.unhold(k, s.id)
+		if len(s.keys) > 0 {
+			ix.retired = append(ix.retired, s)
+			ix.retiredKeys += len(s.keys)
 		}
 	}
+	clear(w.slots)
 }
 
-// Keys returns the number of distinct chunk keys held by at least one worker.
+// purgePerOp is how many keys of retired slots each key operation applied (an admit or
+// an evict, alone or in a batch or full sync) purges from the key table. A registration
+// (restart or supersede) retires its old slots' keys in constant time; the key traffic
+// that follows purges them at this rate, so no message pays for more than
+// purgePerOp of them, and Sweep (every 5 s from the Server) and the budget purge the rest.
+const purgePerOp = 2
+
+// purge removes up to limit keys of retired slots (all of them when limit < 0) from the
+// key table, oldest slot first, and returns how many it removed. Called with ix.mu held.
+func (ix *Index) purge(limit int) int {
+	done := 0
+	for ix.retiredHead < len(ix.retired) && (limit < 0 || done < limit) {
+		s := ix.retired[ix.retiredHead]
+		rest := -1
+		if limit >= 0 {
+			rest = limit - done
+		}
+		done += ix.purgeSlot(s, rest)
+		if len(s.keys) > 0 {
+			break
+		}
+		ix.retired[ix.retiredHead] = nil
+		ix.retiredHead++
+	}
+	if ix.retiredHead == len(ix.retired) && ix.retiredHead > 0 {
+		// Emptied: the next registration appends at the front of the same array, without
+		// allocating (unless the array grew large in a burst: that one goes).
+		ix.retired, ix.retiredHead = ix.retired[:0], 0
+		if cap(ix.retired) > 1024 {
+			ix.retired = nil
+		}
+	}
+	return done
+}
+
+// purgeSlot removes up to limit (all when limit < 0) of retired slot s's keys from the key
+// table and from s, and returns how many.
+func (ix *Index) purgeSlot(s *slot, limit int) int {
+	n := 0
+	for k := range s.keys {
+		if n == limit {
+			break
+		}
+		ix.unhold(k, s.id)
+		delete(s.keys, k)
+		n++
+	}
+	ix.retiredKeys -= n
+	return n
+}
+
+// Keys returns the number of distinct chunk keys held by at least one slot: keys of slots
+// retired by a registration (a restart, or a superseded instance) count until they are
+// purged (see purge), although no lookup credits them. Sweep purges them all.
 func (ix *Index) Keys() int { return int(ix.nkeys.Load()) }

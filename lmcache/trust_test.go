@@ -246,6 +246,10 @@ func fuzzBody(t *testing.T, in []byte) {
 				t.Fatalf("%d keys held, over the budget of 16", ix.Keys())
 			}
 			checkCredit(t, ix, fmt.Sprintf("after %#v from %s", m, peer))
+			// liveKeys also checks the retired slots: out of slotByID and their workers, credit nobody.
+			if live := liveKeys(t, ix); live > ix.Keys() {
+				t.Fatalf("%d live keys, more than the %d held", live, ix.Keys())
+			}
 			perIP := map[string]int{}
 			infos := ix.Instances()
 			present := map[string]bool{}

@@ -195,6 +195,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
 		OmitScores: cfg.OmitScores,
 		Limits:     cfg.Limits, Explain: cfg.Explain, AdminToken: cfg.AdminToken, OnResponse: a.health.observe,
+		Pacer: a.pacer(),
 	})
 	if err != nil {
 		return nil, err
@@ -208,7 +209,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	a.grpcSrv = grpc.NewServer(grpcOptions(creds)...)
+	opts := grpcOptions(creds)
+	if a.connRate != nil {
+		opts = append(opts, grpc.StatsHandler(connTagger{a.connRate}))
+	}
+	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
 

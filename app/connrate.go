@@ -1,26 +1,30 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/stats"
 )
 
 // Defaults of the ext_proc per-connection read rate (decision 0707). One Envoy worker
 // thread holds one connection and carries its share of every request body (and, in
 // FULL_DUPLEX_STREAMED response mode, every response body): even 1,000 requests/s of
-// 100 KB bodies over four workers is 25 MB/s a connection. The burst lets four
+// 100 KB bodies over four workers is 25 MB/s a connection. The burst lets two
 // --max-body-bytes bodies (16 MiB) through at once.
 const (
 	DefaultConnReadRate  = 32 << 20 // bytes per second, per ext_proc connection
 	DefaultConnReadBurst = 32 << 20 // bytes
 )
 
-// connRate is what the ext_proc connections share: the rate, the metrics and the
-// rate-limited log of connections over it.
+// connRate is what the ext_proc connections share: the rate, the metrics, the rate-limited
+// log of connections over it, and the open connections by remote address (for the gRPC
+// stats handler, which tells each stream its connection).
 type connRate struct {
 	rate, burst float64
 	waited      prometheus.Counter
@@ -29,14 +33,15 @@ type connRate struct {
 
 	mu      sync.Mutex
 	lastLog time.Time
-	since   int // connections slowed since the last log line
+	since   int                  // connections slowed since the last log line
+	conns   map[string]*rateConn // open connections by RemoteAddr().String()
 }
 
 func newConnRate(rate, burst int64, log *slog.Logger, reg prometheus.Registerer) (*connRate, error) {
-	r := &connRate{rate: float64(rate), burst: float64(burst), log: log,
+	r := &connRate{rate: float64(rate), burst: float64(burst), log: log, conns: map[string]*rateConn{},
 		waited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_read_rate_wait_seconds_total",
-			Help: "Time ext_proc connections waited because they sent faster than --grpc-conn-read-rate (the picker stops reading; HTTP/2 flow control then blocks the sender).",
+			Help: "Time ext_proc streams with large bodies waited because their connection sent faster than --grpc-conn-read-rate (the stream stops reading; HTTP/2 flow control then blocks that stream's sender).",
 		}),
 		slowed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_read_rate_slowed_connections_total",
@@ -62,19 +67,39 @@ func (l *rateListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rateConn{Conn: c, r: l.r, tokens: l.r.burst, last: time.Now(), closed: make(chan struct{})}, nil
+	rc := &rateConn{Conn: c, r: l.r, key: c.RemoteAddr().String(), tokens: l.r.burst, last: time.Now(), closed: make(chan struct{})}
+	l.r.mu.Lock()
+	l.r.conns[rc.key] = rc
+	l.r.mu.Unlock()
+	return rc, nil
 }
 
-// rateConn reads at most its bucket's bytes: a Read that finds the bucket in debt first
-// waits (until the debt is repaid or the connection is closed), and no Read takes more
-// than the burst. Waiting stops the server reading, so the kernel's receive window and
-// then the peer's HTTP/2 flow control stop the sender: it blocks instead of spending
-// CPU on both sides.
+// conn returns the open connection from addr, or nil.
+func (r *connRate) conn(addr net.Addr) *rateConn {
+	if addr == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conns[addr.String()]
+}
+
+// rateConn is an ext_proc connection and its token bucket of the bytes read from it
+// (decision 0710). Every Read draws on the bucket. Two levels of debt slow the sender:
+//
+//   - in debt at all, the connection's streams whose bodies are large wait for the debt
+//     before each further chunk is processed (Delay, the extproc.Pacer): they stop reading,
+//     their flow-control windows close and only their senders block, while the
+//     connection's small requests go on;
+//   - more than one burst in debt (a sender the streams' waits did not stop, say one
+//     opening stream after stream), Read itself waits: the whole connection stops, as a
+//     token bucket on the socket would.
 type rateConn struct {
 	net.Conn
-	r *connRate
+	r   *connRate
+	key string // RemoteAddr().String(), its key in r.conns
 
-	mu      sync.Mutex // Read may be called from more than one goroutine (net.Conn allows it)
+	mu      sync.Mutex
 	tokens  float64
 	last    time.Time
 	slowed  bool
@@ -83,51 +108,101 @@ type rateConn struct {
 }
 
 func (c *rateConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if wait := c.debt(time.Now()); wait > 0 {
-		c.r.note(c)
+	if wait := c.owed(-c.r.burst); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-c.closed:
 			t.Stop()
 		}
-		c.r.waited.Add(wait.Seconds())
-	}
-	if max := int(c.r.burst); len(p) > max {
-		p = p[:max]
 	}
 	n, err := c.Conn.Read(p)
+	c.mu.Lock()
 	c.tokens -= float64(n)
+	c.mu.Unlock()
 	return n, err
 }
 
-// debt refills the bucket to now and returns how long it takes to repay its debt.
-// Called with c.mu held.
-func (c *rateConn) debt(now time.Time) time.Duration {
+// Delay implements extproc.Pacer: the time to repay the connection's debt.
+func (c *rateConn) Delay() time.Duration { return c.owed(0) }
+
+// owed refills the bucket to now and returns how long it takes to bring it back up to
+// floor; a wait is counted, and the connection's first is noted.
+func (c *rateConn) owed(floor float64) time.Duration {
+	c.mu.Lock()
+	now := time.Now()
 	if dt := now.Sub(c.last).Seconds(); dt > 0 {
 		c.tokens = min(c.r.burst, c.tokens+dt*c.r.rate)
 		c.last = now
 	}
-	if c.tokens >= 0 {
-		return 0
+	var wait time.Duration
+	if c.tokens < floor {
+		wait = time.Duration((floor - c.tokens) * float64(time.Second) / c.r.rate)
 	}
-	return time.Duration(-c.tokens * float64(time.Second) / c.r.rate)
+	first := wait > 0 && !c.slowed
+	if first {
+		c.slowed = true
+	}
+	c.mu.Unlock()
+	if wait > 0 {
+		c.r.waited.Add(wait.Seconds())
+	}
+	if first {
+		c.r.note(c)
+	}
+	return wait
 }
 
 func (c *rateConn) Close() error {
-	c.closing.Do(func() { close(c.closed) })
+	c.closing.Do(func() {
+		close(c.closed)
+		c.r.mu.Lock()
+		if c.r.conns[c.key] == c {
+			delete(c.r.conns, c.key)
+		}
+		c.r.mu.Unlock()
+	})
 	return c.Conn.Close()
+}
+
+// connTagger is the ext_proc server's gRPC stats handler: it puts each connection's
+// rateConn in the context its streams derive from, where pacer finds it.
+type connTagger struct{ r *connRate }
+
+type rateConnKey struct{}
+
+func (t connTagger) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if c := t.r.conn(info.RemoteAddr); c != nil {
+		return context.WithValue(ctx, rateConnKey{}, c)
+	}
+	return ctx
+}
+
+func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
+
+func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}
+
+// pacer is extproc.Config.Pacer when ext_proc connections are rate-limited, else nil.
+func (a *App) pacer() func(context.Context) extproc.Pacer {
+	if a.connRate == nil {
+		return nil
+	}
+	return connPacer
+}
+
+// connPacer returns the stream's connection's rateConn, or nil.
+func connPacer(ctx context.Context) extproc.Pacer {
+	if c, ok := ctx.Value(rateConnKey{}).(*rateConn); ok {
+		return c
+	}
+	return nil
 }
 
 // note counts a connection's first wait and logs, at most once every 10 s, how many
 // connections were slowed since the last line.
 func (r *connRate) note(c *rateConn) {
-	if c.slowed {
-		return
-	}
-	c.slowed = true
 	r.slowed.Inc()
 	r.mu.Lock()
 	r.since++
@@ -139,7 +214,7 @@ func (r *connRate) note(c *rateConn) {
 	}
 	r.mu.Unlock()
 	if logIt {
-		r.log.Warn("an ext_proc connection sends faster than --grpc-conn-read-rate: the picker slows its reads, so its sender waits (logged once per 10 s; see loadaware_extproc_read_rate_slowed_connections_total). If it is Envoy carrying real traffic, raise the rate",
-			"peer", c.RemoteAddr().String(), "connections_slowed", n, "rate_bytes_per_s", int64(r.rate), "burst_bytes", int64(r.burst))
+		r.log.Warn("an ext_proc connection sends faster than --grpc-conn-read-rate: the picker slows its large bodies, so their sender waits (logged once per 10 s; see loadaware_extproc_read_rate_slowed_connections_total). If it is Envoy carrying real traffic, raise the rate",
+			"peer", c.key, "connections_slowed", n, "rate_bytes_per_s", int64(r.rate), "burst_bytes", int64(r.burst))
 	}
 }

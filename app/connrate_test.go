@@ -58,10 +58,10 @@ func sendBody(ctx context.Context, conn *grpc.ClientConn, size int) (string, err
 	return r.GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-destination-endpoint"].GetStringValue(), nil
 }
 
-// A connection sending faster than --grpc-conn-read-rate is slowed to it (its sender
-// waits: the body takes at least its excess over the burst divided by the rate), while
-// another connection is served meanwhile.
-func TestConnReadRateSlowsTheSender(t *testing.T) {
+// A large body on a connection sending faster than --grpc-conn-read-rate is slowed to it
+// (it takes at least its excess over the burst divided by the rate), while a small request
+// on the same connection, and one on another connection, are routed meanwhile.
+func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
 	const rate, burst, size = 2 << 20, 256 << 10, 1280 << 10
 	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}, ConnReadRate: rate, ConnReadBurst: burst})
 	slow, other := dialExtProc(t, a), dialExtProc(t, a)
@@ -78,22 +78,30 @@ func TestConnReadRateSlowsTheSender(t *testing.T) {
 		dest, err := sendBody(ctx, slow, size)
 		done <- result{dest, time.Since(begin), err}
 	}()
-	for testutil.ToFloat64(a.connRate.slowed) == 0 { // the slow connection is being held back
+	for testutil.ToFloat64(a.connRate.slowed) == 0 { // the large body is being held back
 		select {
 		case r := <-done:
 			t.Fatalf("a %d-byte body over a %d-byte burst finished (%v, %v) without its connection being slowed", size, burst, r.took, r.err)
 		case <-time.After(time.Millisecond):
 		}
 	}
-	if dest, err := routeOnce(other); err != nil || dest != "10.0.0.1:8000" {
-		t.Fatalf("another connection while one is slowed: %q, %v", dest, err)
+	for name, conn := range map[string]*grpc.ClientConn{"the same connection": slow, "another connection": other} {
+		begin := time.Now()
+		if dest, err := routeOnce(conn); err != nil || dest != "10.0.0.1:8000" {
+			t.Fatalf("a small request on %s while a large body is slowed: %q, %v", name, dest, err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the large body finished (%v) before the small request on %s was answered (%v): the test shows nothing", r.took, name, time.Since(begin))
+		default:
+		}
 	}
 	r := <-done
 	if r.err != nil || r.dest != "10.0.0.1:8000" {
 		t.Fatalf("the slowed request was not routed: %q, %v", r.dest, r.err)
 	}
-	// A Read is charged after it returns, so the last one (at most gRPC's 32 KiB read
-	// buffer) is not waited for.
+	// Chunks are processed only once the connection is out of debt, the last one too;
+	// allow for one gRPC read buffer (32 KiB) not yet charged.
 	least := time.Duration(float64(size-burst-32<<10) / rate * float64(time.Second))
 	if r.took < least {
 		t.Errorf("%d bytes at %d bytes/s with a %d-byte burst took %v, under %v: the rate is not enforced", size, rate, burst, r.took, least)
@@ -117,6 +125,39 @@ func TestConnReadRateDefaultsPassALargestBody(t *testing.T) {
 	}
 }
 
+// The two levels of debt: a large stream waits for any debt, Read only for the debt past one
+// burst, each for that debt at the rate; the first wait is noted once.
+func TestRateConnWaits(t *testing.T) {
+	const rate, burst = 1 << 10, 1 << 10 // a KiB a second: the refill during the test is negligible
+	r, err := newConnRate(rate, burst, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(got, want time.Duration) bool { return got <= want && got > want-100*time.Millisecond }
+	for _, tc := range []struct {
+		tokens          float64
+		delay, readWait time.Duration
+	}{
+		{burst, 0, 0},
+		{0, 0, 0},
+		{-512, 500 * time.Millisecond, 0},
+		{-burst, time.Second, 0},
+		{-2 * burst, 2 * time.Second, time.Second},
+	} {
+		c := &rateConn{r: r, tokens: tc.tokens, last: time.Now(), closed: make(chan struct{})}
+		if got := c.Delay(); !near(got, tc.delay) && !(tc.delay == 0 && got == 0) {
+			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
+		}
+		c.tokens = tc.tokens
+		if got := c.owed(-burst); !near(got, tc.readWait) && !(tc.readWait == 0 && got == 0) {
+			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
+		}
+	}
+	if n := testutil.ToFloat64(r.slowed); n != 3 {
+		t.Errorf("%v connections counted as slowed, want 3 (each once)", n)
+	}
+}
+
 // A Read waiting for its connection's debt returns as soon as the connection is closed.
 func TestRateConnCloseEndsAWait(t *testing.T) {
 	r, err := newConnRate(1<<10, 1<<10, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
@@ -126,17 +167,11 @@ func TestRateConnCloseEndsAWait(t *testing.T) {
 	server, client := net.Pipe()
 	defer client.Close()
 	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
-	c := &rateConn{Conn: server, r: r, tokens: r.burst, last: time.Now(), closed: make(chan struct{})}
-	buf := make([]byte, 4<<10)
-	for range 2 { // the burst, then one more read into debt
-		if n, err := c.Read(buf); err != nil || n > 1<<10 {
-			t.Fatalf("read %d bytes (the burst is 1 KiB), %v", n, err)
-		}
-	}
+	c := &rateConn{Conn: server, r: r, tokens: -4 << 10, last: time.Now(), closed: make(chan struct{})} // 3 KiB past the burst: owes 3 s
 	ended := make(chan time.Duration, 1)
 	go func() {
 		begin := time.Now()
-		_, _ = c.Read(buf) // owes about a second
+		_, _ = c.Read(make([]byte, 4<<10))
 		ended <- time.Since(begin)
 	}()
 	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.slowed) == 0; time.Sleep(time.Millisecond) {

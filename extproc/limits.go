@@ -17,6 +17,9 @@ const (
 	DefaultMaxStreams       = 1024
 	DefaultMaxBufferedBytes = 256 << 20
 	DefaultIdleTimeout      = 30 * time.Second
+	// DefaultUnpacedBodyBytes: a chat or completion request of up to about 16k tokens of
+	// text or 10k token ids, and most responses, never wait on their connection's rate.
+	DefaultUnpacedBodyBytes = 64 << 10
 )
 
 // Limits bound what ext_proc streams may hold. Every refusal is an ImmediateResponse,
@@ -34,6 +37,10 @@ type Limits struct {
 	// not apply once the request is routed: an engine may take long to answer. 0 means
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// UnpacedBodyBytes is how much of a stream's body (request and response together) is
+	// processed without asking the connection's Pacer (Config.Pacer); past it, each chunk
+	// waits the pacer's Delay. 0 means DefaultUnpacedBodyBytes.
+	UnpacedBodyBytes int64
 }
 
 func (l *Limits) setDefaults() {
@@ -45,6 +52,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.UnpacedBodyBytes <= 0 {
+		l.UnpacedBodyBytes = DefaultUnpacedBodyBytes
 	}
 }
 

@@ -1,9 +1,12 @@
 package extproc
 
 import (
+	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,4 +219,45 @@ func TestOverloadLogIsRateLimited(t *testing.T) {
 	if n, ok := l.due("idle-timeout", t0.Add(11*time.Second)); !ok || n != 1 {
 		t.Fatalf("another limit shares the rate: %d %v", n, ok)
 	}
+}
+
+// fakePacer counts the delays asked of it and makes each last an hour.
+type fakePacer struct{ asked atomic.Int64 }
+
+func (p *fakePacer) Delay() time.Duration {
+	p.asked.Add(1)
+	return time.Hour
+}
+
+// readersLeft counts the goroutines still in a stream's reader.
+func readersLeft() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "extproc.(*stream).read(")
+}
+
+// Only a stream past UnpacedBodyBytes is paced, a small stream on the same connection is
+// routed while it waits, and a waiting reader ends with its stream.
+func TestPacerWaitsOnlyLargeStreams(t *testing.T) {
+	p := &fakePacer{}
+	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000"}, cfg: Config{
+		Limits: Limits{UnpacedBodyBytes: 100}, Pacer: func(context.Context) Pacer { return p }}})
+	before := readersLeft()
+	large, cancel := h.open(t)
+	for _, r := range []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(strings.Repeat(" ", 60), false), body(strings.Repeat(" ", 60), false)} {
+		if err := large.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return p.asked.Load() == 1 }) // its second chunk waits an hour
+	small, _ := h.open(t)
+	exchange(t, small, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(completion, true)},
+		[]*extprocv3.ProcessingResponse{routedHeaders("10.0.0.1:8000"), streamedBody(true, []byte(completion), true)})
+	if n := p.asked.Load(); n != 1 {
+		t.Fatalf("the pacer was asked %d times, want once (the large stream's second chunk only)", n)
+	}
+	cancel()
+	<-h.done
+	waitFor(t, func() bool { return readersLeft() <= before+1 }) // the small stream's stays until its end
+	_ = small.CloseSend()
+	waitFor(t, func() bool { return readersLeft() <= before })
 }

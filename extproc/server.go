@@ -104,6 +104,21 @@ type Config struct {
 	// (what Envoy saw from the first endpoint of the answer, or its own local reply such
 	// as a 503 for a connect failure). It must be fast and must not block.
 	OnResponse func(endpoint string, status int)
+
+	// Pacer, when set, gives a stream the Pacer of the connection it came on (from the
+	// stream's context), or nil for none.
+	Pacer func(ctx context.Context) Pacer
+}
+
+// A Pacer slows the large bodies of one ext_proc connection (decision 0710). Delay is how long
+// a stream whose body has gone past Limits.UnpacedBodyBytes waits before each further body
+// chunk (request or response) is processed: 0 while the connection is within its rate. A
+// waiting stream does not receive, so gRPC stops renewing that stream's flow-control window
+// (the connection's window is renewed as data arrives) and only that stream's sender blocks;
+// the connection's small requests never queue behind its large ones. Delay must be safe for
+// concurrent use.
+type Pacer interface {
+	Delay() time.Duration
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -206,11 +221,22 @@ type received struct {
 	err error
 }
 
-// read receives until an error and hands each message to run.
+// read receives until an error and hands each message to run; with a Pacer, a body chunk
+// past Limits.UnpacedBodyBytes is handed over only after the pacer's Delay.
 func (st *stream) read() {
 	growReaderStack()
+	var pacer Pacer
+	if st.s.cfg.Pacer != nil {
+		pacer = st.s.cfg.Pacer(st.srv.Context())
+	}
+	var bodyBytes int64
 	for {
 		req, err := st.srv.Recv()
+		if n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody()); pacer != nil && n > 0 {
+			if bodyBytes += int64(n); bodyBytes > st.s.cfg.Limits.UnpacedBodyBytes && !st.pace(pacer.Delay()) {
+				return
+			}
+		}
 		select {
 		case st.msgs <- received{req, err}:
 		case <-st.quit:
@@ -220,6 +246,24 @@ func (st *stream) read() {
 			return
 		}
 	}
+}
+
+// pace waits d, at most half the idle timeout (so the stream's own pacing never times it
+// out), or until the stream is cancelled (what read hands over next is then the
+// cancellation); it reports false when Process has returned meanwhile.
+func (st *stream) pace(d time.Duration) bool {
+	if d = min(d, st.s.cfg.Limits.IdleTimeout/2); d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-st.srv.Context().Done():
+	case <-st.quit:
+		return false
+	}
+	return true
 }
 
 // stream is the state of one HTTP request's ext_proc conversation.

@@ -29,6 +29,7 @@ type hardening struct {
 	lmMaxInstancesPerIP int
 	connReadRate        int64
 	connReadBurst       int64
+	unpacedBodyBytes    int64
 	lmPeerRate          int64
 	lmPeerBurst         int64
 	largeTokenizations  int
@@ -48,7 +49,8 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.healthCheckInterval, "health-check-interval", 250*time.Millisecond, "period of the active GET --health-check-path checks of static --endpoints; 0 disables them")
 	fs.IntVar(&h.lmMaxKeys, "lmcache-max-keys", lmcache.DefaultMaxKeys, "chunk keys the LMCache index holds (about 120-160 bytes each); beyond it the least recently used go first; -1: no bound")
 	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")
-	fs.Int64Var(&h.connReadRate, "grpc-conn-read-rate", app.DefaultConnReadRate, "bytes per second one ext_proc connection may send; a faster one is read slower, so HTTP/2 flow control makes its sender wait; -1: no bound")
+	fs.Int64Var(&h.connReadRate, "grpc-conn-read-rate", app.DefaultConnReadRate, "bytes per second one ext_proc connection may send; over it, its requests with bodies past --grpc-unpaced-body-bytes wait (HTTP/2 flow control blocks their sender) and, one burst further, the whole connection is read slower; -1: no bound")
+	fs.Int64Var(&h.unpacedBodyBytes, "grpc-unpaced-body-bytes", extproc.DefaultUnpacedBodyBytes, "body bytes of one request (request and response) that never wait on --grpc-conn-read-rate, so small requests do not queue behind large ones")
 	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate")
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
@@ -79,8 +81,8 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmMaxKeys == 0 || h.lmMaxKeys < -1 || h.lmMaxInstancesPerIP < 1 {
 		return fmt.Errorf("--lmcache-max-keys must be a count (default %d) or -1, and --lmcache-max-instances-per-ip at least 1", lmcache.DefaultMaxKeys)
 	}
-	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 {
-		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst at least 1 byte (default %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst)
+	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 || h.unpacedBodyBytes < 1 {
+		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst and --grpc-unpaced-body-bytes at least 1 byte (defaults %d and %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst, extproc.DefaultUnpacedBodyBytes)
 	}
 	if h.lmPeerRate == 0 || h.lmPeerRate < -1 || h.lmPeerBurst < 1 {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
@@ -94,7 +96,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if err != nil {
 		return fmt.Errorf("--explain: %v", err)
 	}
-	cfg.Limits = extproc.Limits{MaxStreams: h.maxStreams, MaxBufferedBytes: h.maxBufferedBytes, IdleTimeout: h.idleTimeout}
+	cfg.Limits = extproc.Limits{MaxStreams: h.maxStreams, MaxBufferedBytes: h.maxBufferedBytes, IdleTimeout: h.idleTimeout, UnpacedBodyBytes: h.unpacedBodyBytes}
 	cfg.Explain, cfg.MaxPromptBytes, cfg.ClientCA = mode, h.maxPromptBytes, h.clientCA
 	cfg.LargeTokenizations = h.largeTokenizations
 	cfg.MaxGRPCConns, cfg.MaxHTTPConns, cfg.MaxConnsPerIP = h.maxGRPCConns, h.maxHTTPConns, h.maxConnsPerIP

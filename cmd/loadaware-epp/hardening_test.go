@@ -26,7 +26,8 @@ func TestHardeningFlags(t *testing.T) {
 		{"health interval", []string{ok, "--health-check-interval", "-1s"}, "--health-check-interval -1s"},
 		{"lmcache keys", []string{ok, "--lmcache-max-keys", "0"}, "--lmcache-max-keys must be a count"},
 		{"conn read rate", []string{ok, "--grpc-conn-read-rate", "0"}, "--grpc-conn-read-rate must be bytes per second"},
-		{"conn read burst", []string{ok, "--grpc-conn-read-burst", "0"}, "--grpc-conn-read-burst at least 1 byte"},
+		{"conn read burst", []string{ok, "--grpc-conn-read-burst", "0"}, "--grpc-conn-read-burst and --grpc-unpaced-body-bytes at least 1 byte"},
+		{"unpaced body bytes", []string{ok, "--grpc-unpaced-body-bytes", "0"}, "--grpc-unpaced-body-bytes at least 1 byte"},
 		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
 		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
 	} {

@@ -23,6 +23,7 @@ import (
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/extload"
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/gctune"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
@@ -63,6 +64,7 @@ type extloadConfig struct {
 	profile     string
 	p99Target   float64
 	cpuTarget   time.Duration
+	memLimit    int64
 }
 
 func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -84,6 +86,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "longest one stream may take")
 	fs.Uint64Var(&c.seed, "seed", 1, "arrival-time seed")
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
+	fs.Int64Var(&c.memLimit, "server-memory-limit", 0, "the picker's --memory-limit in bytes, as in a container (GOGC is then its --gc-percent default); 0: none, as outside one")
 	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
 	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to the do-nothing server a rate should stay within")
 	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over the do-nothing server a rate should stay within")
@@ -160,6 +163,9 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		if name == serverOurs && c.profile != "" {
 			args = append(args, "-cpuprofile", c.profile)
 		}
+		if name == serverOurs && c.memLimit > 0 {
+			args = append(args, "-memory-limit", strconv.FormatInt(c.memLimit, 10))
+		}
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Env = append(os.Environ(), extloadChildEnv+"=1")
 		cmd.Stderr = stderr
@@ -181,6 +187,9 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "extload: %d-byte /v1/completions bodies (%s prompt), one ext_proc stream per request, full-duplex as Envoy;\n", len(req.Body), c.prompt)
 	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints) and %s.\n",
 		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing)
+	if c.memLimit > 0 {
+		fmt.Fprintf(stdout, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit).\n", c.memLimit, gctune.DefaultGCPercent)
+	}
 	fmt.Fprintf(stdout, "rates %v req/s, %d round(s) of %v measured after %v warm-up per rate and server: about %v.\n\n",
 		c.rates, c.rounds, c.duration, c.warmup, (time.Duration(2*len(c.rates)*c.rounds) * perWindow).Round(time.Second))
 
@@ -261,6 +270,7 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	policy := fs.String("policy", "loadaware", "the picker's policy")
 	tok := fs.String("tokenizer", "", "tokenizer.json or model directory for the picker")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
+	memLimit := fs.Int64("memory-limit", 0, "the picker's --memory-limit in bytes; 0: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -285,6 +295,9 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		defer pprof.StopCPUProfile()
 	}
 	start := startNothing
+	if *kind == serverOurs && *memLimit > 0 {
+		gctune.Apply(gctune.Plan(os.Getenv, 0, gctune.DefaultGCPercent, *memLimit))
+	}
 	if *kind == serverOurs {
 		start = func(ctx context.Context) (string, func() error, error) {
 			return startOurs(ctx, *endpoints, *policy, *tok, stderr)

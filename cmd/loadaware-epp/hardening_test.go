@@ -30,6 +30,8 @@ func TestHardeningFlags(t *testing.T) {
 		{"unpaced body bytes", []string{ok, "--grpc-unpaced-body-bytes", "0"}, "--grpc-unpaced-body-bytes at least 1 byte"},
 		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
 		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
+		{"gc percent", []string{ok, "--gc-percent", "0"}, "use a GOGC of at least 1"},
+		{"memory limit", []string{ok, "--memory-limit", "-2"}, "-1 for none"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := parse(tt.args, env())

@@ -17,6 +17,7 @@ import (
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/fleet/kube"
+	"github.com/loadaware/loadaware-epp/gctune"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
@@ -43,6 +44,8 @@ type options struct {
 	tokenizer, model                  string
 	tokenizerFromEngine               bool
 	engineTimeout                     time.Duration
+	gcPercent                         int
+	memoryLimit                       int64
 
 	lmPull, lmReply, lmHeartbeat int
 	lmHeartbeatURL               string
@@ -75,6 +78,8 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.IntVar(&o.healthPort, "grpc-health-port", 9003, "gRPC health port (health is also served on --grpc-port); 0 disables it")
 	fs.IntVar(&o.metricsPort, "metrics-port", 9090, "Prometheus /metrics, /healthz, /readyz and /admin/config")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "address to listen on (default: all interfaces)")
+	fs.IntVar(&o.gcPercent, "gc-percent", gctune.DefaultGCPercent, "GOGC under a memory limit (--memory-limit, the container's, or GOMEMLIMIT); without one, and when GOGC is set, the collector is left as it is")
+	fs.Int64Var(&o.memoryLimit, "memory-limit", 0, "soft memory limit of the Go heap in bytes; 0: 90% of the container's memory limit, if any; -1: none")
 	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS (a self-signed certificate unless --cert-path)")
 	fs.StringVar(&o.certPath, "cert-path", "", "directory holding tls.crt and tls.key for --secure-serving")
 	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port); or discover them with --pool-name or --endpoint-selector")
@@ -199,6 +204,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	if err != nil {
 		return app.Config{}, o, err
 	}
+	if o.gcPercent < 1 || o.memoryLimit < -1 {
+		return app.Config{}, o, fmt.Errorf("--gc-percent %d, --memory-limit %d: use a GOGC of at least 1 (default %d) and a limit in bytes, 0 for the container's or -1 for none", o.gcPercent, o.memoryLimit, gctune.DefaultGCPercent)
+	}
 	if o.engineTimeout <= 0 {
 		return app.Config{}, o, fmt.Errorf("--tokenize-timeout %v: use a positive duration such as 2s", o.engineTimeout)
 	}
@@ -272,6 +280,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return 2
 	}
 	log := newLogger(o, stderr)
+	gc := gctune.Plan(getenv, gctune.CgroupMemoryMax(), o.gcPercent, o.memoryLimit)
+	gctune.Apply(gc)
+	log.Info("Go collector: "+gc.Why, "gogc", gc.GCPercent, "memory_limit_bytes", gc.MemoryLimit)
 	for name, v := range o.unsupported {
 		if *v != "" {
 			log.Warn("flag accepted for GIE compatibility but not supported by this build yet; it has no effect", "flag", "--"+name, "value", *v)

@@ -710,8 +710,8 @@ func newRequestID() string {
 // the reader to gRPC's receive and protobuf decoding), every time copying and adjusting each
 // frame above: 7-15% of the server's CPU in extload's profiles (decision 1115).
 const (
-	stackReserve       = 16 << 10
-	readerStackReserve = 8 << 10
+	stackReserve       = 12 << 10
+	readerStackReserve = 6 << 10
 )
 
 var stackIndex int // always 0, never written: an index the compiler cannot see through keeps the reserving frames

@@ -262,6 +262,14 @@ func sortTop(rs []Ranked, k int, sorted bool) {
 		slices.SortFunc(rs, func(a, b Ranked) int { return byScore(&a, &b) })
 		return
 	}
+	sortTopHeap(rs, k, sorted)
+}
+
+// sortTopHeap is sortTop's heap path, apart so that its 6 KiB of stack arrays are not in the
+// frame of every small fleet's decision (a stream's stack then fits in 16 KiB: decision 1115).
+//
+//go:noinline
+func sortTopHeap(rs []Ranked, k int, sorted bool) {
 	var heapBuf [sortedPrefix]int32
 	h := heapBuf[:0]
 	if k > len(heapBuf) {

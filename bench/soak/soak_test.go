@@ -146,7 +146,7 @@ func TestSoak(t *testing.T) {
 	rtHostile := readRuntime()
 	var hostile sync.WaitGroup
 	var refused atomic.Int64
-	var bodyBytes, lmcacheFrames, promptsRouted atomic.Int64 // what the hostile senders got out
+	var bodyBytes, lmcacheFrames, promptsRouted, sharedBytes atomic.Int64 // what the hostile senders got out
 
 	// 1. Unfinished bodies: 32 streams at a time, each sending 4 MiB and never ending it.
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -228,6 +228,30 @@ func TestSoak(t *testing.T) {
 						promptsRouted.Add(1)
 					}
 					cancel()
+				}
+			})
+		}
+	}
+	// 6. Large bodies through the gateway: 4 HTTP clients at a time sending 1 MiB completions,
+	// so they share the gateway's ext_proc connection with the steady traffic (as one Envoy
+	// worker's requests share its connection).
+	if on("shared") {
+		big := `{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat("a", 1<<20-64) + `"}`
+		client := &http.Client{Timeout: 30 * time.Second}
+		for range 4 {
+			hostile.Go(func() {
+				for ctx.Err() == nil {
+					req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(big))
+					if err != nil {
+						return
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					sharedBytes.Add(int64(len(big)))
 				}
 			})
 		}
@@ -368,10 +392,10 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
-	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time. RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
+	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time, 4 HTTP clients sending 1 MiB bodies through the gateway (sharing its ext_proc connection with the steady traffic). RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
-	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s and %.1f worst-shape prompts routed/s\n\n",
-		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(bodyBytes.Load())/(1<<20)/hostileSecs, float64(lmcacheFrames.Load())/hostileSecs, float64(promptsRouted.Load())/hostileSecs)
+	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
+		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(bodyBytes.Load())/(1<<20)/hostileSecs, float64(lmcacheFrames.Load())/hostileSecs, float64(promptsRouted.Load())/hostileSecs, float64(sharedBytes.Load())/(1<<20)/hostileSecs)
 	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
 		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused)

@@ -78,7 +78,7 @@ extload: deps
 	$(GO) run ./cmd/loadaware-bench extload -rounds 3
 
 # Steady traffic alone, then beside hostile clients (unfinished bodies, STREAMED streams, idle
-# connections, an engine IP pushing junk LMCache events, worst-shape prompts) for $(SOAK); RSS, goroutines and
+# connections, an engine IP pushing junk LMCache events, worst-shape prompts, large bodies through the gateway) for $(SOAK); RSS, goroutines and
 # latency recorded in soak.md (docs/security.md).
 SOAK ?= 5m
 soak: deps testdata

@@ -5,7 +5,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short soak-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament
 
 all: build
 
@@ -37,7 +37,12 @@ fuzz-short: deps testdata
 fuzz: deps testdata
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-test: vet staticcheck unit fuzz-short
+test: vet staticcheck unit fuzz-short soak-short
+
+# A short slice of the soak: 10 s of steady traffic alone, then 3 s beside every hostile
+# client; it fails on a lost booking, a failed steady request or a bound overrun.
+soak-short: deps testdata
+	LOADAWARE_SOAK=3s LOADAWARE_SOAK_OUT=/dev/null $(GO) test -count=1 -run TestSoak ./bench/soak
 
 # DEMO_FLAGS=-hold keeps the last arm's picker up (metrics URL printed) until Ctrl-C.
 demo: deps

@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
 		OmitScores: cfg.OmitScores,
 		Limits:     cfg.Limits, Explain: cfg.Explain, AdminToken: cfg.AdminToken, OnResponse: a.health.observe,
-		Pacer: a.pacer(),
+		Pacer: connPacer,
 	})
 	if err != nil {
 		return nil, err

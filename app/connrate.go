@@ -184,15 +184,8 @@ func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Conte
 
 func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}
 
-// pacer is extproc.Config.Pacer when ext_proc connections are rate-limited, else nil.
-func (a *App) pacer() func(context.Context) extproc.Pacer {
-	if a.connRate == nil {
-		return nil
-	}
-	return connPacer
-}
-
-// connPacer returns the stream's connection's rateConn, or nil.
+// connPacer is extproc.Config.Pacer: the stream's connection's rateConn, or nil (no
+// connTagger, as when ext_proc reads are not rate-limited).
 func connPacer(ctx context.Context) extproc.Pacer {
 	if c, ok := ctx.Value(rateConnKey{}).(*rateConn); ok {
 		return c

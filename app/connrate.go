@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/stats"
 )
@@ -67,7 +68,7 @@ func (l *rateListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := &rateConn{Conn: c, r: l.r, key: c.RemoteAddr().String(), tokens: l.r.burst, last: time.Now(), closed: make(chan struct{})}
+	rc := &rateConn{Conn: c, r: l.r, key: c.RemoteAddr().String(), bucket: tokenbucket.New(l.r.rate, l.r.burst, time.Now()), closed: make(chan struct{})}
 	l.r.mu.Lock()
 	l.r.conns[rc.key] = rc
 	l.r.mu.Unlock()
@@ -100,8 +101,7 @@ type rateConn struct {
 	key string // RemoteAddr().String(), its key in r.conns
 
 	mu      sync.Mutex
-	tokens  float64
-	last    time.Time
+	bucket  tokenbucket.Bucket
 	slowed  bool
 	closed  chan struct{}
 	closing sync.Once
@@ -118,7 +118,7 @@ func (c *rateConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(p)
 	c.mu.Lock()
-	c.tokens -= float64(n)
+	c.bucket.Take(float64(n))
 	c.mu.Unlock()
 	return n, err
 }
@@ -130,15 +130,8 @@ func (c *rateConn) Delay() time.Duration { return c.owed(0) }
 // floor; a wait is counted, and the connection's first is noted.
 func (c *rateConn) owed(floor float64) time.Duration {
 	c.mu.Lock()
-	now := time.Now()
-	if dt := now.Sub(c.last).Seconds(); dt > 0 {
-		c.tokens = min(c.r.burst, c.tokens+dt*c.r.rate)
-		c.last = now
-	}
-	var wait time.Duration
-	if c.tokens < floor {
-		wait = time.Duration((floor - c.tokens) * float64(time.Second) / c.r.rate)
-	}
+	c.bucket.Refill(time.Now())
+	wait := c.bucket.Until(floor)
 	first := wait > 0 && !c.slowed
 	if first {
 		c.slowed = true

@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -144,11 +145,11 @@ func TestRateConnWaits(t *testing.T) {
 		{-burst, time.Second, 0},
 		{-2 * burst, 2 * time.Second, time.Second},
 	} {
-		c := &rateConn{r: r, tokens: tc.tokens, last: time.Now(), closed: make(chan struct{})}
+		c := &rateConn{r: r, bucket: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
 		if got := c.Delay(); !near(got, tc.delay) && !(tc.delay == 0 && got == 0) {
 			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
 		}
-		c.tokens = tc.tokens
+		c.bucket = holding(rate, burst, tc.tokens)
 		if got := c.owed(-burst); !near(got, tc.readWait) && !(tc.readWait == 0 && got == 0) {
 			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
 		}
@@ -156,6 +157,13 @@ func TestRateConnWaits(t *testing.T) {
 	if n := testutil.ToFloat64(r.slowed); n != 3 {
 		t.Errorf("%v connections counted as slowed, want 3 (each once)", n)
 	}
+}
+
+// holding returns a bucket of rate and burst that holds tokens now.
+func holding(rate, burst, tokens float64) tokenbucket.Bucket {
+	b := tokenbucket.New(rate, burst, time.Now())
+	b.Take(burst - tokens)
+	return b
 }
 
 // A Read waiting for its connection's debt returns as soon as the connection is closed.
@@ -167,7 +175,7 @@ func TestRateConnCloseEndsAWait(t *testing.T) {
 	server, client := net.Pipe()
 	defer client.Close()
 	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
-	c := &rateConn{Conn: server, r: r, tokens: -4 << 10, last: time.Now(), closed: make(chan struct{})} // 3 KiB past the burst: owes 3 s
+	c := &rateConn{Conn: server, r: r, bucket: holding(1<<10, 1<<10, -4<<10), closed: make(chan struct{})} // 3 KiB past the burst: owes 3 s
 	ended := make(chan time.Duration, 1)
 	go func() {
 		begin := time.Now()

@@ -3,6 +3,8 @@ package lmcache
 import (
 	"sync"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/tokenbucket"
 )
 
 // Defaults of the per-IP byte rate on the controller's sockets (decision 0707). An engine
@@ -34,16 +36,11 @@ const (
 type peerLimiter struct {
 	rate, burst float64 // rate <= 0: unlimited
 	mu          sync.Mutex
-	buckets     map[string]*peerBucket
-}
-
-type peerBucket struct {
-	tokens float64
-	last   time.Time
+	buckets     map[string]*tokenbucket.Bucket
 }
 
 func newPeerLimiter(rate, burst int64) *peerLimiter {
-	return &peerLimiter{rate: float64(rate), burst: float64(burst), buckets: map[string]*peerBucket{}}
+	return &peerLimiter{rate: float64(rate), burst: float64(burst), buckets: map[string]*tokenbucket.Bucket{}}
 }
 
 // admit charges n bytes received from ip at now. It returns how long the reader must
@@ -61,28 +58,23 @@ func (l *peerLimiter) admit(ip string, n int, now time.Time) (wait time.Duration
 		if len(l.buckets) >= maxPeerBuckets {
 			l.forgetFull(now)
 		}
-		b = &peerBucket{tokens: l.burst, last: now}
+		nb := tokenbucket.New(l.rate, l.burst, now)
+		b = &nb
 		l.buckets[ip] = b
 	}
-	if dt := now.Sub(b.last).Seconds(); dt > 0 {
-		b.tokens = min(l.burst, b.tokens+dt*l.rate)
-		b.last = now
-	}
-	if b.tokens-float64(n) < -l.burst {
+	b.Refill(now)
+	if b.Tokens()-float64(n) < -l.burst {
 		return maxPeerWait, false
 	}
-	b.tokens -= float64(n)
-	if b.tokens >= 0 {
-		return 0, true
-	}
-	return min(time.Duration(-b.tokens*float64(time.Second)/l.rate), maxPeerWait), true
+	b.Take(float64(n))
+	return min(b.Until(0), maxPeerWait), true
 }
 
 // forgetFull drops the buckets that have refilled by now: their peers are within their
 // rate, and a new bucket starts full. Called with l.mu held.
 func (l *peerLimiter) forgetFull(now time.Time) {
 	for ip, b := range l.buckets {
-		if b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst {
+		if b.FullAt(now) {
 			delete(l.buckets, ip)
 		}
 	}

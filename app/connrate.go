@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/ratelog"
 	"github.com/loadaware/loadaware-epp/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/stats"
@@ -32,14 +33,13 @@ type connRate struct {
 	slowed      prometheus.Counter
 	log         *slog.Logger
 
-	mu      sync.Mutex
-	lastLog time.Time
-	since   int                  // connections slowed since the last log line
-	conns   map[string]*rateConn // open connections by RemoteAddr().String()
+	logs  *ratelog.Limiter // the slowed-connection line, once per 10 s
+	mu    sync.Mutex
+	conns map[string]*rateConn // open connections by RemoteAddr().String()
 }
 
 func newConnRate(rate, burst int64, log *slog.Logger, reg prometheus.Registerer) (*connRate, error) {
-	r := &connRate{rate: float64(rate), burst: float64(burst), log: log, conns: map[string]*rateConn{},
+	r := &connRate{rate: float64(rate), burst: float64(burst), log: log, logs: ratelog.New(10 * time.Second), conns: map[string]*rateConn{},
 		waited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_read_rate_wait_seconds_total",
 			Help: "Time ext_proc streams with large bodies waited because their connection sent faster than --grpc-conn-read-rate (the stream stops reading; HTTP/2 flow control then blocks that stream's sender).",
@@ -190,16 +190,7 @@ func connPacer(ctx context.Context) extproc.Pacer {
 // connections were slowed since the last line.
 func (r *connRate) note(c *rateConn) {
 	r.slowed.Inc()
-	r.mu.Lock()
-	r.since++
-	now := time.Now()
-	logIt := now.Sub(r.lastLog) >= 10*time.Second
-	n := r.since
-	if logIt {
-		r.lastLog, r.since = now, 0
-	}
-	r.mu.Unlock()
-	if logIt {
+	if n, logIt := r.logs.Due("", time.Now()); logIt {
 		r.log.Warn("an ext_proc connection sends faster than --grpc-conn-read-rate: the picker slows its large bodies, so their sender waits (logged once per 10 s; see loadaware_extproc_read_rate_slowed_connections_total). If it is Envoy carrying real traffic, raise the rate",
 			"peer", c.key, "connections_slowed", n, "rate_bytes_per_s", int64(r.rate), "burst_bytes", int64(r.burst))
 	}

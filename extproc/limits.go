@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,7 +62,7 @@ func (l *Limits) setDefaults() {
 // become a log flood.
 func (st *stream) overloaded(reason string, code typev3.StatusCode, kind, msg string) error {
 	st.s.metrics.overload.WithLabelValues(reason).Inc()
-	if n, ok := st.s.limitLog.due(reason, time.Now()); ok {
+	if n, ok := st.s.overloadLog.Due(reason, time.Now()); ok {
 		st.s.cfg.Logger.Warn("requests refused at a resource limit (logged once per 10 s per limit; see loadaware_extproc_overload_total)",
 			"limit", reason, "refused", n, "last_reason", msg, "request_id", st.requestID)
 	}
@@ -71,29 +70,8 @@ func (st *stream) overloaded(reason string, code typev3.StatusCode, kind, msg st
 	return st.immediate(code, kind, msg)
 }
 
-// limitLog rate-limits the overload log lines.
-type limitLog struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	n    map[string]int
-}
-
-// due counts one refusal of reason and reports whether to log now, with the refusals since
-// the last line.
-func (l *limitLog) due(reason string, now time.Time) (int, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		l.last, l.n = map[string]time.Time{}, map[string]int{}
-	}
-	l.n[reason]++
-	if last, seen := l.last[reason]; seen && now.Sub(last) < 10*time.Second {
-		return 0, false
-	}
-	n := l.n[reason]
-	l.last[reason], l.n[reason] = now, 0
-	return n, true
-}
+// overloadLogPeriod is how often each limit's refusals are logged at most.
+const overloadLogPeriod = 10 * time.Second
 
 // budget is a shared byte allowance. take and give are safe for concurrent use.
 type budget struct {

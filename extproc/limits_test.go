@@ -13,6 +13,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/loadaware/loadaware-epp/ratelog"
 )
 
 func emptyBodyResp() *extprocv3.ProcessingResponse {
@@ -203,7 +204,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestOverloadLogIsRateLimited(t *testing.T) {
-	var l limitLog
+	l := ratelog.New(overloadLogPeriod)
 	t0 := time.Unix(0, 0)
 	steps := []struct {
 		at      time.Duration
@@ -211,12 +212,12 @@ func TestOverloadLogIsRateLimited(t *testing.T) {
 		refused int
 	}{{0, true, 1}, {time.Second, false, 0}, {9 * time.Second, false, 0}, {10 * time.Second, true, 3}, {11 * time.Second, false, 0}}
 	for i, s := range steps {
-		n, ok := l.due("streams", t0.Add(s.at))
+		n, ok := l.Due("streams", t0.Add(s.at))
 		if ok != s.log || n != s.refused {
 			t.Fatalf("step %d: due = %d, %v; want %d, %v", i, n, ok, s.refused, s.log)
 		}
 	}
-	if n, ok := l.due("idle-timeout", t0.Add(11*time.Second)); !ok || n != 1 {
+	if n, ok := l.Due("idle-timeout", t0.Add(11*time.Second)); !ok || n != 1 {
 		t.Fatalf("another limit shares the rate: %d %v", n, ok)
 	}
 }

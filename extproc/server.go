@@ -28,6 +28,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,7 +130,8 @@ type Server struct {
 	metrics *metrics
 	bytes   *budget
 	streams *gate
-	limitLog
+	// overloadLog lets each limit's refusal line through once per overloadLogPeriod.
+	overloadLog *ratelog.Limiter
 
 	// decisions holds Decisions between streams, so a decision reuses the memory of an
 	// earlier stream's (picker.PickInto) rather than allocating its own. A stream takes
@@ -161,7 +163,8 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return &Server{cfg: cfg, picker: p, metrics: m,
-		bytes: &budget{max: cfg.Limits.MaxBufferedBytes}, streams: &gate{max: int64(cfg.Limits.MaxStreams)}}, nil
+		bytes: &budget{max: cfg.Limits.MaxBufferedBytes}, streams: &gate{max: int64(cfg.Limits.MaxStreams)},
+		overloadLog: ratelog.New(overloadLogPeriod)}, nil
 }
 
 // Process implements the ext_proc stream: one HTTP request.

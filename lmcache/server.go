@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/ratelog"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -98,15 +99,12 @@ type Server struct {
 	now      func() time.Time
 
 	allowed   atomic.Pointer[map[string]bool]
-	rejectLog sync.Mutex
-	lastLog   map[string]time.Time
+	rejectLog *ratelog.Limiter // a refused address's line, once a minute
 
-	limit      *peerLimiter
-	overWait   prometheus.Counter
-	overMsgs   *prometheus.CounterVec
-	overLogMu  sync.Mutex
-	overLogged map[string]time.Time
-	overCount  map[string]int
+	limit    *peerLimiter
+	overWait prometheus.Counter
+	overMsgs *prometheus.CounterVec
+	overLog  *ratelog.Limiter // a peer's over-rate line, once a minute per outcome
 
 	zctx                           *zmq.Context
 	pullAddr, replyAddr, heartAddr string
@@ -160,9 +158,9 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Name: "loadaware_lmcache_rejected_peers_total",
 			Help: "Connections to the LMCache controller sockets refused because the peer's IP is not a fleet endpoint (each attempt counts; the log names the address).",
 		}),
-		lastLog: map[string]time.Time{},
-		done:    make(chan struct{}),
-		limit:   newPeerLimiter(cfg.PeerRate, cfg.PeerBurst),
+		rejectLog: ratelog.New(time.Minute),
+		done:      make(chan struct{}),
+		limit:     newPeerLimiter(cfg.PeerRate, cfg.PeerBurst),
 		overWait: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_lmcache_peer_over_rate_wait_seconds_total",
 			Help: "Time the LMCache controller stopped reading its sockets because a peer IP sent faster than --lmcache-peer-rate (back-pressure: its sender blocks).",
@@ -171,8 +169,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Name: "loadaware_lmcache_peer_over_rate_messages_total",
 			Help: "Messages of a peer IP over --lmcache-peer-rate: delayed (applied after a wait) or dropped (more than --lmcache-peer-burst in debt).",
 		}, []string{"outcome"}),
-		overLogged: map[string]time.Time{},
-		overCount:  map[string]int{},
+		overLog: ratelog.New(time.Minute),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -449,22 +446,7 @@ func (s *Server) pace(peer string, frames [][]byte) (apply, stop bool) {
 // noteOverRate logs a peer over its rate at WARN, at most once a minute per peer, with the
 // messages delayed or dropped since the last line.
 func (s *Server) noteOverRate(ip, outcome string) {
-	now := time.Now()
-	s.overLogMu.Lock()
-	key := ip + "|" + outcome
-	s.overCount[key]++
-	last, seen := s.overLogged[key]
-	logIt := !seen || now.Sub(last) >= time.Minute
-	n := s.overCount[key]
-	if logIt {
-		if len(s.overLogged) >= 1024 {
-			clear(s.overLogged)
-			clear(s.overCount)
-		}
-		s.overLogged[key], s.overCount[key] = now, 0
-	}
-	s.overLogMu.Unlock()
-	if logIt {
+	if n, logIt := s.overLog.Due(ip+"|"+outcome, time.Now()); logIt {
 		s.log.Warn("lmcache: a peer sends cache events faster than --lmcache-peer-rate; the controller slows it (it stops reading, so the peer's sends block) and drops what is more than --lmcache-peer-burst over (logged once a minute per peer; see loadaware_lmcache_peer_over_rate_messages_total). If it is a real engine, raise the rate",
 			"peer", ip, "outcome", outcome, "messages", n, "rate_bytes_per_s", s.cfg.PeerRate, "burst_bytes", s.cfg.PeerBurst)
 	}
@@ -593,18 +575,7 @@ func (s *Server) serveZAP(so *zmq.Socket) {
 // noteRejected counts a refused connection and logs it, at most once a minute per address.
 func (s *Server) noteRejected(addr string) {
 	s.rejected.Inc()
-	now := s.now()
-	s.rejectLog.Lock()
-	last, seen := s.lastLog[addr]
-	logIt := !seen || now.Sub(last) >= time.Minute
-	if logIt {
-		if len(s.lastLog) >= 1024 {
-			s.lastLog = map[string]time.Time{}
-		}
-		s.lastLog[addr] = now
-	}
-	s.rejectLog.Unlock()
-	if logIt {
+	if _, logIt := s.rejectLog.Due(addr, s.now()); logIt {
 		allowed := make([]string, 0, len(*s.allowed.Load()))
 		for ip := range *s.allowed.Load() {
 			allowed = append(allowed, ip)

@@ -81,8 +81,11 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmMaxKeys == 0 || h.lmMaxKeys < -1 || h.lmMaxInstancesPerIP < 1 {
 		return fmt.Errorf("--lmcache-max-keys must be a count (default %d) or -1, and --lmcache-max-instances-per-ip at least 1", lmcache.DefaultMaxKeys)
 	}
-	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 || h.unpacedBodyBytes < 1 {
-		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst and --grpc-unpaced-body-bytes at least 1 byte (defaults %d and %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst, extproc.DefaultUnpacedBodyBytes)
+	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 {
+		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst at least 1 byte (default %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst)
+	}
+	if h.unpacedBodyBytes < 1 {
+		return fmt.Errorf("--grpc-unpaced-body-bytes %d: use at least 1 byte (default %d)", h.unpacedBodyBytes, extproc.DefaultUnpacedBodyBytes)
 	}
 	if h.lmPeerRate == 0 || h.lmPeerRate < -1 || h.lmPeerBurst < 1 {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)

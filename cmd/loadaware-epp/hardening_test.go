@@ -26,12 +26,12 @@ func TestHardeningFlags(t *testing.T) {
 		{"health interval", []string{ok, "--health-check-interval", "-1s"}, "--health-check-interval -1s"},
 		{"lmcache keys", []string{ok, "--lmcache-max-keys", "0"}, "--lmcache-max-keys must be a count"},
 		{"conn read rate", []string{ok, "--grpc-conn-read-rate", "0"}, "--grpc-conn-read-rate must be bytes per second"},
-		{"conn read burst", []string{ok, "--grpc-conn-read-burst", "0"}, "--grpc-conn-read-burst and --grpc-unpaced-body-bytes at least 1 byte"},
-		{"unpaced body bytes", []string{ok, "--grpc-unpaced-body-bytes", "0"}, "--grpc-unpaced-body-bytes at least 1 byte"},
+		{"conn read burst", []string{ok, "--grpc-conn-read-burst", "0"}, "--grpc-conn-read-burst at least 1 byte"},
+		{"unpaced body bytes", []string{ok, "--grpc-unpaced-body-bytes", "0"}, "--grpc-unpaced-body-bytes 0: use at least 1 byte"},
 		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
 		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
-		{"gc percent", []string{ok, "--gc-percent", "0"}, "use a GOGC of at least 1"},
-		{"memory limit", []string{ok, "--memory-limit", "-2"}, "-1 for none"},
+		{"gc percent", []string{ok, "--gc-percent", "0"}, "--gc-percent 0: use a GOGC of at least 1"},
+		{"memory limit", []string{ok, "--memory-limit", "-2"}, "--memory-limit -2: use a limit in bytes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := parse(tt.args, env())

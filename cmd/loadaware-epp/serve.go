@@ -204,8 +204,11 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	if err != nil {
 		return app.Config{}, o, err
 	}
-	if o.gcPercent < 1 || o.memoryLimit < -1 {
-		return app.Config{}, o, fmt.Errorf("--gc-percent %d, --memory-limit %d: use a GOGC of at least 1 (default %d) and a limit in bytes, 0 for the container's or -1 for none", o.gcPercent, o.memoryLimit, gctune.DefaultGCPercent)
+	if o.gcPercent < 1 {
+		return app.Config{}, o, fmt.Errorf("--gc-percent %d: use a GOGC of at least 1 (default %d)", o.gcPercent, gctune.DefaultGCPercent)
+	}
+	if o.memoryLimit < -1 {
+		return app.Config{}, o, fmt.Errorf("--memory-limit %d: use a limit in bytes, 0 for 90%% of the container's or -1 for none", o.memoryLimit)
 	}
 	if o.engineTimeout <= 0 {
 		return app.Config{}, o, fmt.Errorf("--tokenize-timeout %v: use a positive duration such as 2s", o.engineTimeout)

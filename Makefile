@@ -77,8 +77,8 @@ bench-live: deps
 gwload: deps
 	$(GO) run ./cmd/loadaware-bench gwload
 
-# Open-loop ext_proc load on the picker and a do-nothing ext_proc server in the same run: round-trip
-# and CPU-per-request ratios at 500, 1,000 and 2,000 req/s (docs/decisions/1112-extload.md).
+# Open-loop ext_proc load on the picker, a do-nothing and a pass-through ext_proc server in the same
+# run: round-trip and CPU-per-request ratios at 500, 1,000 and 2,000 req/s (docs/decisions/1112 and 1117).
 extload: deps
 	$(GO) run ./cmd/loadaware-bench extload -rounds 3
 

@@ -99,6 +99,7 @@ func TestExchange(t *testing.T) {
 		wantErr    string
 	}{
 		{"the do-nothing server continues every message", Nothing{}, false, ""},
+		{"the pass-through server streams the bodies back", PassThrough{}, false, ""},
 		{"a picker routes and streams the bodies back", router{}, true, ""},
 		{"an immediate response is a failure", router{immediate: true}, false, "answered the client itself: 400 bad body"},
 	}
@@ -123,6 +124,59 @@ func TestExchange(t *testing.T) {
 				t.Errorf("decision %v, total %v: want 0 < decision <= total <= the call's time", res.Decision, res.Total)
 			}
 		})
+	}
+}
+
+// TestPassThroughSendsEveryBodyBack: each body chunk comes back unchanged with its
+// end_of_stream, in order, and the headers are continued.
+func TestPassThroughSendsEveryBodyBack(t *testing.T) {
+	c := serve(t, PassThrough{})
+	st, err := c.Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := []*extprocv3.ProcessingRequest{
+		gateway.RequestHeadersMessage(gateway.FullDuplex, "POST", "/v1/completions", "h", "http", nil, true),
+		gateway.RequestBodyMessage([]byte(`{"prompt":`), false),
+		gateway.RequestBodyMessage([]byte(`[1,2]}`), true),
+		gateway.ResponseHeadersMessage(200, nil, true),
+		gateway.ResponseBodyMessage([]byte("data: [DONE]\n\n"), true),
+	}
+	type echoed struct {
+		body string
+		eos  bool
+	}
+	want := []any{"request headers", echoed{`{"prompt":`, false}, echoed{`[1,2]}`, true}, "response headers", echoed{"data: [DONE]\n\n", true}}
+	for i, m := range sent {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got any
+		switch v := r.GetResponse().(type) {
+		case *extprocv3.ProcessingResponse_RequestHeaders:
+			got = "request headers"
+		case *extprocv3.ProcessingResponse_ResponseHeaders:
+			got = "response headers"
+		case *extprocv3.ProcessingResponse_RequestBody:
+			sr := v.RequestBody.GetResponse().GetBodyMutation().GetStreamedResponse()
+			got = echoed{string(sr.GetBody()), sr.GetEndOfStream()}
+		case *extprocv3.ProcessingResponse_ResponseBody:
+			sr := v.ResponseBody.GetResponse().GetBodyMutation().GetStreamedResponse()
+			got = echoed{string(sr.GetBody()), sr.GetEndOfStream()}
+		}
+		if got != want[i] {
+			t.Errorf("answer %d = %#v, want %#v", i, got, want[i])
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the half-close: %v, want the stream's end", err)
 	}
 }
 
@@ -235,6 +289,7 @@ func TestReportComparesAtEachRate(t *testing.T) {
 	}
 	arms := []Arm{
 		{Server: "floor", Rate: 500, Window: Window{Sent: 4, Totals: ms(1, 1, 1, 1), Choices: ms(0.5, 0.5, 0.5, 0.5)}, CPU: 400 * time.Microsecond},
+		{Server: "higher floor", Rate: 500, Window: Window{Sent: 4, Totals: ms(1.6, 1.6, 1.6, 1.6), Choices: ms(1, 1, 1, 1)}, CPU: 720 * time.Microsecond},
 		{Server: "ours", Rate: 500, Window: Window{Sent: 4, Routed: 4, Totals: ms(2, 2, 2, 2), Choices: ms(1, 1, 1, 1)}, CPU: 800 * time.Microsecond},
 		{Server: "ours", Rate: 100, Window: Window{Sent: 1, Totals: ms(1)}, CPU: time.Millisecond}, // no floor at 100: not compared
 	}
@@ -247,10 +302,14 @@ func TestReportComparesAtEachRate(t *testing.T) {
 		t.Fatalf("comparison %+v", c)
 	}
 	var b bytes.Buffer
-	if err := WriteReport(&b, arms, "ours", "floor", 1.3, 50*time.Microsecond); err != nil {
+	if err := WriteReport(&b, arms, "ours", []string{"floor", "higher floor"}, 1.3, 50*time.Microsecond); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "ours against floor") || !regexp.MustCompile(`(?m)^\s*500\s+2\.00\s+2\.00\s+false\s+2\.00\s+100\.0\s+false$`).MatchString(b.String()) {
+	// Each floor gets its own table, in the order given: against the higher floor the
+	// ratios are 1.25 and 1.11, and the extra CPU 20 µs, each within its target.
+	want := `(?s)ours against floor, same run:\n.*?\n\s*500\s+2\.00\s+2\.00\s+false\s+2\.00\s+100\.0\s+false\n` +
+		`\nours against higher floor, same run:\n.*?\n\s*500\s+1\.25\s+1\.25\s+true\s+1\.11\s+20\.0\s+true\n`
+	if !regexp.MustCompile(want).MatchString(b.String()) {
 		t.Fatalf("report:\n%s", b.String())
 	}
 }

@@ -4,7 +4,8 @@
 // without waiting for answers), at a Poisson arrival rate, and records each stream's round
 // trip. Beside it is Nothing, the do-nothing ext_proc server whose figures are the floor
 // a real server is compared with, and the child-process protocol that lets each server run
-// alone in its own process so its CPU time can be read honestly.
+// alone in its own process so its CPU time can be read honestly. PassThrough, which also sends
+// every body back as Envoy's full-duplex mode needs, is the floor of a correct server.
 //
 // It measures; it does not judge. loadaware-bench extload turns its results into ratios.
 package extload
@@ -56,4 +57,45 @@ func emptyResponse(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingRespon
 		r.Response = &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}
 	}
 	return r
+}
+
+// PassThrough is the least a correct server does in Envoy's FULL_DUPLEX_STREAMED body mode:
+// every body chunk, request's and response's, is sent back unchanged as a streamed
+// response with the chunk's end_of_stream (in that mode Envoy forwards what the server sends
+// back, and a CONTINUE without it forwards an empty body); every other message gets the
+// empty response of its kind. The stream ends when the client half-closes it.
+type PassThrough struct {
+	extprocv3.UnimplementedExternalProcessorServer
+}
+
+// Process answers every message of the stream, echoing the bodies.
+func (PassThrough) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	for {
+		req, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := srv.Send(echoResponse(req)); err != nil {
+			return err
+		}
+	}
+}
+
+// echoResponse is emptyResponse(req) with a body chunk sent back as a streamed response.
+func echoResponse(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	echo := func(b *extprocv3.HttpBody) *extprocv3.BodyResponse {
+		return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+				Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}}
+	}
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: echo(v.RequestBody)}}
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: echo(v.ResponseBody)}}
+	}
+	return emptyResponse(req)
 }

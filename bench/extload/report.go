@@ -103,10 +103,10 @@ func Compare(arms []Arm, server, floor string) []Comparison {
 	return out
 }
 
-// WriteReport writes the arms' distributions and the comparisons of server with floor.
-// p99Target and cpuTarget are the ratio and the added CPU per request a rate must stay
-// within to be marked as meeting them.
-func WriteReport(w io.Writer, arms []Arm, server, floor string, p99Target float64, cpuTarget time.Duration) error {
+// WriteReport writes the arms' distributions and, for each floor in turn, the comparisons
+// of server with it. p99Target and cpuTarget are the ratio and the added CPU per request a
+// rate must stay within to be marked as meeting them.
+func WriteReport(w io.Writer, arms []Arm, server string, floors []string, p99Target float64, cpuTarget time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rate/s\tserver\tsent\tshed\tfailed\trouted\tround trip p50 ms\tp99\tp99.9\trequest phase p50 ms\tp99\tCPU/request µs\t")
 	for _, a := range arms {
@@ -117,15 +117,17 @@ func WriteReport(w io.Writer, arms []Arm, server, floor string, p99Target float6
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n%s against %s, same run:\n", server, floor)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "rate/s\tp50 ratio\tp99 ratio\tp99 <= %.2gx\tCPU/request ratio\textra CPU/request µs\textra <= %v\t\n", p99Target, cpuTarget)
-	for _, c := range Compare(arms, server, floor) {
-		fmt.Fprintf(tw, "%.0f\t%.2f\t%.2f\t%v\t%.2f\t%.1f\t%v\t\n", c.Rate, c.P50Ratio, c.P99Ratio, c.P99Ratio <= p99Target,
-			c.CPURatio, float64(c.CPUExtra)/float64(time.Microsecond), c.CPUExtra <= cpuTarget)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+	for _, floor := range floors {
+		fmt.Fprintf(w, "\n%s against %s, same run:\n", server, floor)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "rate/s\tp50 ratio\tp99 ratio\tp99 <= %.2gx\tCPU/request ratio\textra CPU/request µs\textra <= %v\t\n", p99Target, cpuTarget)
+		for _, c := range Compare(arms, server, floor) {
+			fmt.Fprintf(tw, "%.0f\t%.2f\t%.2f\t%v\t%.2f\t%.1f\t%v\t\n", c.Rate, c.P50Ratio, c.P99Ratio, c.P99Ratio <= p99Target,
+				c.CPURatio, float64(c.CPUExtra)/float64(time.Microsecond), c.CPUExtra <= cpuTarget)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	for _, a := range arms {
 		for msg, n := range a.Window.Errors {

@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +32,7 @@ import (
 )
 
 func init() {
-	register(command{name: "extload", summary: "open-loop ext_proc load on the picker beside a do-nothing ext_proc server: latency and CPU ratios", run: runExtload})
+	register(command{name: "extload", summary: "open-loop ext_proc load on the picker beside a do-nothing and a pass-through ext_proc server: latency and CPU ratios", run: runExtload})
 	register(command{name: extloadServerName, summary: "(started by extload) one ext_proc server in its own process, on loopback", run: runExtloadServer})
 }
 
@@ -40,11 +42,15 @@ const extloadServerName = "extload-server"
 // os.Executable in tests) dispatches on it in TestMain.
 const extloadChildEnv = "LOADAWARE_BENCH_EXTLOAD_SERVER"
 
-// The two servers of a run.
+// The servers of a run: the picker and the two floors it is compared with.
 const (
 	serverOurs    = "loadaware-epp"
 	serverNothing = "do-nothing"
+	serverPass    = "pass-through"
 )
+
+// extloadServers are the servers of a run, in the order the first round starts them.
+var extloadServers = []string{serverNothing, serverPass, serverOurs}
 
 type extloadConfig struct {
 	rates       []float64
@@ -88,8 +94,8 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.Int64Var(&c.memLimit, "server-memory-limit", 0, "the picker's --memory-limit in bytes, as in a container (GOGC is then its --gc-percent default); 0: none, as outside one")
 	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
-	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to the do-nothing server a rate should stay within")
-	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over the do-nothing server a rate should stay within")
+	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to each floor server a rate should stay within")
+	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -157,7 +163,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		}
 	}()
 	conns := map[string]extprocv3.ExternalProcessorClient{}
-	for _, name := range []string{serverNothing, serverOurs} {
+	for _, name := range extloadServers {
 		args := []string{extloadServerName, "-kind", name, "-procs", strconv.Itoa(c.serverProcs),
 			"-endpoints", strconv.Itoa(c.endpoints), "-policy", c.policy, "-tokenizer", c.tokenizer}
 		if name == serverOurs && c.profile != "" {
@@ -185,22 +191,21 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		ResponseBody: []byte("data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n")}
 	perWindow := c.warmup + c.duration
 	fmt.Fprintf(stdout, "extload: %d-byte /v1/completions bodies (%s prompt), one ext_proc stream per request, full-duplex as Envoy;\n", len(req.Body), c.prompt)
-	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints) and %s.\n",
-		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing)
+	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints), %s and %s\n",
+		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing, serverPass)
+	fmt.Fprintf(stdout, "(%s continues every message; %s also sends each body back, as Envoy's full-duplex mode needs).\n", serverNothing, serverPass)
 	if c.memLimit > 0 {
 		fmt.Fprintf(stdout, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit).\n", c.memLimit, gctune.DefaultGCPercent)
 	}
 	fmt.Fprintf(stdout, "rates %v req/s, %d round(s) of %v measured after %v warm-up per rate and server: about %v.\n\n",
-		c.rates, c.rounds, c.duration, c.warmup, (time.Duration(2*len(c.rates)*c.rounds) * perWindow).Round(time.Second))
+		c.rates, c.rounds, c.duration, c.warmup, (time.Duration(len(extloadServers)*len(c.rates)*c.rounds) * perWindow).Round(time.Second))
 
 	var arms []extload.Arm
 	for round := range c.rounds {
 		for i, rate := range c.rates {
-			order := []string{serverNothing, serverOurs}
-			if (i+round)%2 == 1 { // alternate which server goes first, so drift in the machine's load falls on both
-				order[0], order[1] = order[1], order[0]
-			}
-			for _, name := range order {
+			// Rotate which server goes first, so drift in the machine's load falls on all.
+			for k := range extloadServers {
+				name := extloadServers[(k+i+round)%len(extloadServers)]
 				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, stderr)
 				if err != nil {
 					return err
@@ -213,7 +218,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintln(stdout, "headers and body, half-close). Request phase: request headers sent to the routing answer. CPU/request: the")
 	fmt.Fprintln(stdout, "server process's getrusage CPU over the measured window / streams opened. The generator shares the CPUs.")
 	fmt.Fprintln(stdout)
-	return extload.WriteReport(stdout, arms, serverOurs, serverNothing, c.p99Target, c.cpuTarget)
+	return extload.WriteReport(stdout, arms, serverOurs, []string{serverNothing, serverPass}, c.p99Target, c.cpuTarget)
 }
 
 // extloadWindow runs the warm-up and the measured window of one server at one rate.
@@ -264,7 +269,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(extloadServerName, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kind := fs.String("kind", serverNothing, "which server: "+serverOurs+" or "+serverNothing)
+	kind := fs.String("kind", serverNothing, "which server: "+strings.Join(extloadServers, ", "))
 	procs := fs.Int("procs", 1, "GOMAXPROCS (0: the Go default)")
 	endpoints := fs.Int("endpoints", 2, "static endpoints of the picker")
 	policy := fs.String("policy", "loadaware", "the picker's policy")
@@ -274,8 +279,8 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *kind != serverOurs && *kind != serverNothing {
-		fmt.Fprintf(stderr, "%s: -kind %q: use %s or %s\n", extloadServerName, *kind, serverOurs, serverNothing)
+	if !slices.Contains(extloadServers, *kind) {
+		fmt.Fprintf(stderr, "%s: -kind %q: use one of %s\n", extloadServerName, *kind, strings.Join(extloadServers, ", "))
 		return 2
 	}
 	if *procs > 0 {
@@ -295,6 +300,9 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		defer pprof.StopCPUProfile()
 	}
 	start := startNothing
+	if *kind == serverPass {
+		start = startPassThrough
+	}
 	if *kind == serverOurs && *memLimit > 0 {
 		gctune.Apply(gctune.Plan(os.Getenv, 0, gctune.DefaultGCPercent, *memLimit))
 	}
@@ -311,12 +319,21 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 }
 
 func startNothing(context.Context) (string, func() error, error) {
+	return startFloor(extload.Nothing{})
+}
+
+func startPassThrough(context.Context) (string, func() error, error) {
+	return startFloor(extload.PassThrough{})
+}
+
+// startFloor serves s, one of the floor servers, with gRPC's defaults on a loopback port.
+func startFloor(s extprocv3.ExternalProcessorServer) (string, func() error, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, fmt.Errorf("listen on a loopback port: %w", err)
 	}
 	srv := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(srv, extload.Nothing{})
+	extprocv3.RegisterExternalProcessorServer(srv, s)
 	go func() { _ = srv.Serve(lis) }()
 	return lis.Addr().String(), func() error { srv.Stop(); return nil }, nil
 }

@@ -18,9 +18,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestExtloadReportsBothServersAndTheirRatios(t *testing.T) {
+func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two server processes")
+		t.Skip("starts three server processes")
 	}
 	var out, errOut bytes.Buffer
 	args := []string{"-rates", "200,300", "-rounds", "2", "-duration", "150ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
@@ -32,11 +32,14 @@ func TestExtloadReportsBothServersAndTheirRatios(t *testing.T) {
 		`(?m)^\s*rate/s\s+server\s+sent\s+shed\s+failed\s+routed\s+round trip p50 ms\s+p99\s+p99\.9\s+request phase p50 ms\s+p99\s+CPU/request µs$`,
 		`(?m)^\s*200\s+do-nothing\s+\d+\s+0\s+0\s+0\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$`,
 		`(?m)^\s*200\s+loadaware-epp\s+(\d+)\s+0\s+0\s+(\d+)\s+[\d.]+`,
+		`(?m)^\s*200\s+pass-through\s+\d+\s+0\s+0\s+0\s+[\d.]+`,
 		`(?m)^\s*300\s+do-nothing\s`,
+		`(?m)^\s*300\s+pass-through\s`,
 		`(?m)^\s*300\s+loadaware-epp\s`,
-		`(?m)^\s*rate/s\s+p50 ratio\s+p99 ratio\s+p99 <= 1\.3x\s+CPU/request ratio\s+extra CPU/request µs\s+extra <= 100µs$`,
-		`(?m)^\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+\s+-?[\d.]+\s+(true|false)$`,
-		`(?m)^\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s`,
+		// One comparison table per floor, do-nothing first, each with both rates.
+		`(?s)loadaware-epp against do-nothing, same run:\n\s*rate/s\s+p50 ratio\s+p99 ratio\s+p99 <= 1\.3x\s+CPU/request ratio\s+extra CPU/request µs\s+extra <= 100µs\n` +
+			`\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+\s+-?[\d.]+\s+(true|false)\n\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+\s+-?[\d.]+\s+(true|false)\n` +
+			`\nloadaware-epp against pass-through, same run:\n\s*rate/s\s+p50 ratio.*\n\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s.*\n\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s`,
 	} {
 		if !regexp.MustCompile(want).MatchString(s) {
 			t.Errorf("report does not match %q:\n%s", want, s)

@@ -9,7 +9,7 @@
 //	loadaware-bench calibrate [flags]    grid search of the simulator's free constants
 //	loadaware-bench gwload [flags]       the highest rate the gateway + picker sustain with small added latency
 //	loadaware-bench tournament [flags]   every arm on every workload profile behind Envoy, paired by seed: report, JSON, figure
-//	loadaware-bench extload [flags]      open-loop ext_proc load on the picker and a do-nothing server: latency and CPU ratios
+//	loadaware-bench extload [flags]      open-loop ext_proc load on the picker and two floor servers: latency and CPU ratios
 //
 // Each subcommand lives in its own file and registers itself in init with register, so new
 // subcommands need no change here. Run `loadaware-bench help` for the list.

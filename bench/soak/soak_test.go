@@ -392,6 +392,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
+	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
 	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time, 4 HTTP clients sending 1 MiB bodies through the gateway (sharing its ext_proc connection with the steady traffic). RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
@@ -485,13 +486,22 @@ func steadyStart(t *testing.T, url string, ctx context.Context) {
 	})
 }
 
-func p99(d []time.Duration) float64 {
+func p99(d []time.Duration) float64 { return latencyQuantile(d, 0.99) }
+
+// latencyQuantile is the q-th quantile of d in milliseconds (the nearest rank at or above it), 0
+// for none.
+func latencyQuantile(d []time.Duration, q float64) float64 {
 	if len(d) == 0 {
 		return 0
 	}
 	d = slices.Clone(d)
 	slices.Sort(d)
-	return float64(d[len(d)*99/100].Microseconds()) / 1000
+	return float64(d[min(len(d)-1, int(float64(len(d))*q))].Microseconds()) / 1000
+}
+
+// spread is d's p50, p90 and p99.9 in milliseconds.
+func spread(d []time.Duration) string {
+	return fmt.Sprintf("%.2f / %.2f / %.2f", latencyQuantile(d, 0.5), latencyQuantile(d, 0.9), latencyQuantile(d, 0.999))
 }
 
 func inflight(a *app.App) int {

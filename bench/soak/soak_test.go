@@ -122,7 +122,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{Logger: quiet})
+	gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{Logger: quiet, OnOutcome: recordPickerTime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,14 +377,8 @@ func TestSoak(t *testing.T) {
 	rtEnd := readRuntime()
 	st.wg.Wait()
 	hostile.Wait()
-	var idle, loaded []time.Duration
-	for _, r := range st.done {
-		if r.at-r.took < hostileFrom {
-			idle = append(idle, r.took)
-		} else {
-			loaded = append(loaded, r.took)
-		}
-	}
+	idle, loaded := split(st.done, hostileFrom)
+	pickIdle, pickLoaded := split(st.picker, hostileFrom)
 	failed := st.failed
 	conn.Close()
 
@@ -393,6 +387,8 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
 	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
+	fmt.Fprintf(&b, "The picker's part of it (the gateway's request headers sent to the routing answer): p99 %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); p50 / p90 / p99.9 %s alone, %s beside.\n\n",
+		p99(pickIdle), p99(pickLoaded), p99(pickLoaded)/p99(pickIdle), spread(pickIdle), spread(pickLoaded))
 	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time, 4 HTTP clients sending 1 MiB bodies through the gateway (sharing its ext_proc connection with the steady traffic). RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
@@ -440,19 +436,49 @@ func TestSoak(t *testing.T) {
 
 // steady is the well-behaved traffic: 50 requests/s through the gateway.
 type steady struct {
+	begin      time.Time
 	mu         sync.Mutex
-	done       []result
+	done       []result // the client's latencies
+	picker     []result // the gateway's PickerTime of the same requests
 	ok, failed int
 	wg         sync.WaitGroup
 }
 
 type result struct{ at, took time.Duration } // finished at (since the start), latency
 
+// steadyIDPrefix starts the x-request-id of every steady request, so the gateway's outcomes
+// of the steady traffic can be told from the hostile senders'.
+const steadyIDPrefix = "steady-"
+
+// recordPickerTime is the gateway's OnOutcome: a steady request's PickerTime, finished at
+// its start plus that time.
+func recordPickerTime(o gateway.Outcome) {
+	if !strings.HasPrefix(o.RequestID, steadyIDPrefix) || o.Err != "" || st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	start := time.Since(st.begin) - o.Total
+	st.picker = append(st.picker, result{start + o.PickerTime, o.PickerTime})
+}
+
+// split parts rs into the latencies of requests that started before from and the rest.
+func split(rs []result, from time.Duration) (before, after []time.Duration) {
+	for _, r := range rs {
+		if r.at-r.took < from {
+			before = append(before, r.took)
+		} else {
+			after = append(after, r.took)
+		}
+	}
+	return before, after
+}
+
 var st *steady
 
 func steadyStart(t *testing.T, url string, ctx context.Context) {
-	st = &steady{}
-	begin := time.Now()
+	st = &steady{begin: time.Now()}
+	begin := st.begin
 	client := &http.Client{Timeout: 10 * time.Second}
 	st.wg.Go(func() {
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -465,8 +491,14 @@ func steadyStart(t *testing.T, url string, ctx context.Context) {
 			}
 			st.wg.Go(func() {
 				body := fmt.Sprintf(`{"model":"m","prompt":[1,2,3,%d],"max_tokens":2,"stream":true}`, i%64)
+				req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url+"/v1/completions", strings.NewReader(body))
+				if err != nil {
+					panic(err) // a constant URL and method
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Request-Id", steadyIDPrefix+strconv.Itoa(i))
 				start := time.Now()
-				resp, err := client.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+				resp, err := client.Do(req)
 				good := err == nil && resp.StatusCode == 200
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)

@@ -25,6 +25,11 @@ type Nothing struct {
 
 // Process answers every message of the stream with the empty response of its kind.
 func (Nothing) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	return answerEach(srv, emptyResponse)
+}
+
+// answerEach sends answer(m) for every message m of the stream until the client half-closes it.
+func answerEach(srv extprocv3.ExternalProcessor_ProcessServer, answer func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse) error {
 	for {
 		req, err := srv.Recv()
 		if errors.Is(err, io.EOF) {
@@ -33,7 +38,7 @@ func (Nothing) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		if err != nil {
 			return err
 		}
-		if err := srv.Send(emptyResponse(req)); err != nil {
+		if err := srv.Send(answer(req)); err != nil {
 			return err
 		}
 	}
@@ -70,18 +75,7 @@ type PassThrough struct {
 
 // Process answers every message of the stream, echoing the bodies.
 func (PassThrough) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	for {
-		req, err := srv.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := srv.Send(echoResponse(req)); err != nil {
-			return err
-		}
-	}
+	return answerEach(srv, echoResponse)
 }
 
 // echoResponse is emptyResponse(req) with a body chunk sent back as a streamed response.

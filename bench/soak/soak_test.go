@@ -30,6 +30,7 @@ import (
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/simpleengine"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
@@ -453,7 +454,7 @@ const steadyIDPrefix = "steady-"
 // recordPickerTime is the gateway's OnOutcome: a steady request's PickerTime, finished at
 // its start plus that time.
 func recordPickerTime(o gateway.Outcome) {
-	if !strings.HasPrefix(o.RequestID, steadyIDPrefix) || o.Err != "" || st == nil {
+	if !strings.HasPrefix(o.RequestID, steadyIDPrefix) || o.Err != "" {
 		return
 	}
 	st.mu.Lock()
@@ -518,22 +519,29 @@ func steadyStart(t *testing.T, url string, ctx context.Context) {
 	})
 }
 
-func p99(d []time.Duration) float64 { return latencyQuantile(d, 0.99) }
-
-// latencyQuantile is the q-th quantile of d in milliseconds (the nearest rank at or above it), 0
-// for none.
-func latencyQuantile(d []time.Duration, q float64) float64 {
+// p99 is d's 99th percentile in milliseconds, 0 for none.
+func p99(d []time.Duration) float64 {
 	if len(d) == 0 {
 		return 0
 	}
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return float64(d[min(len(d)-1, int(float64(len(d))*q))].Microseconds()) / 1000
+	return stats.Percentiles(millis(d), 99)[0]
 }
 
 // spread is d's p50, p90 and p99.9 in milliseconds.
 func spread(d []time.Duration) string {
-	return fmt.Sprintf("%.2f / %.2f / %.2f", latencyQuantile(d, 0.5), latencyQuantile(d, 0.9), latencyQuantile(d, 0.999))
+	if len(d) == 0 {
+		return "none"
+	}
+	q := stats.Percentiles(millis(d), 50, 90, 99.9)
+	return fmt.Sprintf("%.2f / %.2f / %.2f", q[0], q[1], q[2])
+}
+
+func millis(d []time.Duration) []float64 {
+	xs := make([]float64, len(d))
+	for i, x := range d {
+		xs[i] = float64(x) / float64(time.Millisecond)
+	}
+	return xs
 }
 
 func inflight(a *app.App) int {

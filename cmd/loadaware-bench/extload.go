@@ -299,14 +299,16 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		defer pprof.StopCPUProfile()
 	}
-	start := startNothing
-	if *kind == serverPass {
-		start = startPassThrough
-	}
-	if *kind == serverOurs && *memLimit > 0 {
-		gctune.Apply(gctune.Plan(os.Getenv, 0, gctune.DefaultGCPercent, *memLimit))
-	}
-	if *kind == serverOurs {
+	var start func(context.Context) (string, func() error, error)
+	switch *kind {
+	case serverNothing:
+		start = func(context.Context) (string, func() error, error) { return startFloor(extload.Nothing{}) }
+	case serverPass:
+		start = func(context.Context) (string, func() error, error) { return startFloor(extload.PassThrough{}) }
+	case serverOurs:
+		if *memLimit > 0 {
+			gctune.Apply(gctune.Plan(os.Getenv, 0, gctune.DefaultGCPercent, *memLimit))
+		}
 		start = func(ctx context.Context) (string, func() error, error) {
 			return startOurs(ctx, *endpoints, *policy, *tok, stderr)
 		}
@@ -316,14 +318,6 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		return 1
 	}
 	return 0
-}
-
-func startNothing(context.Context) (string, func() error, error) {
-	return startFloor(extload.Nothing{})
-}
-
-func startPassThrough(context.Context) (string, func() error, error) {
-	return startFloor(extload.PassThrough{})
 }
 
 // startFloor serves s, one of the floor servers, with gRPC's defaults on a loopback port.

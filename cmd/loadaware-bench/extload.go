@@ -137,6 +137,8 @@ func (c extloadConfig) check() error {
 		return fmt.Errorf("-server-procs %d: pass 0 (the Go default) or more", c.serverProcs)
 	case c.maxInFlight < 1:
 		return fmt.Errorf("-max-inflight %d: pass at least 1", c.maxInFlight)
+	case c.memLimit < 0:
+		return fmt.Errorf("-server-memory-limit %d: pass a limit in bytes, or 0 for none", c.memLimit)
 	case c.timeout <= 0:
 		return fmt.Errorf("-timeout %v: pass a positive duration", c.timeout)
 	case c.p99Target <= 0 || c.cpuTarget < 0:

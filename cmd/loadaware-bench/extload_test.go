@@ -66,6 +66,7 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 		{"an unknown prompt form", []string{"-prompt", "audio"}, `-prompt "audio": use ids or text`},
 		{"no endpoints", []string{"-endpoints", "0"}, "-endpoints 0"},
 		{"no streams allowed", []string{"-max-inflight", "0"}, "-max-inflight 0"},
+		{"a negative memory limit", []string{"-server-memory-limit", "-5"}, "-server-memory-limit -5: pass a limit in bytes, or 0 for none"},
 		{"a stray argument", []string{"500"}, `unexpected argument "500"`},
 		{"an unknown flag", []string{"-nope"}, "flag provided but not defined"},
 	}

@@ -96,6 +96,10 @@ type endpoint struct {
 	// remote is what other pickers booked here (SetRemote), packed as prefill<<32 | decode.
 	remote atomic.Uint64
 	pace   pace
+
+	set   *Set  // the set it was made for, whose load order it moves in
+	place int32 // in set.order; -1 once it has left the set. Guarded by set.orderMu
+	level int64 // its whole load as set.order counts it. Guarded by set.orderMu
 }
 
 // Set is the current endpoints and their loads. The zero value is not usable: call New.
@@ -110,6 +114,9 @@ type Set struct {
 	view   atomic.Pointer[View]
 
 	listener atomic.Pointer[listenerBox] // told of every booking change; nil: none
+
+	orderMu sync.Mutex // guards order and every endpoint's place and level (see order.go)
+	order   *order     // the current View's load order
 }
 
 // New returns an empty Set that is not yet synced.
@@ -130,17 +137,30 @@ func (s *Set) Update(addrs []string) {
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	next := make(map[string]*endpoint, len(sorted))
-	v := &View{addrs: sorted, eps: make([]*endpoint, len(sorted))}
+	v := &View{addrs: sorted, eps: make([]*endpoint, len(sorted)), set: s}
 	for i, a := range sorted {
 		// New endpoints are allocated in address order, so a decision reading every
 		// endpoint's counters in that order reads memory in order (adjacent allocations
 		// of one size share spans).
 		e, ok := s.eps[a]
 		if !ok {
-			e = &endpoint{addr: a}
+			e = &endpoint{addr: a, set: s, place: -1}
 		}
 		next[a], v.eps[i] = e, e
 	}
+	s.orderMu.Lock()
+	for a, e := range s.eps {
+		if _, stays := next[a]; !stays {
+			e.place = -1
+		}
+	}
+	levels := make([]int64, len(v.eps))
+	for i, e := range v.eps {
+		e.place, levels[i] = int32(i), e.level
+	}
+	v.ord = newOrder(levels)
+	s.order = v.ord
+	s.orderMu.Unlock()
 	s.eps, s.addrs = next, sorted
 	s.view.Store(v)
 	if !s.synced {
@@ -199,6 +219,7 @@ func (s *Set) BookTagged(addr string, tag uint64) (*Booking, error) {
 		return nil, fmt.Errorf("fleet: endpoint %s is not in the endpoint set", addr)
 	}
 	e.prefill.Add(1)
+	e.moved(1)
 	b := &Booking{ep: e, clock: clock}
 	if lb := s.listener.Load(); lb != nil {
 		b.l = lb.l
@@ -268,6 +289,7 @@ func (b *Booking) Release() bool {
 					b.ep.pace.observe(time.Duration(b.clock().UnixNano() - f))
 				}
 			}
+			b.ep.moved(-1)
 			if b.l != nil {
 				b.l.Released(b.ep.addr, st == inDecode)
 			}

@@ -30,9 +30,16 @@ func (s *Set) SetRemote(addr string, prefill, decode int) {
 	e, ok := s.eps[addr]
 	s.mu.RUnlock()
 	if ok {
-		e.remote.Store(packRemote(prefill, decode))
+		v := packRemote(prefill, decode)
+		s.orderMu.Lock()
+		old := e.remote.Swap(v)
+		e.movedLocked(remoteTotal(v) - remoteTotal(old))
+		s.orderMu.Unlock()
 	}
 }
+
+// remoteTotal is the whole load of a packed remote count.
+func remoteTotal(v uint64) int64 { return int64(v>>32) + int64(uint32(v)) }
 
 // LocalLoads is Loads without the other pickers' share: this picker's own bookings only.
 func (s *Set) LocalLoads(addrs []string) []Load {

@@ -8,6 +8,8 @@ package fleet
 type View struct {
 	addrs []string
 	eps   []*endpoint
+	set   *Set   // nil for a new Set's empty View
+	ord   *order // its load order, kept while it is the set's current View (Least)
 }
 
 // View returns the endpoint set as of the last Update.

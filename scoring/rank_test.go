@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -177,6 +178,74 @@ func TestLoadAwareSelectsAsTheFullRanking(t *testing.T) {
 				n := min(top+1, sortedPrefix)
 				if len(got) != n || !slices.Equal(got, want[:n]) {
 					t.Fatalf("beta %v, sorted %v, Top %d: got %d entries %v\nwant %v", beta, sorted, top, len(got), got[:min(3, len(got))], want[:3])
+				}
+			}
+		}
+	}
+}
+
+// LoadAware.Leaders: ranking the holders and the n least loaded others, with the fleet's
+// population, leads as the ranking of every endpoint does, whenever it says ok (holders
+// that lead, and overloaded holders that the others pass); and it says not ok where the
+// endpoints holding nothing would tie (beta 0, or too small).
+func TestLoadAwareLeadersLeadAsTheWholeFleet(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, beta := range []float64{0, 1e-12, 0.01, 0.1, 1, 3} {
+		for _, holders := range []int{1, 2, 40, 1000, -2, -40} { // negative: that many, every one overloaded
+			hot := holders < 0
+			holders = max(holders, -holders)
+			in := Input{PromptTokens: 1578}
+			sum := 0
+			for i := range 3000 {
+				c := Candidate{Addr: fmt.Sprintf("10.%d.%d.%d:8000", i/65536, i/256%256, i%256), HolderRank: -1, InFlight: r.IntN(4)}
+				if r.IntN(50) == 0 {
+					c.InFlight = 2000 + r.IntN(3)
+				}
+				sum += c.InFlight
+				in.Candidates = append(in.Candidates, c)
+			}
+			slices.SortFunc(in.Candidates, func(a, b Candidate) int { return strings.Compare(a.Addr, b.Addr) }) // as the fleet gives them
+			for _, i := range r.Perm(len(in.Candidates))[:holders] {
+				in.Candidates[i].Matched, in.Candidates[i].HolderRank = 256*(1+r.IntN(7)), i
+				if hot {
+					sum += 5000 - in.Candidates[i].InFlight
+					in.Candidates[i].InFlight = 5000
+				}
+			}
+			p := &LoadAware{Beta: beta, state: NewState()}
+			fleet := Population{Endpoints: len(in.Candidates), InFlight: sum}
+			for _, top := range []int{1, 8, TopRanked} {
+				whole := in
+				whole.Top, whole.Sorted = top, true
+				n, ok := p.Leaders(whole, fleet)
+				if wantOK := beta > 1e-6; ok != wantOK {
+					t.Fatalf("beta %v: Leaders ok = %v, want %v", beta, ok, wantOK)
+				}
+				if !ok {
+					continue
+				}
+				want := p.Rank(whole)
+				var held, others []Candidate
+				for _, c := range in.Candidates {
+					if c.HolderRank >= 0 {
+						held = append(held, c)
+					} else {
+						others = append(others, c)
+					}
+				}
+				slices.SortStableFunc(others, func(a, b Candidate) int { return cmp.Compare(a.InFlight, b.InFlight) })
+				sub := whole
+				sub.Candidates = append(held, others[:n]...)
+				r.Shuffle(len(sub.Candidates), func(i, j int) { sub.Candidates[i], sub.Candidates[j] = sub.Candidates[j], sub.Candidates[i] })
+				sub.Sorted, sub.Fleet = false, fleet
+				got := p.Rank(sub)
+				k := min(top+1, sortedPrefix)
+				if len(got) < k || !slices.Equal(got[:k], want[:k]) {
+					d := 0
+					for d < min(len(got), k) && got[d] == want[d] {
+						d++
+					}
+					t.Fatalf("beta %v, %d holders, Top %d: the leaders' ranking (%d entries) differs from the whole fleet's at entry %d of %d: %v\nwant %v", beta, holders, top, len(got), d, k, got[min(d, len(got)-1)], want[d])
 				}
 			}
 		}

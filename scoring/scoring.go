@@ -57,11 +57,23 @@ type Input struct {
 	// fleet gives them. Ties between scores are then broken by place, which is the same
 	// order, without comparing addresses. A false promise makes the tie-break undefined.
 	Sorted bool
+	// Fleet, when its Endpoints is more than 0, says Candidates are only some of the
+	// endpoints the request may go to: those that can lead the ranking of all of them
+	// (LoadAware.Leaders says which). The mean load is then the whole fleet's. Only
+	// LoadAware reads it: other policies must be given every candidate.
+	Fleet Population
 	// Scratch, when its capacity is at least len(Candidates), is memory the ranking is
 	// built in (the result aliases it), so a caller that reuses it between decisions
 	// allocates nothing per candidate. Every ranking started within one Rank gets the same
 	// memory: a policy needing two at once copies the first.
 	Scratch []Ranked
+}
+
+// Population is the whole of a fleet that a ranking over some of it stands for
+// (Input.Fleet).
+type Population struct {
+	Endpoints int // how many endpoints
+	InFlight  int // their requests in flight, summed
 }
 
 // Ranked is one candidate's place in a decision, with the numbers that put it there.
@@ -173,6 +185,15 @@ func mean(cs []Candidate) float64 {
 		sum += c.InFlight
 	}
 	return float64(sum) / float64(len(cs))
+}
+
+// meanLoad is the mean in-flight count of the fleet in stands for: Fleet's when set,
+// else the candidates'.
+func (in Input) meanLoad() float64 {
+	if in.Fleet.Endpoints > 0 {
+		return float64(in.Fleet.InFlight) / float64(in.Fleet.Endpoints)
+	}
+	return mean(in.Candidates)
 }
 
 // relativeLoad is (inflight - mean) / max(1, mean).

@@ -136,25 +136,46 @@ func (e *endpoint) movedLocked(delta int64) {
 	}
 }
 
-// Least appends to dst the places (in Addrs) of the n least loaded endpoints not marked
-// in skip (a bitmap over places: bit i%64 of word i/64 marks place i; nil skips none),
-// ascending by load and, at one load, by place; and returns the sum of every endpoint's
-// load, as InFlight counts them. ok is false, and dst is returned unchanged, when v is
-// no longer the set's current View: its order is kept for the current View only.
+// LeastQuery is one look at the current View's load order (View.Least). The caller sets
+// N, Skip and Of; Least fills the rest, appending to the slices' memory given.
+type LeastQuery struct {
+	N    int      // how many of the least loaded endpoints to find
+	Skip []uint64 // places they are not taken from: bit i%64 of word i/64 marks place i; nil: none
+	Of   []int32  // places whose loads are wanted as well
+
+	Places []int32 // up to N places not in Skip, least loaded first and, at one load, by place
+	Loads  []int   // the loads of Of, in order, then of Places
+	Sum    int     // every endpoint's load, summed
+}
+
+// Least answers q for v: the least loaded endpoints, the loads of q.Of and the sum of
+// every load, all as of one instant (loads as InFlight counts them: this picker's own
+// and the other pickers'). It reports false, leaving q's answers empty, when v is no
+// longer the set's current View: the order is kept for the current View only.
 //
-// It costs the places returned and the bitmap words read to find them, not the fleet,
-// and holds the set's order lock (which bookings and releases take) while it runs. The
-// loads it orders by are those of the last completed booking changes; a concurrent change
-// may be seen by InFlight before or after it is seen here.
-func (v *View) Least(n int, skip []uint64, dst []int32) (_ []int32, sum int, ok bool) {
+// It costs the places asked about and the bitmap words read to find the least loaded,
+// not the fleet, and holds the set's order lock (which bookings and releases take) while
+// it runs. A booking change is seen here once it is complete: InFlight may see a
+// concurrent one a moment earlier.
+func (v *View) Least(q *LeastQuery) bool {
+	q.Places, q.Loads, q.Sum = q.Places[:0], q.Loads[:0], 0
 	s := v.set
 	if s == nil { // the empty View of a new Set
-		return dst, 0, false
+		return false
 	}
 	s.orderMu.Lock()
 	defer s.orderMu.Unlock()
 	if s.order != v.ord {
-		return dst, 0, false
+		return false
 	}
-	return v.ord.least(n, skip, dst), int(v.ord.sum), true
+	o := v.ord
+	q.Places = o.least(q.N, q.Skip, q.Places)
+	for _, i := range q.Of {
+		q.Loads = append(q.Loads, int(o.level[i]))
+	}
+	for _, i := range q.Places {
+		q.Loads = append(q.Loads, int(o.level[i]))
+	}
+	q.Sum = int(o.sum)
+	return true
 }

@@ -61,28 +61,36 @@ func TestLeast(t *testing.T) {
 			for i, r := range tc.remote {
 				s.SetRemote(addrs[i], r/2, r-r/2)
 			}
-			got, sum, ok := s.View().Least(tc.n, tc.skip, nil)
-			if !ok || !slices.Equal(got, tc.want) || sum != tc.sum {
-				t.Errorf("Least(%d) = %v, sum %d, ok %v; want %v, sum %d", tc.n, got, sum, ok, tc.want, tc.sum)
+			v := s.View()
+			q := LeastQuery{N: tc.n, Skip: tc.skip, Of: []int32{4, 0}}
+			ok := v.Least(&q)
+			var loads []int
+			for _, i := range append([]int32{4, 0}, tc.want...) {
+				loads = append(loads, v.InFlight(int(i)))
+			}
+			if !ok || !slices.Equal(q.Places, tc.want) || q.Sum != tc.sum || !slices.Equal(q.Loads, loads) {
+				t.Errorf("Least(%d) = %v, loads %v, sum %d, ok %v; want %v, loads %v, sum %d", tc.n, q.Places, q.Loads, q.Sum, ok, tc.want, loads, tc.sum)
 			}
 		})
 	}
 }
 
-// Least answers for the current View only, and appends to what it is given.
+// Least answers for the current View only.
 func TestLeastOfAnOlderView(t *testing.T) {
 	s := New()
-	if got, _, ok := s.View().Least(1, nil, nil); ok || got != nil {
-		t.Fatalf("a new set's empty view: Least = %v, %v; want nothing, not ok", got, ok)
+	q := LeastQuery{N: 1, Places: []int32{9}}
+	if ok := s.View().Least(&q); ok || len(q.Places) != 0 {
+		t.Fatalf("a new set's empty view: Least = %v, %v; want nothing, not ok", q.Places, ok)
 	}
 	s.Update([]string{"10.0.0.1:1", "10.0.0.2:1"})
 	old := s.View()
 	s.Update([]string{"10.0.0.2:1", "10.0.0.3:1"})
-	if got, _, ok := old.Least(2, nil, []int32{7}); ok || !slices.Equal(got, []int32{7}) {
-		t.Errorf("an older view: Least = %v, %v; want dst unchanged, not ok", got, ok)
+	q = LeastQuery{N: 2, Of: []int32{1}}
+	if ok := old.Least(&q); ok || len(q.Places)+len(q.Loads) != 0 {
+		t.Errorf("an older view: Least = %v, loads %v, %v; want nothing, not ok", q.Places, q.Loads, ok)
 	}
-	if got, _, ok := s.View().Least(2, nil, []int32{7}); !ok || !slices.Equal(got, []int32{7, 0, 1}) {
-		t.Errorf("the current view: Least = %v, %v; want [7 0 1], ok", got, ok)
+	if ok := s.View().Least(&q); !ok || !slices.Equal(q.Places, []int32{0, 1}) || !slices.Equal(q.Loads, []int{0, 0, 0}) {
+		t.Errorf("the current view: Least = %v, loads %v, %v; want [0 1], [0 0 0], ok", q.Places, q.Loads, ok)
 	}
 }
 
@@ -133,10 +141,18 @@ func TestLeastFollowsEveryChange(t *testing.T) {
 			i := rng.IntN(len(v.Addrs()))
 			skip[i/64] |= 1 << (i % 64)
 		}
-		got, sum, ok := v.Least(n, skip, nil)
+		q := LeastQuery{N: n, Skip: skip}
+		for range rng.IntN(5) {
+			q.Of = append(q.Of, int32(rng.IntN(len(v.Addrs()))))
+		}
+		ok := v.Least(&q)
 		want, wantSum := leastByScan(v, n, skip)
-		if !ok || !slices.Equal(got, want) || sum != wantSum {
-			t.Fatalf("step %d: Least(%d) = %v sum %d ok %v; a scan of the loads gives %v sum %d", step, n, got, sum, ok, want, wantSum)
+		var loads []int
+		for _, i := range append(slices.Clone(q.Of), want...) {
+			loads = append(loads, v.InFlight(int(i)))
+		}
+		if !ok || !slices.Equal(q.Places, want) || q.Sum != wantSum || !slices.Equal(q.Loads, loads) {
+			t.Fatalf("step %d: Least(%d) = %v loads %v sum %d ok %v; a scan of the loads gives %v loads %v sum %d", step, n, q.Places, q.Loads, q.Sum, ok, want, loads, wantSum)
 		}
 	}
 }
@@ -181,10 +197,11 @@ func TestLeastUnderConcurrentChanges(t *testing.T) {
 	})
 	wg.Wait()
 	v := s.View()
-	got, sum, ok := v.Least(len(v.Addrs()), nil, nil)
+	q := LeastQuery{N: len(v.Addrs())}
+	ok := v.Least(&q)
 	want, wantSum := leastByScan(v, len(v.Addrs()), nil)
-	if !ok || !slices.Equal(got, want) || sum != wantSum {
-		t.Fatalf("after concurrent changes: Least = %v sum %d; a scan gives %v sum %d", got, sum, want, wantSum)
+	if !ok || !slices.Equal(q.Places, want) || q.Sum != wantSum {
+		t.Fatalf("after concurrent changes: Least = %v sum %d; a scan gives %v sum %d", q.Places, q.Sum, want, wantSum)
 	}
 }
 
@@ -209,8 +226,8 @@ func BenchmarkLeast(b *testing.B) {
 		skip[i/64] |= 1 << (i % 64)
 	}
 	v := s.View()
-	dst := make([]int32, 0, 16)
+	q := LeastQuery{N: 9, Skip: skip}
 	for b.Loop() {
-		dst, _, _ = v.Least(9, skip, dst[:0])
+		v.Least(&q)
 	}
 }

@@ -51,6 +51,80 @@ type rankScratch struct {
 	ranked []scoring.Ranked
 	heldAt []int32  // place in cands -> 1 + index in held; zero between decisions
 	srcs   []string // sources' memory: the source of each kept entry; empty between decisions
+	least  fleet.LeastQuery // leaders' question to the fleet, its memory reused
+}
+
+// fill makes rs.cands the candidates' loads, with no cache credit: read through the view
+// by place when placed and the endpoint set has not changed since view (idx: the
+// candidates' places, nil when they are the whole view), else looked up in the set.
+func (rs *rankScratch) fill(set *fleet.Set, view *fleet.View, cands []string, idx []int32, placed bool) {
+	if placed && set.View() == view {
+		rs.cands = slices.Grow(rs.cands[:0], len(cands))[:len(cands)]
+		for i, a := range cands {
+			at := i
+			if idx != nil {
+				at = int(idx[i])
+			}
+			rs.cands[i] = candidate(view.Load(at))
+			rs.cands[i].Addr = a
+		}
+		return
+	}
+	loads := set.Loads(cands)
+	rs.cands = rs.cands[:0]
+	for _, l := range loads {
+		rs.cands = append(rs.cands, candidate(l))
+	}
+}
+
+// leaders makes in's candidates those that can lead loadaware's ranking of the whole
+// view (the holders in held, by place in the view, and the least loaded others: see
+// scoring.LoadAware.Leaders) and sets in.Fleet to the view's; it reports false, leaving
+// in as it was, when the view is no longer current or the policy cannot rank on its
+// leaders alone. It reads the loads of the leaders only, from the fleet's load order, all
+// as of one instant. The candidates carry what loadaware reads: address, in-flight count
+// and match (no prefill, decode or pace).
+func (rs *rankScratch) leaders(lp *scoring.LoadAware, view *fleet.View, held []Held, in *scoring.Input) bool {
+	addrs := view.Addrs()
+	q := &rs.least
+	words := (len(addrs) + 63) / 64
+	q.Skip = slices.Grow(q.Skip[:0], words)[:words] // zero between decisions
+	q.Of = q.Of[:0]
+	for _, h := range held {
+		q.Skip[h.Endpoint/64] |= 1 << (h.Endpoint % 64)
+		q.Of = append(q.Of, int32(h.Endpoint))
+	}
+	q.N = lp.Leaders(*in)
+	ok := view.Least(q)
+	for _, h := range held {
+		q.Skip[h.Endpoint/64] = 0
+	}
+	pop := scoring.Population{Endpoints: len(addrs), InFlight: q.Sum}
+	if !ok || !lp.RanksLeaders(pop) {
+		return false
+	}
+	rs.cands = rs.cands[:0]
+	for j, h := range held {
+		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[h.Endpoint], InFlight: q.Loads[j],
+			Matched: h.Matched, HolderRank: h.HolderRank})
+	}
+	for k, i := range q.Places {
+		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[i], InFlight: q.Loads[len(held)+k], HolderRank: -1})
+	}
+	// Holders come in the cache's order, not the view's.
+	in.Candidates, in.Fleet, in.Sorted = rs.cands, pop, false
+	return true
+}
+
+// anyMatched reports whether some holder holds a prefix of the prompt (loadaware's
+// ranking is otherwise its fallback's, over every candidate).
+func anyMatched(held []Held) bool {
+	for _, h := range held {
+		if h.Matched > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // sources names the cache source of each ranked endpoint's match (nil when none has

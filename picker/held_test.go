@@ -3,11 +3,15 @@ package picker
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/loadaware/loadaware-epp/scoring"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // denseOnly hides a view's MatchHeld, so the picker takes the dense path.
@@ -82,5 +86,60 @@ func TestDecisionKeepsTheBestRanked(t *testing.T) {
 				t.Fatalf("explanation %q does not end with %s", d.Explain(), more)
 			}
 		})
+	}
+}
+
+// Over the whole fleet, loadaware ranks its leaders only (the holders and the least
+// loaded others): its decisions are those of the dense path, which ranks every endpoint,
+// on fleets whose loads are random, whose holders hold different lengths of the prompt
+// and are sometimes the busiest, for every number of endpoints kept and with an
+// explanation's longer list; and the leaders' path is the one taken, as its metric says.
+func TestLeadersDecideAsTheWholeFleet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{2, 300, 2000} {
+		for _, busyHolders := range []bool{false, true} {
+			bf := newBenchFleet(t, n, max(1, n/7))
+			for i, a := range bf.fleet.View().Addrs() {
+				busy := rng.IntN(6)
+				if busyHolders && slices.Contains(bf.holder, a) {
+					busy = 20 + i%3
+				}
+				for range busy {
+					if _, err := bf.fleet.Book(a); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, maxEndpoints := range []int{1, 3, 20} {
+				t.Run(fmt.Sprintf("endpoints=%d/busy-holders=%v/max-endpoints=%d", n, busyHolders, maxEndpoints), func(t *testing.T) {
+					reg := prometheus.NewPedanticRegistry()
+					opts := func(c CacheView, reg prometheus.Registerer) Options {
+						return Options{Fleet: bf.fleet, Cache: c, MaxEndpoints: maxEndpoints, Params: scoring.Params{Beta: 0.5, KVThreshold: 2000}, Registerer: reg}
+					}
+					leaders := newPicker(t, opts(LMCacheView{Index: bf.index}, reg))
+					dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, nil))
+					for i := range 6 {
+						req := Request{Tokens: bf.tokens[:256*(1+i%6)+i], Explain: i%2 == 1}
+						a, err := leaders.Pick(context.Background(), req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						a.Booking.Release()
+						b, err := dense.Pick(context.Background(), req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						b.Booking.Release()
+						a.Booking, b.Booking = nil, nil
+						if d := cmp.Diff(b, a); d != "" {
+							t.Fatalf("decision %d differs (-whole +leaders):\n%s", i, d)
+						}
+					}
+					if got := testutil.ToFloat64(leaders.metrics.rankings.WithLabelValues("leaders")); got != 6 {
+						t.Fatalf("%v of 6 decisions ranked the leaders only", got)
+					}
+				})
+			}
+		}
 	}
 }

@@ -10,6 +10,9 @@ type metrics struct {
 	cacheErrors prometheus.Counter
 	share       *cacheShare
 	unhealthy   prometheus.Counter
+	rankings    *prometheus.CounterVec
+	rankLeaders prometheus.Counter // rankings' children, resolved once
+	rankWhole   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,9 +43,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loadaware_all_unhealthy_decisions_total",
 			Help: "Decisions made while every candidate endpoint was unhealthy (routed among all of them rather than refused).",
 		}),
+		rankings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_rankings_total",
+			Help: "Rankings by what they read: leaders (loadaware over the whole fleet: the holders and the least loaded others only) or whole (every candidate).",
+		}, []string{"read"}),
 	}
+	m.rankLeaders, m.rankWhole = m.rankings.WithLabelValues("leaders"), m.rankings.WithLabelValues("whole")
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors, m.unhealthy}, m.share.collectors()...) {
+		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors, m.unhealthy, m.rankings}, m.share.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

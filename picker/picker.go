@@ -364,27 +364,6 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		}
 	}
 	rs := &p.ranking
-	if placed && p.opts.Fleet.View() == view {
-		// The endpoint set did not change since the candidates were taken: loads are read
-		// through the view, by place.
-		rs.cands = slices.Grow(rs.cands[:0], len(cands))[:len(cands)]
-		for i, a := range cands {
-			at := i
-			if sc.idx != nil {
-				at = int(sc.idx[i])
-			}
-			rs.cands[i] = candidate(view.Load(at))
-			rs.cands[i].Addr = a
-		}
-	} else {
-		loads := p.opts.Fleet.Loads(cands)
-		rs.cands = rs.cands[:0]
-		for _, l := range loads {
-			rs.cands = append(rs.cands, candidate(l))
-		}
-	}
-	applyMatches(rs.cands, cands, matches, held, useHeld)
-	in.Candidates = rs.cands
 	// The ranking need only order what the decision keeps, and one more for a booking
 	// that fails (an endpoint removed since the view). Placed candidates are in the view's
 	// order, which is address order.
@@ -392,22 +371,53 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if r.Explain {
 		keep = max(p.opts.MaxEndpoints, maxExplained)
 	}
-	in.Top, in.Sorted = keep+1, placed
-	in.Scratch = rs.ranked[:0]
+	in.Top = keep + 1
 	rank := func(in scoring.Input) []scoring.Ranked {
 		if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
 			return scoring.LoadOnly(in) // nothing to look up: the load term alone
 		}
 		return act.policy.Rank(in)
 	}
-	ranked := rank(in)
-	if cap(ranked) > cap(rs.ranked) {
-		rs.ranked = ranked[:0]
+	firstRank := func() []scoring.Ranked { // in rs.ranked's memory, kept when it grew
+		in.Scratch = rs.ranked[:0]
+		ranked := rank(in)
+		if cap(ranked) > cap(rs.ranked) {
+			rs.ranked = ranked[:0]
+		}
+		return ranked
 	}
-	ranked, i, b := bookFirst(ranked, in, rank, p.opts.Fleet.BookTagged)
+	var ranked []scoring.Ranked
+	var i int
+	var b *fleet.Booking
+	if lp, ok := act.policy.(*scoring.LoadAware); ok && useHeld && sc.idx == nil && placed && p.opts.Fleet.View() == view && anyMatched(held) {
+		// Over the whole view, ranking the holders and the least loaded others is enough
+		// (scoring.LoadAware.Leaders): the decision reads the loads of those only.
+		if rs.leaders(lp, view, held, &in) {
+			// Past a refused booking (the winner left the set since the view) the leaders'
+			// ranking may part from the whole one: the whole is ranked then.
+			if ranked = firstRank(); len(ranked) > 0 {
+				b, _ = p.opts.Fleet.BookTagged(ranked[0].Addr, in.PrefixKey)
+			}
+			if b != nil {
+				p.metrics.rankLeaders.Inc()
+			} else {
+				in.Fleet = scoring.Population{}
+			}
+		}
+	}
+	if b == nil {
+		rs.fill(p.opts.Fleet, view, cands, sc.idx, placed)
+		applyMatches(rs.cands, cands, matches, held, useHeld)
+		in.Candidates, in.Sorted = rs.cands, placed
+		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)
+		p.metrics.rankWhole.Inc()
+	}
 	if b != nil {
 		d.Booking = b
 		d.Candidates = len(in.Candidates) - i
+		if in.Fleet.Endpoints > 0 {
+			d.Candidates = in.Fleet.Endpoints - i
+		}
 		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)

@@ -180,22 +180,24 @@ func (p *LoadAware) Rank(in Input) []Ranked {
 	return rs
 }
 
-// Leaders says when, and over which endpoints, a ranking of some of a fleet leads as the
-// ranking of all of it does. Given in (every endpoint of fleet as Candidates, but for
-// their loads and matches) where some endpoint holds part of the prompt: when ok,
-// ranking only the endpoints that hold part of it and the n least loaded of the others
-// (fewest in flight, then the smallest address), with Input.Fleet set to fleet, puts the
-// same endpoints first, in the same order, as ranking every endpoint would, for as many
-// as in.Top promises. An endpoint holding nothing scores by its load alone, lower for
-// more load, so it can lead only if fewer than n others (holding nothing) lead it.
-//
-// It is not ok when beta is so small beside the mean load (beta 0 included) that one
-// request more no longer outweighs a tie (scoreEpsilon): the endpoints holding nothing
-// then tie, and among them the addresses decide.
-func (p *LoadAware) Leaders(in Input, fleet Population) (n int, ok bool) {
+// Leaders and RanksLeaders let a caller rank only a fleet's leaders. Given in (every
+// endpoint of a fleet as Candidates, but for their loads and matches) where some endpoint
+// holds part of the prompt, and fleet, that fleet's Population: when RanksLeaders(fleet),
+// ranking only the endpoints that hold part of the prompt and the Leaders(in) least
+// loaded of the others (fewest in flight, then the smallest address), with Input.Fleet
+// set to fleet, puts the same endpoints first, in the same order, as ranking every
+// endpoint would, for as many as in.Top promises. An endpoint holding nothing scores by
+// its load alone, lower for more load, so it can lead only if fewer than Leaders(in)
+// others holding nothing come before it.
+func (p *LoadAware) Leaders(in Input) int { return in.prefix() }
+
+// RanksLeaders is false when beta is so small beside fleet's mean load (beta 0 included)
+// that one request more no longer outweighs a tie (scoreEpsilon): the endpoints holding
+// nothing then tie, and among them the addresses decide. See Leaders.
+func (p *LoadAware) RanksLeaders(fleet Population) bool {
 	if fleet.Endpoints <= 0 {
-		return 0, false
+		return false
 	}
 	m := float64(fleet.InFlight) / float64(fleet.Endpoints)
-	return in.prefix(), p.Beta/max(1, m) > 2*scoreEpsilon
+	return p.Beta/max(1, m) > 2*scoreEpsilon
 }

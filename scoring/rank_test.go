@@ -184,7 +184,7 @@ func TestLoadAwareSelectsAsTheFullRanking(t *testing.T) {
 	}
 }
 
-// LoadAware.Leaders: ranking the holders and the n least loaded others, with the fleet's
+// LoadAware.Leaders and RanksLeaders: ranking the holders and the n least loaded others, with the fleet's
 // population, leads as the ranking of every endpoint does, whenever it says ok (holders
 // that lead, and overloaded holders that the others pass); and it says not ok where the
 // endpoints holding nothing would tie (beta 0, or too small).
@@ -217,7 +217,7 @@ func TestLoadAwareLeadersLeadAsTheWholeFleet(t *testing.T) {
 			for _, top := range []int{1, 8, TopRanked} {
 				whole := in
 				whole.Top, whole.Sorted = top, true
-				n, ok := p.Leaders(whole, fleet)
+				n, ok := p.Leaders(whole), p.RanksLeaders(fleet)
 				if wantOK := beta > 1e-6; ok != wantOK {
 					t.Fatalf("beta %v: Leaders ok = %v, want %v", beta, ok, wantOK)
 				}

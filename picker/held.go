@@ -49,8 +49,8 @@ type pickScratch struct {
 type rankScratch struct {
 	cands  []scoring.Candidate
 	ranked []scoring.Ranked
-	heldAt []int32  // place in cands -> 1 + index in held; zero between decisions
-	srcs   []string // sources' memory: the source of each kept entry; empty between decisions
+	heldAt []int32          // place in cands -> 1 + index in held; zero between decisions
+	srcs   []string         // sources' memory: the source of each kept entry; empty between decisions
 	least  fleet.LeastQuery // leaders' question to the fleet, its memory reused
 }
 

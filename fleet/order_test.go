@@ -231,3 +231,27 @@ func BenchmarkLeast(b *testing.B) {
 		v.Least(&q)
 	}
 }
+
+// BenchmarkBookRelease is a booking and its release on a 256-endpoint set, from every
+// core at once: what the load order's lock adds to each request.
+func BenchmarkBookRelease(b *testing.B) {
+	addrs := make([]string, 256)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("10.0.%d.%d:8000", i/256, i%256)
+	}
+	s := New()
+	s.Update(addrs)
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			bk, err := s.Book(addrs[i%len(addrs)])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			bk.Decoding()
+			bk.Release()
+			i += 7
+		}
+	})
+}

@@ -23,8 +23,9 @@ const smallPiece = 128
 // the 1.5 KiB of the smallPiece arrays was 18% of encoding a word (decision 1111).
 const shortPiece = 16
 
-// encode appends the ids of one pre-tokenized piece (raw bytes) to dst.
-func (m *bpeModel) encode(piece string, dst []uint32) []uint32 {
+// encode appends the ids of one pre-tokenized piece (raw bytes) to dst, counting its work
+// to y (nil: not counted).
+func (m *bpeModel) encode(piece string, dst []uint32, y *yielder) []uint32 {
 	if len(piece) == 1 {
 		return append(dst, m.byteTok[piece[0]])
 	}
@@ -34,9 +35,10 @@ func (m *bpeModel) encode(piece string, dst []uint32) []uint32 {
 		}
 	}
 	if len(piece) <= smallPiece {
+		y.did(pieceWork(len(piece)))
 		return m.encodeSmall(piece, dst)
 	}
-	return m.encodeHeap(piece, dst)
+	return m.encodeHeap(piece, dst, y)
 }
 
 // encodeSmall merges by repeatedly taking the lowest-ranked adjacent pair, leftmost on ties,
@@ -99,7 +101,8 @@ func (m *bpeModel) lookup(a, b uint32) uint64 { return m.merges.get(pairKey(a, b
 // the same result as encodeSmall. A candidate is one word, rank<<32 | position, so the heap
 // compares integers; its buffers come from heapPool, so a long piece allocates nothing
 // (a 256 KiB one had allocated 7.5 MB, decision 0709).
-func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
+// Every 1,024 candidates popped count as that many units of work to y (nil: not counted).
+func (m *bpeModel) encodeHeap(piece string, dst []uint32, y *yielder) []uint32 {
 	n := len(piece)
 	sc := heapPool.Get().(*heapScratch)
 	sc.grow(n)
@@ -117,7 +120,10 @@ func (m *bpeModel) encodeHeap(piece string, dst []uint32) []uint32 {
 		}
 	}
 	h.init()
-	for len(h) > 0 {
+	for pops := 1; len(h) > 0; pops++ {
+		if pops&1023 == 0 {
+			y.did(1024)
+		}
 		c := h.pop()
 		p := int32(c)
 		if prev[p] == dead || next[p] < 0 {

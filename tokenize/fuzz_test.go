@@ -20,7 +20,7 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("Decode(Encode(%q)) = %q, want %q", s, got, want)
 		}
 		if len(s) >= 2 && len(s) <= smallPiece {
-			if a, b := tk.model.encodeSmall(s, nil), tk.model.encodeHeap(s, nil); !slices.Equal(a, b) {
+			if a, b := tk.model.encodeSmall(s, nil), tk.model.encodeHeap(s, nil, nil); !slices.Equal(a, b) {
 				t.Fatalf("%q: small %v, heap %v", s, a, b)
 			}
 		}

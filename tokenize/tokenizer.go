@@ -396,6 +396,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 		ids = append(ids, t.prefix...)
 	}
 	sc := scratchPool.Get().(*scratch)
+	sc.y.start()
 	for from := 0; from <= len(text); {
 		start, end, id, ok := t.added.next(text, from)
 		if !ok {
@@ -426,6 +427,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 type scratch struct {
 	a, b         []int
 	hits, misses uint64
+	y            yielder // the encoding's processor sharing (yield.go)
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
@@ -481,15 +483,16 @@ func (t *Tokenizer) encodePiece(p string, ids []uint32, sc *scratch) []uint32 {
 		return append(ids, t.model.byteTok[p[0]])
 	}
 	if t.cache == nil || len(p) > maxCachedPiece {
-		return t.model.encode(p, ids)
+		return t.model.encode(p, ids, &sc.y)
 	}
 	if got, ok := t.cache.get(p); ok {
 		sc.hits++
+		sc.y.did(1)
 		return append(ids, got...)
 	}
 	sc.misses++
 	n := len(ids)
-	ids = t.model.encode(p, ids)
+	ids = t.model.encode(p, ids, &sc.y)
 	t.cache.put(p, ids[n:])
 	return ids
 }

@@ -167,7 +167,7 @@ func TestSmallAndHeapMergeAgree(t *testing.T) {
 			continue
 		}
 		a := tk.model.encodeSmall(s, nil)
-		b := tk.model.encodeHeap(s, nil)
+		b := tk.model.encodeHeap(s, nil, nil)
 		if !slices.Equal(a, b) {
 			t.Fatalf("%q: small %v, heap %v", s, a, b)
 		}
@@ -254,7 +254,7 @@ func TestHeapMergeAgreesOnLongPieces(t *testing.T) {
 	}
 	for _, s := range pieces {
 		want := tk.model.mergeSmall(s, nil, make([]uint32, len(s)), make([]uint64, len(s)))
-		if got := tk.model.encodeHeap(s, nil); !slices.Equal(got, want) {
+		if got := tk.model.encodeHeap(s, nil, nil); !slices.Equal(got, want) {
 			t.Fatalf("%d bytes %.20q...: heap %v, plain loop %v", len(s), s, got, want)
 		}
 	}

@@ -34,18 +34,7 @@ func TestHeldMatchesDecideAsDenseOnes(t *testing.T) {
 					dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}))
 					for i := range 3 {
 						req := Request{Tokens: bf.tokens, Subset: subset, Session: fmt.Sprint("s", i%2)}
-						a, err := held.Pick(context.Background(), req)
-						if err != nil {
-							t.Fatal(err)
-						}
-						a.Booking.Release()
-						b, err := dense.Pick(context.Background(), req)
-						if err != nil {
-							t.Fatal(err)
-						}
-						b.Booking.Release()
-						a.Booking, b.Booking = nil, nil
-						if d := cmp.Diff(b, a); d != "" {
+						if d := decideBoth(t, dense, held, req); d != "" {
 							t.Fatalf("decision %d differs (-dense +held):\n%s", i, d)
 						}
 					}
@@ -53,6 +42,23 @@ func TestHeldMatchesDecideAsDenseOnes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// decideBoth has want and got each decide req (releasing their bookings) and returns the
+// difference of the decisions, "" when they are the same.
+func decideBoth(t *testing.T, want, got *Picker, req Request) string {
+	t.Helper()
+	var ds [2]Decision
+	for i, p := range []*Picker{want, got} {
+		d, err := p.Pick(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Booking.Release()
+		d.Booking = nil
+		ds[i] = d
+	}
+	return cmp.Diff(ds[0], ds[1])
 }
 
 // A large fleet's decision keeps the best it may be asked about (an explanation's 32, else
@@ -120,18 +126,7 @@ func TestLeadersDecideAsTheWholeFleet(t *testing.T) {
 					dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, nil))
 					for i := range 6 {
 						req := Request{Tokens: bf.tokens[:256*(1+i%6)+i], Explain: i%2 == 1}
-						a, err := leaders.Pick(context.Background(), req)
-						if err != nil {
-							t.Fatal(err)
-						}
-						a.Booking.Release()
-						b, err := dense.Pick(context.Background(), req)
-						if err != nil {
-							t.Fatal(err)
-						}
-						b.Booking.Release()
-						a.Booking, b.Booking = nil, nil
-						if d := cmp.Diff(b, a); d != "" {
+						if d := decideBoth(t, dense, leaders, req); d != "" {
 							t.Fatalf("decision %d differs (-whole +leaders):\n%s", i, d)
 						}
 					}

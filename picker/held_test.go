@@ -138,3 +138,50 @@ func TestLeadersDecideAsTheWholeFleet(t *testing.T) {
 		}
 	}
 }
+
+// While the endpoint set changes under the decisions (the holders leave and come back), a
+// decision whose leader left since its view books another endpoint, never failing while
+// the set has endpoints: a refused leader sends the decision to the whole ranking.
+func TestLeadersWhileTheSetChanges(t *testing.T) {
+	bf := newBenchFleet(t, 300, 30)
+	all := bf.fleet.View().Addrs()
+	var rest []string
+	for _, a := range all {
+		if !slices.Contains(bf.holder, a) {
+			rest = append(rest, a)
+		}
+	}
+	p := newPicker(t, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}})
+	stop := make(chan struct{})
+	changed := make(chan struct{})
+	go func() {
+		defer close(changed)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				bf.fleet.Update(rest)
+			} else {
+				bf.fleet.Update(all)
+			}
+		}
+	}()
+	for i := range 3000 {
+		d, err := p.Pick(context.Background(), Request{Tokens: bf.tokens})
+		if err != nil {
+			t.Fatalf("decision %d: %v", i, err)
+		}
+		d.Booking.Release()
+	}
+	close(stop)
+	<-changed
+	leaders := testutil.ToFloat64(p.metrics.rankings.WithLabelValues("leaders"))
+	whole := testutil.ToFloat64(p.metrics.rankings.WithLabelValues("whole"))
+	t.Logf("%v decisions ranked the leaders, %v the whole fleet", leaders, whole)
+	if leaders == 0 || leaders+whole < 3000 {
+		t.Fatalf("%v leaders' rankings and %v whole ones for 3000 decisions", leaders, whole)
+	}
+}

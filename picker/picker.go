@@ -365,8 +365,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	rs := &p.ranking
 	// The ranking need only order what the decision keeps, and one more for a booking
-	// that fails (an endpoint removed since the view). Placed candidates are in the view's
-	// order, which is address order.
+	// that fails (an endpoint removed since the view).
 	keep := max(p.opts.MaxEndpoints, KeptRanked)
 	if r.Explain {
 		keep = max(p.opts.MaxEndpoints, maxExplained)
@@ -408,7 +407,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if b == nil {
 		rs.fill(p.opts.Fleet, view, cands, sc.idx, placed)
 		applyMatches(rs.cands, cands, matches, held, useHeld)
-		in.Candidates, in.Sorted = rs.cands, placed
+		in.Candidates, in.Sorted = rs.cands, placed // placed: in the view's order, which is address order
 		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)
 		p.metrics.rankWhole.Inc()
 	}

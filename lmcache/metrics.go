@@ -30,6 +30,7 @@ type indexMetrics struct {
 	matched   prometheus.Histogram
 	lookups   prometheus.Counter
 	hits      prometheus.Counter
+	lockWaits [2]prometheus.Counter // yielded, parked
 }
 
 func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetrics, error) {
@@ -45,6 +46,10 @@ func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetr
 		Name: "loadaware_lmcache_frames_invalid_total",
 		Help: "Frames that could not be decoded, by kind (malformed, unknown_type, missing_field, bad_field); each was skipped.",
 	}, []string{"kind"})
+	waitVec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loadaware_lmcache_lookup_lock_waits_total",
+		Help: "Chunk-key reads of lookups that found the key's shard locked by ingestion, by how they waited: yielded (the processor, then took the lock) or parked (on the lock, after 64 yields). Parked reads growing: ingestion holds shard locks long (a map growth, a budget eviction); lookup latency shows it.",
+	}, []string{"wait"})
 	m := &indexMetrics{
 		messages: map[string][3]prometheus.Counter{},
 		invalid:  map[string]prometheus.Counter{},
@@ -79,6 +84,7 @@ func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetr
 			Help: "Lookups where at least one credited instance holds the prompt's first chunk.",
 		}),
 	}
+	m.lockWaits = [2]prometheus.Counter{waitVec.WithLabelValues("yielded"), waitVec.WithLabelValues("parked")}
 	for _, t := range messageTypes {
 		m.messages[t] = [3]prometheus.Counter{
 			msgVec.WithLabelValues(t, outcomeApplied),
@@ -98,7 +104,7 @@ func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetr
 		m.instances.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{msgVec, opVec, invVec, m.keys, m.instances, m.conflicts, m.latency, m.matched, m.lookups, m.hits} {
+		for _, c := range []prometheus.Collector{msgVec, opVec, invVec, m.keys, m.instances, m.conflicts, m.latency, m.matched, m.lookups, m.hits, waitVec} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register index metrics: %w", err)
 			}

@@ -41,8 +41,8 @@ const readYields = 64
 // yields its processor (runtime.Gosched: the writer, if it waits for one, gets it) and tries
 // again, up to readYields times, before it waits on the lock. Waiting at once, parked on the
 // lock until the writer's unlock readies it, cost each lookup that met a held lock tens of
-// microseconds: while ingesting 450k messages/s, p99.9 of lookups was 37-68 µs against
-// 4.4-9.5 µs yielding (decision 1100, addendum of 2026-12-04). Each way is counted in
+// microseconds: while ingesting 450k messages/s, p99.9 of lookups was 21-42 µs against
+// 5-7 µs yielding (decision 1100, addendum of 2026-12-04). Each way is counted in
 // loadaware_lmcache_lookup_lock_waits_total.
 func (ix *Index) readLock(sh *shard) {
 	if sh.mu.TryRLock() {

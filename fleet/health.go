@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,10 +49,17 @@ type Transition struct {
 // Health is each endpoint's health from what the picker sees (passive: its requests'
 // responses) and from active checks. It does no I/O: the caller feeds it observations at
 // the times it passes. Endpoints never observed are healthy. Safe for concurrent use.
+//
+// Usable is asked on every decision, so with every endpoint healthy it costs one atomic
+// load, whatever the fleet's size: the endpoints that may be unusable (actively down, or
+// ejected and not passed since) are kept apart in down, and only when there are some does
+// Usable look at each address.
 type Health struct {
-	pol HealthPolicy
-	mu  sync.Mutex
-	eps map[string]*health
+	pol   HealthPolicy
+	mu    sync.Mutex
+	eps   map[string]*health
+	down  map[string]*health // the entries of eps with activeDown or ejectedUntil set
+	ndown atomic.Int64       // len(down), for Usable to read without the lock
 }
 
 type health struct {
@@ -64,7 +73,18 @@ type health struct {
 // NewHealth returns a Health applying pol (zero fields take the defaults).
 func NewHealth(pol HealthPolicy) *Health {
 	pol.setDefaults()
-	return &Health{pol: pol, eps: map[string]*health{}}
+	return &Health{pol: pol, eps: map[string]*health{}, down: map[string]*health{}}
+}
+
+// file puts e (addr's entry) in down or takes it out, as its state now says. Called with
+// h.mu held after every change of an entry.
+func (h *Health) file(addr string, e *health) {
+	if e.activeDown || !e.ejectedUntil.IsZero() {
+		h.down[addr] = e
+	} else {
+		delete(h.down, addr)
+	}
+	h.ndown.Store(int64(len(h.down)))
 }
 
 func (h *Health) get(addr string) *health {
@@ -95,6 +115,7 @@ func (h *Health) Active(addr string, ok bool, reason string, now time.Time) (Tra
 			e.activeDown = true
 		}
 	}
+	h.file(addr, e)
 	if is := e.usable(now); is != was {
 		return Transition{Addr: addr, Healthy: is, Source: "active", Reason: reason}, true
 	}
@@ -117,6 +138,7 @@ func (h *Health) Passive(addr string, ok bool, reason string, now time.Time) (Tr
 		e.ejectedUntil = now.Add(min(d, h.pol.MaxEjection))
 		e.passiveFails = 0
 	}
+	h.file(addr, e)
 	if is := e.usable(now); is != was {
 		return Transition{Addr: addr, Healthy: is, Source: "passive", Reason: reason}, true
 	}
@@ -135,13 +157,34 @@ func (h *Health) Healthy(addr string, now time.Time) bool {
 
 // Usable returns the healthy endpoints of addrs at now, in order. When none is healthy it
 // returns addrs unchanged and false: routing somewhere beats refusing everything (a fleet
-// wide outage, or checks that are wrong).
+// wide outage, or checks that are wrong). When every endpoint is healthy it returns addrs
+// itself at the cost of one atomic load; when some may not be, it costs the endpoints
+// kept apart (down), and a pass over addrs only when one of them is unusable at now.
 func (h *Health) Usable(addrs []string, now time.Time) ([]string, bool) {
+	if h.ndown.Load() == 0 {
+		return addrs, true
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var few [fewUnusable]string
+	bad := few[:0] // the unusable at now, while they are few
+	for a, e := range h.down {
+		if !e.usable(now) {
+			if bad = append(bad, a); len(bad) > fewUnusable {
+				break
+			}
+		}
+	}
+	if len(bad) == 0 { // ejections that ran out, not yet ended by a success
+		return addrs, true
+	}
+	unusable := func(a string) bool { return slices.Contains(bad, a) }
+	if len(bad) > fewUnusable {
+		unusable = func(a string) bool { e := h.down[a]; return e != nil && !e.usable(now) }
+	}
 	var out []string
 	for i, a := range addrs {
-		if e := h.eps[a]; e != nil && !e.usable(now) {
+		if unusable(a) {
 			if out == nil {
 				out = append(make([]string, 0, len(addrs)), addrs[:i]...)
 			}
@@ -160,12 +203,17 @@ func (h *Health) Usable(addrs []string, now time.Time) ([]string, bool) {
 	return out, true
 }
 
+// fewUnusable is how many unusable endpoints Usable compares each address with, before
+// it looks addresses up in down instead. At 10k addresses and one unusable a call took
+// 98 µs comparing and 147 µs looking up (BenchmarkUsable); most of the 98 is the copy.
+const fewUnusable = 8
+
 // Unhealthy returns the endpoints not healthy at now, sorted.
 func (h *Health) Unhealthy(now time.Time) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
-	for a, e := range h.eps {
+	for a, e := range h.down { // the others are usable
 		if !e.usable(now) {
 			out = append(out, a)
 		}
@@ -185,6 +233,8 @@ func (h *Health) Retain(keep []string) {
 	for a := range h.eps {
 		if !set[a] {
 			delete(h.eps, a)
+			delete(h.down, a)
 		}
 	}
+	h.ndown.Store(int64(len(h.down)))
 }

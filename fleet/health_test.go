@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -75,5 +77,83 @@ func TestHealthUsableAndRetain(t *testing.T) {
 	h.Retain([]string{"a"})
 	if got := h.Unhealthy(now); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("after Retain: unhealthy %v", got)
+	}
+}
+
+// TestHealthUsableAgreesWithHealthy drives a Health with random checks, responses,
+// departures and times (some earlier than the last) and asks Usable at each step: it must
+// answer what Healthy says of each address, whether or not any endpoint is down, and must
+// return addrs itself (no copy) when every one of them is healthy.
+func TestHealthUsableAgreesWithHealthy(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 9))
+		h := NewHealth(HealthPolicy{ActiveFailures: 1 + r.IntN(2), PassiveFailures: 1 + r.IntN(2), Ejection: 50 * time.Millisecond, MaxEjection: 400 * time.Millisecond})
+		all := make([]string, 12)
+		for i := range all {
+			all[i] = fmt.Sprintf("10.0.0.%d:8000", i+1)
+		}
+		now := time.Unix(5000, 0)
+		for step := range 3000 {
+			a := all[r.IntN(len(all))]
+			switch k := r.IntN(20); {
+			case k < 8:
+				h.Passive(a, r.IntN(3) > 0, "", now)
+			case k < 16:
+				h.Active(a, r.IntN(3) > 0, "", now)
+			case k < 17:
+				h.Retain(all[:r.IntN(len(all)+1)])
+			}
+			now = now.Add(time.Duration(r.IntN(60)) * time.Millisecond)
+			at := now
+			if r.IntN(5) == 0 { // a decision whose clock lags
+				at = now.Add(-time.Duration(r.IntN(500)) * time.Millisecond)
+			}
+			addrs := all[r.IntN(len(all)):]
+			var want []string
+			for _, x := range addrs {
+				if h.Healthy(x, at) {
+					want = append(want, x)
+				}
+			}
+			got, ok := h.Usable(addrs, at)
+			switch {
+			case len(want) == 0:
+				if ok || !slices.Equal(got, addrs) {
+					t.Fatalf("seed %d step %d: none healthy, Usable = %v %v, want addrs and false", seed, step, got, ok)
+				}
+			case !ok || !slices.Equal(got, want):
+				t.Fatalf("seed %d step %d: Usable = %v %v, want %v", seed, step, got, ok, want)
+			case len(want) == len(addrs) && &got[0] != &addrs[0]:
+				t.Fatalf("seed %d step %d: every address healthy, but Usable copied them", seed, step)
+			}
+		}
+	}
+}
+
+// BenchmarkUsable asks Usable of a fleet's addresses, as every decision does, with every
+// endpoint healthy and with one ejected.
+func BenchmarkUsable(b *testing.B) {
+	for _, n := range []int{256, 10_000} {
+		addrs := make([]string, n)
+		for i := range addrs {
+			addrs[i] = fmt.Sprintf("10.%d.%d.%d:8000", i>>16, i>>8&255, i&255)
+		}
+		now := time.Unix(5000, 0)
+		for _, down := range []int{0, 1} {
+			h := NewHealth(HealthPolicy{PassiveFailures: 1, Ejection: time.Hour})
+			for _, a := range addrs {
+				h.Passive(a, true, "", now) // every endpoint observed
+			}
+			for _, a := range addrs[:down] {
+				h.Passive(a, false, "", now)
+			}
+			b.Run(fmt.Sprintf("endpoints=%d/down=%d", n, down), func(b *testing.B) {
+				for b.Loop() {
+					if got, _ := h.Usable(addrs, now); len(got) != n-down {
+						b.Fatalf("%d usable, want %d", len(got), n-down)
+					}
+				}
+			})
+		}
 	}
 }

@@ -237,3 +237,49 @@ func BenchmarkPickCold(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPickIntoWithHealth is BenchmarkPickIntoLMCache at 10k endpoints as app runs
+// it, with health kept (fleet.Health): every endpoint healthy, and one of them ejected
+// (the decision then goes among the others, a subset of the view).
+func BenchmarkPickIntoWithHealth(b *testing.B) {
+	const n = 10000
+	for _, holders := range []int{2, n / 3} {
+		for _, ejected := range []int{0, 1} {
+			b.Run(fmt.Sprintf("endpoints=%d/holders=%d/ejected=%d", n, holders, ejected), func(b *testing.B) {
+				bf := newBenchFleet(b, n, holders)
+				now := time.Now()
+				h := fleet.NewHealth(fleet.HealthPolicy{PassiveFailures: 1, Ejection: time.Hour})
+				addrs := bf.fleet.View().Addrs()
+				for _, a := range addrs {
+					h.Passive(a, true, "", now)
+				}
+				var out string // an endpoint that holds nothing
+				for _, a := range addrs {
+					if !slices.Contains(bf.holder, a) {
+						out = a
+						break
+					}
+				}
+				if ejected > 0 {
+					h.Passive(out, false, "", now)
+				}
+				p := newPicker(b, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}, Health: h})
+				req := Request{Tokens: bf.tokens}
+				var d Decision
+				if err := p.PickInto(context.Background(), req, &d); err != nil {
+					b.Fatal(err)
+				}
+				if d.Ranked[0].Matched != len(bf.tokens) || d.Candidates != n-ejected {
+					b.Fatalf("the first decision: %d tokens matched among %d candidates, want %d among %d", d.Ranked[0].Matched, d.Candidates, len(bf.tokens), n-ejected)
+				}
+				d.Booking.Release()
+				timeEach(b, func() func() {
+					if err := p.PickInto(context.Background(), req, &d); err != nil {
+						b.Fatal(err)
+					}
+					return func() { d.Booking.Release() }
+				})
+			})
+		}
+	}
+}

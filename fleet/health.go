@@ -210,6 +210,9 @@ const fewUnusable = 8
 
 // Unhealthy returns the endpoints not healthy at now, sorted.
 func (h *Health) Unhealthy(now time.Time) []string {
+	if h.ndown.Load() == 0 {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string

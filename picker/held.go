@@ -3,6 +3,7 @@ package picker
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/scoring"
@@ -78,42 +79,120 @@ func (rs *rankScratch) fill(set *fleet.Set, view *fleet.View, cands []string, id
 }
 
 // leaders makes in's candidates those that can lead loadaware's ranking of the whole
-// view (the holders in held, by place in the view, and the least loaded others: see
-// scoring.LoadAware.Leaders) and sets in.Fleet to the view's; it reports false, leaving
+// view, or of the view less uv's unusable endpoints when uv is not nil (the holders in
+// held, by place in the view or in uv.cands, and the least loaded others: see
+// scoring.LoadAware.Leaders), and sets in.Fleet to that population; it reports false, leaving
 // in as it was, when the view is no longer current or the policy cannot rank on its
 // leaders alone. It reads the loads of the leaders only, from the fleet's load order, all
 // as of one instant. The candidates carry what loadaware reads: address, in-flight count
 // and match (no prefill, decode or pace).
-func (rs *rankScratch) leaders(lp *scoring.LoadAware, view *fleet.View, held []Held, in *scoring.Input) bool {
+func (rs *rankScratch) leaders(lp *scoring.LoadAware, view *fleet.View, held []Held, uv *usableView, in *scoring.Input) bool {
 	addrs := view.Addrs()
+	place := func(e int) int { // a held entry's place in the view
+		if uv == nil {
+			return e
+		}
+		return int(uv.idx[e])
+	}
+	var out []int32 // the view's places that are not candidates
+	if uv != nil {
+		out = uv.out
+	}
 	q := &rs.least
 	words := (len(addrs) + 63) / 64
 	q.Skip = slices.Grow(q.Skip[:0], words)[:words] // zero between decisions
 	q.Of = q.Of[:0]
 	for _, h := range held {
-		q.Skip[h.Endpoint/64] |= 1 << (h.Endpoint % 64)
-		q.Of = append(q.Of, int32(h.Endpoint))
+		i := place(h.Endpoint)
+		q.Skip[i/64] |= 1 << (i % 64)
+		q.Of = append(q.Of, int32(i))
+	}
+	for _, i := range out {
+		q.Skip[i/64] |= 1 << (i % 64)
+		q.Of = append(q.Of, i)
 	}
 	q.N = lp.Leaders(*in)
 	ok := view.Least(q)
-	for _, h := range held {
-		q.Skip[h.Endpoint/64] = 0
+	for _, i := range q.Of {
+		q.Skip[i/64] = 0
 	}
-	pop := scoring.Population{Endpoints: len(addrs), InFlight: q.Sum}
+	pop := scoring.Population{Endpoints: len(addrs) - len(out), InFlight: q.Sum}
+	if ok {
+		for k := range out {
+			pop.InFlight -= q.Loads[len(held)+k]
+		}
+	}
 	if !ok || !lp.RanksLeaders(pop) {
 		return false
 	}
 	rs.cands = rs.cands[:0]
 	for j, h := range held {
-		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[h.Endpoint], InFlight: q.Loads[j],
+		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[place(h.Endpoint)], InFlight: q.Loads[j],
 			Matched: h.Matched, HolderRank: h.HolderRank})
 	}
+	loads := q.Loads[len(held)+len(out):]
 	for k, i := range q.Places {
-		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[i], InFlight: q.Loads[len(held)+k], HolderRank: -1})
+		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[i], InFlight: loads[k], HolderRank: -1})
 	}
 	// Holders come in the cache's order, not the view's.
 	in.Candidates, in.Fleet, in.Sorted = rs.cands, pop, false
 	return true
+}
+
+// UnhealthyLister is a HealthView that also lists the endpoints unusable at now, sorted
+// (fleet.Health does). Over the whole view, the picker then keeps the view less those for
+// the decisions that follow while neither changes, instead of asking Usable each time.
+type UnhealthyLister interface {
+	Unhealthy(now time.Time) []string
+}
+
+// usableView is a fleet view less the endpoints unusable at one moment. Its slices are
+// shared by the decisions that use it and never modified.
+type usableView struct {
+	view  *fleet.View
+	bad   []string // the unusable endpoints, sorted, as the health view listed them
+	cands []string // the view's addresses less bad's, in the view's order
+	idx   []int32  // cands[i] is view.Addrs()[idx[i]]
+	out   []int32  // the places of the view's addresses in bad, ascending
+}
+
+// usableIn returns view less bad (sorted), and false when that leaves no endpoint. It
+// returns nil when bad leaves the view whole, and when it leaves nothing: the candidates
+// are then the view's. The last answer is kept, so decisions under one view and one set
+// of unusable endpoints cost bad, not the fleet.
+func (p *Picker) usableIn(view *fleet.View, bad []string) (*usableView, bool) {
+	if len(bad) == 0 {
+		return nil, true
+	}
+	if uv := p.usable.Load(); uv != nil && uv.view == view && slices.Equal(uv.bad, bad) {
+		return uv, true
+	}
+	addrs := view.Addrs()
+	var out []int32
+	for _, b := range bad {
+		if i, ok := slices.BinarySearch(addrs, b); ok {
+			out = append(out, int32(i))
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil, true
+	case len(addrs):
+		return nil, false
+	}
+	uv := &usableView{view: view, bad: slices.Clone(bad), out: out,
+		cands: make([]string, 0, len(addrs)-len(out)), idx: make([]int32, 0, len(addrs)-len(out))}
+	k := 0
+	for i, a := range addrs {
+		if k < len(out) && int(out[k]) == i {
+			k++
+			continue
+		}
+		uv.cands = append(uv.cands, a)
+		uv.idx = append(uv.idx, int32(i))
+	}
+	p.usable.Store(uv)
+	return uv, true
 }
 
 // anyMatched reports whether some holder holds a prefix of the prompt (loadaware's

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -183,5 +185,102 @@ func TestLeadersWhileTheSetChanges(t *testing.T) {
 	t.Logf("%v decisions ranked the leaders, %v the whole fleet", leaders, whole)
 	if leaders == 0 || leaders+whole < 3000 {
 		t.Fatalf("%v leaders' rankings and %v whole ones for 3000 decisions", leaders, whole)
+	}
+}
+
+// usableOnly hides fleet.Health's Unhealthy: a picker given it asks Usable of every
+// decision's candidates, the path without the kept usable view.
+type usableOnly struct{ h *fleet.Health }
+
+func (u usableOnly) Usable(addrs []string, now time.Time) ([]string, bool) {
+	return u.h.Usable(addrs, now)
+}
+
+// With some endpoints ejected (holders among them, and the idlest), loadaware's leaders
+// over the view less the ejected decide as the dense path over the candidates Usable
+// leaves, and never route to an ejected endpoint; the leaders' path is the one taken. When
+// every endpoint is ejected, both route among all of them (the note says so).
+func TestLeadersDecideAsTheWholeFleetWithSomeEjected(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	now := time.Unix(7000, 0)
+	for _, n := range []int{3, 300, 2000} {
+		bf := newBenchFleet(t, n, max(2, n/7))
+		addrs := bf.fleet.View().Addrs()
+		idle := map[string]bool{}
+		for _, a := range addrs {
+			busy := rng.IntN(6)
+			idle[a] = busy == 0
+			for range busy {
+				if _, err := bf.fleet.Book(a); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, ejected := range []int{1, 2, 9, n} {
+			if ejected > n {
+				continue
+			}
+			t.Run(fmt.Sprintf("endpoints=%d/ejected=%d", n, ejected), func(t *testing.T) {
+				h := fleet.NewHealth(fleet.HealthPolicy{PassiveFailures: 1, Ejection: time.Hour})
+				var out []string
+				if ejected < n {
+					out = append(out, bf.holder[0]) // a holder
+					for _, a := range addrs {
+						if len(out) < ejected && !slices.Contains(out, a) && idle[a] {
+							out = append(out, a) // idle ones: the least loaded are ejected too
+						}
+					}
+					for _, i := range rng.Perm(n) {
+						if len(out) < ejected && !slices.Contains(out, addrs[i]) {
+							out = append(out, addrs[i])
+						}
+					}
+				} else {
+					out = addrs
+				}
+				for _, a := range out {
+					h.Passive(a, false, "", now)
+				}
+				reg := prometheus.NewPedanticRegistry()
+				opts := func(c CacheView, hv HealthView, reg prometheus.Registerer) Options {
+					return Options{Fleet: bf.fleet, Cache: c, Health: hv, Now: func() time.Time { return now },
+						MaxEndpoints: 3, Params: scoring.Params{Beta: 0.5, KVThreshold: 2000}, Registerer: reg}
+				}
+				leaders := newPicker(t, opts(LMCacheView{Index: bf.index}, h, reg))
+				dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, usableOnly{h}, nil))
+				for i := range 6 {
+					req := Request{Tokens: bf.tokens[:256*(1+i%6)+i], Explain: i%2 == 1}
+					if d := decideBoth(t, dense, leaders, req); d != "" {
+						t.Fatalf("decision %d differs (-usable +leaders):\n%s", i, d)
+					}
+					d, err := leaders.Pick(context.Background(), req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					d.Booking.Release()
+					if dd, err := dense.Pick(context.Background(), req); err == nil { // the same history for both
+						dd.Booking.Release()
+					}
+					if ejected < n && slices.Contains(out, d.Endpoints[0]) {
+						t.Fatalf("decision %d went to %s, which is ejected", i, d.Endpoints[0])
+					}
+					if want := n - ejected; ejected < n && d.Candidates != want {
+						t.Fatalf("decision %d had %d candidates, want %d", i, d.Candidates, want)
+					}
+				}
+				// Every decision of leaders (decideBoth's and the check's) ranked the leaders
+				// (with every endpoint ejected, those of the whole view), unless every holder
+				// was ejected: loadaware's ranking is then its fallback's, over every candidate.
+				want := 0.0
+				for _, a := range bf.holder {
+					if ejected == n || !slices.Contains(out, a) {
+						want = 12
+					}
+				}
+				if got := testutil.ToFloat64(leaders.metrics.rankings.WithLabelValues("leaders")); got != want {
+					t.Fatalf("%v of 12 decisions ranked the leaders only, want %v", got, want)
+				}
+			})
+		}
 	}
 }

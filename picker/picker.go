@@ -171,6 +171,7 @@ type Picker struct {
 	source  string      // the cache view's name, for the cache-share metrics
 	scratch sync.Pool   // *pickScratch, for the work before the lock
 	ranking rankScratch // guarded by decide
+	usable  atomic.Pointer[usableView]
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
@@ -305,9 +306,17 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		d.Ranked, d.Endpoints, d.Sources = nil, nil, nil
 		return err
 	}
+	var uv *usableView // the view less its unusable endpoints, when cands are that
 	if p.opts.Health != nil {
-		var ok bool
-		if cands, ok = p.opts.Health.Usable(cands, p.opts.Now()); !ok {
+		ok := true
+		if hl, lists := p.opts.Health.(UnhealthyLister); lists && r.Subset == nil {
+			if uv, ok = p.usableIn(view, hl.Unhealthy(p.opts.Now())); uv != nil {
+				cands = uv.cands
+			}
+		} else {
+			cands, ok = p.opts.Health.Usable(cands, p.opts.Now())
+		}
+		if !ok {
 			p.metrics.unhealthy.Inc()
 			d.Note = "every candidate is unhealthy: routed among all of them"
 		}
@@ -322,8 +331,13 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	d.PromptTokens = len(tokens)
 
-	placed := p.inView(view, cands, sc) // cands are view.Addrs()[sc.idx...]
-	var matches []CacheMatch            // aligned with cands; nil: no cache information, or see held
+	placed := true // cands are view.Addrs()[sc.idx...]
+	if uv != nil {
+		sc.idx = uv.idx
+	} else {
+		placed = p.inView(view, cands, sc)
+	}
+	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
 	held, useHeld := sc.held[:0], false
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
 		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
@@ -388,10 +402,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	var ranked []scoring.Ranked
 	var i int
 	var b *fleet.Booking
-	if lp, ok := act.policy.(*scoring.LoadAware); ok && useHeld && sc.idx == nil && placed && p.opts.Fleet.View() == view && anyMatched(held) {
-		// Over the whole view, ranking the holders and the least loaded others is enough
-		// (scoring.LoadAware.Leaders): the decision reads the loads of those only.
-		if rs.leaders(lp, view, held, &in) {
+	if lp, ok := act.policy.(*scoring.LoadAware); ok && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
+		// Over the whole view, or the view less a few unusable endpoints, ranking the
+		// holders and the least loaded others is enough (scoring.LoadAware.Leaders): the
+		// decision reads the loads of those only.
+		if rs.leaders(lp, view, held, uv, &in) {
 			// Past a refused booking (the winner left the set since the view) the leaders'
 			// ranking may part from the whole one: the whole is ranked then.
 			if ranked = firstRank(); len(ranked) > 0 {

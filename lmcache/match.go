@@ -218,6 +218,21 @@ func (ix *Index) MatchHeld(dst []HeldMatch, tokens []uint32, endpoints []string)
 // among some of a fleet's endpoints (a subset hint, an endpoint ejected) costs
 // O(log len(subset)) per holder instead of resolving a new list.
 func (ix *Index) MatchHeldIn(dst []HeldMatch, tokens []uint32, all []string, subset []int32) []HeldMatch {
+	return ix.matchHeld(dst, tokens, all, subset, false)
+}
+
+// MatchHeldExcept is MatchHeldIn over every endpoint of all but all[except[0]],
+// all[except[1]], ... (except ascending; nil or empty: none left out): it answers exactly as
+// MatchHeldIn with the complement of except as the subset. A holder costs O(log
+// len(except)) rather than O(log len(subset)), so leaving a few endpoints of a large fleet
+// out (the unhealthy) costs about what asking about all of them does.
+func (ix *Index) MatchHeldExcept(dst []HeldMatch, tokens []uint32, all []string, except []int32) []HeldMatch {
+	return ix.matchHeld(dst, tokens, all, except, true)
+}
+
+// matchHeld is MatchHeldIn over the endpoints places names: all of them but places when
+// excepting, else places (nil: all).
+func (ix *Index) matchHeld(dst []HeldMatch, tokens []uint32, all []string, places []int32, excepting bool) []HeldMatch {
 	var buf [16]int64
 	keys := ix.hasher.AppendChunkKeys(buf[:0], tokens)
 	sc := ix.getScratch()
@@ -226,16 +241,9 @@ func (ix *Index) MatchHeldIn(dst []HeldMatch, tokens []uint32, all []string, sub
 	if len(sc.cands) == 0 {
 		return dst
 	}
+	asked := askedAbout{places, excepting}
+	member := asked.place
 	es := ix.endpointsFor(all)
-	member := func(i int) int { // i's place among the endpoints asked about, or -1
-		if subset == nil {
-			return i
-		}
-		if j, ok := slices.BinarySearch(subset, int32(i)); ok {
-			return j
-		}
-		return -1
-	}
 	for _, i := range es.hostnames {
 		if member(i) >= 0 {
 			ix.logEndpointOnce(all[i], "lmcache: an endpoint given by host name cannot be matched to an LMCache instance (instances report their IP): list endpoints by IP; it gets no cache credit")
@@ -273,6 +281,34 @@ func (ix *Index) MatchHeldIn(dst []HeldMatch, tokens []uint32, all []string, sub
 		dst = append(dst, HeldMatch{Endpoint: at, EndpointMatch: EndpointMatch{Matched: ix.tokens(c, len(tokens)), HolderRank: rank}})
 	}
 	return dst
+}
+
+// askedAbout names the endpoints of a list a match is asked about: all of them when
+// places is nil, else all but places when excepting, else places (ascending).
+type askedAbout struct {
+	places    []int32
+	excepting bool
+}
+
+// place returns the place of the list's endpoint i among those asked about, or -1.
+func (a askedAbout) place(i int) int {
+	if a.places == nil {
+		return i
+	}
+	return a.search(i)
+}
+
+func (a askedAbout) search(i int) int {
+	j, in := slices.BinarySearch(a.places, int32(i))
+	switch {
+	case a.excepting && in:
+		return -1
+	case a.excepting:
+		return i - j
+	case in:
+		return j
+	}
+	return -1
 }
 
 // endpointSet is an endpoint list resolved to the IPs instances report.

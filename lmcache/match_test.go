@@ -83,9 +83,9 @@ func TestLookupAgreesWithADirectCount(t *testing.T) {
 	}
 }
 
-// MatchHeldIn over a subset of a list answers exactly as MatchHeld over that subset as a
-// list of its own, for every subset: places in the subset, and IPs shared only when two
-// of the subset's endpoints have them.
+// MatchHeldIn over a subset of a list, and MatchHeldExcept over the rest of the list,
+// answer exactly as MatchHeld over that subset as a list of its own, for every subset:
+// places in the subset, and IPs shared only when two of the subset's endpoints have them.
 func TestMatchHeldInAgreesWithTheSubsetsOwnList(t *testing.T) {
 	p := prompt(4, 600)
 	ix := newTestIndex(t, IndexConfig{})
@@ -108,6 +108,15 @@ func TestMatchHeldInAgreesWithTheSubsetsOwnList(t *testing.T) {
 		want := ix.MatchHeld(nil, p, list)
 		if got := ix.MatchHeldIn(nil, p, all, subset); !cmp.Equal(got, want) {
 			t.Fatalf("subset %v: MatchHeldIn %+v, MatchHeld of the list %+v", list, got, want)
+		}
+		var except []int32 // the places not in subset
+		for i := range all {
+			if mask&(1<<i) == 0 {
+				except = append(except, int32(i))
+			}
+		}
+		if got := ix.MatchHeldExcept(nil, p, all, except); !cmp.Equal(got, want) {
+			t.Fatalf("all but %v: MatchHeldExcept %+v, MatchHeld of the list %+v", except, got, want)
 		}
 	}
 	if got, want := ix.MatchHeldIn(nil, p, all, nil), ix.MatchHeld(nil, p, slices.Clone(all)); !cmp.Equal(got, want) {

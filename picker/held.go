@@ -27,10 +27,12 @@ type HeldMatcher interface {
 // Candidates is a decision's candidate list as a HeldMatcher sees it: the fleet's
 // endpoint list (the same slice while the endpoint set does not change; never modified)
 // and, when the decision may use only some of them (a subset hint, an endpoint ejected),
-// their places in it, ascending. Subset nil means all of All.
+// their places in it, ascending. Subset nil means all of All but the places in Except
+// (ascending; the picker names a few unusable endpoints so rather than list the rest).
 type Candidates struct {
 	All    []string
 	Subset []int32
+	Except []int32 // with Subset nil: the places of All left out, ascending (nil: none)
 }
 
 // Held is the CacheMatch of the endpoint at Endpoint.

@@ -25,12 +25,17 @@ func (v LMCacheView) Match(_ context.Context, tokens []uint32, endpoints []strin
 // nothing per holder.
 var heldBufs = sync.Pool{New: func() any { return new([]lmcache.HeldMatch) }}
 
-// MatchHeld implements HeldMatcher (see lmcache.Index.MatchHeldIn: the fleet's list is
-// resolved once, so a lookup costs the chunks and holders only, with or without a subset).
+// MatchHeld implements HeldMatcher (see lmcache.Index.MatchHeldIn and MatchHeldExcept: the
+// fleet's list is resolved once, so a lookup costs the chunks and holders only, with or
+// without a subset or endpoints left out).
 func (v LMCacheView) MatchHeld(_ context.Context, tokens []uint32, c Candidates, dst []Held) ([]Held, error) {
 	buf := heldBufs.Get().(*[]lmcache.HeldMatch)
 	defer heldBufs.Put(buf)
-	*buf = v.Index.MatchHeldIn((*buf)[:0], tokens, c.All, c.Subset)
+	if c.Subset == nil && c.Except != nil {
+		*buf = v.Index.MatchHeldExcept((*buf)[:0], tokens, c.All, c.Except)
+	} else {
+		*buf = v.Index.MatchHeldIn((*buf)[:0], tokens, c.All, c.Subset)
+	}
 	for _, h := range *buf {
 		dst = append(dst, Held{Endpoint: h.Endpoint, CacheMatch: CacheMatch{Matched: h.Matched, HolderRank: h.HolderRank, Source: SourceLMCache}})
 	}

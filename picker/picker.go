@@ -342,7 +342,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
 		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
 			var err error
-			held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Subset: sc.idx}, held)
+			if uv != nil { // the view less a few: cheaper to name those
+				held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Except: uv.out}, held)
+			} else {
+				held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Subset: sc.idx}, held)
+			}
 			sc.held = held[:0]
 			if err != nil {
 				p.metrics.cacheErrors.Inc()

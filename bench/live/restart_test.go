@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,10 +66,19 @@ func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 				if natsURL != "" {
 					cfg.Replicas = &app.ReplicaConfig{URL: natsURL, StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, ScrapeInterval: -1}
 				}
-				a, err := app.Start(ctx, cfg, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				// The pull port can be briefly taken: the killed picker's ZeroMQ socket closes
+				// in ZeroMQ's own thread, and an engine reconnecting to a port nobody listens
+				// on can be given that very port for its own end (a TCP self-connection,
+				// which ZeroMQ drops at the handshake). Nothing signals the port free again,
+				// so the start is tried again for a while.
+				var a *app.App
+				awaitTrue(t, 10*time.Second, "the picker started on "+pullAddr, func() bool {
+					var err error
+					if a, err = app.Start(ctx, cfg, nil); err != nil && !strings.Contains(err.Error(), "address already in use") {
+						t.Fatal(err)
+					}
+					return err == nil
+				})
 				awaitReadyz(t, a)
 				return a
 			}

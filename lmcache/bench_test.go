@@ -102,10 +102,12 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 // ingestion rate achieved is reported too.
 func BenchmarkLookupWhileIngesting(b *testing.B) {
 	p := prompt(9, 1578)
-	for _, rate := range []int{0, 450_000, -1} { // messages/s; 0: no ingestion, -1: flat out
-		name := map[int]string{0: "ingesting=false", 450_000: "ingesting=450k-per-s", -1: "ingesting=flat-out"}[rate]
-		ingest := rate != 0
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		rate int // messages/s; 0: no ingestion, -1: flat out
+	}{{"ingesting=false", 0}, {"ingesting=450k-per-s", 450_000}, {"ingesting=flat-out", -1}} {
+		rate, ingest := c.rate, c.rate != 0
+		b.Run(c.name, func(b *testing.B) {
 			ix := newTestIndex(b, IndexConfig{})
 			fillIndex(b, ix, p, 100_000)
 			keys := ix.ChunkKeys(p)

@@ -241,8 +241,7 @@ func (ix *Index) matchHeld(dst []HeldMatch, tokens []uint32, all []string, place
 	if len(sc.cands) == 0 {
 		return dst
 	}
-	asked := askedAbout{places, excepting}
-	member := asked.place
+	member := askedAbout{places, excepting}.place
 	es := ix.endpointsFor(all)
 	for _, i := range es.hostnames {
 		if member(i) >= 0 {
@@ -295,10 +294,6 @@ func (a askedAbout) place(i int) int {
 	if a.places == nil {
 		return i
 	}
-	return a.search(i)
-}
-
-func (a askedAbout) search(i int) int {
 	j, in := slices.BinarySearch(a.places, int32(i))
 	switch {
 	case a.excepting && in:

@@ -3,7 +3,6 @@ package picker
 import (
 	"context"
 	"slices"
-	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/scoring"
@@ -139,13 +138,6 @@ func (rs *rankScratch) leaders(lp *scoring.LoadAware, view *fleet.View, held []H
 	// Holders come in the cache's order, not the view's.
 	in.Candidates, in.Fleet, in.Sorted = rs.cands, pop, false
 	return true
-}
-
-// UnhealthyLister is a HealthView that also lists the endpoints unusable at now, sorted
-// (fleet.Health does). Over the whole view, the picker then keeps the view less those for
-// the decisions that follow while neither changes, instead of asking Usable each time.
-type UnhealthyLister interface {
-	Unhealthy(now time.Time) []string
 }
 
 // usableView is a fleet view less the endpoints unusable at one moment. Its slices are

@@ -123,6 +123,13 @@ type HealthView interface {
 	Usable(addrs []string, now time.Time) ([]string, bool)
 }
 
+// UnhealthyLister is a HealthView that also lists the endpoints unusable at now, sorted
+// (fleet.Health does). Over the whole view, the picker then keeps the view less those for
+// the decisions that follow while neither changes, instead of asking Usable each time.
+type UnhealthyLister interface {
+	Unhealthy(now time.Time) []string
+}
+
 // Options configure a Picker.
 type Options struct {
 	Fleet        *fleet.Set

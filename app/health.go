@@ -81,7 +81,9 @@ func newHealthWatch(cfg HealthConfig, log *slog.Logger, reg prometheus.Registere
 // failures, resets and timeouts) count against the endpoint; other statuses for it.
 func (w *healthWatch) observe(endpoint string, status int) {
 	ok := status != http.StatusBadGateway && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout
-	if tr, changed := w.h.Passive(endpoint, ok, fmt.Sprintf("response status %d", status), w.cfg.Now()); changed {
+	// The reason is written only for a transition: this runs once per routed response.
+	if tr, changed := w.h.Passive(endpoint, ok, "", w.cfg.Now()); changed {
+		tr.Reason = fmt.Sprintf("response status %d", status)
 		w.note(tr)
 	}
 }

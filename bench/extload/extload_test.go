@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -307,8 +311,9 @@ func TestReportComparesAtEachRate(t *testing.T) {
 	}
 	// Each floor gets its own table, in the order given: against the higher floor the
 	// ratios are 1.25 and 1.11, and the extra CPU 20 µs, each within its target.
-	want := `(?s)ours against floor, same run:\n.*?\n\s*500\s+2\.00\s+2\.00\s+false\s+2\.00\s+100\.0\s+false\n` +
-		`\nours against higher floor, same run:\n.*?\n\s*500\s+1\.25\s+1\.25\s+true\s+1\.11\s+20\.0\s+true\n`
+	// With one round there is no interval: "-" in both of its columns.
+	want := `(?s)ours against floor, same run:\n.*?\n\s*500\s+2\.00\s+2\.00\s+false\s+-\s+-\s+2\.00\s+100\.0\s+false\n` +
+		`\nours against higher floor, same run:\n.*?\n\s*500\s+1\.25\s+1\.25\s+true\s+-\s+-\s+1\.11\s+20\.0\s+true\n`
 	if !regexp.MustCompile(want).MatchString(b.String()) {
 		t.Fatalf("report:\n%s", b.String())
 	}
@@ -325,5 +330,104 @@ func TestPoolMergesTheSameServerAndRate(t *testing.T) {
 	p := arms[0]
 	if p.Window.Sent != 5 || p.Window.Failed != 1 || len(p.Window.Totals) != 4 || p.Window.Errors["x"] != 3 || p.CPU != 30 || p.CPUPerRequest() != 6 {
 		t.Fatalf("pooled %+v", p)
+	}
+	if len(p.Rounds) != 2 || !slices.Equal(p.Rounds[0], a.Window.Totals) || !slices.Equal(p.Rounds[1], b.Window.Totals) {
+		t.Fatalf("pooled rounds %v, want each window's round trips in the order pooled", p.Rounds)
+	}
+}
+
+// TestPooledPercentileIsThePercentileOfThePool holds the top-values shortcut to
+// stats.Percentile of the concatenated rounds, with rounds drawn more than once, of
+// unequal and tiny sizes, and percentiles on and between ranks.
+func TestPooledPercentileIsThePercentileOfThePool(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 300 {
+		rounds := make([][]float64, 1+rng.IntN(6))
+		for i := range rounds {
+			rounds[i] = make([]float64, rng.IntN(40))
+			for j := range rounds[i] {
+				rounds[i][j] = float64(rng.IntN(50)) // ties too
+			}
+			slices.Sort(rounds[i])
+		}
+		pick := make([]float64, 1+rng.IntN(8))
+		var pool []float64
+		for k := range pick {
+			pick[k] = float64(rng.IntN(len(rounds)))
+			pool = append(pool, rounds[int(pick[k])]...)
+		}
+		for _, p := range []float64{0, 50, 90, 99, 99.9, 100} {
+			got, _ := pooledPercentile(rounds, pick, p, nil)
+			want := stats.Percentile(pool, p)
+			if len(pool) == 0 {
+				if !math.IsNaN(got) {
+					t.Fatalf("trial %d: p%v of an empty pool = %v, want NaN", trial, p, got)
+				}
+				continue
+			}
+			if math.Abs(got-want) > 1e-9 {
+				t.Fatalf("trial %d: p%v of %v picked %v = %v, want %v", trial, p, rounds, pick, got, want)
+			}
+		}
+	}
+}
+
+// TestP99RatioCI checks the rounds' bootstrap interval: a server exactly twice the floor
+// in every round is [2, 2] however the rounds drift; servers alike but for the rounds'
+// drift straddle 1; too few or unpaired rounds give none.
+func TestP99RatioCI(t *testing.T) {
+	round := func(scale float64, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = time.Duration(scale * float64(i+1) * float64(time.Microsecond))
+		}
+		return out
+	}
+	var floor, twice, alike [][]time.Duration
+	for r := range 8 {
+		drift := 1 + float64(r%4)/2 // the machine's speed by round: 1, 1.5, 2, 2.5
+		floor = append(floor, round(drift, 200))
+		twice = append(twice, round(2*drift, 200))
+		alike = append(alike, round([]float64{1, 2.5, 1.5, 2}[r%4], 200)) // same drifts, other rounds
+	}
+	cases := []struct {
+		name          string
+		server, floor [][]time.Duration
+		ok            bool
+		lo, hi        float64 // bounds the interval must lie within
+		straddles     float64 // a ratio the interval must straddle, when set
+	}{
+		{name: "twice in every round", server: twice, floor: floor, ok: true, lo: 2 - 1e-9, hi: 2 + 1e-9},
+		{name: "alike but for drift", server: alike, floor: floor, ok: true, lo: 0.3, hi: 3, straddles: 1},
+		{name: "too few rounds", server: twice[:MinCIRounds-1], floor: floor[:MinCIRounds-1]},
+		{name: "unpaired rounds", server: twice[:5], floor: floor[:4]},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			iv, ok := p99RatioCI(c.server, c.floor, 1)
+			if ok != c.ok {
+				t.Fatalf("ok %v, want %v", ok, c.ok)
+			}
+			if !ok {
+				return
+			}
+			if iv.Lo < c.lo || iv.Hi > c.hi || iv.Lo > iv.Hi || iv.Level != CILevel {
+				t.Fatalf("interval %+v, want within [%v, %v]", iv, c.lo, c.hi)
+			}
+			if c.straddles > 0 && !(iv.Lo < c.straddles && iv.Hi > c.straddles) {
+				t.Fatalf("interval %+v does not straddle %v", iv, c.straddles)
+			}
+		})
+	}
+}
+
+func TestCIVerdict(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   string
+	}{{1.0, 1.2, "yes"}, {1.0, 1.3, "yes"}, {1.2, 1.4, "unclear"}, {1.3, 1.5, "unclear"}, {1.31, 1.5, "no"}} {
+		if got := ciVerdict(stats.Interval{Lo: c.lo, Hi: c.hi}, 1.3); got != c.want {
+			t.Errorf("[%v, %v] against 1.3: %q, want %q", c.lo, c.hi, got, c.want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package extload
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,17 @@ type Arm struct {
 	Rate   float64
 	Window Window
 	CPU    time.Duration
+	// Rounds are the round trips of each window pooled into Window, in the order pooled
+	// (by Pool); nil for an arm of one window never pooled.
+	Rounds [][]time.Duration
+}
+
+// rounds is a's windows' round trips: Rounds, or Window's alone.
+func (a Arm) rounds() [][]time.Duration {
+	if a.Rounds != nil {
+		return a.Rounds
+	}
+	return [][]time.Duration{a.Window.Totals}
 }
 
 // CPUPerRequest is the server's CPU time over the window divided by the streams opened.
@@ -60,20 +73,36 @@ func Pool(arms []Arm, a Arm) []Arm {
 				w.Errors[msg] += n
 			}
 			p.CPU += a.CPU
+			p.Rounds = append(p.rounds(), a.rounds()...)
 			return arms
 		}
 	}
+	a.Rounds = a.rounds()
 	return append(arms, a)
 }
 
 // Comparison is a server against the floor at one rate.
 type Comparison struct {
-	Rate                 float64
-	P50Ratio, P99Ratio   float64       // server / floor, full stream round trip
+	Rate               float64
+	P50Ratio, P99Ratio float64 // server / floor, full stream round trip
+	// P99CI is the percentile bootstrap interval of P99Ratio over the rounds, at
+	// CILevel: each resample draws rounds with replacement and pools the same rounds'
+	// windows of both servers (a round's windows ran one after the other, so the
+	// machine's drift between rounds falls on both alike). Set only when both arms have
+	// the same number of rounds, at least MinCIRounds.
+	P99CI                stats.Interval
+	HasCI                bool
 	CPUExtra             time.Duration // server's CPU per request minus the floor's
 	CPURatio             float64
 	ServerFailed, Routed int
 }
+
+// The rounds' bootstrap: its coverage, resamples, and the fewest rounds it is drawn from.
+const (
+	CILevel     = 0.90
+	ciResamples = 1000
+	MinCIRounds = 3
+)
 
 // Compare pairs every arm of server with the floor's arm at the same rate, in rate order.
 func Compare(arms []Arm, server, floor string) []Comparison {
@@ -97,6 +126,7 @@ func Compare(arms []Arm, server, floor string) []Comparison {
 		if f.CPUPerRequest() > 0 {
 			c.CPURatio = float64(s.CPUPerRequest()) / float64(f.CPUPerRequest())
 		}
+		c.P99CI, c.HasCI = p99RatioCI(s.rounds(), f.rounds(), uint64(rate))
 		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Rate < out[j].Rate })
@@ -120,19 +150,111 @@ func WriteReport(w io.Writer, arms []Arm, server string, floors []string, p99Tar
 	for _, floor := range floors {
 		fmt.Fprintf(w, "\n%s against %s, same run:\n", server, floor)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "rate/s\tp50 ratio\tp99 ratio\tp99 <= %.2gx\tCPU/request ratio\textra CPU/request µs\textra <= %v\t\n", p99Target, cpuTarget)
+		fmt.Fprintf(tw, "rate/s\tp50 ratio\tp99 ratio\tp99 <= %.2gx\tp99 ratio %.0f%% CI\tCI within\tCPU/request ratio\textra CPU/request µs\textra <= %v\t\n",
+			p99Target, 100*CILevel, cpuTarget)
 		for _, c := range Compare(arms, server, floor) {
-			fmt.Fprintf(tw, "%.0f\t%.2f\t%.2f\t%v\t%.2f\t%.1f\t%v\t\n", c.Rate, c.P50Ratio, c.P99Ratio, c.P99Ratio <= p99Target,
-				c.CPURatio, float64(c.CPUExtra)/float64(time.Microsecond), c.CPUExtra <= cpuTarget)
+			ci, within := "-", "-"
+			if c.HasCI {
+				ci = fmt.Sprintf("%.2f-%.2f", c.P99CI.Lo, c.P99CI.Hi)
+				within = ciVerdict(c.P99CI, p99Target)
+			}
+			fmt.Fprintf(tw, "%.0f\t%.2f\t%.2f\t%v\t%s\t%s\t%.2f\t%.1f\t%v\t\n", c.Rate, c.P50Ratio, c.P99Ratio, c.P99Ratio <= p99Target,
+				ci, within, c.CPURatio, float64(c.CPUExtra)/float64(time.Microsecond), c.CPUExtra <= cpuTarget)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
+	fmt.Fprintf(w, "\nCI: the p99 ratio's %.0f%% bootstrap interval over the rounds (each resample pools the same rounds of both\n", 100*CILevel)
+	fmt.Fprintf(w, "servers); \"unclear\" means it straddles the target: this machine's noise hides the answer; run more -rounds.\n")
+	fmt.Fprintf(w, "It needs at least %d rounds (\"-\" with fewer).\n", MinCIRounds)
 	for _, a := range arms {
 		for msg, n := range a.Window.Errors {
 			fmt.Fprintf(w, "%s at %.0f/s: %d x %s\n", a.Server, a.Rate, n, msg)
 		}
 	}
 	return nil
+}
+
+// ciVerdict says where iv lies against target: "yes" wholly within it, "no" wholly
+// above it, "unclear" across it.
+func ciVerdict(iv stats.Interval, target float64) string {
+	switch {
+	case iv.Hi <= target:
+		return "yes"
+	case iv.Lo > target:
+		return "no"
+	}
+	return "unclear"
+}
+
+// p99RatioCI is the bootstrap interval of pooled p99(server) / pooled p99(floor) over
+// paired rounds (see Comparison.P99CI); false when the rounds do not pair or are fewer
+// than MinCIRounds, or a resample has no round trips.
+func p99RatioCI(server, floor [][]time.Duration, seed uint64) (stats.Interval, bool) {
+	if len(server) != len(floor) || len(server) < MinCIRounds {
+		return stats.Interval{}, false
+	}
+	ss, fs := sortedRounds(server), sortedRounds(floor)
+	idx := make([]float64, len(server))
+	for i := range idx {
+		idx[i] = float64(i)
+	}
+	var scratch []float64
+	ok := true
+	iv, err := stats.BootstrapCI(idx, func(sample []float64) float64 {
+		var sp, fp float64
+		sp, scratch = pooledPercentile(ss, sample, 99, scratch)
+		fp, scratch = pooledPercentile(fs, sample, 99, scratch)
+		if math.IsNaN(sp) || math.IsNaN(fp) || fp == 0 {
+			ok = false
+			return 0
+		}
+		return sp / fp
+	}, CILevel, ciResamples, seed)
+	return iv, err == nil && ok
+}
+
+// sortedRounds is each round's round trips in milliseconds, ascending.
+func sortedRounds(rounds [][]time.Duration) [][]float64 {
+	out := make([][]float64, len(rounds))
+	for i, r := range rounds {
+		xs := make([]float64, len(r))
+		for j, d := range r {
+			xs[j] = float64(d) / float64(time.Millisecond)
+		}
+		slices.Sort(xs)
+		out[i] = xs
+	}
+	return out
+}
+
+// pooledPercentile is stats.Percentile(p) of the concatenation of rounds[i] for each i in
+// pick (a round drawn twice counts twice), each round sorted ascending. Only the values
+// at or above the percentile's lower rank can matter, so it gathers each pick's largest
+// that many into scratch (returned for reuse) and sorts those alone.
+func pooledPercentile(rounds [][]float64, pick []float64, p float64, scratch []float64) (float64, []float64) {
+	n := 0
+	for _, i := range pick {
+		n += len(rounds[int(i)])
+	}
+	if n == 0 {
+		return math.NaN(), scratch
+	}
+	pos := p / 100 * float64(n-1)
+	lo := int(math.Floor(pos))
+	top := n - lo // the values of rank lo and above, in the pooled ascending order
+	scratch = scratch[:0]
+	for _, i := range pick {
+		r := rounds[int(i)]
+		scratch = append(scratch, r[max(0, len(r)-top):]...)
+	}
+	slices.Sort(scratch)
+	// scratch holds the pooled sample's largest values (at least top of them), so rank
+	// lo of the pool is rank len(scratch)-top of scratch.
+	s := scratch[len(scratch)-top:]
+	if frac := pos - float64(lo); frac > 0 {
+		return s[0] + (s[1]-s[0])*frac, scratch
+	}
+	return s[0], scratch
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,7 @@ type extloadConfig struct {
 	seed        uint64
 	progress    bool
 	profile     string
+	trace       string
 	p99Target   float64
 	cpuTarget   time.Duration
 	memLimit    int64
@@ -79,7 +81,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("extload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&rates, "rates", "500,1000,2000", "open-loop rates, requests/s, each run against both servers")
-	fs.IntVar(&c.rounds, "rounds", 1, "times the rates are run (servers alternating first); each server's windows at a rate are pooled")
+	fs.IntVar(&c.rounds, "rounds", 1, "times the rates are run (servers alternating first); each server's windows at a rate are pooled, and 3 or more give the p99 ratio a bootstrap interval over them")
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "measured window per rate, server and round")
 	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "unmeasured window at the same rate before each measured one")
 	fs.IntVar(&c.bodyBytes, "body-bytes", 8192, "request body size (64 B to 16 MiB)")
@@ -94,6 +96,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.Int64Var(&c.memLimit, "server-memory-limit", 0, "the picker's --memory-limit in bytes, as in a container (GOGC is then its --gc-percent default); 0: none, as outside one")
 	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
+	fs.StringVar(&c.trace, "server-trace", "", "write an execution trace of the picker's server process to this file (go tool trace)")
 	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to each floor server a rate should stay within")
 	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
@@ -170,6 +173,9 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 			"-endpoints", strconv.Itoa(c.endpoints), "-policy", c.policy, "-tokenizer", c.tokenizer}
 		if name == serverOurs && c.profile != "" {
 			args = append(args, "-cpuprofile", c.profile)
+		}
+		if name == serverOurs && c.trace != "" {
+			args = append(args, "-trace", c.trace)
 		}
 		if name == serverOurs && c.memLimit > 0 {
 			args = append(args, "-memory-limit", strconv.FormatInt(c.memLimit, 10))
@@ -277,6 +283,7 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	policy := fs.String("policy", "loadaware", "the picker's policy")
 	tok := fs.String("tokenizer", "", "tokenizer.json or model directory for the picker")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
+	traceTo := fs.String("trace", "", "write an execution trace of this process to this file")
 	memLimit := fs.Int64("memory-limit", 0, "the picker's --memory-limit in bytes; 0: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -300,6 +307,19 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *traceTo != "" {
+		f, err := os.Create(*traceTo)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", extloadServerName, err)
+			return 1
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintf(stderr, "%s: start the execution trace: %v\n", extloadServerName, err)
+			return 1
+		}
+		defer trace.Stop()
 	}
 	var start func(context.Context) (string, func() error, error)
 	switch *kind {

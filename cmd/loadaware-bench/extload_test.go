@@ -23,7 +23,7 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 		t.Skip("starts three server processes")
 	}
 	var out, errOut bytes.Buffer
-	args := []string{"-rates", "200,300", "-rounds", "2", "-duration", "150ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
+	args := []string{"-rates", "200,300", "-rounds", "3", "-duration", "100ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
 	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
 		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
@@ -37,8 +37,10 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 		`(?m)^\s*300\s+pass-through\s`,
 		`(?m)^\s*300\s+loadaware-epp\s`,
 		// One comparison table per floor, do-nothing first, each with both rates.
-		`(?s)loadaware-epp against do-nothing, same run:\n\s*rate/s\s+p50 ratio\s+p99 ratio\s+p99 <= 1\.3x\s+CPU/request ratio\s+extra CPU/request µs\s+extra <= 100µs\n` +
-			`\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+\s+-?[\d.]+\s+(true|false)\n\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+\s+-?[\d.]+\s+(true|false)\n` +
+		// Three rounds: each rate has the p99 ratio's interval and its verdict.
+		`(?s)loadaware-epp against do-nothing, same run:\n\s*rate/s\s+p50 ratio\s+p99 ratio\s+p99 <= 1\.3x\s+p99 ratio 90% CI\s+CI within\s+CPU/request ratio\s+extra CPU/request µs\s+extra <= 100µs\n` +
+			`\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+-[\d.]+\s+(yes|no|unclear)\s+[\d.]+\s+-?[\d.]+\s+(true|false)\n` +
+			`\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s+[\d.]+-[\d.]+\s+(yes|no|unclear)\s+[\d.]+\s+-?[\d.]+\s+(true|false)\n` +
 			`\nloadaware-epp against pass-through, same run:\n\s*rate/s\s+p50 ratio.*\n\s*200\s+[\d.]+\s+[\d.]+\s+(true|false)\s.*\n\s*300\s+[\d.]+\s+[\d.]+\s+(true|false)\s`,
 	} {
 		if !regexp.MustCompile(want).MatchString(s) {

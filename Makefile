@@ -81,7 +81,7 @@ gwload: deps
 # run: round-trip and CPU-per-request ratios at 500, 1,000 and 2,000 req/s (docs/decisions/1112 and 1117),
 # the picker's collector set as under the chart's 2 GiB pod limit (decision 1116). About 2.5 minutes.
 extload: deps
-	$(GO) run ./cmd/loadaware-bench extload -rounds 3 -duration 5s -server-memory-limit 1932735283
+	$(GO) run ./cmd/loadaware-bench extload -rounds 20 -duration 1s -warmup 250ms -server-memory-limit 1932735283
 
 # Steady traffic alone, then beside hostile clients (unfinished bodies, STREAMED streams, idle
 # connections, an engine IP pushing junk LMCache events, worst-shape prompts, large bodies through the gateway) for $(SOAK); RSS, goroutines and

@@ -191,11 +191,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	if err != nil {
 		return nil, err
 	}
+	var pacer func(context.Context) extproc.Pacer
+	if a.connRate != nil {
+		pacer = a.connRate.pacer
+	}
 	ext, err := extproc.NewServer(p, extproc.Config{
 		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
 		OmitScores: cfg.OmitScores,
 		Limits:     cfg.Limits, Explain: cfg.Explain, AdminToken: cfg.AdminToken, OnResponse: a.health.observe,
-		Pacer: connPacer,
+		Pacer: pacer,
 	})
 	if err != nil {
 		return nil, err
@@ -210,9 +214,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		creds = credentials.NewTLS(tc)
 	}
 	opts := grpcOptions(creds)
-	if a.connRate != nil {
-		opts = append(opts, grpc.StatsHandler(connTagger{a.connRate}))
-	}
 	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)

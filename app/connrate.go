@@ -11,7 +11,7 @@ import (
 	"github.com/loadaware/loadaware-epp/ratelog"
 	"github.com/loadaware/loadaware-epp/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/peer"
 )
 
 // Defaults of the ext_proc per-connection read rate (decision 0707). One Envoy worker
@@ -25,8 +25,8 @@ const (
 )
 
 // connRate is what the ext_proc connections share: the rate, the metrics, the rate-limited
-// log of connections over it, and the open connections by remote address (for the gRPC
-// stats handler, which tells each stream its connection).
+// log of connections over it, and the open connections by remote address (where a stream
+// finds its connection: pacer).
 type connRate struct {
 	rate, burst float64
 	waited      prometheus.Counter
@@ -158,29 +158,18 @@ func (c *rateConn) Close() error {
 	return c.Conn.Close()
 }
 
-// connTagger is the ext_proc server's gRPC stats handler: it puts each connection's
-// rateConn in the context its streams derive from, where pacer finds it.
-type connTagger struct{ r *connRate }
-
-type rateConnKey struct{}
-
-func (t connTagger) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if c := t.r.conn(info.RemoteAddr); c != nil {
-		return context.WithValue(ctx, rateConnKey{}, c)
+// pacer is extproc.Config.Pacer: the rateConn the stream came on, found by the stream's
+// peer address (the connection's RemoteAddr, the key Accept filed it under), or nil. It is
+// asked once per stream and only of streams whose bodies go past
+// --grpc-unpaced-body-bytes. (A gRPC stats handler could tag each connection instead, but
+// any stats handler makes gRPC copy every received message and allocate a record of every
+// message sent and received: decision 1121.)
+func (r *connRate) pacer(ctx context.Context) extproc.Pacer {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
 	}
-	return ctx
-}
-
-func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
-
-func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-
-func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}
-
-// connPacer is extproc.Config.Pacer: the stream's connection's rateConn, or nil (no
-// connTagger, as when ext_proc reads are not rate-limited).
-func connPacer(ctx context.Context) extproc.Pacer {
-	if c, ok := ctx.Value(rateConnKey{}).(*rateConn); ok {
+	if c := r.conn(p.Addr); c != nil {
 		return c
 	}
 	return nil

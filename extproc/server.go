@@ -231,19 +231,25 @@ type received struct {
 }
 
 // read receives until an error and hands each message to run; with a Pacer, a body chunk
-// past Limits.UnpacedBodyBytes is handed over only after the pacer's Delay.
+// past Limits.UnpacedBodyBytes is handed over only after the pacer's Delay. The Pacer is
+// asked for once, when the stream's bodies first go past that bound.
 func (st *stream) read() {
 	growReaderStack()
-	var pacer Pacer
-	if st.s.cfg.Pacer != nil {
-		pacer = st.s.cfg.Pacer(st.srv.Context())
-	}
-	var bodyBytes int64
+	var (
+		pacer     Pacer
+		asked     bool
+		bodyBytes int64
+	)
 	for {
 		req, err := st.srv.Recv()
-		if n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody()); pacer != nil && n > 0 {
-			if bodyBytes += int64(n); bodyBytes > st.s.cfg.Limits.UnpacedBodyBytes && !st.pace(pacer.Delay()) {
-				return
+		if n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody()); st.s.cfg.Pacer != nil && n > 0 {
+			if bodyBytes += int64(n); bodyBytes > st.s.cfg.Limits.UnpacedBodyBytes {
+				if !asked {
+					pacer, asked = st.s.cfg.Pacer(st.srv.Context()), true
+				}
+				if pacer != nil && !st.pace(pacer.Delay()) {
+					return
+				}
 			}
 		}
 		select {

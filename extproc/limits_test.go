@@ -230,10 +230,10 @@ func (p *fakePacer) Delay() time.Duration {
 	return time.Hour
 }
 
-// readersLeft counts the goroutines still in a stream's reader.
+// readersLeft counts the goroutines still in a stream's worker.
 func readersLeft() int {
 	buf := make([]byte, 1<<20)
-	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "extproc.(*stream).read(")
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "extproc.(*stream).work(")
 }
 
 // Only a stream past UnpacedBodyBytes is paced, a small stream on the same connection is

@@ -168,30 +168,21 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 }
 
 // Process implements the ext_proc stream: one HTTP request.
+//
+// The stream is served by its own worker goroutine, which receives, decides and answers
+// each message itself (no hand-over per message: decision 1122). Process only watches it:
+// it returns when the worker ends, or, while the request is still being read, once no part
+// of it has arrived for Limits.IdleTimeout; it then answers 408 itself and returns, which
+// ends the gRPC stream and so fails the worker's pending Recv. The worker releases the
+// booking and the stream's budget when it ends, in either case.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	growStack()
 	st := &stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy(),
-		msgs: make(chan received, readAhead), quit: make(chan struct{}), decision: &noDecision}
+		done: make(chan error, 1), decision: &noDecision, lastRecv: time.Now()}
 	if !s.streams.enter() {
 		st.refuse = "overloaded"
 	}
-	// The reader hands messages over so that run can stop waiting (idle timeout); it
-	// ends when Recv fails, which it does once Process returns.
-	go st.read()
-	defer func() {
-		close(st.quit)
-		s.streams.leave()
-		st.freeBody()
-		st.release()
-		if st.decision != &noDecision {
-			st.decision.Booking = nil // released above; PickInto overwrites the rest
-			s.decisions.Put(st.decision)
-		}
-		if s.streamDone != nil {
-			s.streamDone()
-		}
-	}()
-	err := st.run()
+	go st.work()
+	err := st.watch()
 	if err != nil {
 		s.metrics.streamErrors.WithLabelValues(errKind(srv.Context(), err)).Inc()
 		if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
@@ -201,6 +192,60 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			"request_id", st.requestID, "err", err)
 	}
 	return err
+}
+
+// work runs the stream's conversation and then gives back what it holds: its place among
+// the streams, its body bytes, its booking and its Decision. It holds st.mu except while it
+// waits in Recv, so watch sees the stream only between messages.
+func (st *stream) work() {
+	growStack()
+	st.mu.Lock()
+	err := st.run()
+	s := st.s
+	s.streams.leave()
+	st.freeBody()
+	st.release()
+	if st.decision != &noDecision {
+		st.decision.Booking = nil // released above; PickInto overwrites the rest
+		s.decisions.Put(st.decision)
+	}
+	st.ended = true
+	st.mu.Unlock()
+	if s.streamDone != nil {
+		s.streamDone()
+	}
+	st.done <- err
+}
+
+// watch waits for the worker to end and reports its error. While the request is being
+// read, it answers 408 once no message has arrived for the idle timeout, marks the stream
+// timed out (the worker then stops at its next message or failed Recv) and returns at once.
+func (st *stream) watch() error {
+	idleAfter := st.s.cfg.Limits.IdleTimeout
+	idle := time.NewTimer(idleAfter)
+	defer idle.Stop()
+	for {
+		select {
+		case err := <-st.done:
+			return err
+		case <-idle.C:
+		}
+		st.mu.Lock()
+		if st.ended || st.decided {
+			st.mu.Unlock()
+			return <-st.done // routed: a slow engine is waited for
+		}
+		if wait := idleAfter - time.Since(st.lastRecv); wait > 0 {
+			st.mu.Unlock()
+			idle.Reset(wait)
+			continue
+		}
+		st.timedOut = true
+		err := st.overloaded("idle-timeout", typev3.StatusCode_RequestTimeout, "RequestTimeout",
+			fmt.Sprintf("no part of the request arrived for %v while the picker was reading it (--stream-idle-timeout)", idleAfter))
+		st.mu.Unlock()
+		return err
+	}
 }
 
 // errKind labels a stream error for the metrics.
@@ -218,67 +263,47 @@ func errKind(ctx context.Context, err error) string {
 
 var errSend = errors.New("ext_proc: send")
 
-// readAhead is how many received messages a stream's reader may hold for run before it
-// waits: the reader then rarely blocks and is woken once per message (decision 1115,
-// addendum 2). They are outside the buffered-bytes budget until run takes them, so a stream
-// holds at most readAhead+1 messages beyond it.
-const readAhead = 2
-
-// received is one Recv result.
-type received struct {
-	req *extprocv3.ProcessingRequest
-	err error
-}
-
-// read receives until an error and hands each message to run; with a Pacer, a body chunk
-// past Limits.UnpacedBodyBytes is handed over only after the pacer's Delay. The Pacer is
-// asked for once, when the stream's bodies first go past that bound.
-func (st *stream) read() {
-	growReaderStack()
-	var (
-		pacer     Pacer
-		asked     bool
-		bodyBytes int64
-	)
-	for {
-		req, err := st.srv.Recv()
-		if n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody()); st.s.cfg.Pacer != nil && n > 0 {
-			if bodyBytes += int64(n); bodyBytes > st.s.cfg.Limits.UnpacedBodyBytes {
-				if !asked {
-					pacer, asked = st.s.cfg.Pacer(st.srv.Context()), true
-				}
-				if pacer != nil && !st.pace(pacer.Delay()) {
-					return
-				}
+// recv receives the stream's next message with st.mu released, so that watch may time
+// the stream out meanwhile; with a Pacer, a body chunk past Limits.UnpacedBodyBytes is
+// processed only after the pacer's Delay. The Pacer is asked for once, when the stream's
+// bodies first go past that bound. recv returns errTimedOut when watch timed the stream out.
+func (st *stream) recv() (*extprocv3.ProcessingRequest, error) {
+	st.mu.Unlock()
+	req, err := st.srv.Recv()
+	st.mu.Lock()
+	if st.timedOut {
+		return nil, errTimedOut
+	}
+	st.lastRecv = time.Now()
+	if n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody()); st.s.cfg.Pacer != nil && n > 0 {
+		if st.pacedBytes += int64(n); st.pacedBytes > st.s.cfg.Limits.UnpacedBodyBytes {
+			if !st.askedPacer {
+				st.pacer, st.askedPacer = st.s.cfg.Pacer(st.srv.Context()), true
+			}
+			if st.pacer != nil {
+				st.pace(st.pacer.Delay())
 			}
 		}
-		select {
-		case st.msgs <- received{req, err}:
-		case <-st.quit:
-			return
-		}
-		if err != nil {
-			return
-		}
 	}
+	return req, err
 }
 
-// pace waits d, at most half the idle timeout (so the stream's own pacing never times it
-// out), or until the stream is cancelled (what read hands over next is then the
-// cancellation); it reports false when Process has returned meanwhile.
-func (st *stream) pace(d time.Duration) bool {
+// errTimedOut is recv's error once watch has answered 408 and returned.
+var errTimedOut = errors.New("ext_proc: the stream timed out while the request was read")
+
+// pace waits d, at most half the idle timeout, or until the stream is cancelled (what is
+// received next is then the cancellation). It holds st.mu: a stream is never timed out
+// for its own pacing.
+func (st *stream) pace(d time.Duration) {
 	if d = min(d, st.s.cfg.Limits.IdleTimeout/2); d <= 0 {
-		return true
+		return
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-st.srv.Context().Done():
-	case <-st.quit:
-		return false
 	}
-	return true
 }
 
 // stream is the state of one HTTP request's ext_proc conversation.
@@ -286,8 +311,17 @@ type stream struct {
 	srv extprocv3.ExternalProcessor_ProcessServer
 	s   *Server
 
-	msgs chan received
-	quit chan struct{} // closed when Process returns
+	// mu is held by the worker while it handles a message and by watch while it looks at
+	// the stream; the fields below are the worker's except where noted.
+	mu       sync.Mutex
+	done     chan error // the worker's result, sent once it has given back what it held
+	ended    bool       // the worker has given back what it held (read by watch)
+	timedOut bool       // watch answered 408 and returned (set by watch)
+	lastRecv time.Time  // when the last message arrived (read by watch)
+
+	pacer      Pacer // the connection's, once askedPacer
+	askedPacer bool
+	pacedBytes int64 // request and response body bytes received, for the pacer
 
 	reqMode, respMode filterv3.ProcessingMode_BodySendMode
 	refuse            string // non-empty: answer 503 at the headers (over a limit)
@@ -311,27 +345,14 @@ type stream struct {
 // noDecision is a stream's decision before it has one: empty, never written.
 var noDecision picker.Decision
 
-// run receives until the stream ends. A nil error means the conversation ended normally.
+// run receives until the stream ends, with st.mu held (recv releases it while it waits).
+// A nil error means the conversation ended normally or watch ended it.
 func (st *stream) run() error {
-	idleAfter := st.s.cfg.Limits.IdleTimeout
-	idle := time.NewTimer(idleAfter)
-	defer idle.Stop()
 	for first := true; ; first = false {
-		var idleC <-chan time.Time
-		if !st.decided {
-			idleC = idle.C // the request is still being read
+		req, err := st.recv()
+		if err == errTimedOut {
+			return nil // watch answered
 		}
-		var m received
-		select {
-		case m = <-st.msgs:
-		case <-idleC:
-			return st.overloaded("idle-timeout", typev3.StatusCode_RequestTimeout, "RequestTimeout",
-				fmt.Sprintf("no part of the request arrived for %v while the picker was reading it (--stream-idle-timeout)", idleAfter))
-		}
-		if !st.decided {
-			idle.Reset(idleAfter)
-		}
-		req, err := m.req, m.err
 		if err == io.EOF {
 			return nil
 		}
@@ -720,14 +741,11 @@ func newRequestID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// Stack reserves: how far a stream's goroutines grow their stacks up front, while shallow.
-// Each would otherwise double its stack several times on the way down (run to the decision,
-// the reader to gRPC's receive and protobuf decoding), every time copying and adjusting each
-// frame above: 7-15% of the server's CPU in extload's profiles (decision 1115).
-const (
-	stackReserve       = 12 << 10
-	readerStackReserve = 6 << 10
-)
+// stackReserve is how far a stream's worker grows its stack up front, while shallow. It
+// would otherwise double its stack several times on the way down (to the decision, and to
+// gRPC's receive and protobuf decoding), every time copying and adjusting each frame above:
+// 7-15% of the server's CPU in extload's profiles (decision 1115).
+const stackReserve = 12 << 10
 
 var stackIndex int // always 0, never written: an index the compiler cannot see through keeps the reserving frames
 
@@ -736,13 +754,5 @@ var stackIndex int // always 0, never written: an index the compiler cannot see 
 //go:noinline
 func growStack() byte {
 	var b [stackReserve]byte
-	return b[stackIndex]
-}
-
-// growReaderStack is growStack with readerStackReserve.
-//
-//go:noinline
-func growReaderStack() byte {
-	var b [readerStackReserve]byte
 	return b[stackIndex]
 }

@@ -2,6 +2,7 @@ package picker
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,7 +33,16 @@ func cacheSource(v CacheView) string {
 type cacheShare struct {
 	prompt  *prometheus.CounterVec
 	matched *prometheus.CounterVec
-	seen    sync.Map // endpoint -> struct{}: the endpoints with children, for Forget
+	seen    sync.Map      // endpoint -> *shareChildren: the endpoints with children, for forget
+	gen     atomic.Uint64 // forgets so far: children resolved before the last one may be deleted
+}
+
+// shareChildren are one endpoint's counters for one source, resolved once: a decision
+// then adds to them without hashing and validating its label values again.
+type shareChildren struct {
+	source          string
+	gen             uint64 // cacheShare.gen when resolved
+	prompt, matched prometheus.Counter
 }
 
 func newCacheShare() *cacheShare {
@@ -54,15 +64,23 @@ func (c *cacheShare) collectors() []prometheus.Collector {
 
 // routed records one decision's prompt and matched tokens on endpoint.
 func (c *cacheShare) routed(endpoint, source string, prompt, matched int) {
-	if _, ok := c.seen.Load(endpoint); !ok { // Load first: LoadOrStore's value would allocate
-		c.seen.LoadOrStore(endpoint, struct{}{})
+	gen := c.gen.Load()
+	v, _ := c.seen.Load(endpoint)
+	ch, _ := v.(*shareChildren)
+	if ch == nil || ch.source != source || ch.gen != gen {
+		ch = &shareChildren{source: source, gen: gen,
+			prompt: c.prompt.WithLabelValues(endpoint, source), matched: c.matched.WithLabelValues(endpoint, source)}
+		c.seen.Store(endpoint, ch)
 	}
-	c.prompt.WithLabelValues(endpoint, source).Add(float64(prompt))
-	c.matched.WithLabelValues(endpoint, source).Add(float64(matched))
+	ch.prompt.Add(float64(prompt))
+	ch.matched.Add(float64(matched))
 }
 
-// forget drops the series of endpoints not in keep (they left the fleet).
+// forget drops the series of endpoints not in keep (they left the fleet). Children that
+// a decision resolved meanwhile may be among those deleted; the generation it then moves
+// on makes the next decision resolve them again, so no endpoint's counts stay lost.
 func (c *cacheShare) forget(keep []string) {
+	defer c.gen.Add(1)
 	want := make(map[string]bool, len(keep))
 	for _, k := range keep {
 		want[k] = true

@@ -3,6 +3,7 @@ package picker
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,5 +62,82 @@ func TestCacheSourceNames(t *testing.T) {
 		if got := cacheSource(tt.view); got != tt.want {
 			t.Errorf("cacheSource(%T) = %q, want %q", tt.view, got, tt.want)
 		}
+	}
+}
+
+// A decision that resolved an endpoint's children while the endpoint left the fleet may
+// store children whose series forget deleted; the next decision must resolve them again,
+// or the endpoint's counts would be lost for good once it came back.
+func TestCacheShareResolvesChildrenAgainAfterForget(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c := newCacheShare()
+	for _, col := range c.collectors() {
+		reg.MustRegister(col)
+	}
+	names := []string{"loadaware_routed_matched_tokens_total", "loadaware_routed_prompt_tokens_total"}
+	c.routed("10.0.0.2:8000", "lmcache", 10, 5)
+	stale, _ := c.seen.Load("10.0.0.2:8000")
+	c.forget(nil)
+	c.seen.Store("10.0.0.2:8000", stale) // as a decision racing the forget would leave it
+	c.routed("10.0.0.2:8000", "lmcache", 300, 256)
+	want := `
+# HELP loadaware_routed_matched_tokens_total Of loadaware_routed_prompt_tokens_total, the tokens the chosen endpoint already held as a cached prefix (hit share = matched / prompt).
+# TYPE loadaware_routed_matched_tokens_total counter
+loadaware_routed_matched_tokens_total{endpoint="10.0.0.2:8000",source="lmcache"} 256
+# HELP loadaware_routed_prompt_tokens_total Prompt tokens of requests routed with token ids, by chosen endpoint and cache source.
+# TYPE loadaware_routed_prompt_tokens_total counter
+loadaware_routed_prompt_tokens_total{endpoint="10.0.0.2:8000",source="lmcache"} 300
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDecisionsCountedByPolicyAndReason(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []decisionKey{
+		{"loadaware", "cache-affinity"}, {"loadaware", "load-balance"}, {"loadaware", "cache-affinity"},
+		{"kvaware", "cache-affinity"}, {"loadaware", "cache-affinity"},
+	} {
+		m.decision(d.policy, d.reason)
+	}
+	want := `
+# HELP loadaware_decisions_total Routing decisions by policy and by the reason the winner won.
+# TYPE loadaware_decisions_total counter
+loadaware_decisions_total{policy="kvaware",reason="cache-affinity"} 1
+loadaware_decisions_total{policy="loadaware",reason="cache-affinity"} 3
+loadaware_decisions_total{policy="loadaware",reason="load-balance"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loadaware_decisions_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDecisionsCountedFromManyGoroutines(t *testing.T) {
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := []string{"cache-affinity", "load-balance", "load-only", "least-load"}
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				m.decision("loadaware", reasons[(g+i)%len(reasons)])
+			}
+		})
+	}
+	wg.Wait()
+	total := 0.0
+	for _, r := range reasons {
+		total += testutil.ToFloat64(m.decisions.WithLabelValues("loadaware", r))
+	}
+	if total != goroutines*each {
+		t.Fatalf("%v decisions counted, want %d", total, goroutines*each)
 	}
 }

@@ -1,9 +1,17 @@
 package picker
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	decisions   *prometheus.CounterVec
+	decided     atomic.Pointer[map[decisionKey]prometheus.Counter] // decisions' children, resolved once
+	decidedMu   sync.Mutex                                         // held to add to decided
 	latency     prometheus.Histogram
 	pickErrors  *prometheus.CounterVec
 	untokenized *prometheus.CounterVec
@@ -49,6 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"read"}),
 	}
 	m.rankLeaders, m.rankWhole = m.rankings.WithLabelValues("leaders"), m.rankings.WithLabelValues("whole")
+	m.decided.Store(&map[decisionKey]prometheus.Counter{})
 	if reg != nil {
 		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors, m.unhealthy, m.rankings}, m.share.collectors()...) {
 			if err := reg.Register(c); err != nil {
@@ -57,4 +66,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// decisionKey is a loadaware_decisions_total series: policies and reasons are a few names.
+type decisionKey struct{ policy, reason string }
+
+// decision counts one decision of policy whose winner won for reason. A series' child is
+// resolved once and then read from an immutable map, so a decision neither hashes nor
+// validates the label values nor takes a lock.
+func (m *metrics) decision(policy, reason string) {
+	k := decisionKey{policy, reason}
+	c, ok := (*m.decided.Load())[k]
+	if !ok {
+		m.decidedMu.Lock()
+		old := *m.decided.Load()
+		if c, ok = old[k]; !ok {
+			c = m.decisions.WithLabelValues(policy, reason)
+			next := maps.Clone(old)
+			next[k] = c
+			m.decided.Store(&next)
+		}
+		m.decidedMu.Unlock()
+	}
+	c.Inc()
 }

@@ -288,7 +288,7 @@ func (p *Picker) PickInto(ctx context.Context, r Request, d *Decision) error {
 		return err
 	}
 	reason := d.Ranked[0].Reason
-	p.metrics.decisions.WithLabelValues(d.Policy, reason).Inc()
+	p.metrics.decision(d.Policy, reason)
 	p.metrics.latency.Observe(time.Since(start).Seconds())
 	if p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 		p.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "decision",

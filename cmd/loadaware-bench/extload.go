@@ -73,6 +73,7 @@ type extloadConfig struct {
 	p99Target   float64
 	cpuTarget   time.Duration
 	memLimit    int64
+	pin         bool
 }
 
 func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -98,6 +99,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
 	fs.StringVar(&c.trace, "server-trace", "", "write an execution trace of the picker's server process to this file (go tool trace)")
 	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to each floor server a rate should stay within")
+	fs.BoolVar(&c.pin, "pin", true, "pin each server process to one CPU (the last this process may use) and the generator to the others, as a server on its own core beside Envoy; with one CPU, or -pin=false, all share every CPU")
 	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -126,8 +128,8 @@ func (c extloadConfig) check() error {
 	switch {
 	case c.duration <= 0 || c.duration > 10*time.Minute:
 		return fmt.Errorf("-duration %v: pass a window between 1ms and 10m", c.duration)
-	case c.rounds < 1 || c.rounds > 100:
-		return fmt.Errorf("-rounds %d: pass 1 to 100", c.rounds)
+	case c.rounds < 1 || c.rounds > 1000:
+		return fmt.Errorf("-rounds %d: pass 1 to 1000", c.rounds)
 	case c.warmup < 0 || c.warmup > time.Minute:
 		return fmt.Errorf("-warmup %v: pass 0 to 1m", c.warmup)
 	case c.bodyBytes < 64 || c.bodyBytes > 16<<20:
@@ -161,6 +163,11 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("find this program to start the servers: %w", err)
 	}
+	serverCPU, pinNote, err := pinGenerator(c.pin)
+	if err != nil {
+		return err
+	}
+	defer pinNote.restore()
 	servers := map[string]*extload.Child{}
 	defer func() {
 		for _, ch := range servers {
@@ -171,6 +178,9 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	for _, name := range extloadServers {
 		args := []string{extloadServerName, "-kind", name, "-procs", strconv.Itoa(c.serverProcs),
 			"-endpoints", strconv.Itoa(c.endpoints), "-policy", c.policy, "-tokenizer", c.tokenizer}
+		if serverCPU >= 0 {
+			args = append(args, "-cpu", strconv.Itoa(serverCPU))
+		}
 		if name == serverOurs && c.profile != "" {
 			args = append(args, "-cpuprofile", c.profile)
 		}
@@ -202,6 +212,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints), %s and %s\n",
 		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing, serverPass)
 	fmt.Fprintf(stdout, "(%s continues every message; %s also sends each body back, as Envoy's full-duplex mode needs).\n", serverNothing, serverPass)
+	fmt.Fprintln(stdout, pinNote.text)
 	if c.memLimit > 0 {
 		fmt.Fprintf(stdout, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit).\n", c.memLimit, gctune.DefaultGCPercent)
 	}
@@ -224,7 +235,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintln(stdout, "Round trip: from a request's scheduled start to the server's end of its stream (headers, body, response")
 	fmt.Fprintln(stdout, "headers and body, half-close). Request phase: request headers sent to the routing answer. CPU/request: the")
-	fmt.Fprintln(stdout, "server process's getrusage CPU over the measured window / streams opened. The generator shares the CPUs.")
+	fmt.Fprintln(stdout, "server process's getrusage CPU over the measured window / streams opened; the CPUs are as pinned above.")
 	fmt.Fprintln(stdout)
 	return extload.WriteReport(stdout, arms, serverOurs, []string{serverNothing, serverPass}, c.p99Target, c.cpuTarget)
 }
@@ -285,6 +296,7 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	profile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
 	traceTo := fs.String("trace", "", "write an execution trace of this process to this file")
 	memLimit := fs.Int64("memory-limit", 0, "the picker's --memory-limit in bytes; 0: none")
+	cpu := fs.Int("cpu", -1, "run every thread of this process on this CPU only; -1: any")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -294,6 +306,12 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	if *procs > 0 {
 		runtime.GOMAXPROCS(*procs)
+	}
+	if *cpu >= 0 {
+		if _, err := extload.Pin([]int{*cpu}); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", extloadServerName, err)
+			return 1
+		}
 	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -380,4 +398,36 @@ func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string,
 		return "", nil, fmt.Errorf("start the picker: %w", err)
 	}
 	return a.GRPCAddr(), a.Close, nil
+}
+
+// pinning is what pinGenerator did: a line for the report, and how to undo it.
+type pinning struct {
+	text    string
+	restore func()
+}
+
+// pinGenerator pins this process (the generator) to every CPU it may use but the last,
+// and returns the last, for the servers; -1 and no pin when pin is off or there is only
+// one CPU. The report's line says which.
+func pinGenerator(pin bool) (serverCPU int, p pinning, err error) {
+	p = pinning{text: "not pinned (-pin=false): the generator and the server share every CPU.", restore: func() {}}
+	if !pin {
+		return -1, p, nil
+	}
+	cpus, err := extload.CPUs()
+	if err != nil {
+		return -1, p, fmt.Errorf("%w (or pass -pin=false)", err)
+	}
+	if len(cpus) < 2 {
+		p.text = fmt.Sprintf("not pinned: this process may use only CPU %v, so the generator and the server share it.", cpus)
+		return -1, p, nil
+	}
+	last := cpus[len(cpus)-1]
+	restore, err := extload.Pin(cpus[:len(cpus)-1])
+	if err != nil {
+		return -1, p, fmt.Errorf("%w (or pass -pin=false)", err)
+	}
+	p.text = fmt.Sprintf("pinned: each server process on CPU %d alone, the generator on CPU(s) %v (-pin=false shares them).", last, cpus[:len(cpus)-1])
+	p.restore = func() { _ = restore() }
+	return last, p, nil
 }

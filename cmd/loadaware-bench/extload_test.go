@@ -5,8 +5,11 @@ import (
 	"context"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/loadaware/loadaware-epp/bench/extload"
 )
 
 // TestMain lets the test binary serve as extload's server process: extload starts
@@ -29,6 +32,7 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{
+		`(?m)^(pinned: each server process on CPU \d+ alone, the generator on CPU\(s\) \[[\d ]+\]|not pinned: this process may use only CPU \[\d+\]).*$`,
 		`(?m)^\s*rate/s\s+server\s+sent\s+shed\s+failed\s+routed\s+round trip p50 ms\s+p99\s+p99\.9\s+request phase p50 ms\s+p99\s+CPU/request µs$`,
 		`(?m)^\s*200\s+do-nothing\s+\d+\s+0\s+0\s+0\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$`,
 		`(?m)^\s*200\s+loadaware-epp\s+(\d+)\s+0\s+0\s+(\d+)\s+[\d.]+`,
@@ -63,7 +67,7 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 		{"a rate that is not a number", []string{"-rates", "500,fast"}, `"fast" is not a positive number`},
 		{"a zero rate", []string{"-rates", "0"}, "not a positive number"},
 		{"no window", []string{"-duration", "0s"}, "-duration 0s"},
-		{"no rounds", []string{"-rounds", "0"}, "-rounds 0: pass 1 to 100"},
+		{"no rounds", []string{"-rounds", "0"}, "-rounds 0: pass 1 to 1000"},
 		{"a tiny body", []string{"-body-bytes", "10"}, "-body-bytes 10: pass 64"},
 		{"an unknown prompt form", []string{"-prompt", "audio"}, `-prompt "audio": use ids or text`},
 		{"no endpoints", []string{"-endpoints", "0"}, "-endpoints 0"},
@@ -86,5 +90,38 @@ func TestExtloadServerRefusesAnUnknownKind(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := runExtloadServer(context.Background(), []string{"-kind", "envoy"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `-kind "envoy"`) {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+func TestPinGeneratorLeavesTheLastCPUToTheServers(t *testing.T) {
+	cpus, err := extload.CPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu, p, err := pinGenerator(false)
+	if err != nil || cpu != -1 || !strings.HasPrefix(p.text, "not pinned (-pin=false)") {
+		t.Fatalf("pinGenerator(false) = %d, %q, %v; want -1 and the not-pinned line", cpu, p.text, err)
+	}
+	cpu, p, err = pinGenerator(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.restore()
+	if len(cpus) < 2 {
+		if cpu != -1 || !strings.HasPrefix(p.text, "not pinned: this process may use only CPU") {
+			t.Fatalf("with CPUs %v: pinGenerator(true) = %d, %q; want no pin", cpus, cpu, p.text)
+		}
+		return
+	}
+	now, err := extload.CPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := cpus[len(cpus)-1]; cpu != last || slices.Contains(now, last) || len(now) != len(cpus)-1 {
+		t.Fatalf("pinGenerator(true) gave the servers CPU %d and kept the generator on %v; want %d and %v", cpu, now, last, cpus[:len(cpus)-1])
+	}
+	p.restore()
+	if now, _ := extload.CPUs(); !slices.Equal(now, cpus) {
+		t.Fatalf("after restore the generator may use %v, want %v", now, cpus)
 	}
 }

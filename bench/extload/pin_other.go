@@ -4,7 +4,7 @@ package extload
 
 import "errors"
 
-var errNoPin = errors.New("extload: pinning threads to CPUs needs Linux (pass -pin=false)")
+var errNoPin = errors.New("extload: pinning threads to CPUs needs Linux")
 
 // CPUs is the set of CPUs this process may run on; it needs Linux.
 func CPUs() ([]int, error) { return nil, errNoPin }

@@ -79,7 +79,8 @@ gwload: deps
 
 # Open-loop ext_proc load on the picker, a do-nothing and a pass-through ext_proc server in the same
 # run: round-trip and CPU-per-request ratios at 500, 1,000 and 2,000 req/s (docs/decisions/1112 and 1117),
-# the picker's collector set as under the chart's 2 GiB pod limit (decision 1116). About 2.5 minutes.
+# the picker's collector set as under the chart's 2 GiB pod limit (decision 1116), each server alone on
+# the last CPU and the generator on the others (decision 1123). About 4 minutes.
 extload: deps
 	$(GO) run ./cmd/loadaware-bench extload -rounds 20 -duration 1s -warmup 250ms -server-memory-limit 1932735283
 

@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -30,22 +31,26 @@ func TestCacheShareMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := `
-# HELP loadaware_routed_matched_tokens_total Of loadaware_routed_prompt_tokens_total, the tokens the chosen endpoint already held as a cached prefix (hit share = matched / prompt).
-# TYPE loadaware_routed_matched_tokens_total counter
-loadaware_routed_matched_tokens_total{endpoint="10.0.0.2:8000",source="test-source"} 512
-# HELP loadaware_routed_prompt_tokens_total Prompt tokens of requests routed with token ids, by chosen endpoint and cache source.
-# TYPE loadaware_routed_prompt_tokens_total counter
-loadaware_routed_prompt_tokens_total{endpoint="10.0.0.2:8000",source="test-source"} 400
-`
 	names := []string{"loadaware_routed_matched_tokens_total", "loadaware_routed_prompt_tokens_total"}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(shareSeries("10.0.0.2:8000", "test-source", 512, 400)), names...); err != nil {
 		t.Fatal(err)
 	}
 	p.Forget([]string{"10.0.0.1:8000"}) // 10.0.0.2 left the fleet: its series go
 	if n := testutil.CollectAndCount(reg, names...); n != 0 {
 		t.Fatalf("%d series left after the endpoint left, want 0", n)
 	}
+}
+
+// shareSeries is the exposition of the cache-share counters with one endpoint's series.
+func shareSeries(endpoint, source string, matched, prompt int) string {
+	return fmt.Sprintf(`
+# HELP loadaware_routed_matched_tokens_total Of loadaware_routed_prompt_tokens_total, the tokens the chosen endpoint already held as a cached prefix (hit share = matched / prompt).
+# TYPE loadaware_routed_matched_tokens_total counter
+loadaware_routed_matched_tokens_total{endpoint=%[1]q,source=%[2]q} %[3]d
+# HELP loadaware_routed_prompt_tokens_total Prompt tokens of requests routed with token ids, by chosen endpoint and cache source.
+# TYPE loadaware_routed_prompt_tokens_total counter
+loadaware_routed_prompt_tokens_total{endpoint=%[1]q,source=%[2]q} %[4]d
+`, endpoint, source, matched, prompt)
 }
 
 func TestCacheSourceNames(t *testing.T) {
@@ -80,15 +85,7 @@ func TestCacheShareResolvesChildrenAgainAfterForget(t *testing.T) {
 	c.forget(nil)
 	c.seen.Store("10.0.0.2:8000", stale) // as a decision racing the forget would leave it
 	c.routed("10.0.0.2:8000", "lmcache", 300, 256)
-	want := `
-# HELP loadaware_routed_matched_tokens_total Of loadaware_routed_prompt_tokens_total, the tokens the chosen endpoint already held as a cached prefix (hit share = matched / prompt).
-# TYPE loadaware_routed_matched_tokens_total counter
-loadaware_routed_matched_tokens_total{endpoint="10.0.0.2:8000",source="lmcache"} 256
-# HELP loadaware_routed_prompt_tokens_total Prompt tokens of requests routed with token ids, by chosen endpoint and cache source.
-# TYPE loadaware_routed_prompt_tokens_total counter
-loadaware_routed_prompt_tokens_total{endpoint="10.0.0.2:8000",source="lmcache"} 300
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(shareSeries("10.0.0.2:8000", "lmcache", 256, 300)), names...); err != nil {
 		t.Fatal(err)
 	}
 }

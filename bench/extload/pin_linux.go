@@ -43,6 +43,9 @@ func Pin(cpus []int) (restore func() error, err error) {
 		return nil, errors.New("extload: pin to no CPU")
 	}
 	if err := pinThreads(&set); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return nil, fmt.Errorf("extload: pin to CPUs %v: none of them is a CPU this machine has online (nproc --all counts them): %w", cpus, err)
+		}
 		return nil, fmt.Errorf("extload: pin to CPUs %v: %w", cpus, err)
 	}
 	return func() error { return pinThreads(&was) }, nil

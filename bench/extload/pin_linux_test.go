@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -100,7 +101,19 @@ func TestPinMovesEveryThreadAndRestores(t *testing.T) {
 }
 
 func TestPinRefusesNoCPU(t *testing.T) {
-	if _, err := Pin(nil); err == nil {
-		t.Fatal("Pin(nil) succeeded; want an error")
+	tests := []struct {
+		name    string
+		cpus    []int
+		wantErr string
+	}{
+		{"no CPU", nil, "pin to no CPU"},
+		{"a CPU the machine lacks", []int{1000}, "none of them is a CPU this machine has online"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Pin(tt.cpus); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Pin(%v) = %v, want an error saying %q", tt.cpus, err, tt.wantErr)
+			}
+		})
 	}
 }

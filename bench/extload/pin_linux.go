@@ -55,14 +55,13 @@ func Pin(cpus []int) (restore func() error, err error) {
 func pinThreads(set *unix.CPUSet) error {
 	done := map[int]bool{}
 	for {
-		tasks, err := os.ReadDir("/proc/self/task")
+		tids, err := threads()
 		if err != nil {
-			return fmt.Errorf("list this process's threads: %w", err)
+			return err
 		}
 		fresh := 0
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil || done[tid] {
+		for _, tid := range tids {
+			if done[tid] {
 				continue
 			}
 			if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it ended
@@ -75,4 +74,19 @@ func pinThreads(set *unix.CPUSet) error {
 			return nil
 		}
 	}
+}
+
+// threads lists the ids of this process's threads.
+func threads() ([]int, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, fmt.Errorf("list this process's threads: %w", err)
+	}
+	tids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }

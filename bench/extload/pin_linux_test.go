@@ -3,10 +3,8 @@
 package extload
 
 import (
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,13 +15,12 @@ import (
 // threadCPUs is the affinity of every thread of this process, by thread id.
 func threadCPUs(t *testing.T) map[int]int {
 	t.Helper()
-	tasks, err := os.ReadDir("/proc/self/task")
+	tids, err := threads()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[int]int{}
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
+	for _, tid := range tids {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(tid, &set); err != nil {
 			continue // ended meanwhile

@@ -29,6 +29,7 @@ func TestParseBody(t *testing.T) {
 		{"empty body", PathCompletions, ``, Body{}, "body is empty"},
 		{"not JSON", PathCompletions, `{"model":`, Body{}, "not valid JSON"},
 		{"JSON but not an object", PathCompletions, `[1,2]`, Body{}, "not an object"},
+		{"a top-level null is not an object", PathCompletions, " null\n", Body{}, "not an object"},
 		{"no model", PathCompletions, `{"prompt":"x"}`, Body{}, "no \"model\""},
 		{"model not a string", PathCompletions, `{"model":3,"prompt":"x"}`, Body{}, "non-empty string"},
 		{"completions without prompt", PathCompletions, `{"model":"m"}`, Body{}, "needs \"prompt\""},
@@ -89,7 +90,7 @@ func TestParseBody(t *testing.T) {
 // that encoding/json reads as the same numbers.
 func FuzzParseBody(f *testing.F) {
 	for _, s := range []string{`{"model":"m","prompt":"x"}`, `{"model":"m","prompt":[[1,2]]}`, `{"model":"m","prompt":["a"]}`,
-		`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":null}`, `[]`, `"x"`, `{"model":"m","prompt":[1e30]}`, `{"model":"m","prompt":[ 1 ,2.0, 3e0]}`, `{"model":"m","prompt":[[1,2],[3]]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":null}`, `[]`, `"x"`, `null`, `{"model":"m","prompt":[1e30]}`, `{"model":"m","prompt":[ 1 ,2.0, 3e0]}`, `{"model":"m","prompt":[[1,2],[3]]}`,
 		`{"MODEL":"m","Prompt":[1],"prompt":"\u00e9\ud800x"}`, `{"mod\u0065l":"m","pr\u006fmpt":["a",null,1]}`, `{"model":"m","prompt":[[1,"]"]]}`,
 		`{"model":"m","prompt":[-0, 0.5e1, 01]}`, `{"model":"m","messages":[ ],"x":{"a":[true,false,null]}}`, "{\"model\":\"\xff\",\"prompt\":\"\xe2\x82\"}",
 		`{"model":"m","prompt":[4294967295, 10000000000e-5]}`, `{"model":"m"} x`, `{"model":"m",}`, `{"model":"m","prompt":[1,]}`} {

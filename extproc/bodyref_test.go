@@ -25,6 +25,11 @@ func referenceParseBody(path string, body []byte) (Body, error) {
 		}
 		return Body{}, badRequest("the request body is not valid JSON: %v", err)
 	}
+	if string(bytes.TrimSpace(body)) == "null" {
+		// encoding/json leaves the struct untouched for a top-level null; the request is
+		// still not an object, and saying so is the clearer error.
+		return Body{}, badRequest("the request body is JSON but not an object: send {\"model\": ..., ...}")
+	}
 	var b Body
 	if refIsNull(req.Model) {
 		return Body{}, badRequest("the request body has no \"model\": name the model to use")

@@ -18,17 +18,15 @@ func referenceParseBody(path string, body []byte) (Body, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Body{}, badRequest("the request body is empty: send a JSON object with \"model\"")
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field == "" {
-			return Body{}, badRequest("the request body is JSON but not an object: send {\"model\": ..., ...}")
-		}
-		return Body{}, badRequest("the request body is not valid JSON: %v", err)
-	}
-	if string(bytes.TrimSpace(body)) == "null" {
-		// encoding/json leaves the struct untouched for a top-level null; the request is
-		// still not an object, and saying so is the clearer error.
+	err := json.Unmarshal(body, &req)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field == "", err == nil && refIsNull(body):
+		// A top-level null leaves the struct untouched, without an error; it is not an
+		// object either, and saying so is the clearer error.
 		return Body{}, badRequest("the request body is JSON but not an object: send {\"model\": ..., ...}")
+	case err != nil:
+		return Body{}, badRequest("the request body is not valid JSON: %v", err)
 	}
 	var b Body
 	if refIsNull(req.Model) {

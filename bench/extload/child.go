@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"time"
@@ -17,12 +17,16 @@ import (
 // The child-process protocol. A server runs alone in a child process so that its CPU time
 // is its own: the child prints "listening ADDR" on stdout once it serves, then answers
 // every "cpu" line on stdin with "cpu NS", the CPU time (user + system, every thread) the
-// process has used so far, from getrusage(RUSAGE_SELF). When stdin closes (the parent ended
-// or died) the child stops its server and exits.
+// process has used so far, from getrusage(RUSAGE_SELF), and every "snapshot PATH" line with
+// "snapshot ok" once it has written what its snapshot function keeps (an execution trace of
+// the last seconds, from a flight recorder) to PATH, or "snapshot error MSG". When stdin
+// closes (the parent ended or died) the child stops its server and exits.
 
 // ServeChild is the child's side: start starts the server and returns its address and a
 // function that stops it; ServeChild then speaks the protocol on in and out until in ends.
-func ServeChild(ctx context.Context, in io.Reader, out io.Writer, start func(context.Context) (addr string, stop func() error, err error)) error {
+// snapshot writes the child's snapshot to a path; nil answers every snapshot request
+// with an error.
+func ServeChild(ctx context.Context, in io.Reader, out io.Writer, start func(context.Context) (addr string, stop func() error, err error), snapshot func(path string) error) error {
 	addr, stop, err := start(ctx)
 	if err != nil {
 		return err
@@ -33,27 +37,78 @@ func ServeChild(ctx context.Context, in io.Reader, out io.Writer, start func(con
 	}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		if sc.Text() != "cpu" {
-			return fmt.Errorf("extload child: unknown request %q (the protocol has only \"cpu\")", sc.Text())
+		if path, ok := strings.CutPrefix(sc.Text(), "snapshot "); ok {
+			answer := "snapshot ok"
+			switch {
+			case snapshot == nil:
+				answer = "snapshot error this server keeps no snapshot (start it with -flight)"
+			case path == "":
+				answer = "snapshot error no path given"
+			default:
+				if err := snapshot(path); err != nil {
+					answer = "snapshot error " + strings.ReplaceAll(err.Error(), "\n", " ")
+				}
+			}
+			if _, err := fmt.Fprintln(out, answer); err != nil {
+				return err
+			}
+			continue
 		}
-		ns, err := selfCPU()
+		if sc.Text() != "cpu" {
+			return fmt.Errorf("extload child: unknown request %q (the protocol has \"cpu\" and \"snapshot PATH\")", sc.Text())
+		}
+		u, err := ReadUsage()
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(out, "cpu %d\n", ns); err != nil {
+		if _, err := fmt.Fprintf(out, usageFormat+"\n", u.CPU.Nanoseconds(), u.GCCPU.Nanoseconds(), u.GCs, u.AllocBytes); err != nil {
 			return err
 		}
 	}
 	return sc.Err()
 }
 
-// selfCPU is the process's user + system CPU time so far, in nanoseconds.
-func selfCPU() (int64, error) {
+// usageFormat is the child's answer to "cpu": Usage's fields, in nanoseconds and counts.
+const usageFormat = "cpu %d gc-cpu %d gcs %d alloc-bytes %d"
+
+// Usage is what a process has used so far.
+type Usage struct {
+	CPU        time.Duration // user + system CPU time, every thread (getrusage)
+	GCCPU      time.Duration // the Go runtime's estimate of the CPU time its collector took
+	GCs        uint64        // completed collection cycles
+	AllocBytes uint64        // bytes allocated on the heap
+}
+
+// Sub is u less an earlier reading.
+func (u Usage) Sub(earlier Usage) Usage {
+	return Usage{CPU: u.CPU - earlier.CPU, GCCPU: u.GCCPU - earlier.GCCPU, GCs: u.GCs - earlier.GCs, AllocBytes: u.AllocBytes - earlier.AllocBytes}
+}
+
+// usageMetrics are the runtime/metrics Usage reads, in its order.
+var usageMetrics = []string{"/cpu/classes/gc/total:cpu-seconds", "/gc/cycles/total:gc-cycles", "/gc/heap/allocs:bytes"}
+
+// ReadUsage is this process's Usage so far.
+func ReadUsage() (Usage, error) {
+	cpu, err := ProcessCPU()
+	if err != nil {
+		return Usage{}, err
+	}
+	samples := make([]metrics.Sample, len(usageMetrics))
+	for i, name := range usageMetrics {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	return Usage{CPU: cpu, GCCPU: time.Duration(samples[0].Value.Float64() * float64(time.Second)),
+		GCs: samples[1].Value.Uint64(), AllocBytes: samples[2].Value.Uint64()}, nil
+}
+
+// ProcessCPU is this process's user + system CPU time so far (every thread).
+func ProcessCPU() (time.Duration, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, fmt.Errorf("extload child: getrusage: %w", err)
+		return 0, fmt.Errorf("extload: getrusage: %w", err)
 	}
-	return ru.Utime.Nano() + ru.Stime.Nano(), nil
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // Child is the parent's handle on a server in a child process.
@@ -106,21 +161,48 @@ func StartChild(cmd *exec.Cmd, timeout time.Duration) (*Child, error) {
 	return c, nil
 }
 
-// CPU asks the child for the CPU time it has used so far.
-func (c *Child) CPU() (time.Duration, error) {
+// Usage asks the child for what it has used so far.
+func (c *Child) Usage() (Usage, error) {
 	if _, err := io.WriteString(c.in, "cpu\n"); err != nil {
-		return 0, fmt.Errorf("ask the server process for its CPU time: %w", err)
+		return Usage{}, fmt.Errorf("ask the server process for its CPU time: %w", err)
 	}
 	l, err := c.out.ReadString('\n')
 	if err != nil {
-		return 0, fmt.Errorf("read the server process's CPU time: %w", err)
+		return Usage{}, fmt.Errorf("read the server process's CPU time: %w", err)
 	}
-	v, ok := strings.CutPrefix(strings.TrimSpace(l), "cpu ")
-	ns, err := strconv.ParseInt(v, 10, 64)
-	if !ok || err != nil {
-		return 0, fmt.Errorf("the server process answered %q to a CPU request", strings.TrimSpace(l))
+	return parseUsage(strings.TrimSpace(l))
+}
+
+// parseUsage reads the child's answer to "cpu".
+func parseUsage(l string) (Usage, error) {
+	var cpu, gc int64
+	var u Usage
+	if n, err := fmt.Sscanf(l, usageFormat, &cpu, &gc, &u.GCs, &u.AllocBytes); err != nil || n != 4 || cpu < 0 || gc < 0 {
+		return Usage{}, fmt.Errorf("the server process answered %q to a CPU request (want %q)", l, usageFormat)
 	}
-	return time.Duration(ns), nil
+	u.CPU, u.GCCPU = time.Duration(cpu), time.Duration(gc)
+	return u, nil
+}
+
+// Snapshot asks the child to write its snapshot (see ServeChild) to path, and waits for it.
+func (c *Child) Snapshot(path string) error {
+	if strings.ContainsAny(path, "\n\r") {
+		return fmt.Errorf("snapshot path %q has a line break: the child protocol is one line per request", path)
+	}
+	if _, err := io.WriteString(c.in, "snapshot "+path+"\n"); err != nil {
+		return fmt.Errorf("ask the server process for a snapshot: %w", err)
+	}
+	l, err := c.out.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read the server process's snapshot answer: %w", err)
+	}
+	switch l = strings.TrimSpace(l); {
+	case l == "snapshot ok":
+		return nil
+	case strings.HasPrefix(l, "snapshot error "):
+		return fmt.Errorf("the server process could not write its snapshot to %s: %s", path, strings.TrimPrefix(l, "snapshot error "))
+	}
+	return fmt.Errorf("the server process answered %q to a snapshot request", l)
 }
 
 // Close closes the child's stdin, which stops it, and waits at most 5 s for it to exit

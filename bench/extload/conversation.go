@@ -13,6 +13,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"google.golang.org/grpc"
 )
 
 // Request is what every request of a run sends: a POST of Body to Path, answered upstream
@@ -136,4 +137,18 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// EnvoyHTTP2Window is Envoy's default HTTP/2 stream and connection flow-control window,
+// 256 MiB (Http2ProtocolOptions.initial_stream_window_size and
+// initial_connection_window_size), which the shipped Envoy configurations keep for the
+// ext_proc cluster (envoy/gateway.yaml: http2_protocol_options: {}).
+const EnvoyHTTP2Window = 256 << 20
+
+// DialOptions are the gRPC client options that make a connection receive as Envoy's
+// does: its static windows, so the server's answers (the bodies it sends back included)
+// never wait for a window update, where gRPC's own client starts at 64 KiB and grows its
+// windows only as its bandwidth estimate does.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(EnvoyHTTP2Window), grpc.WithInitialConnWindowSize(EnvoyHTTP2Window)}
 }

@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +30,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serve runs srv on a loopback port and returns a client of it.
-func serve(t *testing.T, srv extprocv3.ExternalProcessorServer) extprocv3.ExternalProcessorClient {
+func serve(t *testing.T, srv extprocv3.ExternalProcessorServer, opts ...grpc.DialOption) extprocv3.ExternalProcessorClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,12 +40,87 @@ func serve(t *testing.T, srv extprocv3.ExternalProcessorServer) extprocv3.Extern
 	extprocv3.RegisterExternalProcessorServer(g, srv)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(lis.Addr().String(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return extprocv3.NewExternalProcessorClient(conn)
+}
+
+// flood answers a stream's first message with n bodies of size bytes each, then closes
+// sent and waits for the client to end the stream.
+type flood struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	n, size int
+	sent    chan struct{}
+}
+
+func (f flood) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	if _, err := srv.Recv(); err != nil {
+		return err
+	}
+	body := gateway.RequestBodyMessage(make([]byte, f.size), false).GetRequestBody()
+	for range f.n {
+		if err := srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_Body{Body: body.GetBody()}}}}}}); err != nil {
+			return err
+		}
+	}
+	close(f.sent)
+	_, err := srv.Recv()
+	return err
+}
+
+// TestDialOptionsReceiveAsEnvoy: with Envoy's windows a server's answers reach the client
+// whether or not the client has read the earlier ones yet; with gRPC's own client windows
+// the server stops at about 64 KiB until the client reads.
+func TestDialOptionsReceiveAsEnvoy(t *testing.T) {
+	for _, envoy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("envoy=%v", envoy), func(t *testing.T) {
+			f := flood{n: 16, size: 64 << 10, sent: make(chan struct{})}
+			var opts []grpc.DialOption
+			if envoy {
+				opts = DialOptions()
+			}
+			c := serve(t, f, opts...)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := c.Process(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(gateway.RequestBodyMessage([]byte("x"), true)); err != nil {
+				t.Fatal(err)
+			}
+			// The client reads nothing until the server has sent all 1 MiB, or the wait
+			// ends: long for the answers to arrive, short for the control to stall.
+			wait := 300 * time.Millisecond
+			if envoy {
+				wait = 10 * time.Second
+			}
+			timeout := time.NewTimer(wait)
+			defer timeout.Stop()
+			select {
+			case <-f.sent:
+				if !envoy {
+					t.Fatal("1 MiB of answers went through gRPC's default 64 KiB window unread: the control no longer shows what the windows change")
+				}
+			case <-timeout.C:
+				if envoy {
+					t.Fatalf("the server could not send 1 MiB of answers the client had not read yet in %v: the client's windows are not Envoy's", wait)
+				}
+			}
+			for range f.n {
+				if _, err := st.Recv(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = st.CloseSend()
+			<-f.sent
+		})
+	}
 }
 
 // router answers as the picker does in full-duplex mode: the headers answer (with a
@@ -239,23 +316,28 @@ func TestChildProtocol(t *testing.T) {
 	go func() {
 		done <- ServeChild(context.Background(), inR, outW, func(context.Context) (string, func() error, error) {
 			return "127.0.0.1:1234", func() error { close(stopped); return nil }, nil
-		})
+		}, nil)
 		_ = outW.Close()
 	}()
 	out := bufio.NewReader(outR)
 	if l, _ := out.ReadString('\n'); l != "listening 127.0.0.1:1234\n" {
 		t.Fatalf("first line %q", l)
 	}
-	var last string
+	var last Usage
 	for range 2 {
 		if _, err := io.WriteString(inW, "cpu\n"); err != nil {
 			t.Fatal(err)
 		}
 		l, _ := out.ReadString('\n')
-		if !strings.HasPrefix(l, "cpu ") || l <= last && len(l) <= len(last) {
-			t.Fatalf("cpu answer %q after %q", l, last)
+		u, err := parseUsage(strings.TrimSpace(l))
+		if err != nil {
+			t.Fatal(err)
 		}
-		last = l
+		// A running process has used some CPU and allocated; nothing goes back down.
+		if u.CPU <= 0 || u.AllocBytes == 0 || u.CPU < last.CPU || u.GCCPU < last.GCCPU || u.GCs < last.GCs || u.AllocBytes < last.AllocBytes {
+			t.Fatalf("usage %+v after %+v", u, last)
+		}
+		last = u
 	}
 	_ = inW.Close()
 	if err := <-done; err != nil {
@@ -268,17 +350,77 @@ func TestChildProtocol(t *testing.T) {
 	}
 }
 
+// childOverPipes serves ServeChild with snapshot on pipes and returns the parent's Child
+// handle on them (no process), and a function that closes stdin and returns ServeChild's error.
+func childOverPipes(t *testing.T, snapshot func(string) error) (*Child, func() error) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeChild(context.Background(), inR, outW, func(context.Context) (string, func() error, error) {
+			return "127.0.0.1:1", func() error { return nil }, nil
+		}, snapshot)
+		_ = outW.Close()
+	}()
+	c := &Child{in: inW, out: bufio.NewReader(outR)}
+	if l, _ := c.out.ReadString('\n'); l != "listening 127.0.0.1:1\n" {
+		t.Fatalf("first line %q", l)
+	}
+	return c, func() error { _ = inW.Close(); return <-done }
+}
+
+func TestChildWritesSnapshots(t *testing.T) {
+	var paths []string
+	c, stop := childOverPipes(t, func(path string) error {
+		if path == "/full/disk" {
+			return errors.New("no space left\non device")
+		}
+		paths = append(paths, path)
+		return nil
+	})
+	if err := c.Snapshot("/tmp/a b.trace"); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Snapshot("/full/disk")
+	if err == nil || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "/full/disk") {
+		t.Fatalf("a failed snapshot: err = %v, want the child's reason on one line and the path", err)
+	}
+	if err := c.Snapshot("two\nlines"); err == nil || !strings.Contains(err.Error(), "line break") {
+		t.Fatalf("a path with a line break: err = %v", err)
+	}
+	if _, err := c.Usage(); err != nil { // the protocol is still in step after the errors
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(paths, []string{"/tmp/a b.trace"}) {
+		t.Fatalf("snapshots written to %q", paths)
+	}
+}
+
+func TestChildWithoutSnapshotsSaysHowToGetThem(t *testing.T) {
+	c, stop := childOverPipes(t, nil)
+	if err := c.Snapshot("/tmp/x"); err == nil || !strings.Contains(err.Error(), "-flight") {
+		t.Fatalf("err = %v, want it to name -flight", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestChildRefusesAnUnknownRequest(t *testing.T) {
 	err := ServeChild(context.Background(), strings.NewReader("memory\n"), io.Discard, func(context.Context) (string, func() error, error) {
 		return "a", func() error { return nil }, nil
-	})
+	}, nil)
 	if err == nil || !strings.Contains(err.Error(), `unknown request "memory"`) {
 		t.Fatalf("err = %v", err)
 	}
 	wantErr := errors.New("port taken")
 	if err := ServeChild(context.Background(), strings.NewReader(""), io.Discard, func(context.Context) (string, func() error, error) {
 		return "", nil, wantErr
-	}); !errors.Is(err, wantErr) {
+	}, nil); !errors.Is(err, wantErr) {
 		t.Fatalf("err = %v, want the start error", err)
 	}
 }
@@ -429,5 +571,68 @@ func TestCIVerdict(t *testing.T) {
 		if got := ciVerdict(stats.Interval{Lo: c.lo, Hi: c.hi}, 1.3); got != c.want {
 			t.Errorf("[%v, %v] against 1.3: %q, want %q", c.lo, c.hi, got, c.want)
 		}
+	}
+}
+
+func TestStallsNameTheWindowsWithALongRoundTrip(t *testing.T) {
+	ms := func(v ...float64) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x * float64(time.Millisecond))
+		}
+		return out
+	}
+	var arms []Arm
+	for _, w := range [][]time.Duration{ms(1, 2), ms(3, 90), ms(1, 1), ms(60, 1), ms()} {
+		arms = Pool(arms, Arm{Server: "ours", Rate: 2000, Window: Window{Totals: w}})
+	}
+	arms = Pool(arms, Arm{Server: "floor", Rate: 2000, Window: Window{Totals: ms(5, 5)}})
+	got := Stalls(arms, 50*time.Millisecond)
+	if len(got) != 2 {
+		t.Fatalf("%d summaries, want one per arm", len(got))
+	}
+	ours, floor := got[0], got[1]
+	if ours.Windows != 4 || !slices.Equal(ours.Over, []int{1, 3}) || !slices.Equal(ours.Longest, ms(90, 60)) {
+		t.Fatalf("ours: %+v, want 4 windows with round trips (the empty one skipped), stalls in rounds 1 and 3", ours)
+	}
+	// Window p99s: 1.99, 89.13, 1, 59.41; their median is (1.99+59.41)/2.
+	if want := 30.7 * float64(time.Millisecond); math.Abs(float64(ours.MedianP99)-want) > 0.01*want {
+		t.Fatalf("median window p99 %v, want about 30.7ms", ours.MedianP99)
+	}
+	if floor.Windows != 1 || len(floor.Over) != 0 || floor.MedianP99 != 5*time.Millisecond {
+		t.Fatalf("floor: %+v", floor)
+	}
+	var b strings.Builder
+	if err := WriteStalls(&b, arms, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "90.0 (1), 60.0 (3)") || !strings.Contains(b.String(), "floor") {
+		t.Fatalf("report lists stalls longest first with their rounds:\n%s", b.String())
+	}
+}
+
+func TestParseUsageNamesABadAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want Usage
+		ok   bool
+	}{
+		{line: "cpu 5 gc-cpu 2 gcs 3 alloc-bytes 4096", want: Usage{CPU: 5, GCCPU: 2, GCs: 3, AllocBytes: 4096}, ok: true},
+		{line: "cpu 5"},
+		{line: "cpu -5 gc-cpu 2 gcs 3 alloc-bytes 4096"},
+		{line: "cpu 5 gc-cpu x gcs 3 alloc-bytes 4096"},
+		{line: "memory 5 gc-cpu 2 gcs 3 alloc-bytes 4096"},
+		{line: ""},
+	} {
+		u, err := parseUsage(tc.line)
+		if tc.ok != (err == nil) || u != tc.want {
+			t.Errorf("parseUsage(%q) = %+v, %v", tc.line, u, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), strconv.Quote(tc.line)) {
+			t.Errorf("parseUsage(%q): the error %q does not quote the answer", tc.line, err)
+		}
+	}
+	if d := (Usage{CPU: 9, GCCPU: 4, GCs: 7, AllocBytes: 100}).Sub(Usage{CPU: 2, GCCPU: 1, GCs: 3, AllocBytes: 40}); d != (Usage{CPU: 7, GCCPU: 3, GCs: 4, AllocBytes: 60}) {
+		t.Errorf("Sub = %+v", d)
 	}
 }

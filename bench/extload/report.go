@@ -1,11 +1,13 @@
 package extload
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +20,14 @@ type Arm struct {
 	Rate   float64
 	Window Window
 	CPU    time.Duration
+	// The server's collector over the window: its CPU time (the runtime's estimate, part
+	// of CPU), its cycles, and the bytes the server allocated.
+	GCCPU      time.Duration
+	GCs        uint64
+	AllocBytes uint64
+	// GeneratorCPU is the CPU time the load generator's process used over the window:
+	// near its CPUs' whole share, the generator, not the server, sets the round trips.
+	GeneratorCPU time.Duration
 	// Rounds are the round trips of each window pooled into Window, in the order pooled
 	// (by Pool); nil for an arm of one window never pooled.
 	Rounds [][]time.Duration
@@ -37,6 +47,15 @@ func (a Arm) CPUPerRequest() time.Duration {
 		return 0
 	}
 	return a.CPU / time.Duration(a.Window.Sent)
+}
+
+// GeneratorLoad is the generator's CPU time over the window's elapsed time: 1 is one
+// CPU's whole time.
+func (a Arm) GeneratorLoad() float64 {
+	if a.Window.Elapsed <= 0 {
+		return 0
+	}
+	return float64(a.GeneratorCPU) / float64(a.Window.Elapsed)
 }
 
 // Quantiles returns the p-th percentiles of the full stream round trips, in milliseconds.
@@ -73,6 +92,10 @@ func Pool(arms []Arm, a Arm) []Arm {
 				w.Errors[msg] += n
 			}
 			p.CPU += a.CPU
+			p.GeneratorCPU += a.GeneratorCPU
+			p.GCCPU += a.GCCPU
+			p.GCs += a.GCs
+			p.AllocBytes += a.AllocBytes
 			p.Rounds = append(p.rounds(), a.rounds()...)
 			return arms
 		}
@@ -138,11 +161,24 @@ func Compare(arms []Arm, server, floor string) []Comparison {
 // rate must stay within to be marked as meeting them.
 func WriteReport(w io.Writer, arms []Arm, server string, floors []string, p99Target float64, cpuTarget time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rate/s\tserver\tsent\tshed\tfailed\trouted\tround trip p50 ms\tp99\tp99.9\trequest phase p50 ms\tp99\tCPU/request µs\t")
+	fmt.Fprintln(tw, "rate/s\tserver\tsent\tshed\tfailed\trouted\tround trip p50 ms\tp99\tp99.9\trequest phase p50 ms\tp99\tCPU/request µs\tGC CPU/request µs\tGCs/s\talloc KB/request\tgenerator CPU/request µs\tgenerator load\t")
 	for _, a := range arms {
 		q, d := a.Quantiles(50, 99, 99.9), a.DecisionQuantiles(50, 99)
-		fmt.Fprintf(tw, "%.0f\t%s\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t\n", a.Rate, a.Server, a.Window.Sent, a.Window.Shed,
-			a.Window.Failed, a.Window.Routed, q[0], q[1], q[2], d[0], d[1], float64(a.CPUPerRequest())/float64(time.Microsecond))
+		perRequest := func(x float64) float64 {
+			if a.Window.Sent == 0 {
+				return 0
+			}
+			return x / float64(a.Window.Sent)
+		}
+		var gcRate float64
+		if a.Window.Elapsed > 0 {
+			gcRate = float64(a.GCs) / a.Window.Elapsed.Seconds()
+		}
+		µs := float64(time.Microsecond)
+		fmt.Fprintf(tw, "%.0f\t%s\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f%%\t\n", a.Rate, a.Server, a.Window.Sent, a.Window.Shed,
+			a.Window.Failed, a.Window.Routed, q[0], q[1], q[2], d[0], d[1], float64(a.CPUPerRequest())/µs,
+			perRequest(float64(a.GCCPU))/µs, gcRate, perRequest(float64(a.AllocBytes))/1024,
+			perRequest(float64(a.GeneratorCPU))/µs, 100*a.GeneratorLoad())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -257,4 +293,68 @@ func pooledPercentile(rounds [][]float64, pick []float64, p float64, scratch []f
 		return s[0] + (s[1]-s[0])*frac, scratch
 	}
 	return s[0], scratch
+}
+
+// WindowStalls is one arm's windows seen one at a time: where the pooled report's tail
+// came from.
+type WindowStalls struct {
+	Server  string
+	Rate    float64
+	Windows int
+	// MedianP99 is the median over the windows of each window's p99 round trip.
+	MedianP99 time.Duration
+	// Over are the rounds (0-based, in the order pooled) whose window had a round trip
+	// longer than the limit, and Longest each one's longest.
+	Over    []int
+	Longest []time.Duration
+}
+
+// Stalls returns each arm's WindowStalls against limit, in the arms' order.
+func Stalls(arms []Arm, limit time.Duration) []WindowStalls {
+	out := make([]WindowStalls, 0, len(arms))
+	for _, a := range arms {
+		ws := WindowStalls{Server: a.Server, Rate: a.Rate}
+		var p99s []float64
+		for i, r := range a.rounds() {
+			if len(r) == 0 {
+				continue
+			}
+			ws.Windows++
+			p99s = append(p99s, millis(r, 99)[0])
+			if m := slices.Max(r); m > limit {
+				ws.Over = append(ws.Over, i)
+				ws.Longest = append(ws.Longest, m)
+			}
+		}
+		if len(p99s) > 0 {
+			ws.MedianP99 = time.Duration(stats.Percentiles(p99s, 50)[0] * float64(time.Millisecond))
+		}
+		out = append(out, ws)
+	}
+	return out
+}
+
+// WriteStalls writes Stalls(arms, limit): per server and rate, the median window's p99
+// and the windows with a round trip over limit (at most the 8 longest named).
+func WriteStalls(w io.Writer, arms []Arm, limit time.Duration) error {
+	fmt.Fprintf(w, "\nWindows one at a time (a stall is a round trip over %v):\n", limit)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rate/s\tserver\twindows\tmedian window p99 ms\twindows with a stall\tlongest round trips ms (round)")
+	for _, s := range Stalls(arms, limit) {
+		idx := make([]int, len(s.Over))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(s.Longest[b], s.Longest[a]) })
+		var named []string
+		for _, i := range idx[:min(len(idx), 8)] {
+			named = append(named, fmt.Sprintf("%.1f (%d)", float64(s.Longest[i])/float64(time.Millisecond), s.Over[i]))
+		}
+		list := strings.Join(named, ", ")
+		if list == "" {
+			list = "-"
+		}
+		fmt.Fprintf(tw, "%.0f\t%s\t%d\t%.3f\t%d\t%s\n", s.Rate, s.Server, s.Windows, float64(s.MedianP99)/float64(time.Millisecond), len(s.Over), list)
+	}
+	return tw.Flush()
 }

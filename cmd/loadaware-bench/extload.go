@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
@@ -74,6 +75,10 @@ type extloadConfig struct {
 	cpuTarget   time.Duration
 	memLimit    int64
 	pin         bool
+	stall       time.Duration
+	flightDir   string
+	noScores    bool
+	genProfile  string
 }
 
 func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -89,6 +94,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&c.prompt, "prompt", "ids", "prompt form: ids (token ids) or text (tokenized when -tokenizer is given, else routed on load alone)")
 	fs.IntVar(&c.endpoints, "endpoints", 2, "static endpoints the picker routes between (1 to 10000; never contacted)")
 	fs.StringVar(&c.policy, "policy", "loadaware", "the picker's policy")
+	scores := fs.Bool("endpoint-scores", true, "the picker's --endpoint-scores: the candidates' scores and the reason in each answer's dynamic metadata")
 	fs.StringVar(&c.tokenizer, "tokenizer", "", "tokenizer.json or model directory for the picker (text prompts)")
 	fs.IntVar(&c.serverProcs, "server-procs", 1, "GOMAXPROCS of each server process (0: the Go default)")
 	fs.IntVar(&c.maxInFlight, "max-inflight", 2048, "streams open at once; arrivals beyond are shed and counted")
@@ -97,13 +103,17 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
 	fs.Int64Var(&c.memLimit, "server-memory-limit", 0, "the picker's --memory-limit in bytes, as in a container (GOGC is then its --gc-percent default); 0: none, as outside one")
 	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
+	fs.StringVar(&c.genProfile, "generator-cpuprofile", "", "write a CPU profile of the load generator (this process) to this file (go tool pprof)")
 	fs.StringVar(&c.trace, "server-trace", "", "write an execution trace of the picker's server process to this file (go tool trace)")
 	fs.Float64Var(&c.p99Target, "p99-target", 1.3, "p99 round-trip ratio to each floor server a rate should stay within")
 	fs.BoolVar(&c.pin, "pin", true, "pin each server process to one CPU (the last this process may use) and the generator to the others, as a server on its own core beside Envoy; with one CPU, or -pin=false, all share every CPU")
+	fs.DurationVar(&c.stall, "stall", 50*time.Millisecond, "a round trip longer than this is a stall: the report counts each server's windows with one")
+	fs.StringVar(&c.flightDir, "server-flight", "", "run a flight recorder in every server and, after a window with a stall, write its last seconds' execution trace to this directory (go tool trace)")
 	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	c.noScores = !*scores
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "loadaware-bench extload: unexpected argument %q: every setting is a flag (-h lists them)\n", fs.Arg(0))
 		return 2
@@ -146,6 +156,8 @@ func (c extloadConfig) check() error {
 		return fmt.Errorf("-server-memory-limit %d: pass a limit in bytes, or 0 for none", c.memLimit)
 	case c.timeout <= 0:
 		return fmt.Errorf("-timeout %v: pass a positive duration", c.timeout)
+	case c.stall <= 0:
+		return fmt.Errorf("-stall %v: pass a positive duration", c.stall)
 	case c.p99Target <= 0 || c.cpuTarget < 0:
 		return errors.New("-p99-target must be positive and -cpu-target not negative")
 	}
@@ -168,6 +180,28 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		return err
 	}
 	defer pinNote.restore()
+	if c.genProfile != "" {
+		f, err := os.Create(c.genProfile)
+		if err != nil {
+			return fmt.Errorf("-generator-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-generator-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var genFlight *trace.FlightRecorder
+	if c.flightDir != "" {
+		if err := os.MkdirAll(c.flightDir, 0o755); err != nil {
+			return fmt.Errorf("-server-flight: %w", err)
+		}
+		genFlight = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
+		if err := genFlight.Start(); err != nil {
+			return fmt.Errorf("-server-flight: start the generator's flight recorder: %w", err)
+		}
+		defer genFlight.Stop()
+	}
 	servers := map[string]*extload.Child{}
 	defer func() {
 		for _, ch := range servers {
@@ -190,6 +224,12 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		if name == serverOurs && c.memLimit > 0 {
 			args = append(args, "-memory-limit", strconv.FormatInt(c.memLimit, 10))
 		}
+		if c.flightDir != "" {
+			args = append(args, "-flight")
+		}
+		if name == serverOurs && c.noScores {
+			args = append(args, "-endpoint-scores=false")
+		}
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Env = append(os.Environ(), extloadChildEnv+"=1")
 		cmd.Stderr = stderr
@@ -198,7 +238,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 			return err
 		}
 		servers[name] = ch
-		conn, err := grpc.NewClient(ch.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(ch.Addr, append(extload.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			return fmt.Errorf("connect to the %s server at %s: %w", name, ch.Addr, err)
 		}
@@ -209,8 +249,13 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		ResponseBody: []byte("data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n")}
 	perWindow := c.warmup + c.duration
 	fmt.Fprintf(stdout, "extload: %d-byte /v1/completions bodies (%s prompt), one ext_proc stream per request, full-duplex as Envoy;\n", len(req.Body), c.prompt)
-	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints), %s and %s\n",
-		c.serverProcs, serverOurs, c.policy, c.endpoints, serverNothing, serverPass)
+	scores := "with"
+	if c.noScores {
+		scores = "without"
+	}
+	fmt.Fprintf(stdout, "servers in child processes on loopback (GOMAXPROCS %d): %s (policy %s, %d endpoints, %s endpoint scores), %s and %s\n",
+		c.serverProcs, serverOurs, c.policy, c.endpoints, scores, serverNothing, serverPass)
+	fmt.Fprintf(stdout, "the generator's HTTP/2 windows are Envoy's defaults (%d MiB).\n", extload.EnvoyHTTP2Window>>20)
 	fmt.Fprintf(stdout, "(%s continues every message; %s also sends each body back, as Envoy's full-duplex mode needs).\n", serverNothing, serverPass)
 	fmt.Fprintln(stdout, pinNote.text)
 	if c.memLimit > 0 {
@@ -229,6 +274,9 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 				if err != nil {
 					return err
 				}
+				if err := snapshotStall(c, servers[name], genFlight, arm, round, stderr); err != nil {
+					return err
+				}
 				arms = extload.Pool(arms, arm)
 			}
 		}
@@ -237,7 +285,35 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintln(stdout, "headers and body, half-close). Request phase: request headers sent to the routing answer. CPU/request: the")
 	fmt.Fprintln(stdout, "server process's getrusage CPU over the measured window / streams opened; the CPUs are as pinned above.")
 	fmt.Fprintln(stdout)
-	return extload.WriteReport(stdout, arms, serverOurs, []string{serverNothing, serverPass}, c.p99Target, c.cpuTarget)
+	if err := extload.WriteReport(stdout, arms, serverOurs, []string{serverNothing, serverPass}, c.p99Target, c.cpuTarget); err != nil {
+		return err
+	}
+	return extload.WriteStalls(stdout, arms, c.stall)
+}
+
+// snapshotStall writes the server's and the generator's (gen's) flight recordings to
+// -server-flight's directory when arm's window (round's) had a round trip over -stall, and
+// says so on stderr.
+func snapshotStall(c extloadConfig, ch *extload.Child, gen *trace.FlightRecorder, arm extload.Arm, round int, stderr io.Writer) error {
+	if c.flightDir == "" || len(arm.Window.Totals) == 0 {
+		return nil
+	}
+	longest := slices.Max(arm.Window.Totals)
+	if longest <= c.stall {
+		return nil
+	}
+	name := fmt.Sprintf("%s-%.0f-round%03d.trace", arm.Server, arm.Rate, round)
+	path := filepath.Join(c.flightDir, name)
+	if err := ch.Snapshot(path); err != nil {
+		return err
+	}
+	genPath := filepath.Join(c.flightDir, "generator-"+name)
+	if err := writeFlight(gen, genPath); err != nil {
+		return fmt.Errorf("write the generator's flight recording: %w", err)
+	}
+	fmt.Fprintf(stderr, "%s at %.0f/s, round %d: a %v round trip; the last seconds of the server and the generator are in %s and %s\n",
+		arm.Server, arm.Rate, round, longest.Round(time.Microsecond), path, genPath)
+	return nil
 }
 
 // extloadWindow runs the warm-up and the measured window of one server at one rate.
@@ -250,7 +326,11 @@ func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float
 	}
 	bar := newProgressBar(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.progress)
 	wc.Duration, wc.Seed, wc.Progress = c.duration, wc.Seed+500, bar.update
-	before, err := ch.CPU()
+	before, err := ch.Usage()
+	if err != nil {
+		return extload.Arm{}, err
+	}
+	genBefore, err := extload.ProcessCPU()
 	if err != nil {
 		return extload.Arm{}, err
 	}
@@ -259,7 +339,11 @@ func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float
 	if err != nil {
 		return extload.Arm{}, err
 	}
-	after, err := ch.CPU()
+	genAfter, err := extload.ProcessCPU()
+	if err != nil {
+		return extload.Arm{}, err
+	}
+	after, err := ch.Usage()
 	if err != nil {
 		return extload.Arm{}, err
 	}
@@ -268,7 +352,9 @@ func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float
 			return extload.Arm{}, fmt.Errorf("every request to the %s server failed, e.g. %s", name, msg)
 		}
 	}
-	return extload.Arm{Server: name, Rate: rate, Window: w, CPU: after - before}, nil
+	used := after.Sub(before)
+	return extload.Arm{Server: name, Rate: rate, Window: w, CPU: used.CPU, GCCPU: used.GCCPU, GCs: used.GCs, AllocBytes: used.AllocBytes,
+		GeneratorCPU: genAfter - genBefore}, nil
 }
 
 // lockedWriter serializes writes to w.
@@ -297,6 +383,8 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	traceTo := fs.String("trace", "", "write an execution trace of this process to this file")
 	memLimit := fs.Int64("memory-limit", 0, "the picker's --memory-limit in bytes; 0: none")
 	cpu := fs.Int("cpu", -1, "run every thread of this process on this CPU only; -1: any")
+	scores := fs.Bool("endpoint-scores", true, "the picker's --endpoint-scores")
+	flight := fs.Bool("flight", false, "keep the last seconds' execution trace in a flight recorder, written on the parent's snapshot request")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -349,15 +437,39 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		if *memLimit > 0 {
 			gctune.Apply(gctune.Plan(os.Getenv, 0, gctune.DefaultGCPercent, *memLimit))
 		}
+
 		start = func(ctx context.Context) (string, func() error, error) {
-			return startOurs(ctx, *endpoints, *policy, *tok, stderr)
+			return startOurs(ctx, *endpoints, *policy, *tok, !*scores, stderr)
 		}
 	}
-	if err := extload.ServeChild(ctx, os.Stdin, stdout, start); err != nil {
+	var snapshot func(string) error
+	if *flight {
+		fr := trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
+		if err := fr.Start(); err != nil {
+			fmt.Fprintf(stderr, "%s: start the flight recorder: %v\n", extloadServerName, err)
+			return 1
+		}
+		defer fr.Stop()
+		snapshot = func(path string) error { return writeFlight(fr, path) }
+	}
+	if err := extload.ServeChild(ctx, os.Stdin, stdout, start, snapshot); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", extloadServerName, err)
 		return 1
 	}
 	return 0
+}
+
+// writeFlight writes fr's recording to path.
+func writeFlight(fr *trace.FlightRecorder, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := fr.WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // startFloor serves s, one of the floor servers, with gRPC's defaults on a loopback port.
@@ -375,14 +487,14 @@ func startFloor(s extprocv3.ExternalProcessorServer) (string, func() error, erro
 // startOurs starts the picker as `loadaware-epp serve` would with static endpoints that
 // are never contacted (active health checks off), plaintext ext_proc and the embedded
 // LMCache controller, every port on loopback.
-func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string, stderr io.Writer) (string, func() error, error) {
+func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string, omitScores bool, stderr io.Writer) (string, func() error, error) {
 	addrs := make([]string, endpoints)
 	for i := range addrs {
 		addrs[i] = fmt.Sprintf("10.%d.%d.%d:8000", i>>16&255, i>>8&255, i&255+1)
 	}
 	cfg := app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
-		Endpoints: addrs, Policy: policy, Beta: 1, BodyMode: extproc.FullDuplex,
+		Endpoints: addrs, Policy: policy, Beta: 1, BodyMode: extproc.FullDuplex, OmitScores: omitScores,
 		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", ReplyAddr: "127.0.0.1:0",
 			Keys: lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}},
 	}
@@ -427,7 +539,14 @@ func pinGenerator(pin bool) (serverCPU int, p pinning, err error) {
 	if err != nil {
 		return -1, p, fmt.Errorf("%w (or pass -pin=false)", err)
 	}
-	p.text = fmt.Sprintf("pinned: each server process on CPU %d alone, the generator on CPU(s) %v (-pin=false shares them).", last, cpus[:len(cpus)-1])
-	p.restore = func() { _ = restore() }
+	// As many Ps as CPUs: more would time-share the generator's CPUs between Ps, and a
+	// goroutine queued on a P whose thread the kernel has set aside waits for the kernel.
+	procs := runtime.GOMAXPROCS(len(cpus) - 1)
+	p.text = fmt.Sprintf("pinned: each server process on CPU %d alone, the generator on CPU(s) %v with GOMAXPROCS %d (-pin=false shares them).",
+		last, cpus[:len(cpus)-1], len(cpus)-1)
+	p.restore = func() {
+		runtime.GOMAXPROCS(procs)
+		_ = restore()
+	}
 	return last, p, nil
 }

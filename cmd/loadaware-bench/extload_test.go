@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -26,15 +28,19 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 		t.Skip("starts three server processes")
 	}
 	var out, errOut bytes.Buffer
-	args := []string{"-rates", "200,300", "-rounds", "3", "-duration", "100ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048"}
+	flights := t.TempDir()
+	// Every window's longest round trip is over 1ns: each is a stall, and each server's and
+	// the generator's flight recordings are written after it.
+	args := []string{"-rates", "200,300", "-rounds", "3", "-duration", "100ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048",
+		"-stall", "1ns", "-server-flight", flights}
 	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
 		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	s := out.String()
 	for _, want := range []string{
-		`(?m)^(pinned: each server process on CPU \d+ alone, the generator on CPU\(s\) \[[\d ]+\]|not pinned: this process may use only CPU \[\d+\]).*$`,
-		`(?m)^\s*rate/s\s+server\s+sent\s+shed\s+failed\s+routed\s+round trip p50 ms\s+p99\s+p99\.9\s+request phase p50 ms\s+p99\s+CPU/request µs$`,
-		`(?m)^\s*200\s+do-nothing\s+\d+\s+0\s+0\s+0\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$`,
+		`(?m)^(pinned: each server process on CPU \d+ alone, the generator on CPU\(s\) \[[\d ]+\] with GOMAXPROCS \d+|not pinned: this process may use only CPU \[\d+\]).*$`,
+		`(?m)^\s*rate/s\s+server\s+sent\s+shed\s+failed\s+routed\s+round trip p50 ms\s+p99\s+p99\.9\s+request phase p50 ms\s+p99\s+CPU/request µs\s+GC CPU/request µs\s+GCs/s\s+alloc KB/request\s+generator CPU/request µs\s+generator load$`,
+		`(?m)^\s*200\s+do-nothing\s+\d+\s+0\s+0\s+0(\s+[\d.]+){9}\s+[\d.]+\s+\d+%$`,
 		`(?m)^\s*200\s+loadaware-epp\s+(\d+)\s+0\s+0\s+(\d+)\s+[\d.]+`,
 		`(?m)^\s*200\s+pass-through\s+\d+\s+0\s+0\s+0\s+[\d.]+`,
 		`(?m)^\s*300\s+do-nothing\s`,
@@ -49,6 +55,27 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 	} {
 		if !regexp.MustCompile(want).MatchString(s) {
 			t.Errorf("report does not match %q:\n%s", want, s)
+		}
+	}
+	// One line per server and rate in the windows table: three windows, each with a stall.
+	for _, server := range []string{"do-nothing", "pass-through", "loadaware-epp"} {
+		for _, rate := range []string{"200", "300"} {
+			if !regexp.MustCompile(`(?m)^` + rate + `\s+` + server + `\s+3\s+[\d.]+\s+3\s+[\d.]+ \(\d\)`).MatchString(s) {
+				t.Errorf("no windows line for %s at %s/s with three stalls:\n%s", server, rate, s)
+			}
+		}
+	}
+	// 3 servers x 2 rates x 3 rounds, a server's and the generator's recording for each.
+	files, err := os.ReadDir(flights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 36 {
+		t.Errorf("%d flight recordings in %s, want 36", len(files), flights)
+	}
+	for _, name := range []string{"loadaware-epp-300-round002.trace", "generator-do-nothing-200-round000.trace"} {
+		if fi, err := os.Stat(filepath.Join(flights, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("flight recording %s: %v (want a non-empty trace)", name, err)
 		}
 	}
 	// Every request to the picker was routed: its sent and routed columns agree.
@@ -72,6 +99,7 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 		{"an unknown prompt form", []string{"-prompt", "audio"}, `-prompt "audio": use ids or text`},
 		{"no endpoints", []string{"-endpoints", "0"}, "-endpoints 0"},
 		{"no streams allowed", []string{"-max-inflight", "0"}, "-max-inflight 0"},
+		{"no stall length", []string{"-stall", "0s"}, "-stall 0s: pass a positive duration"},
 		{"a negative memory limit", []string{"-server-memory-limit", "-5"}, "-server-memory-limit -5: pass a limit in bytes, or 0 for none"},
 		{"a stray argument", []string{"500"}, `unexpected argument "500"`},
 		{"an unknown flag", []string{"-nope"}, "flag provided but not defined"},
@@ -102,6 +130,7 @@ func TestPinGeneratorLeavesTheLastCPUToTheServers(t *testing.T) {
 	if err != nil || cpu != -1 || !strings.HasPrefix(p.text, "not pinned (-pin=false)") {
 		t.Fatalf("pinGenerator(false) = %d, %q, %v; want -1 and the not-pinned line", cpu, p.text, err)
 	}
+	procs := runtime.GOMAXPROCS(0)
 	cpu, p, err = pinGenerator(true)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +149,13 @@ func TestPinGeneratorLeavesTheLastCPUToTheServers(t *testing.T) {
 	if last := cpus[len(cpus)-1]; cpu != last || slices.Contains(now, last) || len(now) != len(cpus)-1 {
 		t.Fatalf("pinGenerator(true) gave the servers CPU %d and kept the generator on %v; want %d and %v", cpu, now, last, cpus[:len(cpus)-1])
 	}
+	if got := runtime.GOMAXPROCS(0); got != len(cpus)-1 {
+		t.Fatalf("the pinned generator runs GOMAXPROCS %d, want one P per CPU it may use (%d)", got, len(cpus)-1)
+	}
 	p.restore()
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Fatalf("after restore GOMAXPROCS is %d, want %d as before", got, procs)
+	}
 	if now, _ := extload.CPUs(); !slices.Equal(now, cpus) {
 		t.Fatalf("after restore the generator may use %v, want %v", now, cpus)
 	}

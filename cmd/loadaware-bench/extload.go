@@ -74,6 +74,7 @@ type extloadConfig struct {
 	p99Target   float64
 	cpuTarget   time.Duration
 	memLimit    int64
+	gcPercent   int
 	pin         bool
 	stall       time.Duration
 	flightDir   string
@@ -101,6 +102,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "longest one stream may take")
 	fs.Uint64Var(&c.seed, "seed", 1, "arrival-time seed")
 	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
+	fs.IntVar(&c.gcPercent, "server-gc-percent", gctune.DefaultGCPercent, "the picker's --gc-percent: its GOGC under -server-memory-limit")
 	fs.Int64Var(&c.memLimit, "server-memory-limit", 0, "the picker's --memory-limit in bytes, as in a container (GOGC is then its --gc-percent default); 0: none, as outside one")
 	fs.StringVar(&c.profile, "server-cpuprofile", "", "write a CPU profile of the picker's server process to this file (go tool pprof)")
 	fs.StringVar(&c.genProfile, "generator-cpuprofile", "", "write a CPU profile of the load generator (this process) to this file (go tool pprof)")
@@ -154,6 +156,8 @@ func (c extloadConfig) check() error {
 		return fmt.Errorf("-max-inflight %d: pass at least 1", c.maxInFlight)
 	case c.memLimit < 0:
 		return fmt.Errorf("-server-memory-limit %d: pass a limit in bytes, or 0 for none", c.memLimit)
+	case c.gcPercent < 1:
+		return fmt.Errorf("-server-gc-percent %d: use a GOGC of at least 1 (the picker's default is %d)", c.gcPercent, gctune.DefaultGCPercent)
 	case c.timeout <= 0:
 		return fmt.Errorf("-timeout %v: pass a positive duration", c.timeout)
 	case c.stall <= 0:
@@ -222,7 +226,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 			args = append(args, "-trace", c.trace)
 		}
 		if name == serverOurs && c.memLimit > 0 {
-			args = append(args, "-memory-limit", strconv.FormatInt(c.memLimit, 10))
+			args = append(args, "-memory-limit", strconv.FormatInt(c.memLimit, 10), "-gc-percent", strconv.Itoa(c.gcPercent))
 		}
 		if c.flightDir != "" {
 			args = append(args, "-flight")
@@ -259,7 +263,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "(%s continues every message; %s also sends each body back, as Envoy's full-duplex mode needs).\n", serverNothing, serverPass)
 	fmt.Fprintln(stdout, pinNote.text)
 	if c.memLimit > 0 {
-		fmt.Fprintf(stdout, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit).\n", c.memLimit, gctune.DefaultGCPercent)
+		fmt.Fprintf(stdout, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit, -server-gc-percent).\n", c.memLimit, c.gcPercent)
 	}
 	fmt.Fprintf(stdout, "rates %v req/s, %d round(s) of %v measured after %v warm-up per rate and server: about %v.\n\n",
 		c.rates, c.rounds, c.duration, c.warmup, (time.Duration(len(extloadServers)*len(c.rates)*c.rounds) * perWindow).Round(time.Second))
@@ -382,6 +386,7 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	profile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
 	traceTo := fs.String("trace", "", "write an execution trace of this process to this file")
 	memLimit := fs.Int64("memory-limit", 0, "the picker's --memory-limit in bytes; 0: none")
+	gcPercent := fs.Int("gc-percent", gctune.DefaultGCPercent, "the picker's --gc-percent")
 	cpu := fs.Int("cpu", -1, "run every thread of this process on this CPU only; -1: any")
 	scores := fs.Bool("endpoint-scores", true, "the picker's --endpoint-scores")
 	flight := fs.Bool("flight", false, "keep the last seconds' execution trace in a flight recorder, written on the parent's snapshot request")
@@ -435,7 +440,7 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		start = func(context.Context) (string, func() error, error) { return startFloor(extload.PassThrough{}) }
 	case serverOurs:
 		if *memLimit > 0 {
-			gctune.Apply(gctune.Plan(os.Getenv, 0, gctune.DefaultGCPercent, *memLimit))
+			gctune.Apply(gctune.Plan(os.Getenv, 0, *gcPercent, *memLimit))
 		}
 
 		start = func(ctx context.Context) (string, func() error, error) {

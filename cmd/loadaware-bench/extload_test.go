@@ -99,6 +99,7 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 		{"an unknown prompt form", []string{"-prompt", "audio"}, `-prompt "audio": use ids or text`},
 		{"no endpoints", []string{"-endpoints", "0"}, "-endpoints 0"},
 		{"no streams allowed", []string{"-max-inflight", "0"}, "-max-inflight 0"},
+		{"a zero GOGC", []string{"-server-gc-percent", "0"}, "-server-gc-percent 0: use a GOGC of at least 1"},
 		{"no stall length", []string{"-stall", "0s"}, "-stall 0s: pass a positive duration"},
 		{"a negative memory limit", []string{"-server-memory-limit", "-5"}, "-server-memory-limit -5: pass a limit in bytes, or 0 for none"},
 		{"a stray argument", []string{"500"}, `unexpected argument "500"`},

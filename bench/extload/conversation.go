@@ -14,6 +14,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Request is what every request of a run sends: a POST of Body to Path, answered upstream
@@ -46,7 +47,7 @@ func Exchange(ctx context.Context, c extprocv3.ExternalProcessorClient, req Requ
 	var res Result
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := c.Process(ctx)
+	st, err := c.Process(ctx, grpc.ForceCodecV2(answers))
 	if err != nil {
 		return res, fmt.Errorf("open the stream: %w", err)
 	}
@@ -61,32 +62,26 @@ func Exchange(ctx context.Context, c extprocv3.ExternalProcessorClient, req Requ
 	if err := st.Send(gateway.RequestBodyMessage(req.Body, true)); err != nil {
 		return res, fmt.Errorf("send the request body: %w", err)
 	}
+	var a answer
 	for headers, body := false, false; !headers || !body; {
-		r, err := st.Recv()
-		if err != nil {
+		if err := st.RecvMsg(&a); err != nil {
 			return res, fmt.Errorf("during the request: %w", err)
 		}
-		switch v := r.GetResponse().(type) {
-		case *extprocv3.ProcessingResponse_RequestHeaders:
+		switch a.kind {
+		case respRequestHeaders:
 			if headers {
 				return res, errors.New("a second request headers answer")
 			}
 			headers = true
-			for _, o := range v.RequestHeaders.GetResponse().GetHeaderMutation().GetSetHeaders() {
-				if o.GetHeader().GetKey() == gateway.DestinationHeader {
-					res.Routed = true
-				}
-			}
-		case *extprocv3.ProcessingResponse_RequestBody:
+			res.Routed = res.Routed || a.routed
+		case respRequestBody:
 			// Without streamed_response the server sends no body back (Envoy then sends
 			// an empty one upstream); with it, the body ends at its end_of_stream.
-			sr := v.RequestBody.GetResponse().GetBodyMutation().GetStreamedResponse()
-			body = sr == nil || sr.GetEndOfStream()
-		case *extprocv3.ProcessingResponse_ImmediateResponse:
-			ir := v.ImmediateResponse
-			return res, fmt.Errorf("the server answered the client itself: %d %s", ir.GetStatus().GetCode(), truncate(string(ir.GetBody()), 120))
+			body = !a.streamed || a.end
+		case respImmediateResponse:
+			return res, fmt.Errorf("the server answered the client itself: %d %s", a.status, truncate(a.body, 120))
 		default:
-			return res, fmt.Errorf("an unexpected %T during the request", v)
+			return res, fmt.Errorf("an unexpected %s answer during the request", answerKind(a.kind))
 		}
 	}
 	res.Decision = time.Since(sent)
@@ -99,24 +94,22 @@ func Exchange(ctx context.Context, c extprocv3.ExternalProcessorClient, req Requ
 		return res, fmt.Errorf("send the response body: %w", err)
 	}
 	for headers, body := false, false; !headers || !body; {
-		r, err := st.Recv()
-		if err != nil {
+		if err := st.RecvMsg(&a); err != nil {
 			return res, fmt.Errorf("during the response: %w", err)
 		}
-		switch v := r.GetResponse().(type) {
-		case *extprocv3.ProcessingResponse_ResponseHeaders:
+		switch a.kind {
+		case respResponseHeaders:
 			headers = true
-		case *extprocv3.ProcessingResponse_ResponseBody:
-			sr := v.ResponseBody.GetResponse().GetBodyMutation().GetStreamedResponse()
-			body = sr == nil || sr.GetEndOfStream()
+		case respResponseBody:
+			body = !a.streamed || a.end
 		default:
-			return res, fmt.Errorf("an unexpected %T during the response", v)
+			return res, fmt.Errorf("an unexpected %s answer during the response", answerKind(a.kind))
 		}
 	}
 	if err := st.CloseSend(); err != nil {
 		return res, fmt.Errorf("half-close the stream: %w", err)
 	}
-	switch _, err := st.Recv(); {
+	switch err := st.RecvMsg(&a); {
 	case err == nil:
 		return res, errors.New("an answer after the response ended")
 	case !errors.Is(err, io.EOF):
@@ -124,6 +117,28 @@ func Exchange(ctx context.Context, c extprocv3.ExternalProcessorClient, req Requ
 	}
 	res.Total = time.Since(scheduled)
 	return res, nil
+}
+
+// answers reads the server's answers (see answerCodec).
+var answers = newAnswerCodec()
+
+// answerKind names a ProcessingResponse oneof field for an error.
+func answerKind(n protowire.Number) string {
+	switch n {
+	case 0:
+		return "empty"
+	case respRequestHeaders:
+		return "request_headers"
+	case respResponseHeaders:
+		return "response_headers"
+	case respRequestBody:
+		return "request_body"
+	case respResponseBody:
+		return "response_body"
+	case respImmediateResponse:
+		return "immediate_response"
+	}
+	return fmt.Sprintf("field %d", n)
 }
 
 func requestID() string {

@@ -442,7 +442,6 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		if *memLimit > 0 {
 			gctune.Apply(gctune.Plan(os.Getenv, 0, *gcPercent, *memLimit))
 		}
-
 		start = func(ctx context.Context) (string, func() error, error) {
 			return startOurs(ctx, *endpoints, *policy, *tok, !*scores, stderr)
 		}

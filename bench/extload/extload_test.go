@@ -636,3 +636,26 @@ func TestParseUsageNamesABadAnswer(t *testing.T) {
 		t.Errorf("Sub = %+v", d)
 	}
 }
+
+func TestReportShowsTheCollectorAndTheGenerator(t *testing.T) {
+	a := Arm{Server: "ours", Rate: 100,
+		Window: Window{Sent: 4, Elapsed: 2 * time.Second, Totals: []time.Duration{time.Millisecond}, Choices: []time.Duration{time.Millisecond}},
+		CPU:    800 * time.Microsecond, GCCPU: 40 * time.Microsecond, GCs: 6, AllocBytes: 4 * 3072,
+		GeneratorCPU: 500 * time.Millisecond}
+	if got := a.GeneratorLoad(); got != 0.25 {
+		t.Fatalf("GeneratorLoad = %v, want 0.25 (0.5 s of CPU over 2 s)", got)
+	}
+	// Pooling sums every count, so the per-request figures stay those of one window here.
+	p := Pool(Pool(nil, a), a)[0]
+	if p.GCCPU != 80*time.Microsecond || p.GCs != 12 || p.AllocBytes != 8*3072 || p.GeneratorCPU != time.Second || p.GeneratorLoad() != 0.25 {
+		t.Fatalf("pooled %+v", p)
+	}
+	var b strings.Builder
+	if err := WriteReport(&b, []Arm{p}, "ours", nil, 1.3, 100*time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	// CPU/request 200 µs, GC 10 µs, 3 GCs/s, 3 KB allocated, generator 125000 µs and 25%.
+	if !regexp.MustCompile(`(?m)^\s*100\s+ours\s+8\s+0\s+0\s+0(\s+[\d.]+){5}\s+200\.0\s+10\.0\s+3\.0\s+3\.0\s+125000\.0\s+25%$`).MatchString(b.String()) {
+		t.Fatalf("report row:\n%s", b.String())
+	}
+}

@@ -198,7 +198,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	var genFlight *trace.FlightRecorder
 	if c.flightDir != "" {
 		if err := os.MkdirAll(c.flightDir, 0o755); err != nil {
-			return fmt.Errorf("-server-flight: %w", err)
+			return fmt.Errorf("-server-flight %s: %w (pass a directory this user can create or write)", c.flightDir, err)
 		}
 		genFlight = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
 		if err := genFlight.Start(); err != nil {

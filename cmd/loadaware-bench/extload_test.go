@@ -161,3 +161,15 @@ func TestPinGeneratorLeavesTheLastCPUToTheServers(t *testing.T) {
 		t.Fatalf("after restore the generator may use %v, want %v", now, cpus)
 	}
 }
+
+func TestExtloadSaysWhenItCannotKeepRecordings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"-server-flight", filepath.Join(file, "flights"), "-rates", "100", "-duration", "10ms", "-progress=false"}
+	if code := runExtload(context.Background(), args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "pass a directory this user can create or write") {
+		t.Fatalf("exit %d, stderr %q; want 1 and what to pass", code, errOut.String())
+	}
+}

@@ -173,15 +173,21 @@ func TestServerDefaultPeerRatePassesAFullSync(t *testing.T) {
 }
 
 // A full sync larger than the burst is slowed to the rate, and none of it is dropped.
+//
+// The sync is slowed only if the controller reads it faster than the rate, so the rate is
+// set as low as a batch allows: one maxPeerWait must repay an 18 KB batch (at 384 KiB/s it
+// repays 19.7 KB), else batches would be dropped. The controller then has 46 ms a batch to
+// stay ahead of the rate (under -race on a loaded 2-core CI machine it took 13 ms); at
+// 1 MiB/s it had 17 ms, and a slow run read the sync no faster than the rate.
 func TestServerSlowsAFullSyncOverTheBurstWithoutLoss(t *testing.T) {
 	noLeaks(t)
-	ls := startServer(t, ServerConfig{Allow: AllowAny, PeerRate: 1 << 20, PeerBurst: 128 << 10}, nil)
+	ls := startServer(t, ServerConfig{Allow: AllowAny, PeerRate: 384 << 10, PeerBurst: 32 << 10}, nil)
 	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
-	const keys = 50_000 // about 450 KB: 3.5 bursts
+	const keys = 50_000 // about 450 KB: 14 bursts
 	pushFullSync(t, push, keys)
 	eventually(t, "the full sync", func() bool { return ls.idx.Keys() == keys })
 	if n := testutil.ToFloat64(ls.overMsgs.WithLabelValues("delayed")); n == 0 {
-		t.Error("a sync of 3.5 bursts was not slowed")
+		t.Error("a sync of 14 bursts was not slowed")
 	}
 	if n := testutil.ToFloat64(ls.overMsgs.WithLabelValues("dropped")); n != 0 {
 		t.Errorf("%v messages of a full sync sent in LMCache's batches were dropped", n)

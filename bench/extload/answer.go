@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -51,6 +52,20 @@ const (
 	statusCode            protowire.Number = 1 // envoy.type.v3.HttpStatus
 )
 
+// responseOneof is ProcessingResponse's oneof "response": which answer it is.
+var responseOneof = (&extprocv3.ProcessingResponse{}).ProtoReflect().Descriptor().Oneofs().ByName("response")
+
+// answerKind names a member of the oneof, for an error.
+func answerKind(n protowire.Number) string {
+	if f := responseOneof.Fields().ByNumber(n); f != nil {
+		return string(f.Name())
+	}
+	if n == 0 {
+		return "empty"
+	}
+	return fmt.Sprintf("field %d", n)
+}
+
 // answerBodyKept bounds the immediate response body an answer keeps (for the error).
 const answerBodyKept = 120
 
@@ -88,35 +103,24 @@ func (a *answer) decode(b []byte) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
-		if num >= respRequestHeaders && num <= respImmediateResponse && num != a.kind {
+		if responseOneof.Fields().ByNumber(num) != nil && num != a.kind {
 			*a = answer{kind: num} // another member of the oneof: the last one set wins
 		}
 		switch num {
 		case respRequestHeaders, respResponseHeaders, respRequestBody, respResponseBody:
-			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				if num != headersOrBodyResponse || typ != protowire.BytesType {
-					return nil
-				}
-				return a.common(v)
-			})
+			return each(v, headersOrBodyResponse, a.common)
 		case respImmediateResponse:
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
 				switch {
 				case num == immediateStatus && typ == protowire.BytesType:
-					return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-						if num == statusCode && typ == protowire.VarintType {
-							x, _ := protowire.ConsumeVarint(v)
-							a.status = int32(x)
-						}
-						return nil
-					})
+					return varints(v, statusCode, func(x uint64) { a.status = int32(x) })
 				case num == immediateBody && typ == protowire.BytesType:
 					a.body = string(v[:min(len(v), answerBodyKept)])
 				}
 				return nil
 			})
 		}
-		return nil // request_trailers, response_trailers (kind set above), the metadata, ...
+		return nil // the oneof's other members (kind set above), the metadata, ...
 	})
 }
 
@@ -128,21 +132,13 @@ func (a *answer) common(b []byte) error {
 		}
 		switch num {
 		case commonHeaderMutation:
-			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				if num != mutationSetHeaders || typ != protowire.BytesType {
-					return nil
-				}
-				// One HeaderValueOption: its header's key is the last one set (repeated
+			return each(v, mutationSetHeaders, func(option []byte) error {
+				// A HeaderValueOption: its header's key is the last one set (repeated
 				// occurrences of a message field merge).
 				dest := false
-				err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-					if num != optionHeader || typ != protowire.BytesType {
-						return nil
-					}
-					return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-						if num == headerKey && typ == protowire.BytesType {
-							dest = string(v) == gateway.DestinationHeader
-						}
+				err := each(option, optionHeader, func(header []byte) error {
+					return each(header, headerKey, func(key []byte) error {
+						dest = string(key) == gateway.DestinationHeader
 						return nil
 					})
 				})
@@ -151,24 +147,36 @@ func (a *answer) common(b []byte) error {
 			})
 		case commonBodyMutation:
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				if num != bodyStreamed {
-					if num < bodyStreamed { // body or clear_body: the oneof's last member wins
-						a.streamed, a.end = false, false
-					}
-					return nil
+				switch {
+				case num < bodyStreamed: // body or clear_body: the oneof's last member wins
+					a.streamed, a.end = false, false
+				case num == bodyStreamed && typ == protowire.BytesType:
+					a.streamed = true
+					return varints(v, streamedEndOfStream, func(x uint64) { a.end = x != 0 })
 				}
-				if typ != protowire.BytesType {
-					return nil
-				}
-				a.streamed = true
-				return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-					if num == streamedEndOfStream && typ == protowire.VarintType {
-						x, _ := protowire.ConsumeVarint(v)
-						a.end = x != 0
-					}
-					return nil
-				})
+				return nil
 			})
+		}
+		return nil
+	})
+}
+
+// each calls f with the content of every length-delimited field num of the message b.
+func each(b []byte, num protowire.Number, f func([]byte) error) error {
+	return fields(b, func(n protowire.Number, typ protowire.Type, v []byte) error {
+		if n != num || typ != protowire.BytesType {
+			return nil
+		}
+		return f(v)
+	})
+}
+
+// varints calls f with the value of every varint field num of the message b.
+func varints(b []byte, num protowire.Number, f func(uint64)) error {
+	return fields(b, func(n protowire.Number, typ protowire.Type, v []byte) error {
+		if n == num && typ == protowire.VarintType {
+			x, _ := protowire.ConsumeVarint(v)
+			f(x)
 		}
 		return nil
 	})

@@ -34,8 +34,6 @@ func TestAnswerFieldNumbers(t *testing.T) {
 		{&extprocv3.ProcessingResponse{}, "response_headers", respResponseHeaders},
 		{&extprocv3.ProcessingResponse{}, "request_body", respRequestBody},
 		{&extprocv3.ProcessingResponse{}, "response_body", respResponseBody},
-		{&extprocv3.ProcessingResponse{}, "request_trailers", 5},
-		{&extprocv3.ProcessingResponse{}, "response_trailers", 6},
 		{&extprocv3.ProcessingResponse{}, "immediate_response", respImmediateResponse},
 		{&extprocv3.HeadersResponse{}, "response", headersOrBodyResponse},
 		{&extprocv3.BodyResponse{}, "response", headersOrBodyResponse},
@@ -59,22 +57,20 @@ func TestAnswerFieldNumbers(t *testing.T) {
 // referenceAnswer is what answer.decode must find, read from the decoded message.
 func referenceAnswer(r *extprocv3.ProcessingResponse) answer {
 	var a answer
+	if f := r.ProtoReflect().WhichOneof(responseOneof); f != nil {
+		a.kind = f.Number()
+	}
 	var c *extprocv3.CommonResponse
 	switch v := r.GetResponse().(type) {
 	case *extprocv3.ProcessingResponse_RequestHeaders:
-		a.kind, c = respRequestHeaders, v.RequestHeaders.GetResponse()
+		c = v.RequestHeaders.GetResponse()
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
-		a.kind, c = respResponseHeaders, v.ResponseHeaders.GetResponse()
+		c = v.ResponseHeaders.GetResponse()
 	case *extprocv3.ProcessingResponse_RequestBody:
-		a.kind, c = respRequestBody, v.RequestBody.GetResponse()
+		c = v.RequestBody.GetResponse()
 	case *extprocv3.ProcessingResponse_ResponseBody:
-		a.kind, c = respResponseBody, v.ResponseBody.GetResponse()
-	case *extprocv3.ProcessingResponse_RequestTrailers:
-		a.kind = 5
-	case *extprocv3.ProcessingResponse_ResponseTrailers:
-		a.kind = 6
+		c = v.ResponseBody.GetResponse()
 	case *extprocv3.ProcessingResponse_ImmediateResponse:
-		a.kind = respImmediateResponse
 		a.status = int32(v.ImmediateResponse.GetStatus().GetCode())
 		b := v.ImmediateResponse.GetBody()
 		a.body = string(b[:min(len(b), answerBodyKept)])

@@ -14,7 +14,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Request is what every request of a run sends: a POST of Body to Path, answered upstream
@@ -121,25 +120,6 @@ func Exchange(ctx context.Context, c extprocv3.ExternalProcessorClient, req Requ
 
 // answers reads the server's answers (see answerCodec).
 var answers = newAnswerCodec()
-
-// answerKind names a ProcessingResponse oneof field for an error.
-func answerKind(n protowire.Number) string {
-	switch n {
-	case 0:
-		return "empty"
-	case respRequestHeaders:
-		return "request_headers"
-	case respResponseHeaders:
-		return "response_headers"
-	case respRequestBody:
-		return "request_body"
-	case respResponseBody:
-		return "response_body"
-	case respImmediateResponse:
-		return "immediate_response"
-	}
-	return fmt.Sprintf("field %d", n)
-}
 
 func requestID() string {
 	var b [16]byte

@@ -200,8 +200,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		if err := os.MkdirAll(c.flightDir, 0o755); err != nil {
 			return fmt.Errorf("-server-flight %s: %w (pass a directory this user can create or write)", c.flightDir, err)
 		}
-		genFlight = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
-		if err := genFlight.Start(); err != nil {
+		if genFlight, err = startFlight(); err != nil {
 			return fmt.Errorf("-server-flight: start the generator's flight recorder: %w", err)
 		}
 		defer genFlight.Stop()
@@ -448,8 +447,8 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	var snapshot func(string) error
 	if *flight {
-		fr := trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
-		if err := fr.Start(); err != nil {
+		fr, err := startFlight()
+		if err != nil {
 			fmt.Fprintf(stderr, "%s: start the flight recorder: %v\n", extloadServerName, err)
 			return 1
 		}
@@ -461,6 +460,16 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 		return 1
 	}
 	return 0
+}
+
+// startFlight starts a flight recorder that keeps the last 3 s (a window and its warm-up,
+// and the snapshot's own delay), at most 64 MiB.
+func startFlight() (*trace.FlightRecorder, error) {
+	fr := trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
+	if err := fr.Start(); err != nil {
+		return nil, err
+	}
+	return fr, nil
 }
 
 // writeFlight writes fr's recording to path.

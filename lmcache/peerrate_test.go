@@ -174,11 +174,12 @@ func TestServerDefaultPeerRatePassesAFullSync(t *testing.T) {
 
 // A full sync larger than the burst is slowed to the rate, and none of it is dropped.
 //
-// The sync is slowed only if the controller reads it faster than the rate, so the rate is
-// set as low as a batch allows: one maxPeerWait must repay an 18 KB batch (at 384 KiB/s it
-// repays 19.7 KB), else batches would be dropped. The controller then has 46 ms a batch to
-// stay ahead of the rate (under -race on a loaded 2-core CI machine it took 13 ms); at
-// 1 MiB/s it had 17 ms, and a slow run read the sync no faster than the rate.
+// The sync is slowed only if the controller reads it fast enough to spend the burst, so the
+// rate is set as low as a batch allows: one maxPeerWait must repay an 18 KB batch (at
+// 384 KiB/s it repays 19.7 KB), else batches would be dropped. The controller then has
+// 46 ms a batch to stay ahead of the rate. At 1 MiB/s it had 17 ms: under -race on a loaded
+// 2-core CI machine it took 13 ms, which left 4.4 KB of debt a batch, 110 KB in all, and
+// the 128 KiB burst was never spent.
 func TestServerSlowsAFullSyncOverTheBurstWithoutLoss(t *testing.T) {
 	noLeaks(t)
 	ls := startServer(t, ServerConfig{Allow: AllowAny, PeerRate: 384 << 10, PeerBurst: 32 << 10}, nil)

@@ -45,6 +45,8 @@ const (
 	mutationSetHeaders    protowire.Number = 1 // HeaderMutation
 	optionHeader          protowire.Number = 1 // HeaderValueOption
 	headerKey             protowire.Number = 1 // HeaderValue
+	bodyReplaced          protowire.Number = 1 // BodyMutation.body
+	bodyCleared           protowire.Number = 2 // BodyMutation.clear_body
 	bodyStreamed          protowire.Number = 3 // BodyMutation.streamed_response
 	streamedEndOfStream   protowire.Number = 2 // StreamedBodyResponse
 	immediateStatus       protowire.Number = 1 // ImmediateResponse
@@ -148,8 +150,8 @@ func (a *answer) common(b []byte) error {
 		case commonBodyMutation:
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
 				switch {
-				case num < bodyStreamed: // body or clear_body: the oneof's last member wins
-					a.streamed, a.end = false, false
+				case num == bodyReplaced && typ == protowire.BytesType, num == bodyCleared && typ == protowire.VarintType:
+					a.streamed, a.end = false, false // another member of the oneof: the last one set wins
 				case num == bodyStreamed && typ == protowire.BytesType:
 					a.streamed = true
 					return varints(v, streamedEndOfStream, func(x uint64) { a.end = x != 0 })
@@ -192,20 +194,12 @@ func fields(b []byte, f func(protowire.Number, protowire.Type, []byte) error) er
 			return fmt.Errorf("%w: %v", errAnswerWire, protowire.ParseError(n))
 		}
 		b = b[n:]
-		var v []byte
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return fmt.Errorf("%w: %v", errAnswerWire, protowire.ParseError(n))
+		}
+		v := b[:n]
 		if typ == protowire.BytesType {
-			var m int
-			v, m = protowire.ConsumeBytes(b)
-			if m < 0 {
-				return fmt.Errorf("%w: %v", errAnswerWire, protowire.ParseError(m))
-			}
-			n = m
-		} else {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return fmt.Errorf("%w: %v", errAnswerWire, protowire.ParseError(n))
-			}
-			v = b[:n]
+			v, _ = protowire.ConsumeBytes(v) // its length was checked just above
 		}
 		if err := f(num, typ, v); err != nil {
 			return err

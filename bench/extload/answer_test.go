@@ -42,6 +42,8 @@ func TestAnswerFieldNumbers(t *testing.T) {
 		{&extprocv3.HeaderMutation{}, "set_headers", mutationSetHeaders},
 		{&corev3.HeaderValueOption{}, "header", optionHeader},
 		{&corev3.HeaderValue{}, "key", headerKey},
+		{&extprocv3.BodyMutation{}, "body", bodyReplaced},
+		{&extprocv3.BodyMutation{}, "clear_body", bodyCleared},
 		{&extprocv3.BodyMutation{}, "streamed_response", bodyStreamed},
 		{&extprocv3.StreamedBodyResponse{}, "end_of_stream", streamedEndOfStream},
 		{&extprocv3.ImmediateResponse{}, "status", immediateStatus},
@@ -197,9 +199,13 @@ func TestAnswerMergesAsProtoDoes(t *testing.T) {
 		{"another key overwritten by the destination", headers(option("x-other", gateway.DestinationHeader))},
 		{"two options, one the destination", headers(option("x-other"), option(gateway.DestinationHeader))},
 		{"headers then body: the body wins", append(headers(option(gateway.DestinationHeader)), body(streamed(true))...)},
-		{"a streamed response then a replaced body", body(streamed(true), str(1, "replaced"))},
-		{"a replaced body then a streamed response", body(str(1, "replaced"), streamed(false))},
+		{"a streamed response then a replaced body", body(streamed(true), str(bodyReplaced, "replaced"))},
+		{"a replaced body then a streamed response", body(str(bodyReplaced, "replaced"), streamed(false))},
 		{"end_of_stream set then cleared", body(streamed(true), streamed(false))},
+		{"a streamed response then a cleared body", body(streamed(true), boolean(bodyCleared, true))},
+		// A known field on the wrong wire type is an unknown field: the oneof is unchanged.
+		{"a streamed response then a body of the wrong wire type", body(streamed(true), boolean(bodyReplaced, true))},
+		{"a streamed response then clear_body of the wrong wire type", body(streamed(true), str(bodyCleared, "x"))},
 	} {
 		var r extprocv3.ProcessingResponse
 		if err := proto.Unmarshal(tc.wire, &r); err != nil {

@@ -161,16 +161,26 @@ func StartChild(cmd *exec.Cmd, timeout time.Duration) (*Child, error) {
 	return c, nil
 }
 
-// Usage asks the child for what it has used so far.
-func (c *Child) Usage() (Usage, error) {
-	if _, err := io.WriteString(c.in, "cpu\n"); err != nil {
-		return Usage{}, fmt.Errorf("ask the server process for its CPU time: %w", err)
+// ask sends the child one request line and returns its answer line, trimmed; what names
+// the request in an error.
+func (c *Child) ask(request, what string) (string, error) {
+	if _, err := io.WriteString(c.in, request+"\n"); err != nil {
+		return "", fmt.Errorf("ask the server process for %s: %w", what, err)
 	}
 	l, err := c.out.ReadString('\n')
 	if err != nil {
-		return Usage{}, fmt.Errorf("read the server process's CPU time: %w", err)
+		return "", fmt.Errorf("read the server process's answer about %s: %w", what, err)
 	}
-	return parseUsage(strings.TrimSpace(l))
+	return strings.TrimSpace(l), nil
+}
+
+// Usage asks the child for what it has used so far.
+func (c *Child) Usage() (Usage, error) {
+	l, err := c.ask("cpu", "its CPU time")
+	if err != nil {
+		return Usage{}, err
+	}
+	return parseUsage(l)
 }
 
 // parseUsage reads the child's answer to "cpu".
@@ -189,14 +199,11 @@ func (c *Child) Snapshot(path string) error {
 	if strings.ContainsAny(path, "\n\r") {
 		return fmt.Errorf("snapshot path %q has a line break: the child protocol is one line per request", path)
 	}
-	if _, err := io.WriteString(c.in, "snapshot "+path+"\n"); err != nil {
-		return fmt.Errorf("ask the server process for a snapshot: %w", err)
-	}
-	l, err := c.out.ReadString('\n')
+	l, err := c.ask("snapshot "+path, "a snapshot")
 	if err != nil {
-		return fmt.Errorf("read the server process's snapshot answer: %w", err)
+		return err
 	}
-	switch l = strings.TrimSpace(l); {
+	switch {
 	case l == "snapshot ok":
 		return nil
 	case strings.HasPrefix(l, "snapshot error "):

@@ -587,26 +587,33 @@ func TestStallsNameTheWindowsWithALongRoundTrip(t *testing.T) {
 		arms = Pool(arms, Arm{Server: "ours", Rate: 2000, Window: Window{Totals: w}})
 	}
 	arms = Pool(arms, Arm{Server: "floor", Rate: 2000, Window: Window{Totals: ms(5, 5)}})
+	// A later round with the longer stall: listed first.
+	for _, w := range [][]time.Duration{ms(55), ms(2), ms(80)} {
+		arms = Pool(arms, Arm{Server: "pass", Rate: 2000, Window: Window{Totals: w}})
+	}
 	got := Stalls(arms, 50*time.Millisecond)
-	if len(got) != 2 {
+	if len(got) != 3 {
 		t.Fatalf("%d summaries, want one per arm", len(got))
 	}
 	ours, floor := got[0], got[1]
-	if ours.Windows != 4 || !slices.Equal(ours.Over, []int{1, 3}) || !slices.Equal(ours.Longest, ms(90, 60)) {
+	if want := []Stall{{Round: 2, Longest: ms(80)[0]}, {Round: 0, Longest: ms(55)[0]}}; !slices.Equal(got[2].Stalled, want) {
+		t.Fatalf("pass: stalls %+v, want the longest first: %+v", got[2].Stalled, want)
+	}
+	if want := []Stall{{Round: 1, Longest: ms(90)[0]}, {Round: 3, Longest: ms(60)[0]}}; ours.Windows != 4 || !slices.Equal(ours.Stalled, want) {
 		t.Fatalf("ours: %+v, want 4 windows with round trips (the empty one skipped), stalls in rounds 1 and 3", ours)
 	}
 	// Window p99s: 1.99, 89.13, 1, 59.41; their median is (1.99+59.41)/2.
 	if want := 30.7 * float64(time.Millisecond); math.Abs(float64(ours.MedianP99)-want) > 0.01*want {
 		t.Fatalf("median window p99 %v, want about 30.7ms", ours.MedianP99)
 	}
-	if floor.Windows != 1 || len(floor.Over) != 0 || floor.MedianP99 != 5*time.Millisecond {
+	if floor.Windows != 1 || len(floor.Stalled) != 0 || floor.MedianP99 != 5*time.Millisecond {
 		t.Fatalf("floor: %+v", floor)
 	}
 	var b strings.Builder
 	if err := WriteStalls(&b, arms, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "90.0 (1), 60.0 (3)") || !strings.Contains(b.String(), "floor") {
+	if !strings.Contains(b.String(), "90.0 (1), 60.0 (3)") || !strings.Contains(b.String(), "80.0 (2), 55.0 (0)") || !strings.Contains(b.String(), "floor") {
 		t.Fatalf("report lists stalls longest first with their rounds:\n%s", b.String())
 	}
 }

@@ -303,10 +303,15 @@ type WindowStalls struct {
 	Windows int
 	// MedianP99 is the median over the windows of each window's p99 round trip.
 	MedianP99 time.Duration
-	// Over are the rounds (0-based, in the order pooled) whose window had a round trip
-	// longer than the limit, and Longest each one's longest.
-	Over    []int
-	Longest []time.Duration
+	// Stalled are the windows with a round trip longer than the limit, longest first.
+	Stalled []Stall
+}
+
+// Stall is a window with a round trip over the limit: its round (0-based, in the order
+// pooled) and its longest round trip.
+type Stall struct {
+	Round   int
+	Longest time.Duration
 }
 
 // Stalls returns each arm's WindowStalls against limit, in the arms' order.
@@ -322,10 +327,10 @@ func Stalls(arms []Arm, limit time.Duration) []WindowStalls {
 			ws.Windows++
 			p99s = append(p99s, millis(r, 99)[0])
 			if m := slices.Max(r); m > limit {
-				ws.Over = append(ws.Over, i)
-				ws.Longest = append(ws.Longest, m)
+				ws.Stalled = append(ws.Stalled, Stall{Round: i, Longest: m})
 			}
 		}
+		slices.SortStableFunc(ws.Stalled, func(x, y Stall) int { return cmp.Compare(y.Longest, x.Longest) })
 		if len(p99s) > 0 {
 			ws.MedianP99 = time.Duration(stats.Percentiles(p99s, 50)[0] * float64(time.Millisecond))
 		}
@@ -341,20 +346,15 @@ func WriteStalls(w io.Writer, arms []Arm, limit time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "rate/s\tserver\twindows\tmedian window p99 ms\twindows with a stall\tlongest round trips ms (round)")
 	for _, s := range Stalls(arms, limit) {
-		idx := make([]int, len(s.Over))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(s.Longest[b], s.Longest[a]) })
 		var named []string
-		for _, i := range idx[:min(len(idx), 8)] {
-			named = append(named, fmt.Sprintf("%.1f (%d)", float64(s.Longest[i])/float64(time.Millisecond), s.Over[i]))
+		for _, st := range s.Stalled[:min(len(s.Stalled), 8)] {
+			named = append(named, fmt.Sprintf("%.1f (%d)", float64(st.Longest)/float64(time.Millisecond), st.Round))
 		}
 		list := strings.Join(named, ", ")
 		if list == "" {
 			list = "-"
 		}
-		fmt.Fprintf(tw, "%.0f\t%s\t%d\t%.3f\t%d\t%s\n", s.Rate, s.Server, s.Windows, float64(s.MedianP99)/float64(time.Millisecond), len(s.Over), list)
+		fmt.Fprintf(tw, "%.0f\t%s\t%d\t%.3f\t%d\t%s\n", s.Rate, s.Server, s.Windows, float64(s.MedianP99)/float64(time.Millisecond), len(s.Stalled), list)
 	}
 	return tw.Flush()
 }

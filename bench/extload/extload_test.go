@@ -425,14 +425,16 @@ func TestChildRefusesAnUnknownRequest(t *testing.T) {
 	}
 }
 
-func TestReportComparesAtEachRate(t *testing.T) {
-	ms := func(v ...float64) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x * float64(time.Millisecond))
-		}
-		return out
+// ms is the durations of v milliseconds.
+func ms(v ...float64) []time.Duration {
+	out := make([]time.Duration, len(v))
+	for i, x := range v {
+		out[i] = time.Duration(x * float64(time.Millisecond))
 	}
+	return out
+}
+
+func TestReportComparesAtEachRate(t *testing.T) {
 	arms := []Arm{
 		{Server: "floor", Rate: 500, Window: Window{Sent: 4, Totals: ms(1, 1, 1, 1), Choices: ms(0.5, 0.5, 0.5, 0.5)}, CPU: 400 * time.Microsecond},
 		{Server: "higher floor", Rate: 500, Window: Window{Sent: 4, Totals: ms(1.6, 1.6, 1.6, 1.6), Choices: ms(1, 1, 1, 1)}, CPU: 720 * time.Microsecond},
@@ -575,13 +577,6 @@ func TestCIVerdict(t *testing.T) {
 }
 
 func TestStallsNameTheWindowsWithALongRoundTrip(t *testing.T) {
-	ms := func(v ...float64) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x * float64(time.Millisecond))
-		}
-		return out
-	}
 	var arms []Arm
 	for _, w := range [][]time.Duration{ms(1, 2), ms(3, 90), ms(1, 1), ms(60, 1), ms()} {
 		arms = Pool(arms, Arm{Server: "ours", Rate: 2000, Window: Window{Totals: w}})

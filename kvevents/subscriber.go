@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,7 +31,8 @@ type SubscriberConfig struct {
 	Ranks int
 	// ReplayTimeout bounds one replay, end marker included; 0 means 2 s.
 	ReplayTimeout time.Duration
-	// PollInterval is how often an endpoint's loop checks for being stopped; 0 means 100 ms.
+	// PollInterval is how often an endpoint's loop, while no message arrives, checks for
+	// being stopped and for a lost connection; 0 means 100 ms.
 	PollInterval time.Duration
 	// MaxFrameBytes bounds one received frame; 0 means 64 MiB.
 	MaxFrameBytes int64
@@ -192,13 +195,18 @@ func (s *Subscriber) Close() error {
 	return s.zctx.Term()
 }
 
-// conn is one endpoint's sockets, owned by its follow goroutine.
+// conn is one endpoint's sockets, owned by its follow goroutine. The goroutine waits for
+// messages on the sockets' zmqwait.Waiters, never in a blocking receive or zmq.Poller
+// (cgo calls that keep the goroutine's P each time they start waiting, stalling a one-CPU
+// process for up to 20 ms: see package zmqwait).
 type conn struct {
 	s          *Subscriber
 	f          *follower
 	sub        *zmq.Socket
+	subWait    *zmqwait.Waiter
 	mon        *zmq.Socket // the SUB socket's disconnect events
 	dealer     *zmq.Socket // nil without replay
+	dealerWait *zmqwait.Waiter
 	replayAddr string
 	t          tracker
 	resync     bool // reconnected: replay from 0 before the next live batch
@@ -227,33 +235,29 @@ func (s *Subscriber) follow(f *follower, host string) {
 	}
 	first = false
 	s.synced(f.key)
-	poller := zmq.NewPoller()
-	poller.Add(c.sub, zmq.POLLIN)
-	poller.Add(c.mon, zmq.POLLIN)
 	for {
 		select {
 		case <-f.stop:
 			return
 		default:
 		}
-		polled, err := poller.Poll(s.cfg.PollInterval)
-		if err != nil {
-			if isTerm(err) {
-				return
-			}
-			continue
-		}
-		if len(polled) == 0 {
-			continue
-		}
+		// The monitor before each message: a disconnect is handled before what came after it.
 		if ev, _, _, err := c.mon.RecvEvent(zmq.DONTWAIT); err == nil && ev == zmq.EVENT_DISCONNECTED {
 			c.disconnected()
 		}
 		frames, err := c.sub.RecvMessageBytes(zmq.DONTWAIT)
-		if err != nil {
-			continue
+		if err == nil {
+			c.live(frames)
+			continue // the next queued message, without waiting
 		}
-		c.live(frames)
+		if isTerm(err) {
+			return
+		}
+		// Nothing queued: wait for a message, at most PollInterval, so that stop and the
+		// monitor are still checked that often.
+		if err := c.subWait.Wait(time.Now().Add(s.cfg.PollInterval)); err != nil && (isTerm(err) || errors.Is(err, zmqwait.ErrClosed)) {
+			return
+		}
 	}
 }
 
@@ -272,6 +276,9 @@ func (c *conn) open(host string) error {
 		if err := set(); err != nil {
 			return err
 		}
+	}
+	if c.subWait, err = zmqwait.New(c.sub); err != nil {
+		return fmt.Errorf("wait on the SUB socket: %w", err)
 	}
 	mon := "inproc://kvevents-monitor-" + strconv.FormatInt(monitors.Add(1), 10)
 	if err := c.sub.Monitor(mon, zmq.EVENT_DISCONNECTED); err != nil {
@@ -297,28 +304,55 @@ func (c *conn) open(host string) error {
 	return nil
 }
 
-func (c *conn) openDealer() error {
-	var err error
-	if c.dealer, err = c.s.zctx.NewSocket(zmq.DEALER); err != nil {
+// openDealer opens the replay socket and its waiter. On an error it leaves neither open
+// (c.dealer nil: no replay).
+func (c *conn) openDealer() (err error) {
+	so, err := c.s.zctx.NewSocket(zmq.DEALER)
+	if err != nil {
 		return err
 	}
-	if err := c.dealer.SetLinger(0); err != nil {
+	defer func() {
+		if err != nil {
+			so.Close()
+		}
+	}()
+	if err := so.SetLinger(0); err != nil {
 		return err
 	}
-	if err := c.dealer.SetMaxmsgsize(c.s.cfg.MaxFrameBytes); err != nil {
+	if err := so.SetMaxmsgsize(c.s.cfg.MaxFrameBytes); err != nil {
 		return err
 	}
-	if err := c.dealer.Connect(c.replayAddr); err != nil {
+	if err := so.Connect(c.replayAddr); err != nil {
 		return fmt.Errorf("connect %s: %w", c.replayAddr, err)
 	}
+	w, err := zmqwait.New(so)
+	if err != nil {
+		return fmt.Errorf("wait on the replay socket: %w", err)
+	}
+	c.dealer, c.dealerWait = so, w
 	return nil
+}
+
+// closeDealer closes the replay socket and its waiter, if open.
+func (c *conn) closeDealer() {
+	if c.dealerWait != nil {
+		c.dealerWait.Close()
+	}
+	if c.dealer != nil {
+		c.dealer.Close()
+	}
+	c.dealer, c.dealerWait = nil, nil
 }
 
 func (c *conn) close() {
 	if c.sub != nil && c.mon != nil {
 		_ = c.sub.Monitor("", 0) // stop the monitor before its socket goes
 	}
-	for _, so := range []*zmq.Socket{c.mon, c.sub, c.dealer} {
+	if c.subWait != nil {
+		c.subWait.Close()
+	}
+	c.closeDealer()
+	for _, so := range []*zmq.Socket{c.mon, c.sub} {
 		if so != nil {
 			so.Close()
 		}
@@ -436,8 +470,6 @@ func (c *conn) replay(start int64, why string) bool {
 		s.log.Warn("kvevents: replay request failed", "endpoint", ep, "err", err)
 		return false
 	}
-	poller := zmq.NewPoller()
-	poller.Add(c.dealer, zmq.POLLIN)
 	deadline := time.Now().Add(s.cfg.ReplayTimeout)
 	outcome := "complete"
 	for {
@@ -446,15 +478,10 @@ func (c *conn) replay(start int64, why string) bool {
 			s.m.replays.WithLabelValues("timeout").Inc()
 			s.log.Warn("kvevents: replay timed out: check --kv-events-replay-port and the engine's replay_endpoint", "endpoint", ep, "why", why, "timeout", s.cfg.ReplayTimeout)
 			// Late replies must not be taken for the next replay's: start a new socket.
-			c.dealer.Close()
+			c.closeDealer()
 			if err := c.openDealer(); err != nil {
-				c.dealer = nil
+				s.log.Warn("kvevents: cannot reopen the replay socket, so this endpoint's gaps are no longer repaired (its entries are dropped instead) until it is followed anew", "endpoint", ep, "err", err)
 			}
-			return false
-		}
-		polled, err := poller.Poll(min(left, s.cfg.PollInterval))
-		if err != nil {
-			s.m.replays.WithLabelValues("failed").Inc()
 			return false
 		}
 		select {
@@ -462,11 +489,14 @@ func (c *conn) replay(start int64, why string) bool {
 			return false
 		default:
 		}
-		if len(polled) == 0 {
-			continue
-		}
 		frames, err := c.dealer.RecvMessageBytes(zmq.DONTWAIT)
 		if err != nil {
+			// Nothing queued (or a failed receive): wait, at most PollInterval, so that
+			// stop is still checked that often.
+			if err := c.dealerWait.Wait(time.Now().Add(min(left, s.cfg.PollInterval))); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				s.m.replays.WithLabelValues("failed").Inc()
+				return false
+			}
 			continue
 		}
 		msg, err := SplitReplay(frames)

@@ -5,9 +5,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -416,5 +418,76 @@ func TestSubscriberDataParallelRanks(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(r.sub.m.subscriptions); n != 2 {
 		t.Errorf("subscriptions = %v, want one per rank", n)
+	}
+}
+
+// TestSubscriberReplayAfterATimedOutReplay: a replay that times out closes the replay
+// socket (late replies must not be taken for the next replay's) and opens a new one,
+// with a new waiter, on which the next replay is answered.
+func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
+	pubs, eps, port, _ := engines(t, 1, false, Layout{})
+	host, _, _ := net.SplitHostPort(eps[0])
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := zctx.NewSocket(zmq.ROUTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := router.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := router.Bind("tcp://" + host + ":*"); err != nil {
+		t.Fatal(err)
+	}
+	last, err := router.GetLastEndpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rport, _ := strconv.Atoi(last[strings.LastIndex(last, ":")+1:])
+	// The replay engine: silent for the first request, the end marker for the others.
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		defer router.Close()
+		for n := 1; ; n++ {
+			req, err := router.RecvMessageBytes(0)
+			if err != nil {
+				return // the context's Term at the test's end
+			}
+			if n > 1 {
+				router.SendMessage(req[0], "", "", seqFrame(EndOfReplay), "")
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		zctx.Term()
+		<-served
+	})
+
+	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
+	if r.ix, err = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
+		t.Fatal(err)
+	}
+	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+		ReplayTimeout: 100 * time.Millisecond, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.sub.Close() })
+	r.sub.SetEndpoints(eps)
+	r.ready() // after the initial replay timed out
+	subscribed(t, pubs)
+	r.await(publish(t, pubs[0], stored(0, 2, 100)))
+	pubs[0].Skip(nil)
+	r.await(publish(t, pubs[0])) // a gap: replayed on the new socket
+	for _, c := range []struct {
+		outcome string
+		want    float64
+	}{{"timeout", 1}, {"complete", 1}, {"failed", 0}} {
+		if got := r.counter("loadaware_kvevents_replays_total", "outcome", c.outcome); got != c.want {
+			t.Errorf("replays %s = %v, want %v", c.outcome, got, c.want)
+		}
 	}
 }

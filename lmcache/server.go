@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/ratelog"
+	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -107,6 +109,7 @@ type Server struct {
 	overLog  *ratelog.Limiter // a peer's over-rate line, once a minute per outcome
 
 	zctx                           *zmq.Context
+	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
 	pullAddr, replyAddr, heartAddr string
 	heartbeatURL                   string
 	wg                             sync.WaitGroup
@@ -226,6 +229,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.zctx = zctx
 	var socks []*zmq.Socket
 	fail := func(err error) error {
+		for _, w := range s.waiters {
+			w.Close()
+		}
 		for _, so := range socks {
 			so.Close()
 		}
@@ -306,15 +312,31 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 
-	if zap != nil {
-		s.wg.Go(func() { s.serveZAP(zap) })
+	type loop struct {
+		so    *zmq.Socket
+		serve func(*zmq.Socket, *zmqwait.Waiter)
+		what  string
 	}
-	s.wg.Go(func() { s.servePull(pull) })
+	var loops []loop
+	if zap != nil {
+		loops = append(loops, loop{zap, s.serveZAP, "ZAP"})
+	}
+	loops = append(loops, loop{pull, s.servePull, "pull"})
 	if reply != nil {
-		s.wg.Go(func() { s.serveRouter(reply) })
+		loops = append(loops, loop{reply, s.serveRouter, "reply"})
 	}
 	if heart != nil {
-		s.wg.Go(func() { s.serveRouter(heart) })
+		loops = append(loops, loop{heart, s.serveRouter, "heartbeat"})
+	}
+	for _, l := range loops {
+		w, err := zmqwait.New(l.so)
+		if err != nil {
+			return fail(fmt.Errorf("lmcache: %s socket: %w", l.what, err))
+		}
+		s.waiters = append(s.waiters, w)
+	}
+	for i, l := range loops {
+		s.wg.Go(func() { l.serve(l.so, s.waiters[i]) })
 	}
 	s.wg.Go(s.sweep)
 	go func() {
@@ -374,22 +396,66 @@ func (s *Server) Close() error {
 		default:
 		}
 		close(s.done)
-		// Term makes every blocked receive return ETERM; each goroutine then closes its
-		// socket, and Term returns once all are closed.
+		// Closing the waiters ends every wait for a message with zmqwait.ErrClosed, now or
+		// when the goroutine next waits; a goroutine busy with a message stops in pace (on
+		// s.done) or at its next socket call, which returns ETERM once Term has begun. Each
+		// goroutine then closes its socket, and Term returns once all are closed.
+		for _, w := range s.waiters {
+			w.Close()
+		}
 		s.closeErr = s.zctx.Term()
 		s.wg.Wait()
 	})
 	return s.closeErr
 }
 
+// isTerm reports whether err means the server is closing: the context terminates, or the
+// socket or its waiter was closed.
 func isTerm(err error) bool {
-	return errors.Is(err, zmq.ETERM) || zmq.AsErrno(err) == zmq.ETERM || errors.Is(err, zmq.ErrorSocketClosed) || errors.Is(err, zmq.ErrorContextClosed)
+	return errors.Is(err, zmq.ETERM) || zmq.AsErrno(err) == zmq.ETERM || errors.Is(err, zmq.ErrorSocketClosed) || errors.Is(err, zmq.ErrorContextClosed) ||
+		errors.Is(err, zmqwait.ErrClosed)
 }
 
-func (s *Server) servePull(so *zmq.Socket) {
+// isAgain reports whether a DONTWAIT receive found nothing queued. Every serving goroutine
+// receives with zmq.DONTWAIT and then waits on its socket's zmqwait.Waiter: a blocking
+// receive is a cgo call that keeps the goroutine's P each time it goes back to waiting,
+// stalling a one-CPU process for up to 20 ms after every message (see package zmqwait).
+func isAgain(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
+
+// recvPeer receives one message with flags and the address of the peer it came from ("" if
+// unknown). The address is taken from the first frame that carries it: the routing id
+// frame of a ROUTER carries none when ZMQ_EVENTS (read by every zmqwait.Waiter.Wait) has
+// prefetched the message, in libzmq before 4.3.5 (zeromq/libzmq#4317; Debian 12 ships
+// 4.3.4), while the frames the peer sent always do.
+func recvPeer(so *zmq.Socket, flags zmq.Flag) (frames [][]byte, peer string, err error) {
+	for {
+		var b []byte
+		if peer == "" {
+			var md map[string]string
+			b, md, err = so.RecvBytesWithMetadata(flags, "Peer-Address")
+			peer = md["Peer-Address"]
+		} else {
+			b, err = so.RecvBytes(flags)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		frames = append(frames, b)
+		if more, err := so.GetRcvmore(); err != nil || !more {
+			return frames, peer, err
+		}
+	}
+}
+
+func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		frames, md, err := so.RecvMessageBytesWithMetadata(0, "Peer-Address")
+		frames, peer, err := recvPeer(so, zmq.DONTWAIT)
+		if isAgain(err) {
+			if err = w.Wait(time.Time{}); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -397,7 +463,6 @@ func (s *Server) servePull(so *zmq.Socket) {
 			s.log.Error("lmcache: receive on the pull socket", "err", err)
 			continue
 		}
-		peer := md["Peer-Address"]
 		if peer == "" {
 			s.idx.RefuseUnknownPeer(s.now())
 			continue
@@ -452,10 +517,15 @@ func (s *Server) noteOverRate(ip, outcome string) {
 	}
 }
 
-func (s *Server) serveRouter(so *zmq.Socket) {
+func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		frames, md, err := so.RecvMessageBytesWithMetadata(0, "Peer-Address")
+		frames, peer, err := recvPeer(so, zmq.DONTWAIT)
+		if isAgain(err) {
+			if err = w.Wait(time.Time{}); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -466,7 +536,7 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 		if len(frames) < 2 {
 			continue // no routing identity: cannot answer
 		}
-		if peer := md["Peer-Address"]; peer != "" {
+		if peer != "" {
 			apply, stop := s.pace(peer, frames[len(frames)-1:])
 			if stop {
 				return
@@ -475,7 +545,7 @@ func (s *Server) serveRouter(so *zmq.Socket) {
 				continue // dropped unanswered: the peer is far over its rate
 			}
 		}
-		reply := s.answer(frames[len(frames)-1], md["Peer-Address"])
+		reply := s.answer(frames[len(frames)-1], peer)
 		out := append(frames[:len(frames)-1:len(frames)-1], reply)
 		if _, err := so.SendMessage(out); err != nil {
 			if isTerm(err) {
@@ -543,10 +613,15 @@ func (s *Server) sweep() {
 
 // serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its
 // IP is in the allowed set.
-func (s *Server) serveZAP(so *zmq.Socket) {
+func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		req, err := so.RecvMessage(0)
+		req, err := so.RecvMessage(zmq.DONTWAIT)
+		if isAgain(err) {
+			if err = w.Wait(time.Time{}); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if isTerm(err) {
 				return

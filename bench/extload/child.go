@@ -15,7 +15,9 @@ import (
 )
 
 // The child-process protocol. A server runs alone in a child process so that its CPU time
-// is its own: the child prints "listening ADDR" on stdout once it serves, then answers
+// is its own: the child prints "listening ADDR" on stdout once it serves (ADDR may be
+// followed by space-separated NAME=VALUE fields: other addresses the server listens on,
+// e.g. "lmcache=HOST:PORT", its LMCache pull socket), then answers
 // every "cpu" line on stdin with "cpu NS", the CPU time (user + system, every thread) the
 // process has used so far, from getrusage(RUSAGE_SELF), and every "snapshot PATH" line with
 // "snapshot ok" once it has written what its snapshot function keeps (an execution trace of
@@ -113,11 +115,12 @@ func ProcessCPU() (time.Duration, error) {
 
 // Child is the parent's handle on a server in a child process.
 type Child struct {
-	Addr string // the server's address
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-	done chan error // the process's exit
+	Addr  string            // the server's address
+	Attrs map[string]string // the NAME=VALUE fields after it on the "listening" line
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Reader
+	done  chan error // the process's exit
 }
 
 // StartChild runs cmd (which must run ServeChild) and waits, at most timeout, for its
@@ -147,18 +150,36 @@ func StartChild(cmd *exec.Cmd, timeout time.Duration) (*Child, error) {
 	defer t.Stop()
 	select {
 	case l := <-line:
-		addr, ok := strings.CutPrefix(strings.TrimSpace(l), "listening ")
-		if !ok {
+		addr, attrs, err := parseListening(l)
+		if err != nil {
 			_ = c.kill()
-			return nil, fmt.Errorf("the server process %s said %q instead of its address (its log is above)", cmd.Path, strings.TrimSpace(l))
+			return nil, fmt.Errorf("the server process %s %w (its log is above)", cmd.Path, err)
 		}
-		c.Addr = addr
+		c.Addr, c.Attrs = addr, attrs
 	case <-t.C:
 		_ = c.kill()
 		return nil, fmt.Errorf("the server process %s gave no address within %v", cmd.Path, timeout)
 	}
 	go func() { c.done <- cmd.Wait() }()
 	return c, nil
+}
+
+// parseListening reads the child's first line: "listening ADDR [NAME=VALUE ...]".
+func parseListening(l string) (string, map[string]string, error) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(l), "listening ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) == 0 {
+		return "", nil, fmt.Errorf("said %q instead of its address", strings.TrimSpace(l))
+	}
+	attrs := map[string]string{}
+	for _, f := range fields[1:] {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" || v == "" {
+			return "", nil, fmt.Errorf("said %q: %q after its address is not NAME=VALUE", strings.TrimSpace(l), f)
+		}
+		attrs[k] = v
+	}
+	return fields[0], attrs, nil
 }
 
 // ask sends the child one request line and returns its answer line, trimmed; what names

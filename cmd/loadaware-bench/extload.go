@@ -80,6 +80,8 @@ type extloadConfig struct {
 	flightDir   string
 	noScores    bool
 	genProfile  string
+	feedRate    float64 // LMCache batches/s pushed to the picker during its windows; 0: none
+	feedEvents  int     // KV admit events per batch
 }
 
 func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -111,6 +113,8 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.BoolVar(&c.pin, "pin", true, "pin each server process to one CPU (the last this process may use) and the generator to the others, as a server on its own core beside Envoy; with one CPU, or -pin=false, all share every CPU")
 	fs.DurationVar(&c.stall, "stall", 50*time.Millisecond, "a round trip longer than this is a stall: the report counts each server's windows with one")
 	fs.StringVar(&c.flightDir, "server-flight", "", "run a flight recorder in every server and, after a window with a stall, write its last seconds' execution trace to this directory (go tool trace)")
+	fs.Float64Var(&c.feedRate, "lmcache-rate", 0, "LMCache batches per second an engine's worker pushes to the picker's controller during the picker's windows (Poisson-timed, from the generator's CPU), so it ingests while it decides; 0: none")
+	fs.IntVar(&c.feedEvents, "lmcache-batch", 7, "KV admit events per LMCache batch (1 to 50; 7 is one 1,578-token prompt's chunks of 256)")
 	fs.DurationVar(&c.cpuTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -162,6 +166,10 @@ func (c extloadConfig) check() error {
 		return fmt.Errorf("-timeout %v: pass a positive duration", c.timeout)
 	case c.stall <= 0:
 		return fmt.Errorf("-stall %v: pass a positive duration", c.stall)
+	case c.feedRate < 0 || c.feedRate > 100000:
+		return fmt.Errorf("-lmcache-rate %v: pass 0 (none) to 100000 batches/s", c.feedRate)
+	case c.feedEvents < 1 || c.feedEvents > 50:
+		return fmt.Errorf("-lmcache-batch %d: pass 1 to 50 events (LMCache 0.3.9 sends at most 50 per batch)", c.feedEvents)
 	case c.p99Target <= 0 || c.cpuTarget < 0:
 		return errors.New("-p99-target must be positive and -cpu-target not negative")
 	}
@@ -248,6 +256,13 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		defer conn.Close()
 		conns[name] = extprocv3.NewExternalProcessorClient(conn)
 	}
+	var feed *extloadFeed
+	if c.feedRate > 0 {
+		if feed, err = newExtloadFeed(c, servers[serverOurs]); err != nil {
+			return err
+		}
+		defer feed.close()
+	}
 	req := extload.Request{Path: extproc.PathCompletions, Body: completionBody(c.bodyBytes, c.prompt == "ids"),
 		ResponseBody: []byte("data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n")}
 	perWindow := c.warmup + c.duration
@@ -261,6 +276,9 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "the generator's HTTP/2 windows are Envoy's defaults (%d MiB).\n", extload.EnvoyHTTP2Window>>20)
 	fmt.Fprintf(stdout, "(%s continues every message; %s also sends each body back, as Envoy's full-duplex mode needs).\n", serverNothing, serverPass)
 	fmt.Fprintln(stdout, pinNote.text)
+	if feed != nil {
+		fmt.Fprintf(stdout, "LMCache ingestion: an engine's worker pushes %v batches/s of %d KV admit events (new keys) to the picker's controller during its windows.\n", c.feedRate, c.feedEvents)
+	}
 	if c.memLimit > 0 {
 		fmt.Fprintf(stdout, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit, -server-gc-percent).\n", c.memLimit, c.gcPercent)
 	}
@@ -273,7 +291,11 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 			// Rotate which server goes first, so drift in the machine's load falls on all.
 			for k := range extloadServers {
 				name := extloadServers[(k+i+round)%len(extloadServers)]
-				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, stderr)
+				var f *extloadFeed
+				if name == serverOurs {
+					f = feed
+				}
+				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, f, stderr)
 				if err != nil {
 					return err
 				}
@@ -290,6 +312,11 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 	fmt.Fprintln(stdout)
 	if err := extload.WriteReport(stdout, arms, serverOurs, []string{serverNothing, serverPass}, c.p99Target, c.cpuTarget); err != nil {
 		return err
+	}
+	if feed != nil {
+		if err := feed.report(stdout); err != nil {
+			return err
+		}
 	}
 	return extload.WriteStalls(stdout, arms, c.stall)
 }
@@ -320,7 +347,15 @@ func snapshotStall(c extloadConfig, ch *extload.Child, gen *trace.FlightRecorder
 }
 
 // extloadWindow runs the warm-up and the measured window of one server at one rate.
-func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float64, seed uint64, client extprocv3.ExternalProcessorClient, ch *extload.Child, req extload.Request, stderr io.Writer) (extload.Arm, error) {
+func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float64, seed uint64, client extprocv3.ExternalProcessorClient, ch *extload.Child, req extload.Request, feed *extloadFeed, stderr io.Writer) (_ extload.Arm, err error) {
+	if feed != nil {
+		stop := feed.start(ctx, c.feedRate, c.feedEvents)
+		defer func() {
+			if ferr := stop(); ferr != nil && err == nil {
+				err = ferr
+			}
+		}()
+	}
 	wc := extload.WindowConfig{Rate: rate, Duration: c.warmup, Seed: c.seed*1000 + seed, MaxInFlight: c.maxInFlight, Timeout: c.timeout}
 	if c.warmup > 0 {
 		if _, err := extload.Run(ctx, client, req, wc); err != nil {
@@ -499,11 +534,12 @@ func startFloor(s extprocv3.ExternalProcessorServer) (string, func() error, erro
 
 // startOurs starts the picker as `loadaware-epp serve` would with static endpoints that
 // are never contacted (active health checks off), plaintext ext_proc and the embedded
-// LMCache controller, every port on loopback.
+// LMCache controller, every port on loopback. It returns the rest of the child's
+// "listening" line: the ext_proc address, then lmcache=PULL-ADDR and metrics=ADDR.
 func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string, omitScores bool, stderr io.Writer) (string, func() error, error) {
 	addrs := make([]string, endpoints)
 	for i := range addrs {
-		addrs[i] = fmt.Sprintf("10.%d.%d.%d:8000", i>>16&255, i>>8&255, i&255+1)
+		addrs[i] = extloadEndpoint(i) + ":8000"
 	}
 	cfg := app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
@@ -522,7 +558,15 @@ func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string,
 	if err != nil {
 		return "", nil, fmt.Errorf("start the picker: %w", err)
 	}
-	return a.GRPCAddr(), a.Close, nil
+	return a.GRPCAddr() + " lmcache=" + a.LMCachePullAddr() + " metrics=" + a.MetricsAddr(), a.Close, nil
+}
+
+// extloadEndpoint is the IP of the picker's i-th static endpoint: 127.1.0.1 on, in
+// loopback's 127.0.0.0/8, so that the LMCache feeder can connect from it (the controller
+// admits peers by the fleet's IPs). Nothing listens there: the endpoints are never contacted.
+func extloadEndpoint(i int) string {
+	n := i + 1
+	return fmt.Sprintf("127.%d.%d.%d", 1+n>>16, n>>8&255, n&255)
 }
 
 // pinning is what pinGenerator did: a line for the report, and how to undo it.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,6 +86,34 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 	}
 }
 
+func TestExtloadFeedsThePickerLMCacheEventsWithoutLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"-rates", "200", "-rounds", "2", "-duration", "150ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048",
+		"-lmcache-rate", "400", "-lmcache-batch", "4"}
+	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
+		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, "LMCache ingestion: an engine's worker pushes 400 batches/s of 4 KV admit events (new keys) to the picker's controller during its windows.") {
+		t.Errorf("the report's heading does not say what is fed:\n%s", s)
+	}
+	m := regexp.MustCompile(`LMCache ingestion: (\d+) batches \((\d+) KV admit events\) pushed to the picker during its windows, (\d+) batches refused by the socket at once \(dropped\); the picker applied (\d+) admits and ignored (\d+)\.`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("no ingestion line in the report:\n%s", s)
+	}
+	n := make([]int, 5)
+	for i := range n {
+		n[i], _ = strconv.Atoi(m[i+1])
+	}
+	// Two windows of 200ms at 400/s: about 160 batches; every event pushed is applied.
+	if n[0] < 40 || n[1] != 4*n[0] || n[2] != 0 || n[3] != n[1] || n[4] != 0 {
+		t.Errorf("batches %d, events %d, dropped %d, applied %d, ignored %d: want every pushed event applied\n%s", n[0], n[1], n[2], n[3], n[4], s)
+	}
+}
+
 func TestExtloadRefusesBadFlags(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -102,6 +131,9 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 		{"a zero GOGC", []string{"-server-gc-percent", "0"}, "-server-gc-percent 0: use a GOGC of at least 1"},
 		{"no stall length", []string{"-stall", "0s"}, "-stall 0s: pass a positive duration"},
 		{"a negative memory limit", []string{"-server-memory-limit", "-5"}, "-server-memory-limit -5: pass a limit in bytes, or 0 for none"},
+		{"a negative LMCache rate", []string{"-lmcache-rate", "-1"}, "-lmcache-rate -1: pass 0 (none) to 100000 batches/s"},
+		{"an LMCache batch over LMCache's", []string{"-lmcache-rate", "10", "-lmcache-batch", "51"}, "-lmcache-batch 51: pass 1 to 50 events"},
+		{"an empty LMCache batch", []string{"-lmcache-batch", "0"}, "-lmcache-batch 0: pass 1 to 50"},
 		{"a stray argument", []string{"500"}, `unexpected argument "500"`},
 		{"an unknown flag", []string{"-nope"}, "flag provided but not defined"},
 	}

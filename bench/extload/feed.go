@@ -1,0 +1,124 @@
+package extload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/lmcache"
+	zmq "github.com/pebbe/zmq4"
+)
+
+// Feeder plays an engine's LMCache worker beside the load, so the picker ingests cache
+// events while it decides, as it does in a fleet: a ZeroMQ PUSH socket connected from the
+// engine's IP to the picker's LMCache pull address, a RegisterMsg first, then multipart
+// batches of KV admit events of new keys at Poisson-timed instants while Feed runs.
+//
+// A Feeder is used by one goroutine at a time. Sends never block: a batch the socket will not
+// take at once (its queue full, or the picker not yet connected) is counted as dropped, so
+// the generator's own timing is never held up by the feeder.
+type Feeder struct {
+	zctx     *zmq.Context
+	sock     *zmq.Socket
+	instance string
+	rng      *rand.Rand
+	frames   [][]byte
+}
+
+// FeedCounts is what Feed did.
+type FeedCounts struct {
+	Batches, Events, Dropped int // batches and their events sent; batches the socket refused
+}
+
+// NewFeeder connects a PUSH socket from ip (one of 127.0.0.0/8, all local on Linux, so the
+// picker sees it as the peer) to pullAddr (host:port) and queues the instance's
+// RegisterMsg; seed seeds the keys.
+func NewFeeder(ip, pullAddr, instance string, seed uint64) (*Feeder, error) {
+	if a, err := netip.ParseAddr(ip); err != nil || !a.Is4() || !a.IsLoopback() {
+		return nil, fmt.Errorf("extload: the LMCache feeder's address %q is not in 127.0.0.0/8: it connects from the engine's IP, which must be local (ZeroMQ would only fail later, in the background)", ip)
+	}
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		return nil, fmt.Errorf("extload: zeromq context: %w", err)
+	}
+	sock, err := zctx.NewSocket(zmq.PUSH)
+	if err == nil {
+		err = sock.SetLinger(0)
+		if err == nil {
+			err = sock.Connect(fmt.Sprintf("tcp://%s:0;%s", ip, pullAddr))
+		}
+		if err != nil {
+			sock.Close()
+		}
+	}
+	if err != nil {
+		_ = zctx.Term()
+		return nil, fmt.Errorf("extload: the LMCache feeder's PUSH socket from %s to %s: %w", ip, pullAddr, err)
+	}
+	f := &Feeder{zctx: zctx, sock: sock, instance: instance, rng: rand.New(rand.NewPCG(seed, 0xfeed))}
+	url := ip + ":0"
+	reg, err := lmcache.Encode(lmcache.RegisterMsg{InstanceID: instance, IP: ip, Port: 8001, DistributedURL: &url})
+	if err == nil {
+		// The socket queues it until the connection is up (no DONTWAIT here: nothing is
+		// connected yet, and a PUSH socket without a peer would refuse it).
+		_, err = sock.SendBytes(reg, 0)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("extload: the LMCache feeder's RegisterMsg: %w", err)
+	}
+	return f, nil
+}
+
+// Feed sends batches of events KV admit events (1 to 50, LMCache 0.3.9's most per batch) at
+// rate batches per second, Poisson-timed, until ctx ends.
+func (f *Feeder) Feed(ctx context.Context, rate float64, events int) (FeedCounts, error) {
+	var n FeedCounts
+	if rate <= 0 || events < 1 || events > 50 {
+		return n, fmt.Errorf("extload: feed %v batches/s of %d events: pass a positive rate and 1 to 50 events", rate, events)
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	<-t.C
+	next := time.Now()
+	for {
+		next = next.Add(time.Duration(f.rng.ExpFloat64() / rate * float64(time.Second)))
+		t.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return n, nil
+		case <-t.C:
+		}
+		f.frames = f.frames[:0]
+		for range events {
+			b, err := lmcache.Encode(lmcache.KVAdmitMsg{InstanceID: f.instance, Key: int64(f.rng.Uint64()), Location: "LocalCPUBackend"})
+			if err != nil {
+				return n, fmt.Errorf("extload: encode a KV admit event: %w", err)
+			}
+			f.frames = append(f.frames, b)
+		}
+		parts := make([]any, len(f.frames))
+		for i, b := range f.frames {
+			parts[i] = b
+		}
+		_, err := f.sock.SendMessageDontwait(parts...)
+		switch {
+		case err == nil:
+			n.Batches++
+			n.Events += events
+		case zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+			n.Dropped++
+		default:
+			return n, fmt.Errorf("extload: push a batch of KV events: %w", err)
+		}
+	}
+}
+
+// Close closes the socket, dropping what it still queues, and ends the context.
+func (f *Feeder) Close() error {
+	return errors.Join(f.sock.Close(), f.zctx.Term())
+}

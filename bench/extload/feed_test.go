@@ -1,0 +1,146 @@
+package extload
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/loadaware/loadaware-epp/lmcache"
+	zmq "github.com/pebbe/zmq4"
+)
+
+func TestParseListening(t *testing.T) {
+	for _, tc := range []struct {
+		line, addr string
+		attrs      map[string]string
+		err        string
+	}{
+		{line: "listening 127.0.0.1:1\n", addr: "127.0.0.1:1", attrs: map[string]string{}},
+		{line: "listening 127.0.0.1:1 lmcache=127.0.0.1:2 metrics=127.0.0.1:3\n", addr: "127.0.0.1:1",
+			attrs: map[string]string{"lmcache": "127.0.0.1:2", "metrics": "127.0.0.1:3"}},
+		{line: "ready\n", err: `said "ready" instead of its address`},
+		{line: "listening \n", err: "instead of its address"},
+		{line: "listening 127.0.0.1:1 lmcache\n", err: `"lmcache" after its address is not NAME=VALUE`},
+		{line: "listening 127.0.0.1:1 =x\n", err: "not NAME=VALUE"},
+	} {
+		addr, attrs, err := parseListening(tc.line)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one saying %q", tc.line, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || addr != tc.addr || !maps.Equal(attrs, tc.attrs) {
+			t.Errorf("%q: %q %v %v, want %q %v", tc.line, addr, attrs, err, tc.addr, tc.attrs)
+		}
+	}
+}
+
+// pullSocket binds a PULL socket on a loopback port and returns it and its address.
+func pullSocket(t *testing.T) (*zmq.Socket, string) {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	so, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { so.Close(); _ = zctx.Term() })
+	if err := so.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := so.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := so.GetLastEndpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return so, strings.TrimPrefix(ep, "tcp://")
+}
+
+func TestFeederRegistersThenPushesBatchesOfNewKeys(t *testing.T) {
+	pull, addr := pullSocket(t)
+	f, err := NewFeeder("127.0.0.1", addr, "engine-a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		n   FeedCounts
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := f.Feed(ctx, 2000, 3)
+		done <- result{n, err}
+	}()
+	// The first message is the registration, alone; then batches of three admits.
+	frames, md, err := pull.RecvMessageBytesWithMetadata(0, "Peer-Address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 1 || md["Peer-Address"] != "127.0.0.1" {
+		t.Fatalf("first message: %d frames from %q", len(frames), md["Peer-Address"])
+	}
+	if m, err := lmcache.Decode(frames[0]); err != nil || m.Tag() != "RegisterMsg" || m.(lmcache.RegisterMsg).InstanceID != "engine-a" || m.(lmcache.RegisterMsg).IP != "127.0.0.1" {
+		t.Fatalf("first message %#v, %v: want engine-a's RegisterMsg", m, err)
+	}
+	keys := map[int64]bool{}
+	const batches = 5
+	for range batches {
+		frames, err := pull.RecvMessageBytes(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frames) != 3 {
+			t.Fatalf("a batch of %d frames, want 3", len(frames))
+		}
+		for _, fr := range frames {
+			m, err := lmcache.Decode(fr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, ok := m.(lmcache.KVAdmitMsg)
+			if !ok || a.InstanceID != "engine-a" {
+				t.Fatalf("%#v: want engine-a's KVAdmitMsg", m)
+			}
+			keys[a.Key] = true
+		}
+	}
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(keys) != 3*batches {
+		t.Errorf("%d distinct keys in %d events: the feeder must admit new keys", len(keys), 3*batches)
+	}
+	if r.n.Batches < batches || r.n.Events != 3*r.n.Batches {
+		t.Errorf("counts %+v after %d batches were received", r.n, batches)
+	}
+}
+
+func TestFeederRefusesBadArguments(t *testing.T) {
+	_, addr := pullSocket(t)
+	if _, err := NewFeeder("192.0.2.1", addr, "x", 1); err == nil || !strings.Contains(err.Error(), "127.0.0.0/8") {
+		t.Errorf("a non-local source address: %v, want an error naming loopback", err)
+	}
+	f, err := NewFeeder("127.0.0.1", addr, "x", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tc := range []struct {
+		rate   float64
+		events int
+	}{{0, 7}, {-1, 7}, {10, 0}, {10, 51}} {
+		if _, err := f.Feed(context.Background(), tc.rate, tc.events); err == nil || !strings.Contains(err.Error(), "1 to 50 events") {
+			t.Errorf("Feed(%v, %d): %v, want an error saying what to pass", tc.rate, tc.events, err)
+		}
+	}
+}

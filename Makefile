@@ -82,7 +82,7 @@ gwload: deps
 # the picker's collector set as under the chart's 2 GiB pod limit (decision 1116), each server alone on
 # the last CPU and the generator on the others (decision 1123). About 4 minutes.
 extload: deps
-	$(GO) run ./cmd/loadaware-bench extload -rounds 20 -duration 1s -warmup 250ms -server-memory-limit 1932735283
+	$(GO) run ./cmd/loadaware-bench extload -rounds 60 -duration 1s -warmup 250ms -server-memory-limit 1932735283
 
 # Steady traffic alone, then beside hostile clients (unfinished bodies, STREAMED streams, idle
 # connections, an engine IP pushing junk LMCache events, worst-shape prompts, large bodies through the gateway) for $(SOAK); RSS, goroutines and

@@ -3,9 +3,12 @@ package live
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +59,7 @@ func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 				natsURL = s.ClientURL()
 			}
 			path := filepath.Join(t.TempDir(), "state")
-			pull := freeAddr(t)
+			pull := restartAddr(t)
 			start := func(pullAddr string, restartable bool) *app.App {
 				cfg := app.Config{GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0", Endpoints: endpoints,
 					Policy: "kvaware", LMCache: &app.LMCacheConfig{PullAddr: pullAddr, Keys: keys, Allow: lmcache.AllowFleet}}
@@ -174,15 +177,33 @@ func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+// restartAddr returns a free loopback address for a picker that is killed and started
+// again on it. Its port is below the kernel's ephemeral range: while the picker is down, a
+// port in that range can be handed to any outgoing connection on the machine as its source
+// port (tests running beside this one connect all the time), and the restart would then
+// find it in use for as long as that connection lives (a CI run saw 10 s).
+func restartAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				low = n
+			}
+		}
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	for range 200 {
+		port := 1024 + rand.IntN(low-1024)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken: try another
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		return addr
+	}
+	t.Fatalf("no free loopback port below the ephemeral range (%d) in 200 tries", low)
+	return ""
 }
 
 func awaitReadyz(t *testing.T, a *app.App) {

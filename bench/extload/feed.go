@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"syscall"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/lmworker"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	zmq "github.com/pebbe/zmq4"
 )
@@ -35,29 +35,12 @@ type FeedCounts struct {
 }
 
 // NewFeeder connects a PUSH socket from ip (one of 127.0.0.0/8, all local on Linux, so the
-// picker sees it as the peer) to pullAddr (host:port) and queues the instance's
+// picker sees it as the peer: lmworker.Dial) to pullAddr (host:port) and queues the instance's
 // RegisterMsg; seed seeds the keys.
 func NewFeeder(ip, pullAddr, instance string, seed uint64) (*Feeder, error) {
-	if a, err := netip.ParseAddr(ip); err != nil || !a.Is4() || !a.IsLoopback() {
-		return nil, fmt.Errorf("extload: the LMCache feeder's address %q is not in 127.0.0.0/8: it connects from the engine's IP, which must be local (ZeroMQ would only fail later, in the background)", ip)
-	}
-	zctx, err := zmq.NewContext()
+	zctx, sock, err := lmworker.Dial(ip, pullAddr)
 	if err != nil {
-		return nil, fmt.Errorf("extload: zeromq context: %w", err)
-	}
-	sock, err := zctx.NewSocket(zmq.PUSH)
-	if err == nil {
-		err = sock.SetLinger(0)
-		if err == nil {
-			err = sock.Connect(fmt.Sprintf("tcp://%s:0;%s", ip, pullAddr))
-		}
-		if err != nil {
-			sock.Close()
-		}
-	}
-	if err != nil {
-		_ = zctx.Term()
-		return nil, fmt.Errorf("extload: the LMCache feeder's PUSH socket from %s to %s: %w", ip, pullAddr, err)
+		return nil, fmt.Errorf("extload: the LMCache feeder: %w", err)
 	}
 	f := &Feeder{zctx: zctx, sock: sock, instance: instance, rng: rand.New(rand.NewPCG(seed, 0xfeed))}
 	url := ip + ":0"

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/lmworker"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	zmq "github.com/pebbe/zmq4"
 )
@@ -38,23 +39,12 @@ type pusher struct {
 // startPusher connects a PUSH socket bound to ip (so the controller sees the engine's IP as
 // the peer address) to pullAddr.
 func startPusher(ip, pullAddr string, log *slog.Logger) (*pusher, error) {
-	zctx, err := zmq.NewContext()
+	zctx, sock, err := lmworker.Dial(ip, pullAddr)
 	if err != nil {
-		return nil, fmt.Errorf("live: zeromq context: %w", err)
+		return nil, fmt.Errorf("live: %w", err)
 	}
-	sock, err := zctx.NewSocket(zmq.PUSH)
-	if err == nil {
-		err = errors.Join(sock.SetLinger(0), sock.SetSndtimeo(100*time.Millisecond))
-		if err == nil {
-			err = sock.Connect(fmt.Sprintf("tcp://%s:0;%s", ip, pullAddr))
-		}
-		if err != nil {
-			sock.Close()
-		}
-	}
-	if err != nil {
-		_ = zctx.Term()
-		return nil, fmt.Errorf("live: LMCache PUSH socket from %s to %s: %w", ip, pullAddr, err)
+	if err := sock.SetSndtimeo(100 * time.Millisecond); err != nil {
+		return nil, errors.Join(fmt.Errorf("live: LMCache PUSH socket from %s: %w", ip, err), sock.Close(), zctx.Term())
 	}
 	p := &pusher{zctx: zctx, sock: sock, log: log, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go p.run()

@@ -84,11 +84,7 @@ func (f *Feeder) Feed(ctx context.Context, rate float64, events int) (FeedCounts
 			}
 			f.frames = append(f.frames, b)
 		}
-		parts := make([]any, len(f.frames))
-		for i, b := range f.frames {
-			parts[i] = b
-		}
-		_, err := f.sock.SendMessageDontwait(parts...)
+		_, err := f.sock.SendMessageDontwait(f.frames) // a [][]byte is sent as its frames
 		switch {
 		case err == nil:
 			n.Batches++

@@ -144,3 +144,31 @@ func TestFeederRefusesBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseListening: any line is either refused or read into an address and fields that,
+// written back as a listening line, read the same again.
+func FuzzParseListening(f *testing.F) {
+	for _, s := range []string{"listening 127.0.0.1:1\n", "listening a b=c d=e", "listening", "listening a =", "listening a b==c", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		addr, attrs, err := parseListening(line)
+		if err != nil {
+			return
+		}
+		if addr == "" || strings.ContainsAny(addr, " \t\n") {
+			t.Fatalf("%q: address %q", line, addr)
+		}
+		again := "listening " + addr
+		for k, v := range attrs {
+			if k == "" || v == "" || strings.Contains(k, "=") {
+				t.Fatalf("%q: field %q=%q", line, k, v)
+			}
+			again += " " + k + "=" + v
+		}
+		addr2, attrs2, err := parseListening(again)
+		if err != nil || addr2 != addr || !maps.Equal(attrs, attrs2) {
+			t.Fatalf("%q read as %q %v; written back as %q it reads %q %v %v", line, addr, attrs, again, addr2, attrs2, err)
+		}
+	})
+}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 )
 
@@ -38,9 +40,12 @@ type Publisher struct {
 	pub  *zmq.Socket
 	seq  int64
 	ring []sent // the last BufferSteps batches (and up to as many older ones), oldest first
-	wg   sync.WaitGroup
-	once sync.Once
-	err  error
+	// replayWait is the replay socket's waiter (nil without replay): its goroutine waits
+	// for requests on the network poller, never in a blocking cgo receive (package zmqwait).
+	replayWait *zmqwait.Waiter
+	wg         sync.WaitGroup
+	once       sync.Once
+	err        error
 }
 
 type sent struct {
@@ -63,6 +68,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg, zctx: zctx}
 	var router *zmq.Socket
 	fail := func(err error) (*Publisher, error) {
+		if p.replayWait != nil {
+			p.replayWait.Close()
+		}
 		for _, so := range []*zmq.Socket{p.pub, router} {
 			if so != nil {
 				so.Close()
@@ -80,7 +88,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		if router, p.rddr, err = bindSocket(zctx, zmq.ROUTER, cfg.ReplayAddr); err != nil {
 			return fail(fmt.Errorf("kvevents: publisher replay: %w", err))
 		}
-		p.wg.Go(func() { p.serveReplay(router) })
+		if p.replayWait, err = zmqwait.New(router); err != nil {
+			return fail(fmt.Errorf("kvevents: publisher replay: %w", err))
+		}
+		p.wg.Go(func() { p.serveReplay(router, p.replayWait) })
 	}
 	return p, nil
 }
@@ -219,12 +230,17 @@ func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint
 
 // serveReplay answers [id, "", start_seq] with every kept batch from start_seq, then the
 // end marker, as vLLM's _service_replay does.
-func (p *Publisher) serveReplay(so *zmq.Socket) {
+func (p *Publisher) serveReplay(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		req, err := so.RecvMessageBytes(0)
+		req, err := so.RecvMessageBytes(zmq.DONTWAIT)
+		if zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
+			if err = w.Wait(time.Time{}); err == nil {
+				continue
+			}
+		}
 		if err != nil {
-			if isTerm(err) {
+			if isTerm(err) || errors.Is(err, zmqwait.ErrClosed) {
 				return
 			}
 			continue
@@ -261,6 +277,9 @@ func (p *Publisher) Close() error {
 		p.pub.Close()
 		p.pub = nil
 		p.mu.Unlock()
+		if p.replayWait != nil {
+			p.replayWait.Close() // ends the replay goroutine's wait; it closes its socket
+		}
 		p.err = p.zctx.Term()
 		p.wg.Wait()
 	})

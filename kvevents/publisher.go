@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/zmqwait"
@@ -68,9 +67,6 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg, zctx: zctx}
 	var router *zmq.Socket
 	fail := func(err error) (*Publisher, error) {
-		if p.replayWait != nil {
-			p.replayWait.Close()
-		}
 		for _, so := range []*zmq.Socket{p.pub, router} {
 			if so != nil {
 				so.Close()
@@ -233,12 +229,11 @@ func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint
 func (p *Publisher) serveReplay(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		req, err := so.RecvMessageBytes(zmq.DONTWAIT)
-		if zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
-			if err = w.Wait(time.Time{}); err == nil {
-				continue
-			}
-		}
+		var req [][]byte
+		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
+			req, err = so.RecvMessageBytes(f)
+			return err
+		})
 		if err != nil {
 			if isTerm(err) || errors.Is(err, zmqwait.ErrClosed) {
 				return

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/ratelog"
@@ -416,12 +415,6 @@ func isTerm(err error) bool {
 		errors.Is(err, zmqwait.ErrClosed)
 }
 
-// isAgain reports whether a DONTWAIT receive found nothing queued. Every serving goroutine
-// receives with zmq.DONTWAIT and then waits on its socket's zmqwait.Waiter: a blocking
-// receive is a cgo call that keeps the goroutine's P each time it goes back to waiting,
-// stalling a one-CPU process for up to 20 ms after every message (see package zmqwait).
-func isAgain(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
-
 // recvPeer receives one message with flags and the address of the peer it came from ("" if
 // unknown). The address is taken from the first frame that carries it: the routing id
 // frame of a ROUTER carries none when ZMQ_EVENTS (read by every zmqwait.Waiter.Wait) has
@@ -450,12 +443,12 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag) (frames [][]byte, peer string, err
 func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		frames, peer, err := recvPeer(so, zmq.DONTWAIT)
-		if isAgain(err) {
-			if err = w.Wait(time.Time{}); err == nil {
-				continue
-			}
-		}
+		var frames [][]byte
+		var peer string
+		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
+			frames, peer, err = recvPeer(so, f)
+			return err
+		})
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -520,12 +513,12 @@ func (s *Server) noteOverRate(ip, outcome string) {
 func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		frames, peer, err := recvPeer(so, zmq.DONTWAIT)
-		if isAgain(err) {
-			if err = w.Wait(time.Time{}); err == nil {
-				continue
-			}
-		}
+		var frames [][]byte
+		var peer string
+		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
+			frames, peer, err = recvPeer(so, f)
+			return err
+		})
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -616,12 +609,11 @@ func (s *Server) sweep() {
 func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
-		req, err := so.RecvMessage(zmq.DONTWAIT)
-		if isAgain(err) {
-			if err = w.Wait(time.Time{}); err == nil {
-				continue
-			}
-		}
+		var req []string
+		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
+			req, err = so.RecvMessage(f)
+			return err
+		})
 		if err != nil {
 			if isTerm(err) {
 				return

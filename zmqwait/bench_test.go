@@ -136,15 +136,10 @@ func startReceiver(b *testing.B, netpoll bool) (pull *zmq.Socket, stop func() in
 
 // receiveNetpoll receives one message the way the package is meant to be used.
 func receiveNetpoll(so *zmq.Socket, w *Waiter) error {
-	for {
-		_, err := so.RecvMessageBytes(zmq.DONTWAIT)
-		if !isAgain(err) {
-			return err
-		}
-		if err := w.Wait(time.Time{}); err != nil {
-			return err
-		}
-	}
+	return w.Receive(time.Time{}, func(f zmq.Flag) error {
+		_, err := so.RecvMessageBytes(f)
+		return err
+	})
 }
 
 // startSender pushes a message to addr every period, from a context of its own, until
@@ -175,7 +170,7 @@ func startSender(b *testing.B, addr string, period time.Duration) (stop func()) 
 			case <-quit:
 				return
 			case <-t.C:
-				if _, err := push.SendBytes([]byte("x"), zmq.DONTWAIT); err != nil && !isAgain(err) {
+				if _, err := push.SendBytes([]byte("x"), zmq.DONTWAIT); err != nil && !IsAgain(err) {
 					b.Error(err)
 					return
 				}

@@ -5,7 +5,7 @@
 // until sysmon retakes it, one or two sysmon ticks of up to 10 ms each: with GOMAXPROCS 1
 // the whole process stalls for up to about 20 ms each time such a goroutine goes back to
 // waiting. The pattern that avoids it: receive with zmq.DONTWAIT until EAGAIN, then Wait,
-// then receive again.
+// then receive again; Receive does that for one message.
 //
 // The package does not receive, send or close the socket; it only waits.
 package zmqwait
@@ -141,6 +141,25 @@ func (w *Waiter) pollErr(err error) error {
 	}
 	return err
 }
+
+// Receive calls recv with zmq.DONTWAIT until it finds a message, waiting on w whenever
+// recv finds none queued (IsAgain), and returns recv's error (nil: recv has the message) or
+// the error of a wait: os.ErrDeadlineExceeded at deadline (zero: none), ErrClosed, or
+// zmq.ETERM. recv assigns what it received to the caller's variables. Like Wait, Receive
+// must be called by the goroutine that owns the socket.
+func (w *Waiter) Receive(deadline time.Time, recv func(zmq.Flag) error) error {
+	for {
+		if err := recv(zmq.DONTWAIT); !IsAgain(err) {
+			return err
+		}
+		if err := w.Wait(deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// IsAgain reports whether err is a DONTWAIT receive's or send's "nothing now" (EAGAIN).
+func IsAgain(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
 
 // Close releases the duplicate descriptor (never the socket) and wakes a Wait in
 // progress, which then returns ErrClosed. It is safe to call from any goroutine, while

@@ -3,7 +3,6 @@ package zmqwait
 import (
 	"errors"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -88,7 +87,7 @@ func queued(t *testing.T, so *zmq.Socket) {
 func recvNow(t *testing.T, so *zmq.Socket) string {
 	t.Helper()
 	msg, err := so.Recv(zmq.DONTWAIT)
-	if isAgain(err) {
+	if IsAgain(err) {
 		return ""
 	}
 	if err != nil {
@@ -96,8 +95,6 @@ func recvNow(t *testing.T, so *zmq.Socket) string {
 	}
 	return msg
 }
-
-func isAgain(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
 
 // parks makes w count its parks (the count is read by the goroutine calling Wait) and
 // signal each on the returned channel, without blocking.
@@ -219,7 +216,7 @@ func TestDrainThenWaitReceivesEveryMessage(t *testing.T) {
 					got++
 					continue
 				}
-				if !isAgain(err) {
+				if !IsAgain(err) {
 					t.Fatalf("receive: %q, %v", msg, err)
 				}
 				if err := w.Wait(time.Now().Add(long)); err != nil {
@@ -375,5 +372,76 @@ func TestNewOnAClosedSocket(t *testing.T) {
 	if w, err := New(pull); err == nil {
 		w.Close()
 		t.Fatal("New on a closed socket = nil error; want one")
+	}
+}
+
+func TestReceive(t *testing.T) {
+	refused := errors.New("refused by recv")
+	for _, tc := range []struct {
+		name     string
+		queue    bool          // a message queued before Receive
+		later    bool          // a message sent once Receive has parked
+		deadline time.Duration // 0: none
+		recvErr  error         // what recv returns instead of receiving
+		want     error
+		wantMsg  string
+	}{
+		{name: "queued", queue: true, want: nil, wantMsg: "m"},
+		{name: "after a wait", later: true, want: nil, wantMsg: "m"},
+		{name: "deadline", deadline: 20 * time.Millisecond, want: os.ErrDeadlineExceeded},
+		{name: "recv's own error", queue: true, recvErr: refused, want: refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			push, pull := pair(t, "tcp")
+			w := newWaiter(t, pull)
+			_, parked := parks(w)
+			if tc.queue {
+				send(t, push, "m")
+				queued(t, pull)
+			}
+			if tc.later {
+				go func() {
+					<-parked
+					_, _ = push.Send("m", 0)
+				}()
+			}
+			var deadline time.Time
+			if tc.deadline > 0 {
+				deadline = time.Now().Add(tc.deadline)
+			} else if !tc.queue && !tc.later {
+				t.Fatal("a case with nothing to receive needs a deadline")
+			}
+			var msg string
+			err := w.Receive(deadline, func(f zmq.Flag) (err error) {
+				if f != zmq.DONTWAIT {
+					t.Errorf("recv called with flags %v, want DONTWAIT", f)
+				}
+				if tc.recvErr != nil {
+					return tc.recvErr
+				}
+				msg, err = pull.Recv(f)
+				return err
+			})
+			if !errors.Is(err, tc.want) || msg != tc.wantMsg {
+				t.Fatalf("Receive = %q, %v; want %q, %v", msg, err, tc.wantMsg, tc.want)
+			}
+		})
+	}
+}
+
+func TestReceiveEndsOnClose(t *testing.T) {
+	_, pull := pair(t, "inproc")
+	w := newWaiter(t, pull)
+	_, parked := parks(w)
+	go func() {
+		<-parked
+		w.Close()
+	}()
+	err := w.Receive(time.Time{}, func(f zmq.Flag) error {
+		_, err := pull.Recv(f)
+		return err
+	})
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Receive after Close = %v, want ErrClosed", err)
 	}
 }

@@ -24,8 +24,9 @@ import (
 // the last seconds, from a flight recorder) to PATH, or "snapshot error MSG". When stdin
 // closes (the parent ended or died) the child stops its server and exits.
 
-// ServeChild is the child's side: start starts the server and returns its address and a
-// function that stops it; ServeChild then speaks the protocol on in and out until in ends.
+// ServeChild is the child's side: start starts the server and returns its address (the
+// rest of the "listening" line: it may be followed by NAME=VALUE fields) and a function
+// that stops it; ServeChild then speaks the protocol on in and out until in ends.
 // snapshot writes the child's snapshot to a path; nil answers every snapshot request
 // with an error.
 func ServeChild(ctx context.Context, in io.Reader, out io.Writer, start func(context.Context) (addr string, stop func() error, err error), snapshot func(path string) error) error {

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/lmworker"
 	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 )
 
@@ -89,7 +89,7 @@ func (f *Feeder) Feed(ctx context.Context, rate float64, events int) (FeedCounts
 		case err == nil:
 			n.Batches++
 			n.Events += events
-		case zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+		case zmqwait.IsAgain(err): // the socket would not take it now
 			n.Dropped++
 		default:
 			return n, fmt.Errorf("extload: push a batch of KV events: %w", err)

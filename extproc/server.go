@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -89,6 +90,9 @@ type Server struct {
 	metrics *metrics
 	bytes   *budget
 	streams *gate
+	// admitted counts the streams Admit let in, up to maxAdmitted.
+	admitted    atomic.Int64
+	maxAdmitted int64
 	// overloadLog lets each limit's refusal line through once per overloadLogPeriod.
 	overloadLog *ratelog.Limiter
 
@@ -123,7 +127,7 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 	}
 	return &Server{cfg: cfg, picker: p, metrics: m,
 		bytes: &budget{max: cfg.Limits.MaxBufferedBytes}, streams: &gate{max: int64(cfg.Limits.MaxStreams)},
-		overloadLog: ratelog.New(overloadLogPeriod)}, nil
+		maxAdmitted: int64(cfg.Limits.MaxStreams) + TransportSlack, overloadLog: ratelog.New(overloadLogPeriod)}, nil
 }
 
 // Process implements the ext_proc stream: one HTTP request.

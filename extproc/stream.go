@@ -22,6 +22,7 @@ func (st *stream) work() {
 	err := st.run()
 	s := st.s
 	s.streams.leave()
+	s.leaveAdmitted(st.srv.Context())
 	st.freeBody()
 	st.release()
 	if st.decision != &noDecision {

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"strconv"
@@ -80,7 +81,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		}
 		return status.Error(codes.InvalidArgument, "ext_proc: request body arrived after the request was routed")
 	}
-	if int64(st.body.Len()+len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
+	if int64(st.chunked+len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
 		return st.tooLarge()
 	}
 	// A body that arrives whole in one frame is routed at once; only bytes held while
@@ -92,10 +93,12 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		}
 		st.held += n
 	}
-	if st.body.Len() == 0 && (b.GetEndOfStream() || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
+	if st.chunked == 0 && (b.GetEndOfStream() || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
 		st.whole = b.GetBody() // the body in one frame: no copy
-	} else {
-		st.body.Write(b.GetBody())
+	} else if len(b.GetBody()) > 0 {
+		// Kept as received: the budget holds exactly what the stream holds, with no
+		// doubling buffer and no copies left to the collector while the body grows.
+		st.chunks, st.chunked = append(st.chunks, b.GetBody()), st.chunked+len(b.GetBody())
 	}
 	if st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		if !b.GetEndOfStream() {
@@ -138,12 +141,16 @@ func (st *stream) decideFullDuplex(eos bool) error {
 	return nil
 }
 
-// bodyBytes is the request body received so far.
+// bodyBytes is the request body received so far, in one slice: the frames are joined
+// once, when the request is routed.
 func (st *stream) bodyBytes() []byte {
-	if st.whole != nil {
+	if st.whole != nil || len(st.chunks) == 0 {
 		return st.whole
 	}
-	return st.body.Bytes()
+	if len(st.chunks) > 1 {
+		st.chunks = [][]byte{bytes.Join(st.chunks, nil)}
+	}
+	return st.chunks[0]
 }
 
 // or the request body response (buffered).

@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -109,7 +108,8 @@ type stream struct {
 	session           string
 	explain           bool
 	subset            []string
-	body              bytes.Buffer     // the request body, when it came in several frames
+	chunks            [][]byte         // the request body's frames as received (no copy), when it came in several
+	chunked           int              // the length of chunks' bytes together
 	whole             []byte           // the request body, when it came in one frame
 	decision          *picker.Decision // &noDecision until decide takes one from the pool
 }
@@ -211,7 +211,7 @@ func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 func (st *stream) freeBody() {
 	st.s.bytes.give(st.held)
 	st.held = 0
-	st.body = bytes.Buffer{}
+	st.chunks, st.chunked = nil, 0
 	st.whole = nil
 }
 

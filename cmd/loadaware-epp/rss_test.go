@@ -27,7 +27,8 @@ import (
 // with default limits (plus LOADAWARE_RSS_FLAGS) gets that many streams over 4 connections,
 // each sending request headers announcing a 15 MiB body and then 1 MiB chunks of it, never
 // ending it. After LOADAWARE_RSS_HOLD (default 3 s) it reports the process's peak RSS
-// (VmHWM) and the bytes the senders got through. Skipped unless LOADAWARE_RSS is set: it
+// (VmHWM) and the bytes the senders got through. LOADAWARE_RSS_BIN names a binary to run
+// instead of building this one (to compare builds). Skipped unless LOADAWARE_RSS is set: it
 // builds the binary and takes seconds per count.
 func TestRSSUnderUnfinishedBodies(t *testing.T) {
 	counts := os.Getenv("LOADAWARE_RSS")
@@ -42,9 +43,12 @@ func TestRSSUnderUnfinishedBodies(t *testing.T) {
 		}
 		hold = d
 	}
-	bin := filepath.Join(t.TempDir(), "loadaware-epp")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	bin := os.Getenv("LOADAWARE_RSS_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "loadaware-epp")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
 	}
 	for _, c := range strings.Split(counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))

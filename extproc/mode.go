@@ -40,6 +40,7 @@ func (m BodyMode) String() string {
 	return "full-duplex"
 }
 
+// readsBody reports whether the picker reads the request body in mode m before routing:
 // FULL_DUPLEX_STREAMED and BUFFERED (and BUFFERED_PARTIAL). In any other mode (NONE,
 // STREAMED, or one added to Envoy after this build) it routes at the headers.
 func readsBody(m filterv3.ProcessingMode_BodySendMode) bool {

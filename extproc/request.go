@@ -69,8 +69,6 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		RequestHeaders: &extprocv3.HeadersResponse{}}})
 }
 
-// readsBody reports whether the picker reads the request body in mode m before routing:
-
 func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if st.phase != readingBody { // routed
 		if !readsBody(st.reqMode) {
@@ -153,6 +151,7 @@ func (st *stream) bodyBytes() []byte {
 	return st.chunks[0]
 }
 
+// Where the routing answer goes: the request headers response (full-duplex, header-only)
 // or the request body response (buffered).
 const (
 	inHeaders = false

@@ -18,8 +18,6 @@ func streamedBody(request bool, b []byte, eos bool) *extprocv3.ProcessingRespons
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
-// Where the routing answer goes: the request headers response (full-duplex, header-only)
-
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	hr := &extprocv3.HeadersResponse{}
 	if st.s.cfg.OnResponse != nil && len(st.decision.Endpoints) > 0 {

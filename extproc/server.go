@@ -157,12 +157,9 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	return err
 }
 
-// work runs the stream's conversation and then gives back what it holds: its place among
-// the streams, its body bytes, its booking and its Decision. It holds st.mu except while it
-// waits in Recv, so watch sees the stream only between messages.
 // watch waits for the worker to end and reports its error. While the request is being
-// read, it answers 408 once no message has arrived for the idle timeout, marks the stream
-// timed out (the worker then stops at its next message or failed Recv) and returns at once.
+// read, it answers 408 once no message has arrived for the idle timeout, moves the stream to
+// timed-out (the worker then stops at its next message or failed Recv) and returns at once.
 func (st *stream) watch() error {
 	idleAfter := st.s.cfg.Limits.IdleTimeout
 	timer := time.NewTimer(idleAfter)

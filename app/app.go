@@ -60,6 +60,7 @@ type Config struct {
 	MaxConnsPerIP      int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
 	ConnReadRate       int64               // bytes/s one ext_proc connection may send; 0: DefaultConnReadRate; negative: no limit
 	ConnReadBurst      int64               // bytes above ConnReadRate at once; 0: DefaultConnReadBurst
+	MaxMessageBytes    int                 // largest ext_proc message received; 0: DefaultMaxMessageBytes
 	Health             HealthConfig        // passive and active endpoint health
 
 	ImbalanceWindow   time.Duration // default 60s
@@ -213,7 +214,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	opts := grpcOptions(creds)
+	// The ext_proc server's admission: at most --max-streams + extproc.TransportSlack streams,
+	// each receiving messages of at most MaxMessageBytes (decision 1131).
+	opts := append(grpcOptions(creds), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
@@ -339,6 +342,9 @@ func setDefaults(c *Config) {
 	}
 	if c.MaxGRPCConns == 0 {
 		c.MaxGRPCConns = DefaultMaxGRPCConns
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.MaxHTTPConns == 0 {
 		c.MaxHTTPConns = DefaultMaxHTTPConns

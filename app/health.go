@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
@@ -130,39 +132,51 @@ func (w *healthWatch) run(ctx context.Context, f *fleet.Set) {
 		w.h.Retain(eps)
 		var wg sync.WaitGroup
 		for _, ep := range eps {
-			wg.Go(func() {
-				ok, reason := w.check(ctx, ep)
-				if ctx.Err() != nil {
-					return
-				}
-				if ok {
-					w.checks.WithLabelValues("ok").Inc()
-				} else {
-					w.checks.WithLabelValues("failed").Inc()
-				}
-				if tr, changed := w.h.Active(ep, ok, reason, w.cfg.Now()); changed {
-					w.note(tr)
-				}
-			})
+			wg.Go(func() { w.checkOne(ctx, ep) })
 		}
 		wg.Wait()
 		w.refreshGauge() // passive ejections end with time
 	}
 }
 
-func (w *healthWatch) check(ctx context.Context, ep string) (bool, string) {
+// checkOne checks ep once and records the outcome. A refused connection is also a failed
+// response (a passive observation): nothing listens there, so the endpoint leaves the next
+// decision at once rather than after ActiveFailures checks; recovery is as for any ejection.
+func (w *healthWatch) checkOne(ctx context.Context, ep string) {
+	ok, refused, reason := w.check(ctx, ep)
+	if ctx.Err() != nil {
+		return
+	}
+	if ok {
+		w.checks.WithLabelValues("ok").Inc()
+	} else {
+		w.checks.WithLabelValues("failed").Inc()
+	}
+	now := w.cfg.Now()
+	if refused {
+		if tr, changed := w.h.Passive(ep, false, reason, now); changed {
+			w.note(tr)
+		}
+	}
+	if tr, changed := w.h.Active(ep, ok, reason, now); changed {
+		w.note(tr)
+	}
+}
+
+// check asks ep's health path; refused says the connection was refused.
+func (w *healthWatch) check(ctx context.Context, ep string) (ok, refused bool, reason string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ep+w.cfg.CheckPath, nil)
 	if err != nil {
-		return false, err.Error()
+		return false, false, err.Error()
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return false, "check failed: " + err.Error()
+		return false, errors.Is(err, syscall.ECONNREFUSED), "check failed: " + err.Error()
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return false, fmt.Sprintf("GET %s answered %d", w.cfg.CheckPath, resp.StatusCode)
+		return false, false, fmt.Sprintf("GET %s answered %d", w.cfg.CheckPath, resp.StatusCode)
 	}
-	return true, "GET " + w.cfg.CheckPath + " answered " + resp.Status
+	return true, false, "GET " + w.cfg.CheckPath + " answered " + resp.Status
 }

@@ -35,6 +35,12 @@ const (
 	grpcStreamWindow = 256 << 10
 	grpcConnWindow   = 4 << 20
 
+	// DefaultMaxMessageBytes is the largest ext_proc message received: gRPC's own default,
+	// made explicit because each open stream may hold one message of it while receiving
+	// (the RSS bound in docs/security.md). A full-duplex body chunk is what Envoy read at
+	// once (at most its connection buffer, 1 MiB by default); a buffered body comes whole.
+	DefaultMaxMessageBytes = 4 << 20
+
 	DefaultMaxConnsPerIP = 16 // metrics and health ports: Prometheus and probes need a few
 	httpMaxHeaderBytes   = 64 << 10
 )

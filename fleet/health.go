@@ -14,7 +14,8 @@ type HealthPolicy struct {
 	ActiveFailures, ActiveSuccesses int
 	// PassiveFailures consecutive failed responses (connect failure, 502, 503, 504)
 	// eject an endpoint for Ejection, doubled on each ejection in a row up to
-	// MaxEjection; a success resets both. 0 means 2, 1 s and 30 s.
+	// MaxEjection; a success resets both. 0 means 1 (the first failed response takes the
+	// endpoint out of the next decision: decision 1132), 1 s and 30 s.
 	PassiveFailures       int
 	Ejection, MaxEjection time.Duration
 }
@@ -27,7 +28,7 @@ func (p *HealthPolicy) setDefaults() {
 		p.ActiveSuccesses = 2
 	}
 	if p.PassiveFailures <= 0 {
-		p.PassiveFailures = 2
+		p.PassiveFailures = 1
 	}
 	if p.Ejection <= 0 {
 		p.Ejection = time.Second

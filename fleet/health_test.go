@@ -36,7 +36,7 @@ func TestHealthTransitions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := NewHealth(HealthPolicy{})
+			h := NewHealth(HealthPolicy{PassiveFailures: 2})
 			for i, s := range tt.steps {
 				now := t0.Add(s.at)
 				if s.active {
@@ -155,5 +155,35 @@ func BenchmarkUsable(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// The default policy ejects on the first failed response, for Ejection (1 s), and the
+// endpoint rejoins after it or at the next success, as with any policy.
+func TestHealthDefaultEjectsOnTheFirstFailedResponse(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name       string
+		then       func(h *Health) // after the failure at t0
+		at         time.Duration
+		wantUsable bool
+	}{
+		{"out at once", func(*Health) {}, 0, false},
+		{"out for the ejection", func(*Health) {}, 999 * time.Millisecond, false},
+		{"back after it", func(*Health) {}, time.Second, true},
+		{"back at a success", func(h *Health) { h.Passive("a", true, "", t0.Add(time.Millisecond)) }, time.Millisecond, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHealth(HealthPolicy{})
+			tr, changed := h.Passive("a", false, "503", t0)
+			if !changed || tr.Healthy || tr.Source != "passive" {
+				t.Fatalf("first failure: %+v, %v; want a passive transition to unhealthy", tr, changed)
+			}
+			tt.then(h)
+			if got := h.Healthy("a", t0.Add(tt.at)); got != tt.wantUsable {
+				t.Fatalf("healthy %v at +%v, want %v", got, tt.at, tt.wantUsable)
+			}
+		})
 	}
 }

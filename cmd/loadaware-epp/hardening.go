@@ -30,6 +30,7 @@ type hardening struct {
 	connReadRate        int64
 	connReadBurst       int64
 	unpacedBodyBytes    int64
+	maxMessageBytes     int
 	lmPeerRate          int64
 	lmPeerBurst         int64
 	largeTokenizations  int
@@ -51,6 +52,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")
 	fs.Int64Var(&h.connReadRate, "grpc-conn-read-rate", app.DefaultConnReadRate, "bytes per second one ext_proc connection may send; over it, its requests with bodies past --grpc-unpaced-body-bytes wait (HTTP/2 flow control blocks their sender) and, one burst further, the whole connection is read slower; -1: no bound")
 	fs.Int64Var(&h.unpacedBodyBytes, "grpc-unpaced-body-bytes", extproc.DefaultUnpacedBodyBytes, "body bytes of one request (request and response) that never wait on --grpc-conn-read-rate, so small requests do not queue behind large ones")
+	fs.IntVar(&h.maxMessageBytes, "grpc-max-message-bytes", app.DefaultMaxMessageBytes, "largest ext_proc message received (a body chunk, or a whole buffered body); each open stream may hold one while it arrives (RSS bound: docs/security.md)")
 	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate")
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
@@ -84,6 +86,9 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 {
 		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst at least 1 byte (default %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst)
 	}
+	if h.maxMessageBytes < 64<<10 {
+		return fmt.Errorf("--grpc-max-message-bytes %d: use at least 65536 (64 KiB; default %d), more than Envoy's largest body chunk", h.maxMessageBytes, app.DefaultMaxMessageBytes)
+	}
 	if h.unpacedBodyBytes < 1 {
 		return fmt.Errorf("--grpc-unpaced-body-bytes %d: use at least 1 byte (default %d)", h.unpacedBodyBytes, extproc.DefaultUnpacedBodyBytes)
 	}
@@ -91,6 +96,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
 	}
 	cfg.ConnReadRate, cfg.ConnReadBurst = h.connReadRate, h.connReadBurst
+	cfg.MaxMessageBytes = h.maxMessageBytes
 	if cfg.LMCache != nil {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
 		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst

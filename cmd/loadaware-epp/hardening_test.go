@@ -28,6 +28,7 @@ func TestHardeningFlags(t *testing.T) {
 		{"conn read rate", []string{ok, "--grpc-conn-read-rate", "0"}, "--grpc-conn-read-rate must be bytes per second"},
 		{"conn read burst", []string{ok, "--grpc-conn-read-burst", "0"}, "--grpc-conn-read-burst at least 1 byte"},
 		{"unpaced body bytes", []string{ok, "--grpc-unpaced-body-bytes", "0"}, "--grpc-unpaced-body-bytes 0: use at least 1 byte"},
+		{"message size", []string{ok, "--grpc-max-message-bytes", "1000"}, "--grpc-max-message-bytes 1000: use at least 65536"},
 		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
 		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
 		{"gc percent", []string{ok, "--gc-percent", "0"}, "--gc-percent 0: use a GOGC of at least 1"},

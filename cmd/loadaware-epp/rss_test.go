@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestRSSUnderUnfinishedBodies measures what hostile streams make the real binary hold:
+// for each count in LOADAWARE_RSS (comma-separated, e.g. "40,200,1000"), a fresh picker
+// with default limits (plus LOADAWARE_RSS_FLAGS) gets that many streams over 4 connections,
+// each sending request headers announcing a 15 MiB body and then 1 MiB chunks of it, never
+// ending it. After LOADAWARE_RSS_HOLD (default 3 s) it reports the process's peak RSS
+// (VmHWM) and the bytes the senders got through. LOADAWARE_RSS_BIN names a binary to run
+// instead of building this one (to compare builds). Skipped unless LOADAWARE_RSS is set: it
+// builds the binary and takes seconds per count.
+func TestRSSUnderUnfinishedBodies(t *testing.T) {
+	counts := os.Getenv("LOADAWARE_RSS")
+	if counts == "" {
+		t.Skip("set LOADAWARE_RSS=40,200,1000 to measure the picker's RSS under unfinished bodies")
+	}
+	hold := 3 * time.Second
+	if v := os.Getenv("LOADAWARE_RSS_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("LOADAWARE_RSS_HOLD %q: %v (give a duration such as 3s)", v, err)
+		}
+		hold = d
+	}
+	bin := os.Getenv("LOADAWARE_RSS_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "loadaware-epp")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
+	}
+	for _, c := range strings.Split(counts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			t.Fatalf("LOADAWARE_RSS: %q is not a stream count", c)
+		}
+		peak, sent, idle := rssUnderBodies(t, bin, n, hold)
+		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB), senders got %7.1f MiB through", n, mib(peak), mib(idle), mib(sent))
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// rssUnderBodies runs one measurement and returns the peak RSS, the bytes sent and the RSS
+// before the attack.
+func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64) {
+	t.Helper()
+	gp, mp := freePort(t), freePort(t)
+	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(gp), "--grpc-health-port", "0",
+		"--metrics-port", fmt.Sprint(mp), "--endpoints", "127.0.0.1:1", "--secure-serving=false",
+		"--lmcache-pull-port", "0", "--lmcache-reply-port", "0", "--health-check-interval", "0"}
+	args = append(args, strings.Fields(os.Getenv("LOADAWARE_RSS_FLAGS"))...)
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", mp))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 10s: %v; log:\n%s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // a separate process's readiness: no signal to await
+	}
+	idle = procStatus(t, cmd.Process.Pid, "VmRSS")
+
+	const conns, bodySize, chunk = 4, 15 << 20, 1 << 20
+	var clients []extprocv3.ExternalProcessorClient
+	for range conns {
+		cc, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gp), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		clients = append(clients, extprocv3.NewExternalProcessorClient(cc))
+	}
+	data := bytes.Repeat([]byte("x"), chunk)
+	hdrs := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/completions")},
+			{Key: "content-length", RawValue: []byte(strconv.Itoa(bodySize))}}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), hold)
+	defer cancel()
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			st, err := clients[i%conns].Process(ctx)
+			if err != nil || st.Send(hdrs) != nil {
+				return
+			}
+			for off := 0; off+chunk < bodySize; off += chunk {
+				if st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+					RequestBody: &extprocv3.HttpBody{Body: data}}}) != nil {
+					return
+				}
+				total.Add(chunk)
+			}
+			<-ctx.Done()
+		})
+	}
+	wg.Wait()
+	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle
+}
+
+// procStatus reads a kB field of /proc/pid/status, in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}

@@ -1,0 +1,48 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// TransportSlack is how many ext_proc streams past Limits.MaxStreams the transport admits,
+// to be answered 503 at their headers (a readable refusal); Admit refuses any more before
+// reading them.
+const TransportSlack = 64
+
+// processMethod is the full gRPC method name of the ext_proc stream.
+const processMethod = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+
+// admittedKey marks the context of a stream Admit counted.
+type admittedKey struct{}
+
+// Admit is the ext_proc server's grpc.InTapHandle (grpc.InTapHandle(s.Admit)): it runs in
+// the transport when a stream's headers arrive, before any of its messages is read, and
+// refuses the stream (gRPC ResourceExhausted, counted in
+// loadaware_extproc_overload_total{reason="transport-streams"}) when Limits.MaxStreams +
+// TransportSlack ext_proc streams are open. Every open stream can make the transport hold
+// its flow-control window and one message being received; this bounds how many there are,
+// whatever the number of connections (decision 1131). Streams of other methods pass.
+func (s *Server) Admit(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName != processMethod {
+		return ctx, nil
+	}
+	if s.admitted.Add(1) > s.maxAdmitted {
+		s.admitted.Add(-1)
+		s.metrics.overload.WithLabelValues("transport-streams").Inc()
+		return nil, status.Error(codes.ResourceExhausted, fmt.Sprintf(
+			"the picker holds %d ext_proc streams (--max-streams %d and %d more to be answered 503): retry shortly", s.maxAdmitted, s.cfg.Limits.MaxStreams, TransportSlack))
+	}
+	return context.WithValue(ctx, admittedKey{}, true), nil
+}
+
+// leaveAdmitted gives back the place Admit counted for the stream of ctx, if it did.
+func (s *Server) leaveAdmitted(ctx context.Context) {
+	if ctx.Value(admittedKey{}) != nil {
+		s.admitted.Add(-1)
+	}
+}

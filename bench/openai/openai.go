@@ -89,8 +89,8 @@ type Response struct {
 	// Status is the HTTP status (0 when no answer arrived); Header the answer's headers.
 	Status int
 	Header http.Header
-	// Sent is when the request was handed to the transport; End when the answer's last byte
-	// was read (or the read failed).
+	// Sent is when the request was handed to the transport (when Do began, if it never
+	// was); End when the answer's last byte was read (or the read failed).
 	Sent, End time.Time
 	Stream
 }
@@ -154,7 +154,7 @@ const (
 // Do sends r and reads its answer. The Response holds what arrived even when Do fails (the
 // tokens before a stream broke, the status of a refused request).
 func (c *Client) Do(ctx context.Context, r Request) (Response, error) {
-	resp := Response{Stream: Stream{CompletionTokens: -1}}
+	resp := Response{Sent: time.Now(), Stream: Stream{CompletionTokens: -1}}
 	body, err := r.Body()
 	if err != nil {
 		return resp, err

@@ -154,23 +154,30 @@ const (
 // Do sends r and reads its answer. The Response holds what arrived even when Do fails (the
 // tokens before a stream broke, the status of a refused request).
 func (c *Client) Do(ctx context.Context, r Request) (Response, error) {
-	resp := Response{Sent: time.Now(), Stream: Stream{CompletionTokens: -1}}
 	body, err := r.Body()
 	if err != nil {
-		return resp, err
+		return Response{Sent: time.Now(), Stream: Stream{CompletionTokens: -1}}, err
 	}
+	return c.Post(ctx, r.Path(), body, r.Stream, r.Header)
+}
+
+// Post is Do for a body already encoded (built once and sent many times, or recorded): it
+// posts body to path with the extra headers h and reads the answer as a stream when stream
+// is set, else whole.
+func (c *Client) Post(ctx context.Context, path string, body []byte, stream bool, h http.Header) (Response, error) {
+	resp := Response{Sent: time.Now(), Stream: Stream{CompletionTokens: -1}}
 	parent := ctx
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	url := c.BaseURL + r.Path()
+	url := c.BaseURL + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return resp, fmt.Errorf("openai: %w", err)
 	}
-	for k, v := range r.Header {
+	for k, v := range h {
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -198,7 +205,7 @@ func (c *Client) Do(ctx context.Context, r Request) (Response, error) {
 		resp.End = time.Now()
 		return resp, &StatusError{Code: hr.StatusCode, Message: errorMessage(b)}
 	}
-	if r.Stream {
+	if stream {
 		resp.Stream, err = ReadStream(hr.Body, time.Now)
 		resp.End = time.Now()
 		if err != nil {

@@ -22,6 +22,7 @@ func TestRunDispatchesSubcommands(t *testing.T) {
 		{"no command prints usage", nil, 2, "", "usage: loadaware-bench"},
 		{"help lists the commands", []string{"help"}, 0, "  demo        a short live run", ""},
 		{"no command is registered under a second name", []string{"demo-live"}, 2, "", `unknown command "demo-live"`},
+		{"the simple-engine demo is gone", []string{"demo-simple"}, 2, "", `unknown command "demo-simple"`},
 		{"unknown command", []string{"fly"}, 2, "", `unknown command "fly"`},
 		{"bad flag", []string{"demo", "-nope"}, 2, "", "flag provided but not defined"},
 		{"invalid value", []string{"demo", "-requests", "0"}, 1, "", "must be positive"},

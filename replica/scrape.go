@@ -20,27 +20,33 @@ const maxScrapeBytes = 4 << 20
 var scrapedMetrics = []string{"vllm:num_requests_running", "vllm:num_requests_waiting"}
 
 // ParseEngineLoad sums the samples of vllm:num_requests_running and
-// vllm:num_requests_waiting (every label set) in a Prometheus text page, read with the
-// pinned expfmt parser. It fails when the page is not in the text format, when neither
-// metric is present, or when a sample is not a count (a number from 0 to 1e9).
+// vllm:num_requests_waiting (every label set) in a Prometheus text page. It picks those
+// metrics' sample lines out of the page and reads them with the pinned expfmt parser (parsing
+// a whole vLLM page with it costs about 12,000 allocations; the two metrics' lines, a handful:
+// decision 1500). It fails when a picked line is not in the text format, when neither metric
+// is present, or when a sample is not a count (a number from 0 to 1e9).
 func ParseEngineLoad(page []byte) (int, error) {
+	var picked []byte
+	for line := range bytes.Lines(page) {
+		for _, name := range scrapedMetrics {
+			if rest, ok := bytes.CutPrefix(line, []byte(name)); ok && len(rest) > 0 && (rest[0] == ' ' || rest[0] == '{') {
+				picked = append(picked, line...)
+				if picked[len(picked)-1] != '\n' {
+					picked = append(picked, '\n')
+				}
+				break
+			}
+		}
+	}
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(page))
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(picked))
 	if err != nil {
 		return 0, fmt.Errorf("replica: engine metrics: %w", err)
 	}
 	total, found := 0.0, false
 	for _, name := range scrapedMetrics {
 		for _, m := range fams[name].GetMetric() {
-			var v float64
-			switch {
-			case m.Gauge != nil:
-				v = m.Gauge.GetValue()
-			case m.Untyped != nil:
-				v = m.Untyped.GetValue()
-			default:
-				return 0, fmt.Errorf("replica: engine metrics: %s is a %s, not a gauge", name, fams[name].GetType())
-			}
+			v := m.GetUntyped().GetValue()
 			if !(v >= 0 && v <= 1e9) {
 				return 0, fmt.Errorf("replica: engine metrics: %s value %v is not a count", name, v)
 			}

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
@@ -22,7 +23,7 @@ type sweepFlags struct {
 
 // register adds the shared flags to fs, with cfg's values and the given arms and seeds as
 // defaults.
-func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds, router string) {
+func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, seeds, router string) {
 	f.arms, f.seeds = arms, seeds
 	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+") or policy:beta")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
@@ -41,7 +42,7 @@ func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, se
 }
 
 // apply writes the parsed arms, seeds and slowdowns into cfg and validates it.
-func (f *sweepFlags) apply(cfg *vtime.SweepConfig) error {
+func (f *sweepFlags) apply(cfg *experiment.Config) error {
 	arms, err := parseArms(f.arms)
 	if err != nil {
 		return err
@@ -71,14 +72,14 @@ const (
 	routerEnvoy     = "envoy"
 )
 
-func parseRouter(s string) (vtime.Router, error) {
+func parseRouter(s string) (experiment.Router, error) {
 	switch s {
 	case routerPublished:
-		return vtime.PublishedRouter(), nil
+		return experiment.PublishedRouter(), nil
 	case routerEnvoy:
-		return vtime.EnvoyRouter(), nil
+		return experiment.EnvoyRouter(), nil
 	}
-	return vtime.Router{}, fmt.Errorf("-router %q: use %s or %s", s, routerPublished, routerEnvoy)
+	return experiment.Router{}, fmt.Errorf("-router %q: use %s or %s", s, routerPublished, routerEnvoy)
 }
 
 func parseDurations(s string) ([]time.Duration, error) {
@@ -105,11 +106,11 @@ func joinDurations(ds []time.Duration) string {
 }
 
 // parseArms reads -arms.
-func parseArms(s string) ([]vtime.Arm, error) {
+func parseArms(s string) ([]experiment.Arm, error) {
 	if strings.TrimSpace(s) == "all" {
-		return vtime.DefaultArms(), nil
+		return experiment.DefaultArms(), nil
 	}
-	var out []vtime.Arm
+	var out []experiment.Arm
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -127,24 +128,24 @@ func parseArms(s string) ([]vtime.Arm, error) {
 	return out, nil
 }
 
-func parseArm(item string) (vtime.Arm, error) {
-	for _, a := range vtime.DefaultArms() {
+func parseArm(item string) (experiment.Arm, error) {
+	for _, a := range experiment.DefaultArms() {
 		if a.Name == item {
 			return a, nil
 		}
 	}
 	policy, betaText, hasBeta := strings.Cut(item, ":")
 	if !slices.Contains(scoring.Names, policy) {
-		return vtime.Arm{}, fmt.Errorf("arm %q: unknown policy %q: use one of %s, optionally with :beta (loadaware:0.75)", item, policy, strings.Join(scoring.Names, ", "))
+		return experiment.Arm{}, fmt.Errorf("arm %q: unknown policy %q: use one of %s, optionally with :beta (loadaware:0.75)", item, policy, strings.Join(scoring.Names, ", "))
 	}
 	beta := scoring.DefaultParams().Beta
 	if hasBeta {
 		b, err := strconv.ParseFloat(betaText, 64)
 		if err != nil {
-			return vtime.Arm{}, fmt.Errorf("arm %q: beta %q is not a number", item, betaText)
+			return experiment.Arm{}, fmt.Errorf("arm %q: beta %q is not a number", item, betaText)
 		}
 		if err := scoring.ValidateBeta(b); err != nil {
-			return vtime.Arm{}, fmt.Errorf("arm %q: %w", item, err)
+			return experiment.Arm{}, fmt.Errorf("arm %q: %w", item, err)
 		}
 		beta = b
 	}
@@ -152,7 +153,7 @@ func parseArm(item string) (vtime.Arm, error) {
 	if policy == "loadaware" || hasBeta { // a beta given to another policy (latencyaware:2) names its arm too
 		name = policy + "-b" + strconv.FormatFloat(beta, 'g', -1, 64)
 	}
-	return vtime.Arm{Name: name, Policy: policy, Beta: beta}, nil
+	return experiment.Arm{Name: name, Policy: policy, Beta: beta}, nil
 }
 
 // parseSeeds reads -seeds: "7", "1-20" or "1,4,9".

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/loadaware/loadaware-epp/picker"
 	"io"
 	"log/slog"
 	"slices"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/picker"
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/live"

@@ -13,9 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/plot"
 	"github.com/loadaware/loadaware-epp/bench/tournament"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
 func init() {
@@ -35,7 +36,7 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "cells (profile x arm) simulated in parallel (results do not depend on it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	sample := fs.Duration("sample-interval", tournament.DefaultSampleInterval, "how often the engines' running counts and cache counters are sampled (imbalance, hit rate)")
-	scratch := vtime.DefaultSweepConfig()
+	scratch := experiment.DefaultConfig()
 	var of overrideFlags
 	of.register(fs, &scratch)
 	fs.Usage = func() {} // a bad flag is the flag package's one line; -h prints the help below
@@ -133,7 +134,7 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arm
 
 // tournamentArms reads -arms: "all" is tournament.DefaultArms, anything else a list as
 // sweep's -arms takes it.
-func tournamentArms(s string) ([]vtime.Arm, error) {
+func tournamentArms(s string) ([]experiment.Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return tournament.DefaultArms(), nil
 	}
@@ -142,7 +143,7 @@ func tournamentArms(s string) ([]vtime.Arm, error) {
 		return nil, fmt.Errorf("-arms: %w", err)
 	}
 	for i, a := range arms {
-		if slices.ContainsFunc(arms[:i], func(b vtime.Arm) bool { return b.Name == a.Name }) {
+		if slices.ContainsFunc(arms[:i], func(b experiment.Arm) bool { return b.Name == a.Name }) {
 			return nil, fmt.Errorf("-arms: arm %s named twice", a.Name)
 		}
 	}
@@ -157,7 +158,7 @@ type overrideFlags struct {
 }
 
 // register adds the override flags to fs with cfg's values as defaults.
-func (f *overrideFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig) {
+func (f *overrideFlags) register(fs *flag.FlagSet, cfg *experiment.Config) {
 	before := map[string]bool{}
 	fs.VisitAll(func(fl *flag.Flag) { before[fl.Name] = true })
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "override: simulated engines (GPUs)")
@@ -178,7 +179,7 @@ func (f *overrideFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig) {
 }
 
 // apply writes the parsed per-engine lists into cfg.
-func (f *overrideFlags) apply(cfg *vtime.SweepConfig) error {
+func (f *overrideFlags) apply(cfg *experiment.Config) error {
 	slow, err := parseFloats(f.slowdowns)
 	if err != nil {
 		return fmt.Errorf("-slowdowns: %w", err)

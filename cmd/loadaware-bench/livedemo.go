@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/picker"
 	"io"
 	"log/slog"
 	"slices"
@@ -12,8 +13,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/loadaware/loadaware-epp/picker"
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/live"

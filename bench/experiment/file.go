@@ -204,3 +204,30 @@ func Load(dir string) (Results, Meta, error) {
 	}
 	return res, meta, nil
 }
+
+// WriteFile creates path (and its directory) and writes it with write: every
+// report, figure and JSON file a run leaves goes through it.
+func WriteFile(path string, write func(io.Writer) error) error {
+	if err := MkdirFor(path); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// MkdirFor creates the directory path is in.
+func MkdirFor(path string) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	return nil
+}

@@ -5,76 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestParseArms(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []experiment.Arm
-		wantErr string
-	}{
-		{"all", experiment.DefaultArms(), ""},
-		{"kvaware,loadaware-b0.5", []experiment.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}}, ""},
-		{"loadaware:0.75", []experiment.Arm{{Name: "loadaware-b0.75", Policy: "loadaware", Beta: 0.75}}, ""},
-		{"loadaware", []experiment.Arm{{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}, ""},
-		{"session", []experiment.Arm{{Name: "session", Policy: "session", Beta: 1}}, ""},
-		{"leastload:2,leastload:0.5", []experiment.Arm{{Name: "leastload-b2", Policy: "leastload", Beta: 2}, {Name: "leastload-b0.5", Policy: "leastload", Beta: 0.5}}, ""},
-		{"fastest", nil, `unknown policy "fastest"`},
-		{"loadaware:x", nil, `beta "x" is not a number`},
-		{"loadaware:-1", nil, "out of range"},
-		{" , ", nil, "-arms is empty"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := parseArms(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestParseSeeds(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []uint64
-		wantErr bool
-	}{
-		{"7", []uint64{7}, false},
-		{"1-4", []uint64{1, 2, 3, 4}, false},
-		{"3, 9,1", []uint64{3, 9, 1}, false},
-		{"4-1", nil, true},
-		{"1,1", nil, true},
-		{"x", nil, true},
-		{"", nil, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := parseSeeds(tc.in)
-			if (err != nil) != tc.wantErr || !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("parseSeeds(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}
 
 func runCmd(t *testing.T, args ...string) (string, string) {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -58,17 +59,13 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	if *jsonOut != "" {
-		if err := writeReplayJSON(*jsonOut, rep); err != nil {
+		if err := experiment.WriteFile(*jsonOut, rep.WriteJSON); err != nil {
 			fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nEverything above, per seed, as JSON: `%s`.\n", filepath.Base(*jsonOut))
 	}
 	return 0
-}
-
-func writeReplayJSON(path string, rep replay.Report) error {
-	return writeFile(path, rep.WriteJSON)
 }
 
 // measuredCells loads real (a directory in the published layout; "" is the embedded gen2

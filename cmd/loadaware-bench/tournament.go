@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 
-	"github.com/loadaware/loadaware-epp/bench/plot"
 	"github.com/loadaware/loadaware-epp/bench/tournament"
 )
 
@@ -67,7 +64,7 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1
 	}
 	wall := time.Since(start)
-	if err := writeTournament(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
+	if err := tournament.WriteFiles(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
 		return 1
 	}
@@ -98,7 +95,7 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arm
 	if cfg.Arms, err = tournamentArms(arms); err != nil {
 		return cfg, err
 	}
-	if cfg.Seeds, err = parseSeeds(seeds); err != nil {
+	if cfg.Seeds, err = experiment.ParseSeeds(seeds); err != nil {
 		return cfg, err
 	}
 	switch {
@@ -138,7 +135,7 @@ func tournamentArms(s string) ([]experiment.Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return tournament.DefaultArms(), nil
 	}
-	arms, err := parseArms(s)
+	arms, err := experiment.ParseArms(s)
 	if err != nil {
 		return nil, fmt.Errorf("-arms: %w", err)
 	}
@@ -191,65 +188,6 @@ func (f *overrideFlags) apply(cfg *experiment.Config) error {
 	cfg.Slowdowns, cfg.HostDelays = slow, hosts
 	if len(slow) > cfg.Engines {
 		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(slow), cfg.Engines)
-	}
-	return nil
-}
-
-// writeTournament writes the markdown report to out, the summary figure beside it and,
-// with jsonOut, the JSON results.
-func writeTournament(res tournament.Result, out, jsonOut, command string) error {
-	if err := mkdirFor(out); err != nil {
-		return err
-	}
-	fig := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
-	err := plot.Heatmap(fig, fmt.Sprintf("TTFT p95 relative to the profile's best (colour saturates at %gx)", tournament.FigureMax), tournament.Summarize(res).Figure())
-	if err != nil && !errors.Is(err, plot.ErrNoData) {
-		return err
-	}
-	opt := tournament.ReportOptions{Command: command}
-	if err == nil {
-		opt.Figure = relTo(out, fig)
-	}
-	if jsonOut != "" {
-		if err := writeFile(jsonOut, func(w io.Writer) error { return tournament.WriteJSON(w, res) }); err != nil {
-			return err
-		}
-		opt.JSON = relTo(out, jsonOut)
-	}
-	return writeFile(out, func(w io.Writer) error { return tournament.WriteMarkdown(w, res, opt) })
-}
-
-// relTo returns path relative to the directory of file, or path itself when it has none.
-func relTo(file, path string) string {
-	rel, err := filepath.Rel(filepath.Dir(file), path)
-	if err != nil {
-		return path
-	}
-	return filepath.ToSlash(rel)
-}
-
-// writeFile creates path (and its directory) and writes it with write.
-func writeFile(path string, write func(io.Writer) error) error {
-	if err := mkdirFor(path); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-// mkdirFor creates the directory path is in.
-func mkdirFor(path string) error {
-	if dir := filepath.Dir(path); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
 	}
 	return nil
 }

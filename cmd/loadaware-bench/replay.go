@@ -86,30 +86,13 @@ func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) 
 	if err != nil {
 		return data, 1, err
 	}
+	var names []string
 	if cells != "" {
-		want := map[string]bool{}
-		for _, c := range strings.Split(cells, ",") {
-			want[strings.TrimSpace(c)] = true
-		}
-		var have []string
-		var out []capture.CompactCell
-		for _, c := range data.Cells {
-			have = append(have, c.ArmLabel())
-			if want[c.ArmLabel()] || want[c.Name] {
-				out = append(out, c)
-			}
-		}
-		if len(out) == 0 {
-			return data, 2, fmt.Errorf("-cells %s matches no cell; the data has %s", cells, strings.Join(have, ", "))
-		}
-		data.Cells = out
+		names = strings.Split(cells, ",")
 	}
-	if seeds > 0 {
-		for i := range data.Cells {
-			c := &data.Cells[i]
-			n := min(seeds, len(c.Seeds))
-			c.Seeds, c.SeedMetrics = c.Seeds[:n], c.SeedMetrics[:min(n, len(c.SeedMetrics))]
-		}
+	data, err = data.Select(names, seeds)
+	if err != nil {
+		return data, 2, fmt.Errorf("-cells %s %w", cells, err)
 	}
 	return data, 0, nil
 }

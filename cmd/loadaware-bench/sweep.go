@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -67,7 +66,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		eres, err := vtime.RunSweep(ctx, ecfg, bar.update)
 		bar.finish()
 		if err == nil {
-			err = appendEnvoySection(reportPath(*out), eres)
+			err = analysis.AppendEnvoySection(reportPath(*out), eres)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "loadaware-bench sweep: behind Envoy: %v\n", err)
@@ -76,35 +75,6 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stdout, "the same sweep behind Envoy and this picker: added to %s\n", reportPath(*out))
 	}
 	return 0
-}
-
-// appendEnvoySection adds the sweep behind Envoy and this picker to a report.
-func appendEnvoySection(path string, res experiment.Results) error {
-	a, err := analysis.Analyze(res)
-	if err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString("\n## The same fleet behind Envoy and this picker\n\n")
-	b.WriteString("The same engines, workload, protocol and seeds, with `experiment.EnvoyRouter()` in front instead of the published Python router: ")
-	b.WriteString("every decision sees every earlier booking at once (no shared statistics snapshot), and the data path adds 1 ms each way instead of the Python router's 48 ms on the first token. ")
-	b.WriteString("The warm-up then alternates prompts one by one between the engines instead of in batches of four, so kvaware's busy engine gets a smaller share.\n\n")
-	if err := a.WriteResultsTable(&b); err != nil {
-		return err
-	}
-	fmt.Fprintf(&b, "\nPaired comparisons with %s (behind Envoy):\n\n", analysis.Baseline)
-	if err := a.WriteComparisonTable(&b); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := io.WriteString(f, b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func reportPath(dir string) string { return strings.TrimSuffix(dir, "/") + "/REPORT.md" }

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/trace"
+	"slices"
 	"sync"
 	"time"
 
@@ -146,4 +148,93 @@ func PinGenerator(pin bool) (serverCPU int, p Pinning, err error) {
 		_ = restore()
 	}
 	return last, p, nil
+}
+
+// Measure is one server's window at one rate: a warm-up of Warmup, then the measured
+// Window (whose Seed+500 seeds the measured arrivals, Seed the warm-up's).
+type Measure struct {
+	Server  string
+	Rate    float64
+	Client  extprocv3.ExternalProcessorClient
+	Child   *Child // the server's process, for its CPU usage
+	Request Request
+	Window  WindowConfig // Duration, Progress: the measured window's
+	Warmup  time.Duration
+	// During, when not nil, starts something that runs beside both windows (an LMCache
+	// feed) and returns how to stop it.
+	During func(ctx context.Context) (stop func() error)
+}
+
+// MeasureWindow runs m's warm-up and measured window and returns the measured window
+// with the server's and this process's CPU over it.
+func MeasureWindow(ctx context.Context, m Measure) (_ Arm, err error) {
+	if m.During != nil {
+		stop := m.During(ctx)
+		defer func() {
+			if ferr := stop(); ferr != nil && err == nil {
+				err = ferr
+			}
+		}()
+	}
+	wc := m.Window
+	wc.Duration, wc.Progress = m.Warmup, nil
+	if m.Warmup > 0 {
+		if _, err := Run(ctx, m.Client, m.Request, wc); err != nil {
+			return Arm{}, err
+		}
+	}
+	wc = m.Window
+	wc.Seed += 500
+	before, err := m.Child.Usage()
+	if err != nil {
+		return Arm{}, err
+	}
+	genBefore, err := ProcessCPU()
+	if err != nil {
+		return Arm{}, err
+	}
+	w, err := Run(ctx, m.Client, m.Request, wc)
+	if err != nil {
+		return Arm{}, err
+	}
+	genAfter, err := ProcessCPU()
+	if err != nil {
+		return Arm{}, err
+	}
+	after, err := m.Child.Usage()
+	if err != nil {
+		return Arm{}, err
+	}
+	if w.Sent > 0 && w.Failed == w.Sent {
+		for msg := range w.Errors {
+			return Arm{}, fmt.Errorf("every request to the %s server failed, e.g. %s", m.Server, msg)
+		}
+	}
+	used := after.Sub(before)
+	return Arm{Server: m.Server, Rate: m.Rate, Window: w, CPU: used.CPU, GCCPU: used.GCCPU, GCs: used.GCs, AllocBytes: used.AllocBytes,
+		GeneratorCPU: genAfter - genBefore}, nil
+}
+
+// SnapshotStall writes the server's (ch's) and the generator's (gen's) flight recordings
+// to dir when arm's window (of round) had a round trip over stall, and says so on log.
+func SnapshotStall(dir string, stall time.Duration, ch *Child, gen *trace.FlightRecorder, arm Arm, round int, log io.Writer) error {
+	if len(arm.Window.Totals) == 0 {
+		return nil
+	}
+	longest := slices.Max(arm.Window.Totals)
+	if longest <= stall {
+		return nil
+	}
+	name := fmt.Sprintf("%s-%.0f-round%03d.trace", arm.Server, arm.Rate, round)
+	path := filepath.Join(dir, name)
+	if err := ch.Snapshot(path); err != nil {
+		return err
+	}
+	genPath := filepath.Join(dir, "generator-"+name)
+	if err := WriteFlight(gen, genPath); err != nil {
+		return fmt.Errorf("write the generator's flight recording: %w", err)
+	}
+	fmt.Fprintf(log, "%s at %.0f/s, round %d: a %v round trip; the last seconds of the server and the generator are in %s and %s\n",
+		arm.Server, arm.Rate, round, longest.Round(time.Microsecond), path, genPath)
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
@@ -288,12 +287,23 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 				if name == serverOurs {
 					f = feed
 				}
-				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, f, stderr)
+				m := extload.Measure{Server: name, Rate: rate, Client: conns[name], Child: servers[name], Request: req,
+					Window: extload.WindowConfig{Rate: rate, Duration: c.duration, Seed: c.seed*1000 + uint64(round*len(c.rates)+i), MaxInFlight: c.maxInFlight, Timeout: c.timeout},
+					Warmup: c.warmup}
+				if f != nil {
+					m.During = func(ctx context.Context) func() error { return f.start(ctx, c.feedRate, c.feedEvents) }
+				}
+				bar := newProgressBar(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.progress)
+				m.Window.Progress = bar.update
+				arm, err := extload.MeasureWindow(ctx, m)
+				bar.finish()
 				if err != nil {
 					return err
 				}
-				if err := snapshotStall(c, servers[name], genFlight, arm, round, stderr); err != nil {
-					return err
+				if c.flightDir != "" {
+					if err := extload.SnapshotStall(c.flightDir, c.stall, servers[name], genFlight, arm, round, stderr); err != nil {
+						return err
+					}
 				}
 				arms = extload.Pool(arms, arm)
 			}
@@ -312,80 +322,6 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		}
 	}
 	return extload.WriteStalls(stdout, arms, c.stall)
-}
-
-// snapshotStall writes the server's and the generator's (gen's) flight recordings to
-// -server-flight's directory when arm's window (round's) had a round trip over -stall, and
-// says so on stderr.
-func snapshotStall(c extloadConfig, ch *extload.Child, gen *trace.FlightRecorder, arm extload.Arm, round int, stderr io.Writer) error {
-	if c.flightDir == "" || len(arm.Window.Totals) == 0 {
-		return nil
-	}
-	longest := slices.Max(arm.Window.Totals)
-	if longest <= c.stall {
-		return nil
-	}
-	name := fmt.Sprintf("%s-%.0f-round%03d.trace", arm.Server, arm.Rate, round)
-	path := filepath.Join(c.flightDir, name)
-	if err := ch.Snapshot(path); err != nil {
-		return err
-	}
-	genPath := filepath.Join(c.flightDir, "generator-"+name)
-	if err := extload.WriteFlight(gen, genPath); err != nil {
-		return fmt.Errorf("write the generator's flight recording: %w", err)
-	}
-	fmt.Fprintf(stderr, "%s at %.0f/s, round %d: a %v round trip; the last seconds of the server and the generator are in %s and %s\n",
-		arm.Server, arm.Rate, round, longest.Round(time.Microsecond), path, genPath)
-	return nil
-}
-
-// extloadWindow runs the warm-up and the measured window of one server at one rate.
-func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float64, seed uint64, client extprocv3.ExternalProcessorClient, ch *extload.Child, req extload.Request, feed *extloadFeed, stderr io.Writer) (_ extload.Arm, err error) {
-	if feed != nil {
-		stop := feed.start(ctx, c.feedRate, c.feedEvents)
-		defer func() {
-			if ferr := stop(); ferr != nil && err == nil {
-				err = ferr
-			}
-		}()
-	}
-	wc := extload.WindowConfig{Rate: rate, Duration: c.warmup, Seed: c.seed*1000 + seed, MaxInFlight: c.maxInFlight, Timeout: c.timeout}
-	if c.warmup > 0 {
-		if _, err := extload.Run(ctx, client, req, wc); err != nil {
-			return extload.Arm{}, err
-		}
-	}
-	bar := newProgressBar(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.progress)
-	wc.Duration, wc.Seed, wc.Progress = c.duration, wc.Seed+500, bar.update
-	before, err := ch.Usage()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	genBefore, err := extload.ProcessCPU()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	w, err := extload.Run(ctx, client, req, wc)
-	bar.finish()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	genAfter, err := extload.ProcessCPU()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	after, err := ch.Usage()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	if w.Sent > 0 && w.Failed == w.Sent {
-		for msg := range w.Errors {
-			return extload.Arm{}, fmt.Errorf("every request to the %s server failed, e.g. %s", name, msg)
-		}
-	}
-	used := after.Sub(before)
-	return extload.Arm{Server: name, Rate: rate, Window: w, CPU: used.CPU, GCCPU: used.GCCPU, GCs: used.GCs, AllocBytes: used.AllocBytes,
-		GeneratorCPU: genAfter - genBefore}, nil
 }
 
 // runExtloadServer is the child side: one server on a loopback port, speaking extload's

@@ -66,27 +66,38 @@ func amendLiveReport(path string, res experiment.Results, meta experiment.Meta) 
 func writeTwinTable(w io.Writer, live, ref []experiment.Run, info []experiment.LiveInfo) {
 	cols := []string{"TTFT p50", "TTFT p95", "TTFT p99", "ITL p95", "e2e p95", "req/s", "imbalance", "hit rate", "miss@150ms"}
 	fmt.Fprintf(w, "| arm | seed | mode | %s | errors | wall s |\n|---|---|---|%s---|---|\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
-	line := func(r experiment.Run, mode, wall string) {
-		m := SeedMetricsOf(r)
-		fmt.Fprintf(w, "| %s | %d | %s |", r.Arm.Name, r.Seed, mode)
-		for _, c := range cols {
-			met, _ := MetricByName(c)
-			fmt.Fprintf(w, " %s |", FormatMetric(c, met.Value(m)))
-		}
-		fmt.Fprintf(w, " %d | %s |\n", m.Errors, wall)
-	}
-	for i, r := range live {
+	eachTwin(live, ref, func(r experiment.Run, mode string, i int) {
 		wall := ""
-		if i < len(info) {
+		if i >= 0 && i < len(info) {
 			wall = fmt.Sprintf("%.1f", info[i].WallSeconds)
 		}
-		line(r, "live", wall)
+		cells, errs := metricCells(r, cols)
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %s |\n", r.Arm.Name, r.Seed, mode, strings.Join(cells, " | "), errs, wall)
+	})
+}
+
+// eachTwin calls f for each live run (mode "live", i its index) and after it for each of
+// its virtual-time twins in ref (mode "virtual time", i -1).
+func eachTwin(live, ref []experiment.Run, f func(r experiment.Run, mode string, i int)) {
+	for i, r := range live {
+		f(r, "live", i)
 		for _, t := range ref {
 			if t.Arm.Name == r.Arm.Name && t.Seed == r.Seed {
-				line(t, "virtual time", "")
+				f(t, "virtual time", -1)
 			}
 		}
 	}
+}
+
+// metricCells returns r's values of the metrics cols, formatted, and its errors.
+func metricCells(r experiment.Run, cols []string) ([]string, int) {
+	m := SeedMetricsOf(r)
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		met, _ := MetricByName(c)
+		out[i] = FormatMetric(c, met.Value(m))
+	}
+	return out, m.Errors
 }
 
 // FormatMetric formats a metric value as the report's tables do.
@@ -102,33 +113,21 @@ func FormatMetric(name string, v float64) string {
 	return fmt.Sprintf("%.3f", v)
 }
 
-// WriteTwinsText writes, as an aligned text table, each live run's metrics, with its virtual-time twin when there is one.
+// WriteTwinsText writes, as an aligned text table, each live run's metrics, with its
+// virtual-time twin when there is one.
 func WriteTwinsText(w io.Writer, runs []experiment.Run, meta experiment.Meta) {
 	cols := []string{"TTFT p50", "TTFT p95", "TTFT p99", "ITL p95", "e2e p95", "req/s", "imbalance", "hit rate"}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "arm\tseed\tmode\t%s\terrors\tLMCache msgs pushed/received\twall s\t\n", strings.Join(cols, "\t"))
-	line := func(r experiment.Run, mode, extra string) {
-		m := SeedMetricsOf(r)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t", r.Arm.Name, r.Seed, mode)
-		for _, c := range cols {
-			met, _ := MetricByName(c)
-			fmt.Fprintf(tw, "%s\t", FormatMetric(c, met.Value(m)))
-		}
-		fmt.Fprintf(tw, "%d\t%s\t\n", m.Errors, extra)
-	}
-	for i, r := range runs {
+	eachTwin(runs, meta.Reference, func(r experiment.Run, mode string, i int) {
 		extra := "\t"
-		if i < len(meta.Live) {
+		if i >= 0 && i < len(meta.Live) {
 			l := meta.Live[i]
 			extra = fmt.Sprintf("%d/%d\t%.1f", l.Messages, l.Received, l.WallSeconds)
 		}
-		line(r, "live", extra)
-		for _, t := range meta.Reference {
-			if t.Arm.Name == r.Arm.Name && t.Seed == r.Seed {
-				line(t, "virtual time", "\t")
-			}
-		}
-	}
+		cells, errs := metricCells(r, cols)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t\n", r.Arm.Name, r.Seed, mode, strings.Join(cells, "\t"), errs, extra)
+	})
 	_ = tw.Flush()
 }
 

@@ -22,10 +22,23 @@ import (
 // order, so a slice's seeds equal the full run's) and checks a handful of per-seed metrics.
 // A refactor of the bench must leave every one of them exactly as it is; a change of the
 // model or the metrics updates them with a decision record that says why.
+//
+// They simulate whole published warm-ups, seconds each, ten times that under the race
+// detector, which adds nothing to a check of numbers: under -race they skip, and `make test`
+// runs them without it (`make pins`).
+
+// skipUnderRace skips a pinned-number test under the race detector.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("pinned numbers run without -race: make pins")
+	}
+}
 
 // TestPinnedTournamentSeeds checks per-seed metrics of the published profile's loadaware-b1
 // cell, as the tournament's JSON writes them.
 func TestPinnedTournamentSeeds(t *testing.T) {
+	skipUnderRace(t)
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "t.json")
 	runOK(t, "tournament", "-quiet", "-profiles", "published", "-arms", "loadaware-b1", "-seeds", "1-2",
@@ -55,6 +68,7 @@ func TestPinnedTournamentSeeds(t *testing.T) {
 // TestPinnedReplaySeed checks the first seed of the measured kvaware cell, real and
 // simulated, as the replay's JSON writes it.
 func TestPinnedReplaySeed(t *testing.T) {
+	skipUnderRace(t)
 	jsonPath := filepath.Join(t.TempDir(), "r.json")
 	runOK(t, "replay", "-quiet", "-cells", "kvaware", "-seeds", "1", "-json", jsonPath)
 	var got struct {
@@ -80,6 +94,7 @@ func TestPinnedReplaySeed(t *testing.T) {
 
 // TestPinnedSweepSeeds checks seeds.csv of a two-arm, two-seed sweep.
 func TestPinnedSweepSeeds(t *testing.T) {
+	skipUnderRace(t)
 	dir := t.TempDir()
 	runOK(t, "sweep", "-arms", "kvaware,loadaware-b1", "-seeds", "1-2", "-csv=false", "-save=false", "-progress=false", "-out", dir)
 	f, err := os.Open(filepath.Join(dir, "seeds.csv"))

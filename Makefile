@@ -5,7 +5,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short soak-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short soak-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament pins
 
 all: build
 
@@ -37,7 +37,12 @@ fuzz-short: deps testdata
 fuzz: deps testdata
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
-test: vet staticcheck unit fuzz-short soak-short
+test: vet staticcheck unit fuzz-short soak-short pins
+
+# Numbers the bench printed before its refactors (cmd/loadaware-bench/pin_test.go), checked
+# without the race detector, under which they skip.
+pins: deps
+	$(GO) test -count=1 -run Pinned ./cmd/loadaware-bench
 
 # A short slice of the soak: 10 s of steady traffic alone, then 3 s beside every hostile
 # client; it fails on a lost booking, a failed steady request or a bound overrun.

@@ -10,26 +10,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
-func row(i int, ttft, e2e float64, itls ...float64) vtime.Row {
-	return vtime.Row{Index: i, PrefixID: i % 3, SendAt: float64(i) / 10, TTFT: ttft, E2E: e2e, PromptTokens: 1579,
+func row(i int, ttft, e2e float64, itls ...float64) experiment.Row {
+	return experiment.Row{Index: i, PrefixID: i % 3, SendAt: float64(i) / 10, TTFT: ttft, E2E: e2e, PromptTokens: 1579,
 		CompletionTokens: len(itls) + 1, Status: "ok", ITLs: itls}
 }
 
 func TestSeedMetricsOf(t *testing.T) {
-	run := vtime.Run{
-		Arm:  vtime.Arm{Name: "kvaware", Policy: "kvaware"},
+	run := experiment.Run{
+		Arm:  experiment.Arm{Name: "kvaware", Policy: "kvaware"},
 		Seed: 3,
-		Rows: []vtime.Row{
+		Rows: []experiment.Row{
 			row(0, 0.1, 1.0, 100, 200),
 			row(1, 0.2, 2.0, 300),
 			row(2, 0.3, 3.0, 400),
 			{Index: 3, Status: "error", Error: "boom", TTFT: math.NaN(), E2E: math.NaN()},
 		},
 		Running: [][]int{{4, 1}, {2, 1}, {6, 1}},
-		Engines: []vtime.EngineStats{{PrefixQueries: 100, PrefixHits: 90, Preemptions: 1}, {PrefixQueries: 100, PrefixHits: 50}},
+		Engines: []experiment.EngineStats{{PrefixQueries: 100, PrefixHits: 90, Preemptions: 1}, {PrefixQueries: 100, PrefixHits: 50}},
 		Span:    2,
 	}
 	m := SeedMetricsOf(run)
@@ -86,7 +88,7 @@ func TestImbalanceEdges(t *testing.T) {
 
 func TestWriteCSV(t *testing.T) {
 	var buf bytes.Buffer
-	rows := []vtime.Row{row(0, 0.1234567, 1.5, 20.25, 30), {Index: 1, PrefixID: -1, SendAt: 0.5, TTFT: math.NaN(), E2E: math.NaN(), PromptTokens: 2081, Status: "error", Error: "refused, too long"}}
+	rows := []experiment.Row{row(0, 0.1234567, 1.5, 20.25, 30), {Index: 1, PrefixID: -1, SendAt: 0.5, TTFT: math.NaN(), E2E: math.NaN(), PromptTokens: 2081, Status: "error", Error: "refused, too long"}}
 	if err := WriteCSV(&buf, rows); err != nil {
 		t.Fatal(err)
 	}
@@ -100,9 +102,9 @@ func TestWriteCSV(t *testing.T) {
 
 // synthetic builds a sweep result where loadaware halves kvaware's imbalance
 // on every seed and leaves TTFT unchanged.
-func synthetic(seeds int) vtime.Results {
-	var res vtime.Results
-	for _, arm := range []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "roundrobin", Policy: "roundrobin"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}} {
+func synthetic(seeds int) experiment.Results {
+	var res experiment.Results
+	for _, arm := range []experiment.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "roundrobin", Policy: "roundrobin"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}} {
 		for s := range seeds {
 			busy := 4 + s%3
 			if arm.Name == "loadaware-b1" {
@@ -112,13 +114,13 @@ func synthetic(seeds int) vtime.Results {
 			if arm.Name == "roundrobin" {
 				ttft = 10
 			}
-			res.Runs = append(res.Runs, vtime.Run{Arm: arm, Seed: uint64(s + 1), Span: 35,
-				Rows:    []vtime.Row{row(0, ttft, 5, 50), row(1, ttft, 6, 60)},
+			res.Runs = append(res.Runs, experiment.Run{Arm: arm, Seed: uint64(s + 1), Span: 35,
+				Rows:    []experiment.Row{row(0, ttft, 5, 50), row(1, ttft, 6, 60)},
 				Running: [][]int{{busy, 2}},
-				Engines: []vtime.EngineStats{{PrefixQueries: 10, PrefixHits: 9}}})
+				Engines: []experiment.EngineStats{{PrefixQueries: 10, PrefixHits: 9}}})
 		}
 	}
-	res.Config = vtime.DefaultSweepConfig()
+	res.Config = experiment.DefaultConfig()
 	return res
 }
 
@@ -147,7 +149,7 @@ func TestAnalyzeComparesPairedSeeds(t *testing.T) {
 	if len(a.Calibration) != 12 || a.Reproduced {
 		t.Fatalf("%d calibration checks, reproduced=%v: want 12 and false for synthetic data", len(a.Calibration), a.Reproduced)
 	}
-	if _, err := Analyze(vtime.Results{}); err == nil {
+	if _, err := Analyze(experiment.Results{}); err == nil {
 		t.Fatal("no runs: want an error")
 	}
 	claims := a.Claims()
@@ -159,8 +161,8 @@ func TestAnalyzeComparesPairedSeeds(t *testing.T) {
 
 func TestOrderingAndTolerances(t *testing.T) {
 	a := Analysis{Arms: []ArmSummary{
-		{Arm: vtime.Arm{Name: "kvaware"}, Median: map[string]float64{"TTFT p95": 0.33, "imbalance": 2.2, "req/s": 14, "hit rate": 0.95}},
-		{Arm: vtime.Arm{Name: "roundrobin"}, Median: map[string]float64{"TTFT p95": 9.9, "imbalance": 1.1, "req/s": 7, "hit rate": 0.7}},
+		{Arm: experiment.Arm{Name: "kvaware"}, Median: map[string]float64{"TTFT p95": 0.33, "imbalance": 2.2, "req/s": 14, "hit rate": 0.95}},
+		{Arm: experiment.Arm{Name: "roundrobin"}, Median: map[string]float64{"TTFT p95": 9.9, "imbalance": 1.1, "req/s": 7, "hit rate": 0.7}},
 	}}
 	checks := a.calibrate()
 	pass := map[string]bool{}
@@ -187,8 +189,8 @@ func TestOrderingAndTolerances(t *testing.T) {
 }
 
 func TestWriteReportFromARealSweep(t *testing.T) {
-	cfg := vtime.DefaultSweepConfig()
-	cfg.Arms = []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "roundrobin", Policy: "roundrobin"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}
+	cfg := experiment.DefaultConfig()
+	cfg.Arms = []experiment.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "roundrobin", Policy: "roundrobin"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}
 	cfg.Seeds = []uint64{1, 2, 3}
 	cfg.Workload.Requests = 80
 	cfg.Warmup = 80

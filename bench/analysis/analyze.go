@@ -7,23 +7,16 @@ import (
 	"math"
 	"slices"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/stats"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
 // Baseline is the arm every other arm is compared with.
 const Baseline = "kvaware"
 
-// Alpha is the significance threshold: 0.05 one-sided, Bonferroni-corrected
-// for the two primary metrics (TTFT p95 and imbalance).
-const Alpha = 0.025
-
-// Bootstrap settings for the effect intervals.
-const (
-	BootstrapResamples = 10000
-	BootstrapSeed      = 1
-	BootstrapLevel     = 0.95
-)
+// Alpha is the significance threshold of every paired test (stats.Alpha).
+const Alpha = stats.Alpha
 
 // ComparedMetrics are the metrics tested against the baseline: the two
 // primary ones, then the headline goodput miss rate.
@@ -31,7 +24,7 @@ var ComparedMetrics = []string{"TTFT p95", "imbalance", "miss@150ms"}
 
 // ArmSummary is one arm's medians over its seeds.
 type ArmSummary struct {
-	Arm     vtime.Arm
+	Arm     experiment.Arm
 	Seeds   int
 	Median  map[string]float64 // by Metric name
 	Goodput []float64          // median over seeds, per objective
@@ -75,13 +68,13 @@ type Analysis struct {
 
 // Analyze computes the metrics of every run, the medians per arm, the paired
 // comparisons with the baseline and the calibration checks.
-func Analyze(res vtime.Results) (Analysis, error) {
+func Analyze(res experiment.Results) (Analysis, error) {
 	if len(res.Runs) == 0 {
 		return Analysis{}, errors.New("analysis: no runs: run a sweep first")
 	}
 	var a Analysis
 	byArm := map[string][]SeedMetrics{}
-	var arms []vtime.Arm
+	var arms []experiment.Arm
 	for _, run := range res.Runs {
 		m := SeedMetricsOf(run)
 		a.Seeds = append(a.Seeds, m)
@@ -106,18 +99,13 @@ func Analyze(res vtime.Results) (Analysis, error) {
 			if arm.Name == Baseline {
 				continue
 			}
-			cand := byArm[arm.Name]
 			for _, name := range ComparedMetrics {
 				met, _ := MetricByName(name)
-				b, c, err := pair(base, cand, met)
+				c, err := compareSeeds(base, byArm[arm.Name], met)
 				if err != nil {
 					return Analysis{}, fmt.Errorf("analysis: %s vs %s on %s: %w", arm.Name, Baseline, name, err)
 				}
-				cmpRes, err := stats.ComparePaired(b, c, BootstrapLevel, BootstrapResamples, BootstrapSeed)
-				if err != nil {
-					return Analysis{}, fmt.Errorf("analysis: %s vs %s on %s: %w", arm.Name, Baseline, name, err)
-				}
-				a.Comparisons = append(a.Comparisons, Paired{Arm: arm.Name, Metric: name, Comparison: cmpRes})
+				a.Comparisons = append(a.Comparisons, Paired{Arm: arm.Name, Metric: name, Comparison: c})
 			}
 		}
 	}
@@ -163,31 +151,26 @@ func medianOf(ms []SeedMetrics, f func(SeedMetrics) float64) float64 {
 	return stats.Median(xs)
 }
 
-// pair lines up baseline and candidate values by seed (seeds both have).
-func pair(base, cand []SeedMetrics, met Metric) ([]float64, []float64, error) {
-	bySeed := map[uint64]float64{}
-	for _, m := range base {
-		bySeed[m.Seed] = met.Value(m)
+// compareSeeds pairs two arms' values of met by seed (stats.PairBySeed) and
+// compares them (stats.ComparePaired with stats.DefaultBootstrap).
+func compareSeeds(base, cand []SeedMetrics, met Metric) (stats.Comparison, error) {
+	p := stats.PairBySeed(bySeed(base, met), bySeed(cand, met))
+	switch {
+	case p.Common == 0:
+		return stats.Comparison{}, errors.New("no seed in common")
+	case len(p.Seeds) == 0:
+		return stats.Comparison{}, fmt.Errorf("none of the %d common seeds has finite values of both arms (an engine idle through every seed?): run longer seeds", p.Common)
 	}
-	var b, c []float64
-	common := 0
-	for _, m := range cand {
-		if v, ok := bySeed[m.Seed]; ok {
-			common++
-			// A short seed can leave an engine idle (+Inf imbalance): such a
-			// seed has no paired difference and is left out of the test.
-			if w := met.Value(m); !math.IsInf(v, 0) && !math.IsNaN(v) && !math.IsInf(w, 0) && !math.IsNaN(w) {
-				b, c = append(b, v), append(c, w)
-			}
-		}
+	return stats.ComparePaired(p.Baseline, p.Candidate, stats.DefaultBootstrap)
+}
+
+// bySeed maps each seed to its value of met.
+func bySeed(ms []SeedMetrics, met Metric) map[uint64]float64 {
+	out := make(map[uint64]float64, len(ms))
+	for _, m := range ms {
+		out[m.Seed] = met.Value(m)
 	}
-	if common == 0 {
-		return nil, nil, errors.New("no seed in common")
-	}
-	if len(b) == 0 {
-		return nil, nil, fmt.Errorf("none of the %d common seeds has finite values of both arms (an engine idle through every seed?): run longer seeds", common)
-	}
-	return b, c, nil
+	return out
 }
 
 func (a Analysis) calibrate() []Check {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 )
 
 // CSVHeader is the published per-request CSV's header.
@@ -16,7 +16,7 @@ var CSVHeader = []string{"index", "prefix_id", "send_ts", "ttft_s", "e2e_s", "pr
 // WriteCSV writes one run's requests in the published per-request format:
 // times in seconds with microsecond precision, itls_ms as a ';'-separated list
 // of milliseconds, empty cells for values a failed request does not have.
-func WriteCSV(w io.Writer, rows []vtime.Row) error {
+func WriteCSV(w io.Writer, rows []experiment.Row) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err

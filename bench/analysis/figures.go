@@ -8,8 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/plot"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
 // Figure is one written PNG and what it shows.
@@ -18,7 +19,7 @@ type Figure struct {
 }
 
 // Figures draws the report's figures into dir and returns them in report order.
-func Figures(dir string, res vtime.Results, a Analysis) ([]Figure, error) {
+func Figures(dir string, res experiment.Results, a Analysis) ([]Figure, error) {
 	var figs []Figure
 	add := func(file, caption string, err error) error {
 		if errors.Is(err, plot.ErrNoData) {

@@ -6,7 +6,8 @@ import (
 	"math"
 	"strings"
 
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // Claim is one published headline and what the simulation says about it.
@@ -59,7 +60,7 @@ func (a Analysis) Claims() []Claim {
 
 // WriteMarkdown writes REPORT.md: the verdict, the tables, the figures and how
 // to reproduce the sweep.
-func (a Analysis) WriteMarkdown(w io.Writer, res vtime.Results, opts ReportOptions, figs []Figure) error {
+func (a Analysis) WriteMarkdown(w io.Writer, res experiment.Results, opts ReportOptions, figs []Figure) error {
 	var b strings.Builder
 	cfg := res.Config
 	b.WriteString("# Benchmark report: the published experiment in virtual time\n\n")
@@ -126,7 +127,7 @@ func (a Analysis) WriteMarkdown(w io.Writer, res vtime.Results, opts ReportOptio
 	}
 	fmt.Fprintf(&b, "\n## Paired comparisons with %s\n\n", Baseline)
 	fmt.Fprintf(&b, "One-sided exact Wilcoxon signed-rank test on the paired seeds (H1: the arm is lower than %s), threshold %.3f (0.05 Bonferroni-corrected for the two primary metrics, TTFT p95 and imbalance). Effect: median over seeds of (%s - arm) / %s, with a %d-resample percentile bootstrap 95%% interval (seed %d). Results above the threshold are reported as null results.\n\n",
-		Baseline, Alpha, Baseline, Baseline, BootstrapResamples, BootstrapSeed)
+		Baseline, Alpha, Baseline, Baseline, stats.DefaultBootstrap.Resamples, stats.DefaultBootstrap.Seed)
 	if err := a.WriteComparisonTable(&b); err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func countPass(cs []Check) int {
 }
 
 // routerText names the router model in front of the engines.
-func routerText(r vtime.Router) string {
+func routerText(r experiment.Router) string {
 	if r.StatsLag > 0 {
 		return fmt.Sprintf("the published Python router (decisions within %v share one statistics snapshot; %v + %v on the data path).", r.StatsLag, r.RequestLatency, r.ResponseLatency)
 	}

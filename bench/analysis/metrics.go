@@ -11,8 +11,9 @@ package analysis
 import (
 	"math"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/stats"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
 // Summary is a latency distribution's mean and exact percentiles, in seconds.
@@ -91,7 +92,7 @@ func MetricByName(name string) (Metric, bool) {
 
 // SeedMetricsOf computes one run's metrics. Latencies cover the requests that
 // completed; errors count in ErrorRate and as goodput misses.
-func SeedMetricsOf(run vtime.Run) SeedMetrics {
+func SeedMetricsOf(run experiment.Run) SeedMetrics {
 	m := SeedMetrics{Arm: run.Arm.Name, Seed: run.Seed, Requests: len(run.Rows)}
 	var ttft, itl, e2e []float64
 	tokens := 0
@@ -159,7 +160,7 @@ func imbalance(samples [][]int) ([]float64, float64) {
 	return means, hi / lo
 }
 
-func goodput(rows []vtime.Row, objectiveMs float64) float64 {
+func goodput(rows []experiment.Row, objectiveMs float64) float64 {
 	if len(rows) == 0 {
 		return math.NaN()
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 )
 
 // ReportOptions describe how the sweep was produced, for the report's
@@ -26,7 +26,7 @@ type ReportOptions struct {
 // runs/<arm>/seed-<n>.csv (the per-request CSV), seeds.csv (per-seed
 // metrics), figures/*.png and REPORT.md (tables, figures, verdict). With
 // opts.NoCSVs the per-request CSVs are left out.
-func WriteReport(dir string, res vtime.Results, opts ReportOptions) (Analysis, error) {
+func WriteReport(dir string, res experiment.Results, opts ReportOptions) (Analysis, error) {
 	a, err := Analyze(res)
 	if err != nil {
 		return Analysis{}, err

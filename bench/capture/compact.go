@@ -24,6 +24,41 @@ type Compact struct {
 	Cells  []CompactCell
 }
 
+// Select returns c with only the cells named in names (arm labels, as
+// ArmLabel gives them, or cell directory names; nil keeps every cell), each
+// cut to its first seeds seeds (0 keeps them all). It is an error when no cell
+// matches.
+func (c Compact) Select(names []string, seeds int) (Compact, error) {
+	if len(names) > 0 {
+		want := map[string]bool{}
+		for _, n := range names {
+			want[strings.TrimSpace(n)] = true
+		}
+		var have []string
+		var out []CompactCell
+		for _, cell := range c.Cells {
+			have = append(have, cell.ArmLabel())
+			if want[cell.ArmLabel()] || want[cell.Name] {
+				out = append(out, cell)
+			}
+		}
+		if len(out) == 0 {
+			return c, fmt.Errorf("matches no cell; the data has %s", strings.Join(have, ", "))
+		}
+		c.Cells = out
+	}
+	if seeds > 0 {
+		cells := make([]CompactCell, len(c.Cells))
+		for i, cell := range c.Cells {
+			n := min(seeds, len(cell.Seeds))
+			cell.Seeds, cell.SeedMetrics = cell.Seeds[:n], cell.SeedMetrics[:min(n, len(cell.SeedMetrics))]
+			cells[i] = cell
+		}
+		c.Cells = cells
+	}
+	return c, nil
+}
+
 // CompactCell is one cell of a Compact.
 type CompactCell struct {
 	Name, Arm  string

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"slices"
-
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
@@ -42,7 +40,7 @@ const StallMS = 80
 // summary-per-seed.csv did:
 //
 //   - TTFT and e2e mean and percentiles over the "ok" rows; percentiles as
-//     Percentile defines them (not interpolated);
+//     stats.NearestPercentiles defines them (not interpolated);
 //   - ITL percentiles over every gap of every ok row pooled, in seconds, and
 //     the share of those gaps above StallMS;
 //   - req_s = ok rows / (latest completion send+e2e over ok rows - earliest
@@ -76,15 +74,15 @@ func SeedMetrics(rows []Request) map[string]float64 {
 		OKCount: float64(len(ttft)),
 		Errors:  float64(errs),
 	}
-	tp := Percentiles(ttft, 50, 90, 95, 99)
+	tp := stats.NearestPercentiles(ttft, 50, 90, 95, 99)
 	m[TTFTMean], m[TTFTP50], m[TTFTP90], m[TTFTP95], m[TTFTP99] = stats.Mean(ttft), tp[0], tp[1], tp[2], tp[3]
-	ip := Percentiles(itl, 50, 95, 99)
+	ip := stats.NearestPercentiles(itl, 50, 95, 99)
 	m[ITLP50], m[ITLP95], m[ITLP99] = ip[0], ip[1], ip[2]
 	m[ITLStall] = math.NaN()
 	if len(itl) > 0 {
 		m[ITLStall] = stalls / float64(len(itl))
 	}
-	ep := Percentiles(e2e, 95, 99)
+	ep := stats.NearestPercentiles(e2e, 95, 99)
 	m[E2EMean], m[E2EP95], m[E2EP99] = stats.Mean(e2e), ep[0], ep[1]
 	m[ReqS], m[TokS] = math.NaN(), math.NaN()
 	if len(ttft) > 0 && last > first {
@@ -115,30 +113,6 @@ func Goodput(rows []Request, slo float64) float64 {
 		return math.NaN()
 	}
 	return float64(met) / (last - first)
-}
-
-// Percentile returns the p-th percentile (0 <= p <= 100) of xs as the
-// published summary-per-seed.csv computed it: the element of the ascending
-// sample at 0-based rank p/100*(n-1) rounded to the nearest integer, halves to
-// even (numpy's method="nearest"), with no interpolation. It returns NaN for
-// an empty sample or p outside [0, 100]. xs is not modified.
-func Percentile(xs []float64, p float64) float64 {
-	return Percentiles(xs, p)[0]
-}
-
-// Percentiles returns Percentile of xs for each p, sorting once.
-func Percentiles(xs []float64, ps ...float64) []float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	out := make([]float64, len(ps))
-	for i, p := range ps {
-		if len(s) == 0 || !(p >= 0 && p <= 100) {
-			out[i] = math.NaN()
-			continue
-		}
-		out[i] = s[int(math.RoundToEven(p/100*float64(len(s)-1)))]
-	}
-	return out
 }
 
 // Imbalance is the ratio of the busiest to the idlest engine's mean of the

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/loadaware/loadaware-epp/bench/sim"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	zmq "github.com/pebbe/zmq4"
 )
@@ -322,7 +323,7 @@ func TestEnginePushesRegistrationThenRealChunkKeysFromItsIP(t *testing.T) {
 	}
 	var want []lmcache.Message
 	for _, k := range h.ChunkKeys(prompt) {
-		want = append(want, lmcache.KVAdmitMsg{InstanceID: "vllm-1", Key: k, Location: vtime.Location})
+		want = append(want, lmcache.KVAdmitMsg{InstanceID: "vllm-1", Key: k, Location: experiment.Location})
 	}
 	var got []lmcache.Message
 	for len(got) < len(want) {
@@ -356,7 +357,7 @@ func TestPusherSendsBatchesOfAtMost50InOrder(t *testing.T) {
 	// Queue 120 messages at once, as one engine step storing 120 chunks does.
 	ps.mu.Lock()
 	for i := range 120 {
-		frame, err := lmcache.Encode(lmcache.KVAdmitMsg{InstanceID: "x", Key: int64(i), Location: vtime.Location})
+		frame, err := lmcache.Encode(lmcache.KVAdmitMsg{InstanceID: "x", Key: int64(i), Location: experiment.Location})
 		if err != nil {
 			t.Fatal(err)
 		}

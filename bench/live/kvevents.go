@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/sim"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/kvevents"
 )
 
@@ -33,8 +34,8 @@ type KVEventsConfig struct {
 type kvPub struct {
 	pub       *kvevents.Publisher
 	keys      sim.KeyFunc
-	events    *vtime.ChunkEvents // chunk contents, learnt from arriving prompts
-	published atomic.Int64       // batches sent
+	events    *experiment.ChunkEvents // chunk contents, learnt from arriving prompts
+	published atomic.Int64            // batches sent
 }
 
 func startKVPub(ip string, c KVEventsConfig, keys sim.KeyFunc, chunk int) (*kvPub, error) {
@@ -46,7 +47,7 @@ func startKVPub(ip string, c KVEventsConfig, keys sim.KeyFunc, chunk int) (*kvPu
 	if err != nil {
 		return nil, fmt.Errorf("live: KV events publisher on %s: %w", ip, err)
 	}
-	return &kvPub{pub: p, keys: keys, events: vtime.NewChunkEvents(chunk)}, nil
+	return &kvPub{pub: p, keys: keys, events: experiment.NewChunkEvents(chunk)}, nil
 }
 
 // learn records the content of a prompt's full chunks, so that their stores can be

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/fleet"
@@ -208,7 +210,7 @@ func decideAlike(t *testing.T, layout kvevents.Layout) {
 // virtual time's (which routes on the LMCache index).
 func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
 	cfg, seed, reqs := sequentialSeed(t)
-	arm := vtime.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
+	arm := experiment.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
 	vt, err := vtime.RunRequests(context.Background(), cfg, arm, seed, reqs)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
@@ -23,7 +25,7 @@ func TestSharedReplicasDecideAsOnePicker(t *testing.T) {
 		t.Skip("live replicas: seconds of wall clock")
 	}
 	cfg, seed, reqs := sequentialSeed(t)
-	arms := []vtime.Arm{
+	arms := []experiment.Arm{
 		{Name: "kvaware", Policy: "kvaware"},
 		{Name: "loadaware-b1", Policy: "loadaware", Beta: 1},
 		{Name: "latencyaware", Policy: "latencyaware", Beta: 1},

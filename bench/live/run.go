@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/openai"
@@ -74,7 +76,7 @@ type Result struct {
 	// Run is what the analysis reads, in the form virtual time produces it. Rows leave
 	// CachedTokens, LoadedTokens and Preemptions zero (a client cannot see them); the
 	// engines' counters are in Engines.
-	Run vtime.Run
+	Run experiment.Run
 	// Decisions are the x-loadaware-decision headers of the explained requests, by index.
 	Decisions map[int]string
 	// Messages is how many LMCache messages (chunk admits and evicts) the engines pushed over
@@ -92,11 +94,11 @@ type Result struct {
 	Replicas ReplicaStats
 }
 
-// engineIPs returns the engines' loopback IPs: engine i listens on the host of vtime.Addrs
+// engineIPs returns the engines' loopback IPs: engine i listens on the host of experiment.Addrs
 // (127.0.1.<i+1>), at a free port.
 func engineIPs(n int) []string {
 	out := make([]string, n)
-	for i, a := range vtime.Addrs(n) {
+	for i, a := range experiment.Addrs(n) {
 		out[i] = fleet.IP(a)
 	}
 	return out
@@ -109,7 +111,7 @@ func engineIPs(n int) []string {
 // requests go open-loop through the gateway at their send times, each engine's running
 // count is scraped from its /metrics every cfg.SampleInterval over the send window, and
 // every LMCache message of the seed travels over ZeroMQ.
-func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64, opts Options) (Result, error) {
+func Run(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64, opts Options) (Result, error) {
 	began := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
@@ -133,7 +135,7 @@ func Run(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64,
 		log = slog.New(slog.DiscardHandler)
 	}
 	kvSource := opts.CacheSource != "" && opts.CacheSource != picker.SourceLMCache
-	if kvSource && (cfg.Protocol == vtime.ProtocolPublished || cfg.Warmup > 0) {
+	if kvSource && (cfg.Protocol == experiment.ProtocolPublished || cfg.Warmup > 0) {
 		return Result{}, fmt.Errorf("live: cache source %s needs a cold fleet: use the per-seed protocol with a warm-up of 0 requests (-protocol per-seed -warmup 0): a warm-up's chunk events exist only as LMCache messages", opts.CacheSource)
 	}
 	f, err := startFleet(ctx, cfg, arm, warm, log, opts)
@@ -173,7 +175,7 @@ type liveFleet struct {
 	kv           bool // the engines publish vLLM KV events to the picker
 }
 
-func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm vtime.Warm, log *slog.Logger, opts Options) (f *liveFleet, err error) {
+func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, warm experiment.Warm, log *slog.Logger, opts Options) (f *liveFleet, err error) {
 	source := opts.CacheSource
 	f = &liveFleet{log: log, outcomes: map[string]gateway.Outcome{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}}
@@ -221,7 +223,7 @@ func startFleet(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, warm 
 	f.baseReceived = before
 	for i, ip := range ips {
 		e, err := StartEngine(EngineConfig{From: warm.Engines[i], Clock: warm.Now, IP: ip, Listener: listeners[i],
-			InstanceID: vtime.InstanceID(i), PullAddr: f.apps[i%len(f.apps)].LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
+			InstanceID: experiment.InstanceID(i), PullAddr: f.apps[i%len(f.apps)].LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
 		if err != nil {
 			for _, l := range listeners[i:] {
 				_ = l.Close()
@@ -401,7 +403,7 @@ type record struct {
 	decision string
 }
 
-func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtime.Arm, seed uint64, reqs []workload.Request, opts Options) (Result, error) {
+func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64, reqs []workload.Request, opts Options) (Result, error) {
 	res := Result{Decisions: map[int]string{}}
 	timeout := opts.Timeout
 	if timeout <= 0 {
@@ -503,7 +505,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 	}
 	res.InFlightAfter = inflight["loadaware_inflight_requests"]
 
-	run := vtime.Run{Arm: arm, Seed: seed, Interval: cfg.SampleInterval, Running: samples}
+	run := experiment.Run{Arm: arm, Seed: seed, Interval: cfg.SampleInterval, Running: samples}
 	f.mu.Lock()
 	outcomes := f.outcomes
 	f.outcomes = map[string]gateway.Outcome{}
@@ -530,7 +532,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 	}
 	run.Window = run.Rows[len(run.Rows)-1].SendAt - run.Rows[0].SendAt
 	for i, e := range f.engines {
-		run.Engines = append(run.Engines, vtime.EngineStats{
+		run.Engines = append(run.Engines, experiment.EngineStats{
 			Addr:          e.Addr(),
 			PrefixQueries: int64(after[i]["vllm:prefix_cache_queries_total"] - before[i]["vllm:prefix_cache_queries_total"]),
 			PrefixHits:    int64(after[i]["vllm:prefix_cache_hits_total"] - before[i]["vllm:prefix_cache_hits_total"]),
@@ -550,8 +552,8 @@ func (f *liveFleet) measure(ctx context.Context, cfg vtime.SweepConfig, arm vtim
 }
 
 // rowOf turns what the client saw into the per-request row virtual time writes.
-func rowOf(r workload.Request, rec record, start time.Time) vtime.Row {
-	row := vtime.Row{Index: r.Index, PrefixID: r.PrefixID, SendAt: rec.sent.Sub(start).Seconds(), TTFT: math.NaN(), E2E: math.NaN(),
+func rowOf(r workload.Request, rec record, start time.Time) experiment.Row {
+	row := experiment.Row{Index: r.Index, PrefixID: r.PrefixID, SendAt: rec.sent.Sub(start).Seconds(), TTFT: math.NaN(), E2E: math.NaN(),
 		PromptTokens: len(r.Tokens), CompletionTokens: len(rec.tokens), Status: "ok"}
 	if len(rec.tokens) > 0 {
 		row.TTFT = rec.tokens[0].Sub(rec.sent).Seconds()

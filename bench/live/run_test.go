@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/bench/workload"
@@ -15,21 +17,21 @@ import (
 
 // fastSweep is the calibrated sweep with engines 20 times faster (engine 1 1.35 times
 // slower than engine 0) and a 5 ms ingress, so live tests take seconds.
-func fastSweep() vtime.SweepConfig {
-	cfg := vtime.DefaultSweepConfig()
+func fastSweep() experiment.Config {
+	cfg := experiment.DefaultConfig()
 	cfg.Slowdowns = []float64{1.0 / 20, 1.35 / 20}
 	cfg.HostDelays = nil
 	cfg.Engine.IngressLatency = 5 * time.Millisecond
 	// The live fleet sits behind the real gateway and picker: its twin in
 	// virtual time behind the Envoy router model, each seed on its own fleet.
-	cfg.Router = vtime.EnvoyRouter()
-	cfg.Protocol = vtime.ProtocolPerSeed
+	cfg.Router = experiment.EnvoyRouter()
+	cfg.Protocol = experiment.ProtocolPerSeed
 	return cfg
 }
 
 // sequentialSeed is the cold fleet and the seed the decision-equality tests send: 40
 // requests over 8 prefixes (so prompts repeat), 2 output tokens, 1/3 s apart.
-func sequentialSeed(t *testing.T) (vtime.SweepConfig, uint64, []workload.Request) {
+func sequentialSeed(t *testing.T) (experiment.Config, uint64, []workload.Request) {
 	t.Helper()
 	cfg := fastSweep()
 	cfg.Warmup = 0
@@ -47,7 +49,7 @@ func sequentialSeed(t *testing.T) (vtime.SweepConfig, uint64, []workload.Request
 	return cfg, seed, reqs
 }
 
-func engineIndex(run vtime.Run) map[string]int {
+func engineIndex(run experiment.Run) map[string]int {
 	out := map[string]int{}
 	for i, e := range run.Engines {
 		out[e.Addr] = i
@@ -62,7 +64,7 @@ type choice struct{ v, l int }
 func (c choice) same() bool { return c.v >= 0 && c.v == c.l }
 
 // choices lists each request's choice; it fails the test at a live request that failed.
-func choices(t *testing.T, vt vtime.Run, lv Result) []choice {
+func choices(t *testing.T, vt experiment.Run, lv Result) []choice {
 	t.Helper()
 	vIdx, lIdx := engineIndex(vt), engineIndex(lv.Run)
 	out := make([]choice, len(lv.Run.Rows))
@@ -89,7 +91,7 @@ var reasonRE = regexp.MustCompile(` reason=(\S+)`)
 // two modes must choose the same engine for every request, under kvaware and loadaware.
 func TestLiveAndVirtualTimeMakeTheSameDecisions(t *testing.T) {
 	cfg, seed, reqs := sequentialSeed(t)
-	for _, arm := range []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}} {
+	for _, arm := range []experiment.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}} {
 		t.Run(arm.Name, func(t *testing.T) {
 			vt, err := vtime.RunRequests(context.Background(), cfg, arm, seed, reqs)
 			if err != nil {
@@ -131,7 +133,7 @@ func TestRunOpenLoopFromAWarmFleet(t *testing.T) {
 	cfg.Workload.Requests = 60
 	cfg.Workload.Rate = 40
 	cfg.Workload.MaxTokens = 8
-	arm := vtime.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
+	arm := experiment.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
 	var progress []int
 	res, err := Run(context.Background(), cfg, arm, 1, Options{
 		Progress: func(done, total int) {
@@ -156,7 +158,7 @@ func TestRunOpenLoopFromAWarmFleet(t *testing.T) {
 		}
 	}
 	for i, e := range run.Engines {
-		if !strings.HasPrefix(e.Addr, vtime.Addrs(2)[i][:len("127.0.1.1")]+":") {
+		if !strings.HasPrefix(e.Addr, experiment.Addrs(2)[i][:len("127.0.1.1")]+":") {
 			t.Errorf("engine %d listens on %s, want 127.0.1.%d", i, e.Addr, i+1)
 		}
 		served += e.Requests
@@ -188,11 +190,11 @@ func TestRunOpenLoopFromAWarmFleet(t *testing.T) {
 func TestRunRefusesAnUnusableConfig(t *testing.T) {
 	cfg := fastSweep()
 	cfg.Engines = 0
-	if _, err := Run(context.Background(), cfg, vtime.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{}); err == nil || !strings.Contains(err.Error(), "engines") {
+	if _, err := Run(context.Background(), cfg, experiment.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{}); err == nil || !strings.Contains(err.Error(), "engines") {
 		t.Errorf("error %v, want one about the engine count", err)
 	}
 	cfg = fastSweep()
-	if _, err := Run(context.Background(), cfg, vtime.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{Requests: []workload.Request{}}); err == nil {
+	if _, err := Run(context.Background(), cfg, experiment.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{Requests: []workload.Request{}}); err == nil {
 		t.Error("no requests: no error")
 	}
 }

@@ -12,10 +12,6 @@ import (
 // OrderedMetrics are the metrics whose ordering of the arms is compared.
 var OrderedMetrics = []string{capture.TTFTP95, capture.ImbalanceKey}
 
-// Significance is the threshold of the paired tests (Bonferroni for two
-// primary metrics, as the published analysis).
-const Significance = 0.025
-
 // Ordering is the arms sorted by one metric's median over seeds, lowest
 // first, on each side, and the pairs of arms the two orders disagree on.
 type Ordering struct {
@@ -78,7 +74,7 @@ type Side struct {
 	Effect   float64 `json:"effect"`   // median over seeds of (baseline - arm) / baseline: > 0 is better
 	PBetter  float64 `json:"p_better"` // one-sided exact Wilcoxon signed-rank, the arm lower
 	PWorse   float64 `json:"p_worse"`  // the same test, the arm higher
-	Verdict  string  `json:"verdict"`  // "better", "worse" (p < Significance) or "null"
+	Verdict  string  `json:"verdict"`  // "better", "worse" (p < stats.Alpha) or "null"
 	Improved int     `json:"improved"` // seeds on which the arm is lower
 	Seeds    int     `json:"seeds"`    //
 }
@@ -108,17 +104,9 @@ func effects(cells []Cell, baseline string) ([]Effect, error) {
 		if c.Arm == baseline {
 			continue
 		}
-		if len(c.Seeds) != len(base.Seeds) {
-			return nil, fmt.Errorf("replay: arm %s has %d seeds and the baseline %s %d: paired tests need the same seeds", c.Arm, len(c.Seeds), baseline, len(base.Seeds))
-		}
-		for i := range c.Seeds {
-			if c.Seeds[i].Seed != base.Seeds[i].Seed {
-				return nil, fmt.Errorf("replay: arm %s seed #%d is %d, the baseline's is %d: paired tests need the same seeds in the same order", c.Arm, i, c.Seeds[i].Seed, base.Seeds[i].Seed)
-			}
-		}
 		for _, m := range OrderedMetrics {
-			br, bs := column(base.Seeds, m)
-			ar, as := column(c.Seeds, m)
+			br, bs := bySeed(base.Seeds, m)
+			ar, as := bySeed(c.Seeds, m)
 			e := Effect{Arm: c.Arm, Metric: m}
 			var err error
 			if e.Real, err = Paired(br, ar); err != nil {
@@ -135,45 +123,27 @@ func effects(cells []Cell, baseline string) ([]Effect, error) {
 	return out, nil
 }
 
-// Paired compares a candidate with a baseline over paired seeds: the median
-// relative reduction and one-sided exact Wilcoxon signed-rank tests in both
-// directions. Seeds where either value is not finite are left out.
-func Paired(baseline, candidate []float64) (Side, error) {
-	var b, c []float64
-	for i := range baseline {
-		if finite(baseline[i]) && finite(candidate[i]) && baseline[i] != 0 {
-			b, c = append(b, baseline[i]), append(c, candidate[i])
-		}
-	}
-	if len(b) == 0 {
+// Paired compares a candidate with a baseline over the seeds both have (seed
+// -> value), as every paired comparison of the bench does (stats.PairBySeed,
+// stats.ComparePaired, here without an interval): the median relative
+// reduction and one-sided exact Wilcoxon signed-rank tests in both
+// directions. Seeds where either value is not finite or the baseline is zero
+// are left out.
+func Paired(baseline, candidate map[uint64]float64) (Side, error) {
+	p := stats.PairBySeed(baseline, candidate)
+	if len(p.Seeds) == 0 {
 		return Side{Verdict: "null", PBetter: 1, PWorse: 1}, nil
 	}
-	red, err := stats.RelativeReductions(b, c)
+	c, err := stats.ComparePaired(p.Baseline, p.Candidate, stats.Bootstrap{})
 	if err != nil {
 		return Side{}, err
 	}
-	s := Side{Effect: stats.Median(red), Seeds: len(b)}
-	for i := range b {
-		if c[i] < b[i] {
-			s.Improved++
-		}
-	}
-	better, err := stats.WilcoxonPaired(c, b, stats.Less)
-	if err != nil {
-		return Side{}, err
-	}
-	worse, err := stats.WilcoxonPaired(c, b, stats.Greater)
-	if err != nil {
-		return Side{}, err
-	}
-	s.PBetter, s.PWorse = better.P, worse.P
+	s := Side{Effect: c.Reduction, Seeds: c.Seeds, Improved: c.Improved, PBetter: c.Test.P, PWorse: c.Worse.P, Verdict: "null"}
 	switch {
-	case s.PBetter < Significance:
+	case c.Significant(stats.Alpha):
 		s.Verdict = "better"
-	case s.PWorse < Significance:
+	case c.SignificantlyWorse(stats.Alpha):
 		s.Verdict = "worse"
-	default:
-		s.Verdict = "null"
 	}
 	return s, nil
 }

@@ -62,20 +62,20 @@ func TestSpearman(t *testing.T) {
 }
 
 func TestPairedVerdicts(t *testing.T) {
-	base := make([]float64, 20)
-	for i := range base {
-		base[i] = 1 + float64(i)/10
+	base := map[uint64]float64{}
+	for i := range 20 {
+		base[uint64(i+1)] = 1 + float64(i)/10
 	}
-	scale := func(f float64) []float64 {
-		out := make([]float64, len(base))
-		for i, b := range base {
-			out[i] = b * f
+	scale := func(f float64) map[uint64]float64 {
+		out := map[uint64]float64{}
+		for s, b := range base {
+			out[s] = b * f
 		}
 		return out
 	}
 	tests := []struct {
 		name    string
-		cand    []float64
+		cand    map[uint64]float64
 		verdict string
 		effect  float64
 	}{
@@ -94,9 +94,13 @@ func TestPairedVerdicts(t *testing.T) {
 			}
 		})
 	}
-	s, err := Paired([]float64{1, math.Inf(1), 2}, []float64{0.5, 1, math.NaN()})
+	s, err := Paired(map[uint64]float64{1: 1, 2: math.Inf(1), 3: 2, 4: 3}, map[uint64]float64{1: 0.5, 2: 1, 3: math.NaN(), 5: 1})
 	if err != nil || s.Seeds != 1 {
-		t.Fatalf("%+v, %v: want the one finite pair", s, err)
+		t.Fatalf("%+v, %v: want the one seed both have with finite values", s, err)
+	}
+	s, err = Paired(map[uint64]float64{1: 1}, map[uint64]float64{2: 1})
+	if err != nil || s.Seeds != 0 || s.Verdict != "null" || s.PBetter != 1 || s.PWorse != 1 {
+		t.Fatalf("%+v, %v: no common seed is a null result", s, err)
 	}
 }
 

@@ -21,13 +21,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
 // Options configure a replay.
 type Options struct {
-	Fleet    vtime.SweepConfig // engine model, engines, per-engine factors, workload pool, hash seed, router, seed gap
+	Fleet    experiment.Config // engine model, engines, per-engine factors, workload pool, hash seed, router, seed gap
 	Scrape   time.Duration     // how often the engines are sampled (the published Prometheus step)
 	Baseline string            // arm label the paired effects are computed against ("kvaware")
 	Workers  int               // cells in parallel; 0 = GOMAXPROCS
@@ -37,11 +39,11 @@ type Options struct {
 }
 
 // DefaultOptions replays on the calibrated model of the published fleet
-// (vtime.DefaultSweepConfig) behind the published Python router.
+// (experiment.DefaultConfig) behind the published Python router.
 func DefaultOptions() Options {
 	return Options{
-		Fleet:    vtime.DefaultSweepConfig(),
-		Scrape:   vtime.DefaultScrapeInterval,
+		Fleet:    experiment.DefaultConfig(),
+		Scrape:   experiment.DefaultScrapeInterval,
 		Baseline: "kvaware",
 	}
 }
@@ -169,7 +171,7 @@ func Run(ctx context.Context, c capture.Compact, opt Options) (Report, error) {
 
 // cellConfig turns a measured cell into the simulated cell that replays it.
 func cellConfig(cc capture.CompactCell, opt Options) (vtime.CellConfig, error) {
-	arm := vtime.Arm{Name: cc.ArmLabel(), Policy: cc.Arm}
+	arm := experiment.Arm{Name: cc.ArmLabel(), Policy: cc.Arm}
 	if cc.Beta != nil {
 		arm.Beta = *cc.Beta
 	}
@@ -231,7 +233,7 @@ func SimCell(name string, res vtime.CellResult) capture.Cell {
 		}
 		c.Seeds = append(c.Seeds, sd)
 	}
-	add := func(metric string, v func(s vtime.Sample, e int) float64) {
+	add := func(metric string, v func(s experiment.Sample, e int) float64) {
 		for e, addr := range res.Addrs {
 			s := capture.Series{Instance: addr}
 			for _, x := range res.Samples {
@@ -241,17 +243,17 @@ func SimCell(name string, res vtime.CellResult) capture.Cell {
 			c.Prom[metric] = append(c.Prom[metric], s)
 		}
 	}
-	add(capture.RunningMetric, func(s vtime.Sample, e int) float64 { return float64(s.Running[e]) })
-	add(capture.WaitingMetric, func(s vtime.Sample, e int) float64 { return float64(s.Waiting[e]) })
-	add(capture.KVUsageMetric, func(s vtime.Sample, e int) float64 { return s.KVUsage[e] })
-	add(capture.PreemptionsMetric, func(s vtime.Sample, e int) float64 { return float64(s.Preemptions[e]) })
-	add(capture.HitsMetric, func(s vtime.Sample, e int) float64 { return float64(s.Hits[e]) })
-	add(capture.QueriesMetric, func(s vtime.Sample, e int) float64 { return float64(s.Queries[e]) })
-	add(capture.CPUTierMetric, func(s vtime.Sample, e int) float64 { return float64(s.CPUBytes[e]) })
-	add(capture.TTFTCountMetric, func(s vtime.Sample, e int) float64 { return float64(s.FirstTokens[e]) })
-	add(capture.TTFTSumMetric, func(s vtime.Sample, e int) float64 { return s.TTFTSum[e] })
-	add(capture.PrefillCountMetric, func(s vtime.Sample, e int) float64 { return float64(s.FirstTokens[e]) })
-	add(capture.PrefillSumMetric, func(s vtime.Sample, e int) float64 { return s.PrefillSum[e] })
+	add(capture.RunningMetric, func(s experiment.Sample, e int) float64 { return float64(s.Running[e]) })
+	add(capture.WaitingMetric, func(s experiment.Sample, e int) float64 { return float64(s.Waiting[e]) })
+	add(capture.KVUsageMetric, func(s experiment.Sample, e int) float64 { return s.KVUsage[e] })
+	add(capture.PreemptionsMetric, func(s experiment.Sample, e int) float64 { return float64(s.Preemptions[e]) })
+	add(capture.HitsMetric, func(s experiment.Sample, e int) float64 { return float64(s.Hits[e]) })
+	add(capture.QueriesMetric, func(s experiment.Sample, e int) float64 { return float64(s.Queries[e]) })
+	add(capture.CPUTierMetric, func(s experiment.Sample, e int) float64 { return float64(s.CPUBytes[e]) })
+	add(capture.TTFTCountMetric, func(s experiment.Sample, e int) float64 { return float64(s.FirstTokens[e]) })
+	add(capture.TTFTSumMetric, func(s experiment.Sample, e int) float64 { return s.TTFTSum[e] })
+	add(capture.PrefillCountMetric, func(s experiment.Sample, e int) float64 { return float64(s.FirstTokens[e]) })
+	add(capture.PrefillSumMetric, func(s experiment.Sample, e int) float64 { return s.PrefillSum[e] })
 	return c
 }
 
@@ -314,6 +316,15 @@ func column(seeds []SeedPair, m string) (real, sim []float64) {
 	for _, s := range seeds {
 		real = append(real, value(s.Real, m))
 		sim = append(sim, value(s.Sim, m))
+	}
+	return real, sim
+}
+
+// bySeed maps each seed to its real and its simulated value of m.
+func bySeed(seeds []SeedPair, m string) (real, sim map[uint64]float64) {
+	real, sim = make(map[uint64]float64, len(seeds)), make(map[uint64]float64, len(seeds))
+	for _, s := range seeds {
+		real[uint64(s.Seed)], sim[uint64(s.Seed)] = value(s.Real, m), value(s.Sim, m)
 	}
 	return real, sim
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // WriteJSON writes the report as indented JSON (NaN and infinities as null).
@@ -72,7 +73,7 @@ func (r Report) WriteText(w io.Writer) error {
 		b.WriteString(".\n")
 	}
 	if len(r.Effects) > 0 {
-		fmt.Fprintf(&b, "\nPaired effects against %s (median reduction over seeds, > 0 better; one-sided exact Wilcoxon, p < %g):\n\n| arm | metric | real | simulated | same sign | same verdict |\n|---|---|---|---|---|---|\n", r.Baseline, Significance)
+		fmt.Fprintf(&b, "\nPaired effects against %s (median reduction over seeds, > 0 better; one-sided exact Wilcoxon, p < %g):\n\n| arm | metric | real | simulated | same sign | same verdict |\n|---|---|---|---|---|---|\n", r.Baseline, stats.Alpha)
 		for _, e := range r.Effects {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", e.Arm, e.Metric, side(e.Real), side(e.Sim), yes(e.SameSign), yes(e.SameVerdict))
 		}

@@ -2,7 +2,6 @@ package stats
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 )
 
@@ -37,49 +36,4 @@ func BootstrapCI(xs []float64, stat func([]float64) float64, level float64, resa
 	alpha := (1 - level) / 2
 	ps := Percentiles(boot, 100*alpha, 100*(1-alpha))
 	return Interval{Lo: ps[0], Hi: ps[1], Level: level}, nil
-}
-
-// Comparison is the paired comparison of a candidate arm with a baseline arm
-// on one metric where smaller is better (latency, imbalance).
-type Comparison struct {
-	Seeds     int            // paired seeds
-	Improved  int            // seeds where the candidate is strictly smaller
-	Reduction float64        // median relative reduction (baseline-candidate)/baseline
-	CI        Interval       // bootstrap interval of Reduction
-	Test      WilcoxonResult // one-sided: candidate smaller than baseline
-}
-
-// Significant reports whether the one-sided p-value is below alpha.
-func (c Comparison) Significant(alpha float64) bool { return c.Test.P < alpha }
-
-// ComparePaired compares candidate with baseline seed by seed (index i of both
-// slices is seed i): the one-sided exact Wilcoxon signed-rank test of
-// baseline-candidate > 0, the median relative reduction, and its percentile
-// bootstrap interval at level with the given resamples and seed.
-func ComparePaired(baseline, candidate []float64, level float64, resamples int, seed uint64) (Comparison, error) {
-	red, err := RelativeReductions(baseline, candidate)
-	if err != nil {
-		return Comparison{}, err
-	}
-	if len(red) == 0 {
-		return Comparison{}, ErrEmpty
-	}
-	test, err := WilcoxonPaired(baseline, candidate, Greater)
-	if err != nil {
-		return Comparison{}, err
-	}
-	ci, err := BootstrapCI(red, Median, level, resamples, seed)
-	if err != nil {
-		return Comparison{}, err
-	}
-	c := Comparison{Seeds: len(red), Reduction: Median(red), CI: ci, Test: test}
-	for i := range baseline {
-		if candidate[i] < baseline[i] {
-			c.Improved++
-		}
-	}
-	if math.IsNaN(c.Reduction) {
-		return Comparison{}, fmt.Errorf("stats: median reduction is NaN: check the per-seed values")
-	}
-	return c, nil
 }

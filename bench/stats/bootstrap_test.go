@@ -1,7 +1,6 @@
 package stats
 
 import (
-	"math"
 	"testing"
 )
 
@@ -63,41 +62,5 @@ func TestBootstrapCIRejectsBadInput(t *testing.T) {
 				t.Fatal("want an error")
 			}
 		})
-	}
-}
-
-func TestComparePaired(t *testing.T) {
-	base := []float64{2.4, 2.2, 2.6, 2.3, 2.5, 2.1, 2.7, 2.4}
-	cand := []float64{1.2, 1.1, 1.3, 2.4, 1.2, 1.0, 1.4, 1.3}
-	c, err := ComparePaired(base, cand, 0.95, 2000, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Seeds != 8 || c.Improved != 7 {
-		t.Errorf("seeds=%d improved=%d, want 8 and 7", c.Seeds, c.Improved)
-	}
-	// Seven of eight reductions are positive and the one negative has rank 1:
-	// W+ = 35 of 36, p = P(W+ >= 35) = 2/256.
-	if c.Test.WPlus != 35 || !near(c.Test.P, 2.0/256, 1e-12) {
-		t.Errorf("test = %+v, want W+=35 p=%v", c.Test, 2.0/256)
-	}
-	red, err := RelativeReductions(base, cand)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := Median(red); c.Reduction != want {
-		t.Errorf("reduction = %v, want %v", c.Reduction, want)
-	}
-	if !(c.CI.Lo <= c.Reduction && c.Reduction <= c.CI.Hi) {
-		t.Errorf("CI %+v misses the reduction %v", c.CI, c.Reduction)
-	}
-	if !c.Significant(0.025) || c.Significant(0.001) {
-		t.Errorf("Significant is wrong for p=%v", c.Test.P)
-	}
-	if _, err := ComparePaired(nil, nil, 0.95, 1000, 1); err == nil {
-		t.Error("no seeds: want an error")
-	}
-	if _, err := ComparePaired([]float64{1}, []float64{math.NaN()}, 0.95, 1000, 1); err == nil {
-		t.Error("NaN candidate: want an error")
 	}
 }

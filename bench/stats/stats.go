@@ -1,4 +1,5 @@
-// Package stats holds the statistics the benchmark reports: exact percentiles,
+// Package stats holds the statistics the benchmark reports: percentiles
+// (interpolated, Percentile; or the nearest sample, NearestPercentiles),
 // the one-sided exact Wilcoxon signed-rank test on paired seeds, the median
 // relative reduction and its bootstrap confidence interval.
 //
@@ -53,6 +54,25 @@ func sortedPercentile(s []float64, p float64) float64 {
 	}
 	frac := pos - float64(lo)
 	return s[lo] + (s[hi]-s[lo])*frac
+}
+
+// NearestPercentiles returns the p-th percentile (0 <= p <= 100) of xs for
+// each p in ps as the published summary-per-seed.csv computed it: the element
+// of the ascending sample at 0-based rank p/100*(n-1) rounded to the nearest
+// integer, halves to even (numpy's method="nearest"), with no interpolation.
+// An empty sample or a p outside [0, 100] gives NaN. xs is not modified.
+func NearestPercentiles(xs []float64, ps ...float64) []float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	out := make([]float64, len(ps))
+	for i, p := range ps {
+		if len(s) == 0 || !(p >= 0 && p <= 100) {
+			out[i] = math.NaN()
+			continue
+		}
+		out[i] = s[int(math.RoundToEven(p/100*float64(len(s)-1)))]
+	}
+	return out
 }
 
 // Median is Percentile(xs, 50).

@@ -93,3 +93,37 @@ func TestRelativeReductions(t *testing.T) {
 		t.Error("unequal lengths: want an error")
 	}
 }
+
+func TestNearestPercentiles(t *testing.T) {
+	ten := []float64{9, 8, 7, 6, 5, 4, 3, 2, 1, 0} // sorted: 0..9, n-1 = 9
+	cases := []struct {
+		xs   []float64
+		p    float64
+		want float64
+	}{
+		{ten, 0, 0},
+		{ten, 100, 9},
+		{ten, 50, 4},                         // rank 4.5 -> 4 (half to even)
+		{ten, 90, 8},                         // rank 8.1 -> 8
+		{ten, 95, 9},                         // rank 8.55 -> 9
+		{ten, 99, 9},                         // rank 8.91 -> 9
+		{ten[:9], 50, 5},                     // sorted 1..9, rank 4 -> 5
+		{[]float64{0, 1, 2, 3}, 50, 2},       // rank 1.5 -> 2 (even)
+		{[]float64{0, 1, 2, 3, 4, 5}, 50, 2}, // rank 2.5 -> 2 (even), not 3
+		{[]float64{0, 1, 2, 3, 4, 5}, 30, 2}, // rank 1.5 -> 2
+		{[]float64{7}, 99, 7},
+		{nil, 50, math.NaN()},
+		{ten, -1, math.NaN()},
+		{ten, 101, math.NaN()},
+		{ten, math.NaN(), math.NaN()},
+	}
+	for _, tc := range cases {
+		got := NearestPercentiles(tc.xs, tc.p)[0]
+		if !(got == tc.want || math.IsNaN(got) && math.IsNaN(tc.want)) {
+			t.Errorf("NearestPercentiles(%v, %v) = %v, want %v", tc.xs, tc.p, got, tc.want)
+		}
+	}
+	if ten[0] != 9 {
+		t.Error("NearestPercentiles sorted its input")
+	}
+}

@@ -7,13 +7,9 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
-// The paired tests' parameters: the spec's threshold (Bonferroni for two
-// primary metrics) and a fixed bootstrap, so reports repeat exactly.
+// The verdicts of a paired test (at stats.Alpha; the interval is drawn with
+// stats.DefaultBootstrap, so reports repeat exactly).
 const (
-	Alpha           = 0.025
-	BootstrapLevel  = 0.95
-	BootstrapDraws  = 10000
-	BootstrapSeed   = 1
 	VerdictBetter   = "better"
 	VerdictWorse    = "worse"
 	VerdictTied     = "tied"
@@ -72,10 +68,10 @@ type Test struct {
 	Seeds        int     // paired seeds with a finite value on both sides
 	Improved     int     // seeds where Arm is strictly lower
 	Reduction    float64 // median relative reduction (against - arm)/against: > 0 when Arm is lower
-	CILo, CIHi   float64 // its bootstrap interval at BootstrapLevel
+	CILo, CIHi   float64 // its bootstrap interval (stats.DefaultBootstrap)
 	PBetter      float64 // one-sided exact Wilcoxon p: Arm lower than Against
 	PWorse       float64 // one-sided exact Wilcoxon p: Arm higher than Against
-	Verdict      string  // VerdictBetter, VerdictWorse (p < Alpha), VerdictTied, or VerdictUntested
+	Verdict      string  // VerdictBetter, VerdictWorse (p < stats.Alpha), VerdictTied, or VerdictUntested
 	Note         string  // why a test is untested
 }
 
@@ -99,37 +95,27 @@ func (p ProfileResult) Tests() []Test {
 }
 
 // pairedTest compares arm with against seed by seed on RankMetric, over the
-// seeds where both are finite and against is not zero.
+// seeds where both are finite and against is not zero (stats.PairBySeed,
+// stats.ComparePaired).
 func pairedTest(arm, against ArmResult) Test {
 	t := Test{Arm: arm.Arm.Name, Against: against.Arm.Name, Verdict: VerdictUntested,
 		Reduction: math.NaN(), CILo: math.NaN(), CIHi: math.NaN(), PBetter: math.NaN(), PWorse: math.NaN()}
-	x, y := arm.Values(RankMetric), against.Values(RankMetric)
-	var cand, base []float64
-	for i := range x {
-		if finite(x[i]) && finite(y[i]) && y[i] != 0 {
-			cand, base = append(cand, x[i]), append(base, y[i])
-		}
-	}
-	t.Seeds = len(cand)
+	p := stats.PairBySeed(against.bySeed(RankMetric), arm.bySeed(RankMetric))
+	t.Seeds = len(p.Seeds)
 	if t.Seeds < 2 {
 		t.Note = "fewer than 2 seeds with a finite value on both sides"
 		return t
 	}
-	c, err := stats.ComparePaired(base, cand, BootstrapLevel, BootstrapDraws, BootstrapSeed)
+	c, err := stats.ComparePaired(p.Baseline, p.Candidate, stats.DefaultBootstrap)
 	if err != nil {
 		t.Note = err.Error()
 		return t
 	}
-	worse, err := stats.WilcoxonPaired(cand, base, stats.Greater)
-	if err != nil {
-		t.Note = err.Error()
-		return t
-	}
-	t.Improved, t.Reduction, t.CILo, t.CIHi, t.PBetter, t.PWorse = c.Improved, c.Reduction, c.CI.Lo, c.CI.Hi, c.Test.P, worse.P
+	t.Improved, t.Reduction, t.CILo, t.CIHi, t.PBetter, t.PWorse = c.Improved, c.Reduction, c.CI.Lo, c.CI.Hi, c.Test.P, c.Worse.P
 	switch {
-	case t.PBetter < Alpha:
+	case c.Significant(stats.Alpha):
 		t.Verdict = VerdictBetter
-	case t.PWorse < Alpha:
+	case c.SignificantlyWorse(stats.Alpha):
 		t.Verdict = VerdictWorse
 	default:
 		t.Verdict = VerdictTied

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
@@ -19,11 +21,11 @@ import (
 // speeds, engine model, seed gap, hash seed) and a workload. Fleet.Arms,
 // Seeds, Protocol, Warmup and Workers are not used: the tournament supplies
 // the arms and seeds and runs the published cell protocol; Fleet.Router is
-// always vtime.EnvoyRouter().
+// always experiment.EnvoyRouter().
 type Profile struct {
 	Name  string
 	About string // one sentence for the report
-	Fleet vtime.SweepConfig
+	Fleet experiment.Config
 	// Replayed: the seeds are the embedded capture's measured seeds (the
 	// published kvaware cell's prefix sequences and send offsets), not
 	// generated from Fleet.Workload; only their first Fleet.Workload.Requests
@@ -42,13 +44,13 @@ const perEngineRequests = 250
 // Profiles returns the default profiles, in report order. Each call returns
 // fresh values the caller may modify.
 func Profiles() []Profile {
-	base := func() vtime.SweepConfig {
-		c := vtime.DefaultSweepConfig()
-		c.Router = vtime.EnvoyRouter()
+	base := func() experiment.Config {
+		c := experiment.DefaultConfig()
+		c.Router = experiment.EnvoyRouter()
 		return c
 	}
 	published := base()
-	rate := func(r float64) vtime.SweepConfig {
+	rate := func(r float64) experiment.Config {
 		c := base()
 		c.Workload.Rate = r
 		return c
@@ -96,7 +98,7 @@ const (
 
 // scaled is cfg with one engine per slowdown and the rate and requests per
 // seed scaled with the fleet.
-func scaled(cfg vtime.SweepConfig, slowdowns []float64) vtime.SweepConfig {
+func scaled(cfg experiment.Config, slowdowns []float64) experiment.Config {
 	cfg.Engines, cfg.Slowdowns = len(slowdowns), slowdowns
 	cfg.Workload.Rate = PerEngineRate * float64(len(slowdowns))
 	cfg.Workload.Requests = perEngineRequests * len(slowdowns)
@@ -157,19 +159,19 @@ var DefaultBetas = []float64{0, 0.5, 1, 2}
 // carry, with loadaware expanded into one arm per DefaultBetas
 // ("loadaware-b0" ... "loadaware-b2"). Policies added to scoring appear here
 // by themselves.
-func DefaultArms() []vtime.Arm {
-	var out []vtime.Arm
+func DefaultArms() []experiment.Arm {
+	var out []experiment.Arm
 	for _, name := range scoring.Names {
 		switch name {
 		case "session":
 			continue
 		case "loadaware":
 			for _, b := range DefaultBetas {
-				out = append(out, vtime.Arm{Name: "loadaware-b" + strconv.FormatFloat(b, 'g', -1, 64), Policy: name, Beta: b})
+				out = append(out, experiment.Arm{Name: "loadaware-b" + strconv.FormatFloat(b, 'g', -1, 64), Policy: name, Beta: b})
 			}
 			continue
 		}
-		out = append(out, vtime.Arm{Name: name, Policy: name, Beta: scoring.DefaultParams().Beta})
+		out = append(out, experiment.Arm{Name: name, Policy: name, Beta: scoring.DefaultParams().Beta})
 	}
 	return out
 }

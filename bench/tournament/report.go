@@ -47,7 +47,7 @@ func WriteMarkdown(w io.Writer, res Result, opt ReportOptions) error {
 		fmt.Fprintf(b, "Produced by `%s`.\n\n", opt.Command)
 	}
 	fmt.Fprintf(b, "%d profiles x %d arms x %d seeds (%s), in virtual time through the shipped picker. ", len(res.Profiles), armCount(res), len(res.Seeds), seedText(res.Seeds))
-	b.WriteString("Every arm is an ext_proc picker behind Envoy (`vtime.EnvoyRouter()`: each decision books synchronously and sees every earlier one; the data path adds 1 ms each way). ")
+	b.WriteString("Every arm is an ext_proc picker behind Envoy (`experiment.EnvoyRouter()`: each decision books synchronously and sees every earlier one; the data path adds 1 ms each way). ")
 	b.WriteString("Each (profile, arm) cell follows the published cell protocol: a cold fleet, the published warm-up routed by the arm when the workload has a shared prefix pool, then the seeds back to back on the same engines. ")
 	b.WriteString("Seed s gives every arm the same requests, so arms are compared seed by seed. ")
 	fmt.Fprintf(b, "Per-seed metrics are computed by `bench/capture` from the simulated rows and engine series sampled every %v; tables show medians over seeds.\n\n", res.SampleInterval)

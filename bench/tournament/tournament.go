@@ -2,7 +2,7 @@
 // profile in virtual time and ranks them: per profile, one cell per arm under
 // the published cell protocol (a cold fleet, the warm-up routed by the arm
 // when the workload has a shared prefix pool, the seeds back to back), every
-// arm an ext_proc picker behind Envoy (vtime.EnvoyRouter), the same seeds and
+// arm an ext_proc picker behind Envoy (experiment.EnvoyRouter), the same seeds and
 // so the same requests for every arm. Each seed's metrics are computed by
 // bench/capture from the simulated rows and engine series, as the replay
 // computes them; arms are compared by paired tests over seeds (bench/stats).
@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
@@ -29,7 +31,7 @@ import (
 // Config is a tournament: which profiles, arms and seeds.
 type Config struct {
 	Profiles []Profile
-	Arms     []vtime.Arm
+	Arms     []experiment.Arm
 	Seeds    []uint64 // the same for every profile and arm: seed i of one arm pairs with seed i of every other
 	// SampleInterval is the grid on which the engines' running counts (the
 	// imbalance) and cache counters (the hit rate) are sampled.
@@ -40,7 +42,7 @@ type Config struct {
 	Progress func(done, total int, profile, arm string)
 }
 
-// DefaultSampleInterval is the sweep's sampling grid (vtime.DefaultSweepConfig).
+// DefaultSampleInterval is the sweep's sampling grid (experiment.DefaultConfig).
 const DefaultSampleInterval = 250 * time.Millisecond
 
 // MinSeeds is the fewest seeds the statistics are stated for; Run
@@ -116,7 +118,7 @@ type ProfileResult struct {
 // ArmResult is one arm on one profile: its seeds' metrics in Config.Seeds
 // order.
 type ArmResult struct {
-	Arm   vtime.Arm
+	Arm   experiment.Arm
 	Seeds []SeedResult
 }
 
@@ -133,6 +135,15 @@ func (a ArmResult) Values(metric string) []float64 {
 	out := make([]float64, len(a.Seeds))
 	for i, s := range a.Seeds {
 		out[i] = value(s.Metrics, metric)
+	}
+	return out
+}
+
+// bySeed maps each of the arm's seeds to its value of metric.
+func (a ArmResult) bySeed(metric string) map[uint64]float64 {
+	out := make(map[uint64]float64, len(a.Seeds))
+	for _, s := range a.Seeds {
+		out[s.Seed] = value(s.Metrics, metric)
 	}
 	return out
 }
@@ -183,13 +194,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // runCell runs one arm on one profile's seeds and computes each seed's
 // metrics. A generated seed's requests are built when the cell reaches it,
 // so a cell holds one seed's requests at a time.
-func runCell(ctx context.Context, cfg Config, prof Profile, arm vtime.Arm) (ArmResult, error) {
+func runCell(ctx context.Context, cfg Config, prof Profile, arm experiment.Arm) (ArmResult, error) {
 	seeds, err := cellSeeds(prof, cfg.Seeds)
 	if err != nil {
 		return ArmResult{}, err
 	}
 	cc := vtime.CellConfig{Sweep: prof.Fleet, Arm: arm, Seeds: seeds, SampleInterval: cfg.SampleInterval, Warmup: true}
-	cc.Sweep.Arms, cc.Sweep.Seeds = []vtime.Arm{arm}, cfg.Seeds
+	cc.Sweep.Arms, cc.Sweep.Seeds = []experiment.Arm{arm}, cfg.Seeds
 	cr, err := vtime.RunCell(ctx, cc)
 	if err != nil {
 		return ArmResult{}, err

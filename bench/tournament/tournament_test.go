@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/capture"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
@@ -37,7 +38,7 @@ func TestDefaultArmsFollowScoringNames(t *testing.T) {
 	if got, want := len(arms), len(scoring.Names)-1+len(DefaultBetas)-1; got != want {
 		t.Errorf("%d arms, want %d (every policy but session, loadaware once per beta)", got, want)
 	}
-	cfg := vtime.DefaultSweepConfig()
+	cfg := experiment.DefaultConfig()
 	cfg.Arms = arms
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the default arms do not validate: %v", err)
@@ -89,8 +90,8 @@ func TestProfilesAreValidAndBehindEnvoy(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("profile %s: %v", p.Name, err)
 		}
-		if p.Fleet.Router != vtime.EnvoyRouter() {
-			t.Errorf("profile %s runs behind %+v, want vtime.EnvoyRouter()", p.Name, p.Fleet.Router)
+		if p.Fleet.Router != experiment.EnvoyRouter() {
+			t.Errorf("profile %s runs behind %+v, want experiment.EnvoyRouter()", p.Name, p.Fleet.Router)
 		}
 		if r := p.Fleet.Workload.Rate / float64(p.Fleet.Engines); strings.HasPrefix(p.Name, "fleet") && r != PerEngineRate {
 			t.Errorf("profile %s: %g req/s per engine, want %d", p.Name, r, PerEngineRate)
@@ -127,7 +128,7 @@ func TestMeasuredSeeds(t *testing.T) {
 
 // arm builds an arm result from per-seed TTFT p95 values.
 func arm(name string, p95 ...float64) ArmResult {
-	a := ArmResult{Arm: vtime.Arm{Name: name, Policy: "kvaware"}}
+	a := ArmResult{Arm: experiment.Arm{Name: name, Policy: "kvaware"}}
 	for i, v := range p95 {
 		a.Seeds = append(a.Seeds, SeedResult{Seed: uint64(i + 1), Metrics: map[string]float64{capture.TTFTP95: v}})
 	}
@@ -215,7 +216,7 @@ func slice(workers int) Config {
 	for i := range profs {
 		profs[i].Fleet.Workload.Requests = 30
 	}
-	return Config{Profiles: profs, Arms: []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}},
+	return Config{Profiles: profs, Arms: []experiment.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}},
 		Seeds: []uint64{1, 2}, SampleInterval: DefaultSampleInterval, Workers: workers}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/picker"
 )
@@ -45,91 +47,31 @@ func (sd CellSeed) requests(cfg workload.Config, pool *workload.Pool) ([]workloa
 	return workload.Replay(cfg, pool, sd.Seed, sd.PrefixIDs, sd.SendAt)
 }
 
-// Router is the model of the router and client data path in front of the
-// engines, the part of the published fleet that is not vLLM.
-type Router struct {
-	// StatsLag: prompts that no engine holds and that arrive within StatsLag
-	// of an earlier such prompt are routed on the same request statistics,
-	// so they take the same fallback endpoint. The Production Stack router
-	// updates its request statistics only after the awaited LMCache lookup
-	// of a request returns, so concurrent lookups read the same QPS. 0: every
-	// decision sees every earlier one (our picker books synchronously).
-	StatsLag time.Duration
-	// RequestLatency is the client -> router -> engine API server path of a
-	// request; ResponseLatency the engine -> router -> client path of every
-	// streamed chunk. Their sum is what the router adds to the first token.
-	RequestLatency, ResponseLatency time.Duration
-}
-
-// PublishedRouter is the Production Stack's Python router as the published
-// cells ran behind it. The first token's detour through it, 48 ms, is
-// measured: in every gen2 cell the client's mean TTFT exceeds the engines'
-// own (vllm:time_to_first_token_seconds) by 46-54 ms (kvaware 48, loadaware
-// beta 1 46, round-robin 54); the split between the two directions is
-// assumed even. The stats lag (5 ms, assumed) only needs to cover requests
-// sent at the same instant (the warm-up's batches of 4).
-func PublishedRouter() Router {
-	return Router{StatsLag: 5 * time.Millisecond, RequestLatency: 24 * time.Millisecond, ResponseLatency: 24 * time.Millisecond}
-}
-
-// EnvoyRouter is Envoy in front of the engines with this picker on ext_proc:
-// decisions book synchronously (no stats lag) and the data path is Envoy's,
-// with no Python proxy. Its added latency is measured by `loadaware-bench
-// gwload` (gateway + picker: p50 0.2-0.4 ms, p99 under 2 ms below 100 req/s
-// on loopback); 1 ms each way is an upper figure.
-func EnvoyRouter() Router {
-	return Router{RequestLatency: time.Millisecond, ResponseLatency: time.Millisecond}
-}
-
 // CellConfig is one cell of the published protocol.
 type CellConfig struct {
-	Sweep          SweepConfig   // fleet, engine model, router, workload pool, hash seed, SeedGap (Arms, Seeds, Protocol, Warmup unused)
-	Arm            Arm           //
-	Seeds          []CellSeed    // measured seeds, in the order they run
-	SampleInterval time.Duration // the engines' metrics are sampled on this grid from the first seed's first send
-	Warmup         bool          // run the published warm-up (2 passes, prefix order, 4 at a time) on the cold fleet first
-}
-
-// DefaultSeedGap is the published driver's gap between seeds: 0.41-0.48 s
-// from one seed's last completion to the next seed's first send in every
-// published cell (median 0.43 s).
-const DefaultSeedGap = 430 * time.Millisecond
-
-// DefaultScrapeInterval is the published Prometheus step (5 s).
-const DefaultScrapeInterval = 5 * time.Second
-
-// Sample is every engine's exported state at one instant of a cell.
-type Sample struct {
-	At          time.Duration // from the first seed's first send
-	Running     []int         // vllm:num_requests_running
-	Waiting     []int         // vllm:num_requests_waiting
-	KVUsage     []float64     // vllm:kv_cache_usage_perc
-	CPUBytes    []int64       // lmcache_local_cache_usage
-	Preemptions []int64       // vllm:num_preemptions_total
-	Queries     []int64       // vllm:prefix_cache_queries_total
-	Hits        []int64       // vllm:prefix_cache_hits_total
-	Requests    []int         // requests routed to each engine so far
-	FirstTokens []int64       // requests that produced their first token (vllm:time_to_first_token_seconds_count)
-	TTFTSum     []float64     // their engine-side TTFT, arrival at the engine to first token, seconds (_sum)
-	PrefillSum  []float64     // their prefill time, first admission to first token, seconds (vllm:request_prefill_time_seconds_sum)
+	Sweep          experiment.Config // fleet, engine model, router, workload pool, hash seed, SeedGap (Arms, Seeds, Protocol, Warmup unused)
+	Arm            experiment.Arm    //
+	Seeds          []CellSeed        // measured seeds, in the order they run
+	SampleInterval time.Duration     // the engines' metrics are sampled on this grid from the first seed's first send
+	Warmup         bool              // run the published warm-up (2 passes, prefix order, 4 at a time) on the cold fleet first
 }
 
 // CellResult is a cell run: one Run per seed and the engines' samples over
 // the whole cell.
 type CellResult struct {
-	Arm       Arm
+	Arm       experiment.Arm
 	Addrs     []string
-	Runs      []Run
+	Runs      []experiment.Run
 	SeedStart []time.Duration // each seed's first send, from the first seed's first send
-	Samples   []Sample
-	Start     Sample // the engines right after the warm-up
-	End       Sample // the engines after the last seed
+	Samples   []experiment.Sample
+	Start     experiment.Sample // the engines right after the warm-up
+	End       experiment.Sample // the engines after the last seed
 }
 
 // Validate reports the first unusable field.
 func (c CellConfig) Validate() error {
 	s := c.Sweep
-	s.Arms, s.Seeds, s.Warmup = []Arm{c.Arm}, []uint64{1}, 0
+	s.Arms, s.Seeds, s.Warmup = []experiment.Arm{c.Arm}, []uint64{1}, 0
 	if err := s.Validate(); err != nil {
 		return err
 	}
@@ -185,7 +127,7 @@ func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 	if err != nil {
 		return CellResult{}, err
 	}
-	w := &world{cfg: cfg.Sweep, addrs: Addrs(cfg.Sweep.Engines), hasher: hasher, router: cfg.Sweep.Router}
+	w := &world{cfg: cfg.Sweep, addrs: experiment.Addrs(cfg.Sweep.Engines), hasher: hasher, router: cfg.Sweep.Router}
 	if err := w.build(cfg.Arm); err != nil {
 		return CellResult{}, err
 	}
@@ -223,13 +165,13 @@ func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 // grid samples the engines on a fixed grid over a cell.
 type grid struct {
 	origin, every, next time.Duration
-	samples             []Sample
+	samples             []experiment.Sample
 }
 
 // sample reads every engine's metrics now.
-func (w *world) sample(at time.Duration) Sample {
+func (w *world) sample(at time.Duration) experiment.Sample {
 	n := len(w.engines)
-	s := Sample{At: at, Running: make([]int, n), Waiting: make([]int, n), KVUsage: make([]float64, n), CPUBytes: make([]int64, n),
+	s := experiment.Sample{At: at, Running: make([]int, n), Waiting: make([]int, n), KVUsage: make([]float64, n), CPUBytes: make([]int64, n),
 		Preemptions: make([]int64, n), Queries: make([]int64, n), Hits: make([]int64, n), Requests: make([]int, n),
 		FirstTokens: make([]int64, n), TTFTSum: make([]float64, n), PrefillSum: make([]float64, n)}
 	for i, e := range w.engines {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/picker"
 )
@@ -26,7 +28,7 @@ func cellSeeds(n int) []CellSeed {
 }
 
 func TestRunCellFollowsTheProtocol(t *testing.T) {
-	cfg := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(3),
+	cfg := CellConfig{Sweep: experiment.DefaultConfig(), Arm: experiment.Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(3),
 		SampleInterval: time.Second, Warmup: true}
 	res, err := RunCell(context.Background(), cfg)
 	if err != nil {
@@ -76,7 +78,7 @@ func TestRunCellFollowsTheProtocol(t *testing.T) {
 }
 
 func TestCellConfigValidate(t *testing.T) {
-	good := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(1), SampleInterval: time.Second}
+	good := CellConfig{Sweep: experiment.DefaultConfig(), Arm: experiment.Arm{Name: "kvaware", Policy: "kvaware"}, Seeds: cellSeeds(1), SampleInterval: time.Second}
 	tests := []struct {
 		name string
 		edit func(*CellConfig)
@@ -113,7 +115,7 @@ func TestCellConfigValidate(t *testing.T) {
 // A seed given as explicit requests runs exactly as the same requests given
 // as prefix ids and send offsets: the replay is only a way to build them.
 func TestRunCellWithExplicitRequestsEqualsTheReplay(t *testing.T) {
-	cfg := CellConfig{Sweep: DefaultSweepConfig(), Arm: Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}, Seeds: cellSeeds(2),
+	cfg := CellConfig{Sweep: experiment.DefaultConfig(), Arm: experiment.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}, Seeds: cellSeeds(2),
 		SampleInterval: time.Second, Warmup: true}
 	want, err := RunCell(context.Background(), cfg)
 	if err != nil {
@@ -184,14 +186,14 @@ func nanFreeCell(c CellResult) CellResult {
 // same decisions and gives the same results as one routed on LMCache events,
 // and "both" (the longer per endpoint) as well.
 func TestVLLMEventsSourceDecidesAsLMCache(t *testing.T) {
-	run := func(source string) Results {
+	run := func(source string) experiment.Results {
 		cfg := small()
 		cfg.CacheSource = source
 		res, err := RunSweep(context.Background(), cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res.Config = SweepConfig{}
+		res.Config = experiment.Config{}
 		return nanFree(res)
 	}
 	lm := run(picker.SourceLMCache)

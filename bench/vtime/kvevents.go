@@ -3,73 +3,18 @@ package vtime
 import (
 	"fmt"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
-// ChunkEvents turns an engine's LMCache CPU-tier changes into vLLM KV cache
-// events, as LMCache's multi-process mode publishes them (medium CPU, one block
-// per chunk, the chunk key as the engine's hash, the previous chunk as parent).
-// A prompt's trailing partial chunk has no event: vLLM's events carry full
-// blocks only. It learns chunks' tokens from the prompts an engine receives.
-// It is not safe for concurrent use.
-type ChunkEvents struct {
-	chunk  int
-	chunks map[int64]kvChunk // chunk key -> its tokens and parent
-}
-
-type kvChunk struct {
-	tokens    []uint32
-	parent    int64
-	hasParent bool
-}
-
-// NewChunkEvents returns a converter for chunks of chunk tokens.
-func NewChunkEvents(chunk int) *ChunkEvents {
-	return &ChunkEvents{chunk: chunk, chunks: map[int64]kvChunk{}}
-}
-
-// Learn records the content of a prompt's full chunks (keys: its chunk keys).
-func (c *ChunkEvents) Learn(tokens []uint32, keys []int64) {
-	for i, key := range keys {
-		if (i+1)*c.chunk > len(tokens) {
-			break
-		}
-		if _, ok := c.chunks[key]; !ok {
-			k := kvChunk{tokens: tokens[i*c.chunk : (i+1)*c.chunk]}
-			if i > 0 {
-				k.parent, k.hasParent = keys[i-1], true
-			}
-			c.chunks[key] = k
-		}
-	}
-}
-
-// Events returns one engine step's CPU-tier changes as events (nil for none):
-// a BlockStored per stored full chunk, a BlockRemoved per evicted chunk.
-func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvevents.Event {
-	var out []kvevents.Event
-	for _, ev := range evs {
-		if !ev.Admit {
-			out = append(out, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
-			continue
-		}
-		k, ok := c.chunks[ev.Key]
-		if !ok {
-			continue // a partial chunk
-		}
-		out = append(out, kvevents.Event{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(k.parent),
-			HasParent: k.hasParent, Tokens: k.tokens, BlockSize: c.chunk, Medium: "CPU"})
-	}
-	return out
-}
-
 // kvSource feeds the engines' CPU tiers, as vLLM KV events, into a kvevents
 // index in-process (the live engines publish the same events over ZeroMQ).
 type kvSource struct {
 	index  *kvevents.Index
-	events *ChunkEvents
+	events *experiment.ChunkEvents
 }
 
 // newKVSource returns the source, or nil when source does not use vLLM events.
@@ -81,7 +26,7 @@ func newKVSource(source string, chunk int) (*kvSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vtime: vLLM KV events index: %w", err)
 	}
-	return &kvSource{index: ix, events: NewChunkEvents(chunk)}, nil
+	return &kvSource{index: ix, events: experiment.NewChunkEvents(chunk)}, nil
 }
 
 func (k *kvSource) learn(tokens []uint32, keys []int64) { k.events.Learn(tokens, keys) }

@@ -3,16 +3,18 @@ package vtime
 import (
 	"math"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
 
 // result turns the measured requests and samples into a Run.
-func (w *world) result(arm Arm, seed uint64, reqs []workload.Request, before []EngineStats) Run {
-	run := Run{Arm: arm, Seed: seed, Interval: w.cfg.SampleInterval, Running: w.samples}
+func (w *world) result(arm experiment.Arm, seed uint64, reqs []workload.Request, before []experiment.EngineStats) experiment.Run {
+	run := experiment.Run{Arm: arm, Seed: seed, Interval: w.cfg.SampleInterval, Running: w.samples}
 	start := w.pending[0].sent - reqs[0].SendAt
 	first, last := math.Inf(1), math.Inf(-1)
 	for _, p := range w.pending {
-		row := Row{
+		row := experiment.Row{
 			Index:        p.req.Index,
 			PrefixID:     p.req.PrefixID,
 			SendAt:       (p.sent - start).Seconds(),

@@ -14,10 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/workload"
@@ -27,213 +27,19 @@ import (
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
-// Arm is one cell of the sweep: a policy and its beta.
-type Arm struct {
-	Name   string  // label in tables and files, e.g. "loadaware-b1"
-	Policy string  // a scoring policy name
-	Beta   float64 // loadaware's load weight
-}
-
-// DefaultArms returns the published arms plus leastload: kvaware, roundrobin,
-// loadaware at beta 0, 0.5, 1 and 2, and leastload.
-func DefaultArms() []Arm {
-	return []Arm{
-		{Name: "kvaware", Policy: "kvaware"},
-		{Name: "roundrobin", Policy: "roundrobin"},
-		{Name: "loadaware-b0", Policy: "loadaware", Beta: 0},
-		{Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5},
-		{Name: "loadaware-b1", Policy: "loadaware", Beta: 1},
-		{Name: "loadaware-b2", Policy: "loadaware", Beta: 2},
-		{Name: "leastload", Policy: "leastload"},
-	}
-}
-
-// SweepConfig is everything a sweep depends on.
-type SweepConfig struct {
-	Workload       workload.Config
-	Engine         sim.Config
-	Engines        int             // simulated engines (GPUs)
-	Slowdowns      []float64       // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
-	HostDelays     []time.Duration // per-engine extra host time per step (overrides Engine.HostDelay); missing entries use Engine.HostDelay
-	Arms           []Arm           //
-	Seeds          []uint64        // one measured run per arm and seed
-	Protocol       string          // ProtocolPublished (one fleet per arm, seeds back to back) or ProtocolPerSeed
-	SeedGap        time.Duration   // published protocol: idle time between a seed's last completion and the next seed's first send
-	Warmup         int             // per-seed protocol: requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
-	SampleInterval time.Duration   // how often each engine's running count is sampled
-	HashSeed       string          // the engines' PYTHONHASHSEED, for LMCache chunk keys
-	Router         Router          // the router and data path in front of the engines
-	CacheSource    string          // what the picker learns the engines' caches from: picker.SourceLMCache (default when empty), SourceVLLMEvents or SourceBoth
-	Workers        int             // runs in parallel; 0 = GOMAXPROCS
-}
-
-// The protocols a sweep can follow.
-const (
-	// ProtocolPublished is the published experiment's: per arm, a cold
-	// fleet, the warm-up routed by the arm (2 passes over the prefixes in
-	// prefix order, 4 at a time), then every seed back to back on the same
-	// engines, SeedGap after the previous seed's last completion.
-	ProtocolPublished = "published"
-	// ProtocolPerSeed gives every seed a fleet of its own, warmed up by
-	// Warmup requests of a seed-derived workload through the arm: seeds
-	// independent of their order.
-	ProtocolPerSeed = "per-seed"
-)
-
-// DefaultSweepConfig returns the published sweep: 7 arms x 20 seeds x 500
-// requests on 2 engines under the published protocol, engine 1 the slower
-// one (docs/bench/simulator.md), behind the published Python router.
-func DefaultSweepConfig() SweepConfig {
-	seeds := make([]uint64, 20)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	return SweepConfig{
-		Workload:       workload.DefaultConfig(),
-		Engine:         sim.DefaultConfig(),
-		Engines:        2,
-		Slowdowns:      []float64{1, 1.3},
-		Arms:           DefaultArms(),
-		Seeds:          seeds,
-		Protocol:       ProtocolPublished,
-		SeedGap:        DefaultSeedGap,
-		Warmup:         2000,
-		SampleInterval: 250 * time.Millisecond,
-		HashSeed:       lmcache.DefaultHashSeed,
-		Router:         PublishedRouter(),
-	}
-}
-
-// Validate reports the first unusable field.
-func (c SweepConfig) Validate() error {
-	if err := c.Workload.Validate(); err != nil {
-		return err
-	}
-	if err := c.Engine.Validate(); err != nil {
-		return err
-	}
-	if _, err := hasherFor(c); err != nil {
-		return err
-	}
-	switch {
-	case c.Engines < 1 || c.Engines > 250:
-		return fmt.Errorf("vtime: %d engines: use 1..250", c.Engines)
-	case len(c.Arms) == 0:
-		return errors.New("vtime: no arms: use DefaultArms() or name at least one policy")
-	case len(c.Seeds) == 0:
-		return errors.New("vtime: no seeds: pass at least one")
-	case c.Protocol != ProtocolPublished && c.Protocol != ProtocolPerSeed:
-		return fmt.Errorf("vtime: protocol %q: use %q or %q", c.Protocol, ProtocolPublished, ProtocolPerSeed)
-	case c.SeedGap < 0:
-		return fmt.Errorf("vtime: seed gap %v: must not be negative", c.SeedGap)
-	case c.Warmup < 0:
-		return fmt.Errorf("vtime: warm-up %d: use 0 (cold caches) or more", c.Warmup)
-	case c.SampleInterval <= 0:
-		return fmt.Errorf("vtime: sample interval %v: must be positive", c.SampleInterval)
-	case len(c.Slowdowns) > c.Engines:
-		return fmt.Errorf("vtime: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
-	case len(c.HostDelays) > c.Engines:
-		return fmt.Errorf("vtime: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
-	}
-	switch c.CacheSource {
-	case "", picker.SourceLMCache, picker.SourceVLLMEvents, picker.SourceBoth:
-	default:
-		return fmt.Errorf("vtime: cache source %q: use %s, %s or %s", c.CacheSource, picker.SourceLMCache, picker.SourceVLLMEvents, picker.SourceBoth)
-	}
-	if c.Router.StatsLag < 0 || c.Router.RequestLatency < 0 || c.Router.ResponseLatency < 0 {
-		return fmt.Errorf("vtime: router %+v: lags and latencies must not be negative", c.Router)
-	}
-	for i, d := range c.HostDelays {
-		if d < 0 {
-			return fmt.Errorf("vtime: host delay of engine %d is %v: must not be negative", i, d)
-		}
-	}
-	for i, s := range c.Slowdowns {
-		if !(s > 0) || math.IsInf(s, 0) {
-			return fmt.Errorf("vtime: slowdown of engine %d is %v: use a positive factor (1 = nominal)", i, s)
-		}
-	}
-	seen := map[string]bool{}
-	for _, a := range c.Arms {
-		if a.Name == "" || seen[a.Name] {
-			return fmt.Errorf("vtime: arm name %q is empty or repeated: give each arm a unique name", a.Name)
-		}
-		seen[a.Name] = true
-		if _, err := scoring.New(a.Policy, scoring.Params{Beta: a.Beta, KVThreshold: scoring.DefaultParams().KVThreshold}, scoring.NewState()); err != nil {
-			return fmt.Errorf("vtime: arm %s: %w", a.Name, err)
-		}
-	}
-	return nil
-}
-
-// Row is one measured request, as the published per-request CSV has it.
-type Row struct {
-	Index            int
-	PrefixID         int
-	SendAt           float64 // seconds from the seed's first send slot (the workload's time zero)
-	TTFT             float64 // seconds; NaN when no token arrived
-	E2E              float64 // seconds
-	PromptTokens     int
-	CompletionTokens int
-	Status           string // "ok" or "error"
-	Error            string
-	ITLs             []float64 // milliseconds between consecutive tokens
-	Engine           string    // the endpoint the picker chose
-	CachedTokens     int       // GPU prefix-cache hit at admission
-	LoadedTokens     int       // loaded from the LMCache CPU tier at admission
-	Preemptions      int
-}
-
-// EngineStats are one engine's counters over the measured seed.
-type EngineStats struct {
-	Addr          string
-	PrefixQueries int64
-	PrefixHits    int64
-	Preemptions   int64
-	Requests      int
-}
-
-// Run is one arm on one seed.
-type Run struct {
-	Arm      Arm
-	Seed     uint64
-	Rows     []Row
-	Engines  []EngineStats
-	Interval time.Duration // between samples
-	Running  [][]int       // Running[i][e]: engine e's running requests at sample i of the send window
-	Window   float64       // send window, seconds (first to last send)
-	Span     float64       // first send to last completion, seconds
-}
-
-// Results is a sweep's runs, arm-major in config order, seeds in config order.
-type Results struct {
-	Config SweepConfig
-	Runs   []Run
-}
-
-// Addrs returns the engine addresses a sweep with n engines uses: loopback
-// addresses, one per engine (nothing listens on them in virtual time).
-func Addrs(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("127.0.1.%d:8000", i+1)
-	}
-	return out
-}
-
 // RunSweep runs every arm on every seed, cfg.Workers at a time, and calls
 // progress (if not nil) after each run with the runs done and the total.
 // It stops early with ctx's error when ctx is cancelled.
-func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total int)) (Results, error) {
+func RunSweep(ctx context.Context, cfg experiment.Config, progress func(done, total int)) (experiment.Results, error) {
 	if err := cfg.Validate(); err != nil {
-		return Results{}, err
+		return experiment.Results{}, err
 	}
 	pool, err := workload.NewPool(cfg.Workload)
 	if err != nil {
-		return Results{}, err
+		return experiment.Results{}, err
 	}
 	total := len(cfg.Arms) * len(cfg.Seeds)
-	runs := make([]Run, total)
+	runs := make([]experiment.Run, total)
 	var mu sync.Mutex
 	done := 0
 	tick := func() {
@@ -247,11 +53,11 @@ func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total in
 	// A job is one run (per-seed protocol) or one arm's seeds in order on
 	// one fleet (published protocol).
 	njobs := total
-	if cfg.Protocol == ProtocolPublished {
+	if cfg.Protocol == experiment.ProtocolPublished {
 		njobs = len(cfg.Arms)
 	}
 	err = ForEach(ctx, njobs, cfg.Workers, func(j int) error {
-		if cfg.Protocol == ProtocolPublished {
+		if cfg.Protocol == experiment.ProtocolPublished {
 			return runArm(ctx, cfg, pool, j, runs[j*len(cfg.Seeds):(j+1)*len(cfg.Seeds)], tick)
 		}
 		arm, seed := cfg.Arms[j/len(cfg.Seeds)], cfg.Seeds[j%len(cfg.Seeds)]
@@ -261,14 +67,14 @@ func RunSweep(ctx context.Context, cfg SweepConfig, progress func(done, total in
 		return err
 	})
 	if err != nil {
-		return Results{}, err
+		return experiment.Results{}, err
 	}
-	return Results{Config: cfg, Runs: runs}, nil
+	return experiment.Results{Config: cfg, Runs: runs}, nil
 }
 
 // runArm runs arm a's seeds back to back on one warmed-up fleet into out
 // (one run per seed, in cfg.Seeds order), calling tick after each.
-func runArm(ctx context.Context, cfg SweepConfig, pool *workload.Pool, a int, out []Run, tick func()) error {
+func runArm(ctx context.Context, cfg experiment.Config, pool *workload.Pool, a int, out []experiment.Run, tick func()) error {
 	arm := cfg.Arms[a]
 	w, err := warmWorld(ctx, cfg, pool, arm, cfg.Seeds[0], false)
 	if err != nil {
@@ -289,13 +95,13 @@ func runArm(ctx context.Context, cfg SweepConfig, pool *workload.Pool, a int, ou
 }
 
 // RunOne runs one arm on one seed.
-func RunOne(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Run, error) {
+func RunOne(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64) (experiment.Run, error) {
 	if err := cfg.Validate(); err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	pool, err := workload.NewPool(cfg.Workload)
 	if err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	return runOne(ctx, cfg, pool, arm, seed)
 }
@@ -304,85 +110,41 @@ func RunOne(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Run, er
 // instead of the seed's generated workload; seed names the run and derives its
 // warm-up. It is how a test gives virtual time and the live mode the very same
 // requests with send times of its choosing.
-func RunRequests(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64, reqs []workload.Request) (Run, error) {
+func RunRequests(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64, reqs []workload.Request) (experiment.Run, error) {
 	if err := cfg.Validate(); err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	if len(reqs) == 0 {
-		return Run{}, errors.New("vtime: no requests to run: pass at least one")
+		return experiment.Run{}, errors.New("vtime: no requests to run: pass at least one")
 	}
 	pool, err := workload.NewPool(cfg.Workload)
 	if err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	w, err := warmWorld(ctx, cfg, pool, arm, seed, false)
 	if err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	return w.measure(ctx, arm, seed, reqs)
-}
-
-// Warm is a fleet as a measured seed finds it: the engines after the warm-up
-// of one arm and seed, and every LMCache event they reported, in the order the
-// index applied them.
-type Warm struct {
-	Engines []*sim.Engine     // idle; caches as the warm-up left them; engine i is InstanceID(i)
-	Now     time.Duration     // the engines' clock: the end of the warm-up and its idle second
-	Events  []lmcache.Message // KVAdmitMsg and KVEvictMsg of every engine, in index order
 }
 
 // WarmUp runs the warm-up RunOne runs before measuring arm on seed
 // (cfg.Warmup requests through the real picker, then one idle second) and
 // returns the fleet it leaves: what the live mode starts its engines and its
 // index from. With cfg.Warmup 0 the engines are new and idle at time 0.
-func WarmUp(ctx context.Context, cfg SweepConfig, arm Arm, seed uint64) (Warm, error) {
+func WarmUp(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64) (experiment.Warm, error) {
 	if err := cfg.Validate(); err != nil {
-		return Warm{}, err
+		return experiment.Warm{}, err
 	}
 	pool, err := workload.NewPool(cfg.Workload)
 	if err != nil {
-		return Warm{}, err
+		return experiment.Warm{}, err
 	}
 	w, err := warmWorld(ctx, cfg, pool, arm, seed, true)
 	if err != nil {
-		return Warm{}, err
+		return experiment.Warm{}, err
 	}
-	return Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
-}
-
-// ProtocolText says in a few words how the sweep's seeds run.
-func (c SweepConfig) ProtocolText() string {
-	if c.Protocol == ProtocolPublished {
-		return fmt.Sprintf("published protocol: per arm a cold fleet, %d warm-up passes over the prefixes %d at a time, the seeds back to back %v apart",
-			workload.WarmupPasses, workload.WarmupInFlight, c.SeedGap)
-	}
-	return fmt.Sprintf("per-seed protocol: each seed on a fleet warmed up by %d requests", c.Warmup)
-}
-
-// EngineNote says how engine i differs from the nominal model, or "".
-func (c SweepConfig) EngineNote(i int) string {
-	e := c.EngineConfig(i)
-	var parts []string
-	if e.Slowdown != 1 {
-		parts = append(parts, fmt.Sprintf("%gx slower steps", e.Slowdown))
-	}
-	if e.HostDelay > 0 {
-		parts = append(parts, fmt.Sprintf("+%v host time per step", e.HostDelay))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// EngineConfig returns engine i's model: cfg.Engine with its step-time factor
-// from cfg.Slowdowns.
-func (c SweepConfig) EngineConfig(i int) sim.Config {
-	e := c.Engine
-	if i < len(c.Slowdowns) {
-		e.Slowdown = c.Slowdowns[i]
-	}
-	if i < len(c.HostDelays) {
-		e.HostDelay = c.HostDelays[i]
-	}
-	return e
+	return experiment.Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
 }
 
 // warmupSeed derives the warm-up workload's seed from the measured seed, so
@@ -392,7 +154,7 @@ func warmupSeed(seed uint64) uint64 { return seed ^ 0x5741524d55505f31 }
 // epoch is virtual time zero as the picker's clock shows it.
 var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func hasherFor(cfg SweepConfig) (*lmcache.Hasher, error) {
+func hasherFor(cfg experiment.Config) (*lmcache.Hasher, error) {
 	h, err := lmcache.NewHasher(lmcache.KeyConfig{HashSeed: cfg.HashSeed, ChunkSize: cfg.Engine.ChunkSize})
 	if err != nil {
 		return nil, fmt.Errorf("vtime: LMCache hash seed and chunk size: %w", err)
@@ -400,30 +162,30 @@ func hasherFor(cfg SweepConfig) (*lmcache.Hasher, error) {
 	return h, nil
 }
 
-func runOne(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Arm, seed uint64) (Run, error) {
+func runOne(ctx context.Context, cfg experiment.Config, pool *workload.Pool, arm experiment.Arm, seed uint64) (experiment.Run, error) {
 	w, err := warmWorld(ctx, cfg, pool, arm, seed, false)
 	if err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	reqs, err := workload.Generate(cfg.Workload, pool, seed)
 	if err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	return w.measure(ctx, arm, seed, reqs)
 }
 
 // warmWorld builds a run's world and plays the seed's warm-up through it.
 // With record, the world keeps every LMCache event the index applies.
-func warmWorld(ctx context.Context, cfg SweepConfig, pool *workload.Pool, arm Arm, seed uint64, record bool) (*world, error) {
+func warmWorld(ctx context.Context, cfg experiment.Config, pool *workload.Pool, arm experiment.Arm, seed uint64, record bool) (*world, error) {
 	hasher, err := hasherFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	w := &world{cfg: cfg, addrs: Addrs(cfg.Engines), hasher: hasher, record: record, router: cfg.Router}
+	w := &world{cfg: cfg, addrs: experiment.Addrs(cfg.Engines), hasher: hasher, record: record, router: cfg.Router}
 	if err := w.build(arm); err != nil {
 		return nil, err
 	}
-	if cfg.Protocol == ProtocolPublished {
+	if cfg.Protocol == experiment.ProtocolPublished {
 		if err := w.publishedWarmup(ctx, pool); err != nil {
 			return nil, err
 		}
@@ -482,17 +244,17 @@ func (w *world) publishedWarmup(ctx context.Context, pool *workload.Pool) error 
 }
 
 // measure plays the measured requests and returns the run.
-func (w *world) measure(ctx context.Context, arm Arm, seed uint64, reqs []workload.Request) (Run, error) {
+func (w *world) measure(ctx context.Context, arm experiment.Arm, seed uint64, reqs []workload.Request) (experiment.Run, error) {
 	before := w.engineStats()
 	if err := w.play(ctx, reqs, true); err != nil {
-		return Run{}, err
+		return experiment.Run{}, err
 	}
 	return w.result(arm, seed, reqs, before), nil
 }
 
 // world is one run's fleet, picker, index and clock.
 type world struct {
-	cfg     SweepConfig
+	cfg     experiment.Config
 	addrs   []string
 	hasher  *lmcache.Hasher
 	engines []*sim.Engine
@@ -510,7 +272,7 @@ type world struct {
 	record  bool              // keep the LMCache events in log
 	log     []lmcache.Message // the events the index applied, when record
 
-	router Router
+	router experiment.Router
 	policy string
 	firsts []firstTokens // per engine, every request's first token so far
 	// lastDelivery is when the client received the last token of any
@@ -567,7 +329,7 @@ func (w *world) book(p *pending) error {
 	return nil
 }
 
-func (w *world) build(arm Arm) error {
+func (w *world) build(arm experiment.Arm) error {
 	set := fleet.New()
 	set.Update(w.addrs)
 	set.SetClock(func() time.Time { return epoch.Add(w.now) })
@@ -803,9 +565,9 @@ func (w *world) finishStep(i int) (int, error) {
 		w.kv.apply(w.addrs[i], out.KV)
 	}
 	for _, ev := range out.KV {
-		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: InstanceID(i), Key: ev.Key, Location: Location}
+		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: experiment.InstanceID(i), Key: ev.Key, Location: experiment.Location}
 		if !ev.Admit {
-			msg = lmcache.KVEvictMsg{InstanceID: InstanceID(i), Key: ev.Key, Location: Location}
+			msg = lmcache.KVEvictMsg{InstanceID: experiment.InstanceID(i), Key: ev.Key, Location: experiment.Location}
 		}
 		if err := w.index.Apply(msg, at); err != nil {
 			return 0, fmt.Errorf("vtime: engine %s: apply %s: %w", w.addrs[i], msg.Tag(), err)
@@ -846,11 +608,11 @@ type firstTokens struct {
 	ttft, prefill float64
 }
 
-func (w *world) engineStats() []EngineStats {
-	out := make([]EngineStats, len(w.engines))
+func (w *world) engineStats() []experiment.EngineStats {
+	out := make([]experiment.EngineStats, len(w.engines))
 	for i, e := range w.engines {
 		m := e.Metrics()
-		out[i] = EngineStats{Addr: w.addrs[i], PrefixQueries: m.PrefixQueries, PrefixHits: m.PrefixHits, Preemptions: m.Preemptions, Requests: w.served[i]}
+		out[i] = experiment.EngineStats{Addr: w.addrs[i], PrefixQueries: m.PrefixQueries, PrefixHits: m.PrefixHits, Preemptions: m.Preemptions, Requests: w.served[i]}
 	}
 	return out
 }

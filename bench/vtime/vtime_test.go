@@ -9,13 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
 
 // small is a quick sweep: 2 arms x 2 seeds x 120 requests after a 120-request warm-up.
-func small() SweepConfig {
-	cfg := DefaultSweepConfig()
-	cfg.Arms = []Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}
+func small() experiment.Config {
+	cfg := experiment.DefaultConfig()
+	cfg.Arms = []experiment.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}
 	cfg.Seeds = []uint64{1, 2}
 	cfg.Workload.Requests = 120
 	cfg.Warmup = 120
@@ -53,7 +55,7 @@ func TestRunSweepIsExactlyRepeatableWhateverTheWorkers(t *testing.T) {
 }
 
 // nanFree replaces NaNs (which never compare equal) so results can be compared.
-func nanFree(r Results) Results {
+func nanFree(r experiment.Results) experiment.Results {
 	for i := range r.Runs {
 		for j := range r.Runs[i].Rows {
 			row := &r.Runs[i].Rows[j]
@@ -121,7 +123,7 @@ func TestBookingsAreReleasedAndEventsReachTheIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{cfg: cfg, addrs: Addrs(2)}
+	w := &world{cfg: cfg, addrs: experiment.Addrs(2)}
 	w.hasher, err = hasherFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -160,26 +162,26 @@ func TestRunSweepStopsWhenCancelled(t *testing.T) {
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
-		mutate func(*SweepConfig)
+		mutate func(*experiment.Config)
 		want   string
 	}{
-		{"no engines", func(c *SweepConfig) { c.Engines = 0 }, "engines"},
-		{"no arms", func(c *SweepConfig) { c.Arms = nil }, "no arms"},
-		{"no seeds", func(c *SweepConfig) { c.Seeds = nil }, "no seeds"},
-		{"negative warm-up", func(c *SweepConfig) { c.Warmup = -1 }, "warm-up"},
-		{"zero sample interval", func(c *SweepConfig) { c.SampleInterval = 0 }, "sample interval"},
-		{"repeated arm", func(c *SweepConfig) { c.Arms = append(c.Arms, c.Arms[0]) }, "repeated"},
-		{"unknown policy", func(c *SweepConfig) { c.Arms = []Arm{{Name: "x", Policy: "fastest"}} }, "arm x"},
-		{"bad workload", func(c *SweepConfig) { c.Workload.Rate = 0 }, "-rate"},
-		{"bad engine", func(c *SweepConfig) { c.Engine.BlockSize = 0 }, "BlockSize"},
-		{"bad hash seed", func(c *SweepConfig) { c.HashSeed = "not a number" }, "hash"},
+		{"no engines", func(c *experiment.Config) { c.Engines = 0 }, "engines"},
+		{"no arms", func(c *experiment.Config) { c.Arms = nil }, "no arms"},
+		{"no seeds", func(c *experiment.Config) { c.Seeds = nil }, "no seeds"},
+		{"negative warm-up", func(c *experiment.Config) { c.Warmup = -1 }, "warm-up"},
+		{"zero sample interval", func(c *experiment.Config) { c.SampleInterval = 0 }, "sample interval"},
+		{"repeated arm", func(c *experiment.Config) { c.Arms = append(c.Arms, c.Arms[0]) }, "repeated"},
+		{"unknown policy", func(c *experiment.Config) { c.Arms = []experiment.Arm{{Name: "x", Policy: "fastest"}} }, "arm x"},
+		{"bad workload", func(c *experiment.Config) { c.Workload.Rate = 0 }, "-rate"},
+		{"bad engine", func(c *experiment.Config) { c.Engine.BlockSize = 0 }, "BlockSize"},
+		{"bad hash seed", func(c *experiment.Config) { c.HashSeed = "not a number" }, "hash"},
 	}
-	if err := DefaultSweepConfig().Validate(); err != nil {
+	if err := experiment.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("default config: %v", err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := DefaultSweepConfig()
+			c := experiment.DefaultConfig()
 			tt.mutate(&c)
 			err := c.Validate()
 			if err == nil || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tt.want)) {
@@ -193,12 +195,12 @@ func TestValidate(t *testing.T) {
 }
 
 func TestDefaultsArePublishedSweep(t *testing.T) {
-	c := DefaultSweepConfig()
+	c := experiment.DefaultConfig()
 	if len(c.Arms) != 7 || len(c.Seeds) != 20 || c.Workload.Requests != 500 || c.Engines != 2 {
 		t.Fatalf("default sweep %d arms x %d seeds x %d requests on %d engines, want 7 x 20 x 500 on 2",
 			len(c.Arms), len(c.Seeds), c.Workload.Requests, c.Engines)
 	}
-	if got := Addrs(2); !reflect.DeepEqual(got, []string{"127.0.1.1:8000", "127.0.1.2:8000"}) {
+	if got := experiment.Addrs(2); !reflect.DeepEqual(got, []string{"127.0.1.1:8000", "127.0.1.2:8000"}) {
 		t.Fatalf("Addrs(2) = %v", got)
 	}
 	if c.SampleInterval != 250*time.Millisecond {
@@ -207,7 +209,7 @@ func TestDefaultsArePublishedSweep(t *testing.T) {
 }
 
 func BenchmarkRunOneSeed(b *testing.B) {
-	cfg := DefaultSweepConfig()
+	cfg := experiment.DefaultConfig()
 	cfg.Warmup = 0
 	for b.Loop() {
 		if _, err := RunOne(context.Background(), cfg, cfg.Arms[0], 1); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/lmcache"
 )
@@ -25,7 +27,9 @@ func TestRunRequestsWithTheSeedsWorkloadIsRunOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := func(r Run) Results { return nanFree(Results{Runs: []Run{r}}) }
+	one := func(r experiment.Run) experiment.Results {
+		return nanFree(experiment.Results{Runs: []experiment.Run{r}})
+	}
 	if !reflect.DeepEqual(one(got), one(want)) {
 		t.Fatal("RunRequests with the seed's own requests differs from RunOne")
 	}
@@ -40,9 +44,9 @@ func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 		protocol string
 		warmup   int
 	}{
-		{"per-seed, no warm-up: new idle engines at time zero", ProtocolPerSeed, 0},
-		{"per-seed warm-up fills the caches and reports every chunk", ProtocolPerSeed, 150},
-		{"published warm-up and the seeds before this one", ProtocolPublished, 0},
+		{"per-seed, no warm-up: new idle engines at time zero", experiment.ProtocolPerSeed, 0},
+		{"per-seed warm-up fills the caches and reports every chunk", experiment.ProtocolPerSeed, 150},
+		{"published warm-up and the seeds before this one", experiment.ProtocolPublished, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +67,7 @@ func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 					t.Errorf("engine %d slowdown %v, want %v", i, got, want)
 				}
 			}
-			if tc.protocol == ProtocolPerSeed && tc.warmup == 0 {
+			if tc.protocol == experiment.ProtocolPerSeed && tc.warmup == 0 {
 				if w.Now != 0 || len(w.Events) != 0 {
 					t.Fatalf("no warm-up gave time %v and %d events, want 0 and 0", w.Now, len(w.Events))
 				}
@@ -77,7 +81,7 @@ func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := register(ix, Addrs(cfg.Engines), time.Unix(0, 0)); err != nil {
+			if err := register(ix, experiment.Addrs(cfg.Engines), time.Unix(0, 0)); err != nil {
 				t.Fatal(err)
 			}
 			held := map[string]int{}
@@ -118,11 +122,11 @@ func TestWarmUpLeavesTheFleetTheMeasuredSeedStartsFrom(t *testing.T) {
 func TestPublishedWarmupPlacement(t *testing.T) {
 	tests := []struct {
 		name   string
-		router Router
+		router experiment.Router
 		engine func(prefix int) string
 	}{
-		{"published router: batches of four alternate", PublishedRouter(), func(p int) string { return InstanceID((p / 4) % 2) }},
-		{"Envoy and this picker: prompts alternate", EnvoyRouter(), func(p int) string { return InstanceID(p % 2) }},
+		{"published router: batches of four alternate", experiment.PublishedRouter(), func(p int) string { return experiment.InstanceID((p / 4) % 2) }},
+		{"Envoy and this picker: prompts alternate", experiment.EnvoyRouter(), func(p int) string { return experiment.InstanceID(p % 2) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,7 +168,7 @@ func TestPublishedWarmupPlacement(t *testing.T) {
 // differs from the same seed on a fleet that only had the warm-up.
 func TestPublishedSeedsRunBackToBack(t *testing.T) {
 	cfg := small()
-	cfg.Protocol = ProtocolPublished
+	cfg.Protocol = experiment.ProtocolPublished
 	res, err := RunSweep(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +177,9 @@ func TestPublishedSeedsRunBackToBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrap := func(r Run) Results { return nanFree(Results{Runs: []Run{r}}) }
+	wrap := func(r experiment.Run) experiment.Results {
+		return nanFree(experiment.Results{Runs: []experiment.Run{r}})
+	}
 	if !reflect.DeepEqual(wrap(one), wrap(res.Runs[1])) {
 		t.Fatal("RunOne of seed 2 differs from seed 2 of the published sweep")
 	}
@@ -194,9 +200,9 @@ func TestPublishedSeedsRunBackToBack(t *testing.T) {
 // third already sees the holder loaded and goes to the other engine (which
 // then stores the prefix too).
 func TestStaleLoadsKeepSimultaneousRequestsOnTheHolder(t *testing.T) {
-	onHolder := func(r Router) int {
+	onHolder := func(r experiment.Router) int {
 		cfg := small()
-		cfg.Router, cfg.Protocol, cfg.Warmup = r, ProtocolPerSeed, 0
+		cfg.Router, cfg.Protocol, cfg.Warmup = r, experiment.ProtocolPerSeed, 0
 		cfg.Workload.Requests = 5
 		reqs, err := workload.Generate(cfg.Workload, nil, 1)
 		if err != nil {
@@ -207,7 +213,7 @@ func TestStaleLoadsKeepSimultaneousRequestsOnTheHolder(t *testing.T) {
 			reqs[i].SendAt = 5 * time.Second // after the first has finished and stored the prefix
 		}
 		reqs[0].SendAt = 0
-		run, err := RunRequests(context.Background(), cfg, Arm{Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}, 1, reqs)
+		run, err := RunRequests(context.Background(), cfg, experiment.Arm{Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}, 1, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,13 +225,13 @@ func TestStaleLoadsKeepSimultaneousRequestsOnTheHolder(t *testing.T) {
 		}
 		return n
 	}
-	if got := onHolder(PublishedRouter()); got != 4 {
+	if got := onHolder(experiment.PublishedRouter()); got != 4 {
 		t.Errorf("published router: %d of 4 simultaneous requests on the holder, want 4", got)
 	}
 	// The third sees the holder at 2 in flight and the other at 0 (relative
 	// loads +1 and -1: 0.973 - 0.5 < 0 + 0.5); the fourth sees 2 vs 1 and
 	// returns to the holder.
-	if got := onHolder(EnvoyRouter()); got != 3 {
+	if got := onHolder(experiment.EnvoyRouter()); got != 3 {
 		t.Errorf("synchronous bookings: %d of 4 simultaneous requests on the holder, want 3", got)
 	}
 }

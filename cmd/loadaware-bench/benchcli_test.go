@@ -3,111 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
-
-func TestParseArms(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []vtime.Arm
-		wantErr string
-	}{
-		{"all", vtime.DefaultArms(), ""},
-		{"kvaware,loadaware-b0.5", []vtime.Arm{{Name: "kvaware", Policy: "kvaware"}, {Name: "loadaware-b0.5", Policy: "loadaware", Beta: 0.5}}, ""},
-		{"loadaware:0.75", []vtime.Arm{{Name: "loadaware-b0.75", Policy: "loadaware", Beta: 0.75}}, ""},
-		{"loadaware", []vtime.Arm{{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}, ""},
-		{"session", []vtime.Arm{{Name: "session", Policy: "session", Beta: 1}}, ""},
-		{"leastload:2,leastload:0.5", []vtime.Arm{{Name: "leastload-b2", Policy: "leastload", Beta: 2}, {Name: "leastload-b0.5", Policy: "leastload", Beta: 0.5}}, ""},
-		{"fastest", nil, `unknown policy "fastest"`},
-		{"loadaware:x", nil, `beta "x" is not a number`},
-		{"loadaware:-1", nil, "out of range"},
-		{" , ", nil, "-arms is empty"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := parseArms(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestParseSeeds(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []uint64
-		wantErr bool
-	}{
-		{"7", []uint64{7}, false},
-		{"1-4", []uint64{1, 2, 3, 4}, false},
-		{"3, 9,1", []uint64{3, 9, 1}, false},
-		{"4-1", nil, true},
-		{"1,1", nil, true},
-		{"x", nil, true},
-		{"", nil, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := parseSeeds(tc.in)
-			if (err != nil) != tc.wantErr || !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("parseSeeds(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}
-
-func TestSavedResultsRoundTripExactly(t *testing.T) {
-	cfg := vtime.DefaultSweepConfig()
-	cfg.Arms, cfg.Seeds = cfg.Arms[:1], []uint64{4}
-	run := vtime.Run{Arm: cfg.Arms[0], Seed: 4, Interval: 250 * time.Millisecond, Running: [][]int{{1, 2}, {0, 3}}, Window: 1.5, Span: 2.25,
-		Engines: []vtime.EngineStats{{Addr: "127.0.1.1:8000", PrefixQueries: 10, PrefixHits: 7, Requests: 2}},
-		Rows: []vtime.Row{
-			{Index: 0, PrefixID: 3, SendAt: 0.1, TTFT: 0.123456789, E2E: 1.5, PromptTokens: 1579, CompletionTokens: 3, Status: "ok",
-				ITLs: []float64{float64(15234567) / 1e6, float64(1) / 1e6}, Engine: "127.0.1.1:8000", CachedTokens: 1536, LoadedTokens: 7, Preemptions: 1},
-			{Index: 1, PrefixID: -1, SendAt: 0.2, TTFT: math.NaN(), E2E: math.NaN(), Status: "error", Error: "status 503"},
-		}}
-	dir := t.TempDir()
-	meta := runMeta{Mode: modeLive, Command: "loadaware-bench live", Wall: 1500 * time.Millisecond, Workers: 1,
-		Live: []liveInfo{{Messages: 9, Received: 9, WarmEvents: 4, WallSeconds: 1.5}}, Reference: []vtime.Run{run}}
-	if err := saveResults(dir, vtime.Results{Config: cfg, Runs: []vtime.Run{run}}, meta); err != nil {
-		t.Fatal(err)
-	}
-	res, got, err := loadResults(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nanOK := cmp.Comparer(func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) })
-	if diff := cmp.Diff(vtime.Results{Config: cfg, Runs: []vtime.Run{run}}, res, nanOK); diff != "" {
-		t.Errorf("results (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(meta, got, nanOK); diff != "" {
-		t.Errorf("meta (-want +got):\n%s", diff)
-	}
-	if _, _, err := loadResults(t.TempDir()); err == nil || !strings.Contains(err.Error(), "loadaware-bench sweep") {
-		t.Errorf("loading an empty directory: %v, want an error saying to run the sweep", err)
-	}
-}
 
 func runCmd(t *testing.T, args ...string) (string, string) {
 	t.Helper()

@@ -1,15 +1,14 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
@@ -22,7 +21,7 @@ type sweepFlags struct {
 
 // register adds the shared flags to fs, with cfg's values and the given arms and seeds as
 // defaults.
-func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, seeds, router string) {
+func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, seeds, router string) {
 	f.arms, f.seeds = arms, seeds
 	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+") or policy:beta")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
@@ -41,12 +40,12 @@ func (f *sweepFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig, arms, se
 }
 
 // apply writes the parsed arms, seeds and slowdowns into cfg and validates it.
-func (f *sweepFlags) apply(cfg *vtime.SweepConfig) error {
-	arms, err := parseArms(f.arms)
+func (f *sweepFlags) apply(cfg *experiment.Config) error {
+	arms, err := experiment.ParseArms(f.arms)
 	if err != nil {
 		return err
 	}
-	seeds, err := parseSeeds(f.seeds)
+	seeds, err := experiment.ParseSeeds(f.seeds)
 	if err != nil {
 		return err
 	}
@@ -71,14 +70,14 @@ const (
 	routerEnvoy     = "envoy"
 )
 
-func parseRouter(s string) (vtime.Router, error) {
+func parseRouter(s string) (experiment.Router, error) {
 	switch s {
 	case routerPublished:
-		return vtime.PublishedRouter(), nil
+		return experiment.PublishedRouter(), nil
 	case routerEnvoy:
-		return vtime.EnvoyRouter(), nil
+		return experiment.EnvoyRouter(), nil
 	}
-	return vtime.Router{}, fmt.Errorf("-router %q: use %s or %s", s, routerPublished, routerEnvoy)
+	return experiment.Router{}, fmt.Errorf("-router %q: use %s or %s", s, routerPublished, routerEnvoy)
 }
 
 func parseDurations(s string) ([]time.Duration, error) {
@@ -102,86 +101,6 @@ func joinDurations(ds []time.Duration) string {
 		parts[i] = d.String()
 	}
 	return strings.Join(parts, ",")
-}
-
-// parseArms reads -arms.
-func parseArms(s string) ([]vtime.Arm, error) {
-	if strings.TrimSpace(s) == "all" {
-		return vtime.DefaultArms(), nil
-	}
-	var out []vtime.Arm
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		arm, err := parseArm(item)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, arm)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("-arms is empty: name at least one arm, e.g. -arms kvaware,loadaware-b1")
-	}
-	return out, nil
-}
-
-func parseArm(item string) (vtime.Arm, error) {
-	for _, a := range vtime.DefaultArms() {
-		if a.Name == item {
-			return a, nil
-		}
-	}
-	policy, betaText, hasBeta := strings.Cut(item, ":")
-	if !slices.Contains(scoring.Names, policy) {
-		return vtime.Arm{}, fmt.Errorf("arm %q: unknown policy %q: use one of %s, optionally with :beta (loadaware:0.75)", item, policy, strings.Join(scoring.Names, ", "))
-	}
-	beta := scoring.DefaultParams().Beta
-	if hasBeta {
-		b, err := strconv.ParseFloat(betaText, 64)
-		if err != nil {
-			return vtime.Arm{}, fmt.Errorf("arm %q: beta %q is not a number", item, betaText)
-		}
-		if err := scoring.ValidateBeta(b); err != nil {
-			return vtime.Arm{}, fmt.Errorf("arm %q: %w", item, err)
-		}
-		beta = b
-	}
-	name := policy
-	if policy == "loadaware" || hasBeta { // a beta given to another policy (latencyaware:2) names its arm too
-		name = policy + "-b" + strconv.FormatFloat(beta, 'g', -1, 64)
-	}
-	return vtime.Arm{Name: name, Policy: policy, Beta: beta}, nil
-}
-
-// parseSeeds reads -seeds: "7", "1-20" or "1,4,9".
-func parseSeeds(s string) ([]uint64, error) {
-	s = strings.TrimSpace(s)
-	if lo, hi, ok := strings.Cut(s, "-"); ok {
-		a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 64)
-		b, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 64)
-		if err1 != nil || err2 != nil || b < a || b-a >= 100000 {
-			return nil, fmt.Errorf("-seeds %q: a range is A-B with A <= B (at most 100000 seeds)", s)
-		}
-		out := make([]uint64, 0, b-a+1)
-		for v := a; v <= b; v++ {
-			out = append(out, v)
-		}
-		return out, nil
-	}
-	var out []uint64
-	for _, part := range strings.Split(s, ",") {
-		v, err := strconv.ParseUint(strings.TrimSpace(part), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("-seeds %q: %q is not a seed: use N, A-B or a comma-separated list", s, part)
-		}
-		if slices.Contains(out, v) {
-			return nil, fmt.Errorf("-seeds %q: seed %d appears twice", s, v)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 func parseFloats(s string) ([]float64, error) {
@@ -226,3 +145,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = rest[1:]
 	}
 }
+
+// parseArms is experiment.ParseArms.
+var parseArms = experiment.ParseArms

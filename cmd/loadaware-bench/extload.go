@@ -6,31 +6,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/extload"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/gctune"
-	"github.com/loadaware/loadaware-epp/lmcache"
-	"github.com/loadaware/loadaware-epp/picker"
-	"github.com/loadaware/loadaware-epp/tokenize"
 )
 
 func init() {
@@ -182,16 +174,16 @@ func (c extloadConfig) check() error {
 }
 
 func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) error {
-	stderr = &lockedWriter{w: stderr} // the server processes' logs and the progress share it
+	stderr = extload.LockedWriter(stderr) // the server processes' logs and the progress share it
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find this program to start the servers: %w", err)
 	}
-	serverCPU, pinNote, err := pinGenerator(c.pin)
+	serverCPU, pinNote, err := extload.PinGenerator(c.pin)
 	if err != nil {
 		return err
 	}
-	defer pinNote.restore()
+	defer pinNote.Restore()
 	if c.genProfile != "" {
 		f, err := os.Create(c.genProfile)
 		if err != nil {
@@ -208,7 +200,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		if err := os.MkdirAll(c.flightDir, 0o755); err != nil {
 			return fmt.Errorf("-server-flight %s: %w (pass a directory this user can create or write)", c.flightDir, err)
 		}
-		if genFlight, err = startFlight(); err != nil {
+		if genFlight, err = extload.StartFlight(); err != nil {
 			return fmt.Errorf("-server-flight: start the generator's flight recorder: %w", err)
 		}
 		defer genFlight.Stop()
@@ -275,7 +267,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		c.serverProcs, serverOurs, c.policy, c.endpoints, scores, serverNothing, serverPass)
 	fmt.Fprintf(stdout, "the generator's HTTP/2 windows are Envoy's defaults (%d MiB).\n", extload.EnvoyHTTP2Window>>20)
 	fmt.Fprintf(stdout, "(%s continues every message; %s also sends each body back, as Envoy's full-duplex mode needs).\n", serverNothing, serverPass)
-	fmt.Fprintln(stdout, pinNote.text)
+	fmt.Fprintln(stdout, pinNote.Text)
 	if feed != nil {
 		fmt.Fprintf(stdout, "LMCache ingestion: an engine's worker pushes %v batches/s of %d KV admit events (new keys) to the picker's controller during its windows.\n", c.feedRate, c.feedEvents)
 	}
@@ -295,12 +287,23 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 				if name == serverOurs {
 					f = feed
 				}
-				arm, err := extloadWindow(ctx, c, name, rate, uint64(round*len(c.rates)+i), conns[name], servers[name], req, f, stderr)
+				m := extload.Measure{Server: name, Rate: rate, Client: conns[name], Child: servers[name], Request: req,
+					Window: extload.WindowConfig{Rate: rate, Duration: c.duration, Seed: c.seed*1000 + uint64(round*len(c.rates)+i), MaxInFlight: c.maxInFlight, Timeout: c.timeout},
+					Warmup: c.warmup}
+				if f != nil {
+					m.During = func(ctx context.Context) func() error { return f.start(ctx, c.feedRate, c.feedEvents) }
+				}
+				bar := newProgressBar(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.progress)
+				m.Window.Progress = bar.update
+				arm, err := extload.MeasureWindow(ctx, m)
+				bar.finish()
 				if err != nil {
 					return err
 				}
-				if err := snapshotStall(c, servers[name], genFlight, arm, round, stderr); err != nil {
-					return err
+				if c.flightDir != "" {
+					if err := extload.SnapshotStall(c.flightDir, c.stall, servers[name], genFlight, arm, round, stderr); err != nil {
+						return err
+					}
 				}
 				arms = extload.Pool(arms, arm)
 			}
@@ -319,92 +322,6 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		}
 	}
 	return extload.WriteStalls(stdout, arms, c.stall)
-}
-
-// snapshotStall writes the server's and the generator's (gen's) flight recordings to
-// -server-flight's directory when arm's window (round's) had a round trip over -stall, and
-// says so on stderr.
-func snapshotStall(c extloadConfig, ch *extload.Child, gen *trace.FlightRecorder, arm extload.Arm, round int, stderr io.Writer) error {
-	if c.flightDir == "" || len(arm.Window.Totals) == 0 {
-		return nil
-	}
-	longest := slices.Max(arm.Window.Totals)
-	if longest <= c.stall {
-		return nil
-	}
-	name := fmt.Sprintf("%s-%.0f-round%03d.trace", arm.Server, arm.Rate, round)
-	path := filepath.Join(c.flightDir, name)
-	if err := ch.Snapshot(path); err != nil {
-		return err
-	}
-	genPath := filepath.Join(c.flightDir, "generator-"+name)
-	if err := writeFlight(gen, genPath); err != nil {
-		return fmt.Errorf("write the generator's flight recording: %w", err)
-	}
-	fmt.Fprintf(stderr, "%s at %.0f/s, round %d: a %v round trip; the last seconds of the server and the generator are in %s and %s\n",
-		arm.Server, arm.Rate, round, longest.Round(time.Microsecond), path, genPath)
-	return nil
-}
-
-// extloadWindow runs the warm-up and the measured window of one server at one rate.
-func extloadWindow(ctx context.Context, c extloadConfig, name string, rate float64, seed uint64, client extprocv3.ExternalProcessorClient, ch *extload.Child, req extload.Request, feed *extloadFeed, stderr io.Writer) (_ extload.Arm, err error) {
-	if feed != nil {
-		stop := feed.start(ctx, c.feedRate, c.feedEvents)
-		defer func() {
-			if ferr := stop(); ferr != nil && err == nil {
-				err = ferr
-			}
-		}()
-	}
-	wc := extload.WindowConfig{Rate: rate, Duration: c.warmup, Seed: c.seed*1000 + seed, MaxInFlight: c.maxInFlight, Timeout: c.timeout}
-	if c.warmup > 0 {
-		if _, err := extload.Run(ctx, client, req, wc); err != nil {
-			return extload.Arm{}, err
-		}
-	}
-	bar := newProgressBar(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.progress)
-	wc.Duration, wc.Seed, wc.Progress = c.duration, wc.Seed+500, bar.update
-	before, err := ch.Usage()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	genBefore, err := extload.ProcessCPU()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	w, err := extload.Run(ctx, client, req, wc)
-	bar.finish()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	genAfter, err := extload.ProcessCPU()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	after, err := ch.Usage()
-	if err != nil {
-		return extload.Arm{}, err
-	}
-	if w.Sent > 0 && w.Failed == w.Sent {
-		for msg := range w.Errors {
-			return extload.Arm{}, fmt.Errorf("every request to the %s server failed, e.g. %s", name, msg)
-		}
-	}
-	used := after.Sub(before)
-	return extload.Arm{Server: name, Rate: rate, Window: w, CPU: used.CPU, GCCPU: used.GCCPU, GCs: used.GCs, AllocBytes: used.AllocBytes,
-		GeneratorCPU: genAfter - genBefore}, nil
-}
-
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // runExtloadServer is the child side: one server on a loopback port, speaking extload's
@@ -469,26 +386,26 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	var start func(context.Context) (string, func() error, error)
 	switch *kind {
 	case serverNothing:
-		start = func(context.Context) (string, func() error, error) { return startFloor(extload.Nothing{}) }
+		start = func(context.Context) (string, func() error, error) { return extload.ServeFloor(extload.Nothing{}) }
 	case serverPass:
-		start = func(context.Context) (string, func() error, error) { return startFloor(extload.PassThrough{}) }
+		start = func(context.Context) (string, func() error, error) { return extload.ServeFloor(extload.PassThrough{}) }
 	case serverOurs:
 		if *memLimit > 0 {
 			gctune.Apply(gctune.Plan(os.Getenv, 0, *gcPercent, *memLimit))
 		}
 		start = func(ctx context.Context) (string, func() error, error) {
-			return startOurs(ctx, *endpoints, *policy, *tok, !*scores, stderr)
+			return extload.StartPicker(ctx, *endpoints, *policy, *tok, !*scores, stderr)
 		}
 	}
 	var snapshot func(string) error
 	if *flight {
-		fr, err := startFlight()
+		fr, err := extload.StartFlight()
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: start the flight recorder: %v\n", extloadServerName, err)
 			return 1
 		}
 		defer fr.Stop()
-		snapshot = func(path string) error { return writeFlight(fr, path) }
+		snapshot = func(path string) error { return extload.WriteFlight(fr, path) }
 	}
 	if err := extload.ServeChild(ctx, os.Stdin, stdout, start, snapshot); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", extloadServerName, err)
@@ -497,113 +414,5 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	return 0
 }
 
-// startFlight starts a flight recorder that keeps the last 3 s (a window and its warm-up,
-// and the snapshot's own delay), at most 64 MiB.
-func startFlight() (*trace.FlightRecorder, error) {
-	fr := trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 3 * time.Second, MaxBytes: 64 << 20})
-	if err := fr.Start(); err != nil {
-		return nil, err
-	}
-	return fr, nil
-}
-
-// writeFlight writes fr's recording to path.
-func writeFlight(fr *trace.FlightRecorder, path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := fr.WriteTo(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// startFloor serves s, one of the floor servers, with gRPC's defaults on a loopback port.
-func startFloor(s extprocv3.ExternalProcessorServer) (string, func() error, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("listen on a loopback port: %w", err)
-	}
-	srv := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(srv, s)
-	go func() { _ = srv.Serve(lis) }()
-	return lis.Addr().String(), func() error { srv.Stop(); return nil }, nil
-}
-
-// startOurs starts the picker as `loadaware-epp serve` would with static endpoints that
-// are never contacted (active health checks off), plaintext ext_proc and the embedded
-// LMCache controller, every port on loopback. It returns the rest of the child's
-// "listening" line: the ext_proc address, then lmcache=PULL-ADDR and metrics=ADDR.
-func startOurs(ctx context.Context, endpoints int, policy, tokenizerPath string, omitScores bool, stderr io.Writer) (string, func() error, error) {
-	addrs := make([]string, endpoints)
-	for i := range addrs {
-		addrs[i] = extloadEndpoint(i) + ":8000"
-	}
-	cfg := app.Config{
-		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
-		Endpoints: addrs, Policy: policy, Beta: 1, BodyMode: extproc.FullDuplex, OmitScores: omitScores,
-		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", ReplyAddr: "127.0.0.1:0",
-			Keys: lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}},
-	}
-	if tokenizerPath != "" {
-		tk, err := tokenize.Load(tokenizerPath)
-		if err != nil {
-			return "", nil, err
-		}
-		cfg.Tokenizer = &picker.Tokens{Local: tk}
-	}
-	a, err := app.Start(ctx, cfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-	if err != nil {
-		return "", nil, fmt.Errorf("start the picker: %w", err)
-	}
-	return a.GRPCAddr() + " lmcache=" + a.LMCachePullAddr() + " metrics=" + a.MetricsAddr(), a.Close, nil
-}
-
-// extloadEndpoint is the IP of the picker's i-th static endpoint: 127.1.0.1 on, in
-// loopback's 127.0.0.0/8, so that the LMCache feeder can connect from it (the controller
-// admits peers by the fleet's IPs). Nothing listens there: the endpoints are never contacted.
-func extloadEndpoint(i int) string {
-	n := i + 1
-	return fmt.Sprintf("127.%d.%d.%d", 1+n>>16, n>>8&255, n&255)
-}
-
-// pinning is what pinGenerator did: a line for the report, and how to undo it.
-type pinning struct {
-	text    string
-	restore func()
-}
-
-// pinGenerator pins this process (the generator) to every CPU it may use but the last,
-// and returns the last, for the servers; -1 and no pin when pin is off or there is only
-// one CPU. The report's line says which.
-func pinGenerator(pin bool) (serverCPU int, p pinning, err error) {
-	p = pinning{text: "not pinned (-pin=false): the generator and the server share every CPU.", restore: func() {}}
-	if !pin {
-		return -1, p, nil
-	}
-	cpus, err := extload.CPUs()
-	if err != nil {
-		return -1, p, fmt.Errorf("%w (or pass -pin=false)", err)
-	}
-	if len(cpus) < 2 {
-		p.text = fmt.Sprintf("not pinned: this process may use only CPU %v, so the generator and the server share it.", cpus)
-		return -1, p, nil
-	}
-	last := cpus[len(cpus)-1]
-	restore, err := extload.Pin(cpus[:len(cpus)-1])
-	if err != nil {
-		return -1, p, fmt.Errorf("%w (or pass -pin=false)", err)
-	}
-	// As many Ps as CPUs: more would time-share the generator's CPUs between Ps, and a
-	// goroutine queued on a P whose thread the kernel has set aside waits for the kernel.
-	procs := runtime.GOMAXPROCS(len(cpus) - 1)
-	p.text = fmt.Sprintf("pinned: each server process on CPU %d alone, the generator on CPU(s) %v with GOMAXPROCS %d (-pin=false shares them).",
-		last, cpus[:len(cpus)-1], len(cpus)-1)
-	p.restore = func() {
-		runtime.GOMAXPROCS(procs)
-		_ = restore()
-	}
-	return last, p, nil
-}
+// extloadEndpoint is extload.EndpointIP.
+var extloadEndpoint = extload.EndpointIP

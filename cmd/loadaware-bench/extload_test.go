@@ -6,13 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/loadaware/loadaware-epp/bench/extload"
 )
 
 // TestMain lets the test binary serve as extload's server process: extload starts
@@ -151,46 +147,6 @@ func TestExtloadServerRefusesAnUnknownKind(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := runExtloadServer(context.Background(), []string{"-kind", "envoy"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `-kind "envoy"`) {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())
-	}
-}
-
-func TestPinGeneratorLeavesTheLastCPUToTheServers(t *testing.T) {
-	cpus, err := extload.CPUs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu, p, err := pinGenerator(false)
-	if err != nil || cpu != -1 || !strings.HasPrefix(p.text, "not pinned (-pin=false)") {
-		t.Fatalf("pinGenerator(false) = %d, %q, %v; want -1 and the not-pinned line", cpu, p.text, err)
-	}
-	procs := runtime.GOMAXPROCS(0)
-	cpu, p, err = pinGenerator(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.restore()
-	if len(cpus) < 2 {
-		if cpu != -1 || !strings.HasPrefix(p.text, "not pinned: this process may use only CPU") {
-			t.Fatalf("with CPUs %v: pinGenerator(true) = %d, %q; want no pin", cpus, cpu, p.text)
-		}
-		return
-	}
-	now, err := extload.CPUs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last := cpus[len(cpus)-1]; cpu != last || slices.Contains(now, last) || len(now) != len(cpus)-1 {
-		t.Fatalf("pinGenerator(true) gave the servers CPU %d and kept the generator on %v; want %d and %v", cpu, now, last, cpus[:len(cpus)-1])
-	}
-	if got := runtime.GOMAXPROCS(0); got != len(cpus)-1 {
-		t.Fatalf("the pinned generator runs GOMAXPROCS %d, want one P per CPU it may use (%d)", got, len(cpus)-1)
-	}
-	p.restore()
-	if got := runtime.GOMAXPROCS(0); got != procs {
-		t.Fatalf("after restore GOMAXPROCS is %d, want %d as before", got, procs)
-	}
-	if now, _ := extload.CPUs(); !slices.Equal(now, cpus) {
-		t.Fatalf("after restore the generator may use %v, want %v", now, cpus)
 	}
 }
 

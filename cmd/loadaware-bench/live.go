@@ -7,8 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/live"
@@ -23,12 +24,12 @@ func init() {
 // and the gateway, one after another, with the same outputs as sweep, and (by default) the
 // same arms and seeds in virtual time beside them.
 func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg := vtime.DefaultSweepConfig()
+	cfg := experiment.DefaultConfig()
 	fs := flag.NewFlagSet("live", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var sf sweepFlags
 	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy)
-	out := fs.String("out", "bench-live", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+resultsFile)
+	out := fs.String("out", "bench-live", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
 	csvs := fs.Bool("csv", true, "write the per-request CSV of every run")
 	twins := fs.Bool("vtime", true, "also run every arm and seed in virtual time and report both")
 	timeout := fs.Duration("timeout", 0, "bound on one seed's run from its first send (0: its send window plus 2 minutes)")
@@ -63,8 +64,8 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
 
 	start := time.Now()
-	res := vtime.Results{Config: cfg}
-	meta := runMeta{Mode: modeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !*csvs}
+	res := experiment.Results{Config: cfg}
+	meta := experiment.Meta{Mode: experiment.ModeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !*csvs}
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
 			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
@@ -82,7 +83,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if *replicas > 1 || *showReplicas {
 				printReplicaStats(stdout, arm.Name, seed, r.Replicas)
 			}
-			meta.Live = append(meta.Live, liveInfo{Messages: r.Messages, Received: r.Received, WarmEvents: r.WarmEvents,
+			meta.Live = append(meta.Live, experiment.LiveInfo{Messages: r.Messages, Received: r.Received, WarmEvents: r.WarmEvents,
 				InFlightAfter: r.InFlightAfter, WallSeconds: r.Wall.Seconds()})
 			if *twins {
 				t, err := vtime.RunOne(ctx, cfg, arm, seed)
@@ -95,43 +96,13 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	meta.Wall = time.Since(start)
-	if _, err := writeResults(*out, res, meta); err != nil {
+	if _, err := analysis.WriteAll(*out, res, meta, true); err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench live: %v\n", err)
 		return 1
 	}
-	printTwins(stdout, res.Runs, meta)
+	analysis.WriteTwinsText(stdout, res.Runs, meta)
 	fmt.Fprintf(stdout, "%d live runs in %.1f s\nreport: %s\n", len(res.Runs), meta.Wall.Seconds(), reportPath(*out))
 	return 0
-}
-
-// printTwins prints each live run's metrics, with its virtual-time twin when there is one.
-func printTwins(w io.Writer, runs []vtime.Run, meta runMeta) {
-	cols := []string{"TTFT p50", "TTFT p95", "TTFT p99", "ITL p95", "e2e p95", "req/s", "imbalance", "hit rate"}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "arm\tseed\tmode\t%s\terrors\tLMCache msgs pushed/received\twall s\t\n", strings.Join(cols, "\t"))
-	line := func(r vtime.Run, mode, extra string) {
-		m := analysis.SeedMetricsOf(r)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t", r.Arm.Name, r.Seed, mode)
-		for _, c := range cols {
-			met, _ := analysis.MetricByName(c)
-			fmt.Fprintf(tw, "%s\t", fmtMetric(c, met.Value(m)))
-		}
-		fmt.Fprintf(tw, "%d\t%s\t\n", m.Errors, extra)
-	}
-	for i, r := range runs {
-		extra := "\t"
-		if i < len(meta.Live) {
-			l := meta.Live[i]
-			extra = fmt.Sprintf("%d/%d\t%.1f", l.Messages, l.Received, l.WallSeconds)
-		}
-		line(r, "live", extra)
-		for _, t := range meta.Reference {
-			if t.Arm.Name == r.Arm.Name && t.Seed == r.Seed {
-				line(t, "virtual time", "\t")
-			}
-		}
-	}
-	_ = tw.Flush()
 }
 
 // printReplicaStats writes one line of a run's shared-state figures.

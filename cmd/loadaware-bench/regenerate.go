@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 )
 
 func init() {
@@ -16,7 +19,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: loadaware-bench report DIR\n\nRewrites DIR/REPORT.md, DIR/figures, DIR/seeds.csv and the per-request CSVs from DIR/%s (written by sweep or live).\n", resultsFile)
+		fmt.Fprintf(stderr, "usage: loadaware-bench report DIR\n\nRewrites DIR/REPORT.md, DIR/figures, DIR/seeds.csv and the per-request CSVs from DIR/%s (written by sweep or live).\n", experiment.FileName)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -26,12 +29,12 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	res, meta, err := loadResults(pos[0])
+	res, meta, err := experiment.Load(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench report: %v\n", err)
 		return 1
 	}
-	a, err := writeResults(pos[0], res, meta)
+	a, err := analysis.WriteAll(pos[0], res, meta, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench report: %v\n", err)
 		return 1

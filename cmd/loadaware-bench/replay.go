@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -58,17 +59,13 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	if *jsonOut != "" {
-		if err := writeReplayJSON(*jsonOut, rep); err != nil {
+		if err := experiment.WriteFile(*jsonOut, rep.WriteJSON); err != nil {
 			fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nEverything above, per seed, as JSON: `%s`.\n", filepath.Base(*jsonOut))
 	}
 	return 0
-}
-
-func writeReplayJSON(path string, rep replay.Report) error {
-	return writeFile(path, rep.WriteJSON)
 }
 
 // measuredCells loads real (a directory in the published layout; "" is the embedded gen2
@@ -89,30 +86,13 @@ func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) 
 	if err != nil {
 		return data, 1, err
 	}
+	var names []string
 	if cells != "" {
-		want := map[string]bool{}
-		for _, c := range strings.Split(cells, ",") {
-			want[strings.TrimSpace(c)] = true
-		}
-		var have []string
-		var out []capture.CompactCell
-		for _, c := range data.Cells {
-			have = append(have, c.ArmLabel())
-			if want[c.ArmLabel()] || want[c.Name] {
-				out = append(out, c)
-			}
-		}
-		if len(out) == 0 {
-			return data, 2, fmt.Errorf("-cells %s matches no cell; the data has %s", cells, strings.Join(have, ", "))
-		}
-		data.Cells = out
+		names = strings.Split(cells, ",")
 	}
-	if seeds > 0 {
-		for i := range data.Cells {
-			c := &data.Cells[i]
-			n := min(seeds, len(c.Seeds))
-			c.Seeds, c.SeedMetrics = c.Seeds[:n], c.SeedMetrics[:min(n, len(c.SeedMetrics))]
-		}
+	data, err = data.Select(names, seeds)
+	if err != nil {
+		return data, 2, fmt.Errorf("-cells %s %w", cells, err)
 	}
 	return data, 0, nil
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/loadaware/loadaware-epp/bench/analysis"
-	"github.com/loadaware/loadaware-epp/picker"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/picker"
 
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
@@ -22,15 +23,15 @@ func init() {
 // runSweep is `loadaware-bench sweep`: the published sweep (7 arms x 20 seeds x 500
 // requests) by default, every parameter a flag.
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg := vtime.DefaultSweepConfig()
+	cfg := experiment.DefaultConfig()
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var sf sweepFlags
 	sf.register(fs, &cfg, "all", "1-20", routerPublished)
-	out := fs.String("out", "bench-results", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+resultsFile)
+	out := fs.String("out", "bench-results", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
 	csvs := fs.Bool("csv", true, "write the per-request CSV of every run (about 200 kB each)")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")
-	save := fs.Bool("save", true, "save every run in "+resultsFile+" (about 5 MB for the full sweep) for compare and report")
+	save := fs.Bool("save", true, "save every run in "+experiment.FileName+" (about 5 MB for the full sweep) for compare and report")
 	progress := fs.Bool("progress", true, "show progress on stderr")
 	fs.StringVar(&cfg.CacheSource, "cache-source", picker.SourceLMCache, "what the picker learns the engines' caches from: lmcache, vllm-events (the CPU tiers published as vLLM KV events) or both")
 	alsoEnvoy := fs.Bool("also-envoy", false, "then run the same sweep behind Envoy and this picker (-router envoy) and add its tables to REPORT.md")
@@ -50,8 +51,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	wall := time.Since(start)
-	a, err := writeResults(*out, res, runMeta{Mode: modeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
-		Wall: wall, Workers: cfg.Workers, NoCSVs: !*csvs, NoSave: !*save})
+	a, err := analysis.WriteAll(*out, res, experiment.Meta{Mode: experiment.ModeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
+		Wall: wall, Workers: cfg.Workers, NoCSVs: !*csvs}, *save)
 	if err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
 		return 1
@@ -60,12 +61,12 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.ProtocolText(), wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(*out))
 	if *alsoEnvoy {
 		ecfg := cfg
-		ecfg.Router = vtime.EnvoyRouter()
+		ecfg.Router = experiment.EnvoyRouter()
 		bar := newProgressBar(stderr, "sweep behind Envoy", *progress)
 		eres, err := vtime.RunSweep(ctx, ecfg, bar.update)
 		bar.finish()
 		if err == nil {
-			err = appendEnvoySection(reportPath(*out), eres)
+			err = analysis.AppendEnvoySection(reportPath(*out), eres)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "loadaware-bench sweep: behind Envoy: %v\n", err)
@@ -74,35 +75,6 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stdout, "the same sweep behind Envoy and this picker: added to %s\n", reportPath(*out))
 	}
 	return 0
-}
-
-// appendEnvoySection adds the sweep behind Envoy and this picker to a report.
-func appendEnvoySection(path string, res vtime.Results) error {
-	a, err := analysis.Analyze(res)
-	if err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString("\n## The same fleet behind Envoy and this picker\n\n")
-	b.WriteString("The same engines, workload, protocol and seeds, with `vtime.EnvoyRouter()` in front instead of the published Python router: ")
-	b.WriteString("every decision sees every earlier booking at once (no shared statistics snapshot), and the data path adds 1 ms each way instead of the Python router's 48 ms on the first token. ")
-	b.WriteString("The warm-up then alternates prompts one by one between the engines instead of in batches of four, so kvaware's busy engine gets a smaller share.\n\n")
-	if err := a.WriteResultsTable(&b); err != nil {
-		return err
-	}
-	fmt.Fprintf(&b, "\nPaired comparisons with %s (behind Envoy):\n\n", analysis.Baseline)
-	if err := a.WriteComparisonTable(&b); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := io.WriteString(f, b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func reportPath(dir string) string { return strings.TrimSuffix(dir, "/") + "/REPORT.md" }

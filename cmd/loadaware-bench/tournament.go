@@ -6,16 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/plot"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/tournament"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
 func init() {
@@ -35,7 +33,7 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "cells (profile x arm) simulated in parallel (results do not depend on it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	sample := fs.Duration("sample-interval", tournament.DefaultSampleInterval, "how often the engines' running counts and cache counters are sampled (imbalance, hit rate)")
-	scratch := vtime.DefaultSweepConfig()
+	scratch := experiment.DefaultConfig()
 	var of overrideFlags
 	of.register(fs, &scratch)
 	fs.Usage = func() {} // a bad flag is the flag package's one line; -h prints the help below
@@ -66,7 +64,7 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1
 	}
 	wall := time.Since(start)
-	if err := writeTournament(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
+	if err := tournament.WriteFiles(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
 		return 1
 	}
@@ -97,7 +95,7 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arm
 	if cfg.Arms, err = tournamentArms(arms); err != nil {
 		return cfg, err
 	}
-	if cfg.Seeds, err = parseSeeds(seeds); err != nil {
+	if cfg.Seeds, err = experiment.ParseSeeds(seeds); err != nil {
 		return cfg, err
 	}
 	switch {
@@ -133,16 +131,16 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arm
 
 // tournamentArms reads -arms: "all" is tournament.DefaultArms, anything else a list as
 // sweep's -arms takes it.
-func tournamentArms(s string) ([]vtime.Arm, error) {
+func tournamentArms(s string) ([]experiment.Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return tournament.DefaultArms(), nil
 	}
-	arms, err := parseArms(s)
+	arms, err := experiment.ParseArms(s)
 	if err != nil {
 		return nil, fmt.Errorf("-arms: %w", err)
 	}
 	for i, a := range arms {
-		if slices.ContainsFunc(arms[:i], func(b vtime.Arm) bool { return b.Name == a.Name }) {
+		if slices.ContainsFunc(arms[:i], func(b experiment.Arm) bool { return b.Name == a.Name }) {
 			return nil, fmt.Errorf("-arms: arm %s named twice", a.Name)
 		}
 	}
@@ -157,7 +155,7 @@ type overrideFlags struct {
 }
 
 // register adds the override flags to fs with cfg's values as defaults.
-func (f *overrideFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig) {
+func (f *overrideFlags) register(fs *flag.FlagSet, cfg *experiment.Config) {
 	before := map[string]bool{}
 	fs.VisitAll(func(fl *flag.Flag) { before[fl.Name] = true })
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "override: simulated engines (GPUs)")
@@ -178,7 +176,7 @@ func (f *overrideFlags) register(fs *flag.FlagSet, cfg *vtime.SweepConfig) {
 }
 
 // apply writes the parsed per-engine lists into cfg.
-func (f *overrideFlags) apply(cfg *vtime.SweepConfig) error {
+func (f *overrideFlags) apply(cfg *experiment.Config) error {
 	slow, err := parseFloats(f.slowdowns)
 	if err != nil {
 		return fmt.Errorf("-slowdowns: %w", err)
@@ -190,65 +188,6 @@ func (f *overrideFlags) apply(cfg *vtime.SweepConfig) error {
 	cfg.Slowdowns, cfg.HostDelays = slow, hosts
 	if len(slow) > cfg.Engines {
 		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(slow), cfg.Engines)
-	}
-	return nil
-}
-
-// writeTournament writes the markdown report to out, the summary figure beside it and,
-// with jsonOut, the JSON results.
-func writeTournament(res tournament.Result, out, jsonOut, command string) error {
-	if err := mkdirFor(out); err != nil {
-		return err
-	}
-	fig := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
-	err := plot.Heatmap(fig, fmt.Sprintf("TTFT p95 relative to the profile's best (colour saturates at %gx)", tournament.FigureMax), tournament.Summarize(res).Figure())
-	if err != nil && !errors.Is(err, plot.ErrNoData) {
-		return err
-	}
-	opt := tournament.ReportOptions{Command: command}
-	if err == nil {
-		opt.Figure = relTo(out, fig)
-	}
-	if jsonOut != "" {
-		if err := writeFile(jsonOut, func(w io.Writer) error { return tournament.WriteJSON(w, res) }); err != nil {
-			return err
-		}
-		opt.JSON = relTo(out, jsonOut)
-	}
-	return writeFile(out, func(w io.Writer) error { return tournament.WriteMarkdown(w, res, opt) })
-}
-
-// relTo returns path relative to the directory of file, or path itself when it has none.
-func relTo(file, path string) string {
-	rel, err := filepath.Rel(filepath.Dir(file), path)
-	if err != nil {
-		return path
-	}
-	return filepath.ToSlash(rel)
-}
-
-// writeFile creates path (and its directory) and writes it with write.
-func writeFile(path string, write func(io.Writer) error) error {
-	if err := mkdirFor(path); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-// mkdirFor creates the directory path is in.
-func mkdirFor(path string) error {
-	if dir := filepath.Dir(path); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
+
 	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
@@ -34,7 +36,7 @@ func main() {
 }
 
 func run(args []string, w io.Writer) error {
-	cfg := vtime.DefaultSweepConfig()
+	cfg := experiment.DefaultConfig()
 	fs := flag.NewFlagSet("tails", flag.ContinueOnError)
 	seeds := fs.Int("seeds", len(cfg.Seeds), "seeds per arm (1..n)")
 	arms := fs.String("arms", "", "comma-separated arm names to run (default: every arm of the sweep)")
@@ -53,9 +55,9 @@ func run(args []string, w io.Writer) error {
 		cfg.Seeds[i] = uint64(i + 1)
 	}
 	if *arms != "" {
-		var keep []vtime.Arm
+		var keep []experiment.Arm
 		for _, name := range strings.Split(*arms, ",") {
-			i := slices.IndexFunc(cfg.Arms, func(a vtime.Arm) bool { return a.Name == name })
+			i := slices.IndexFunc(cfg.Arms, func(a experiment.Arm) bool { return a.Name == name })
 			if i < 0 {
 				return fmt.Errorf("-arms: no arm %q: use names from the sweep (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload)", name)
 			}
@@ -84,7 +86,7 @@ const (
 const recomputeTokens = 256
 
 // class names what the engine found for a request.
-func class(r vtime.Row) string {
+func class(r experiment.Row) string {
 	switch {
 	case r.PromptTokens-r.CachedTokens-r.LoadedTokens > recomputeTokens:
 		return classRecompute
@@ -113,7 +115,7 @@ type armTail struct {
 
 // breakdown splits every arm's finished requests into cells, keeping the
 // arms in run order.
-func breakdown(runs []vtime.Run) []armTail {
+func breakdown(runs []experiment.Run) []armTail {
 	var out []armTail
 	idx := map[string]int{}
 	for _, run := range runs {

@@ -6,17 +6,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 )
 
-func row(engine string, ttft float64, cached, loaded int) vtime.Row {
-	return vtime.Row{Engine: engine, TTFT: ttft, PromptTokens: 1579, CachedTokens: cached, LoadedTokens: loaded, Status: "ok"}
+func row(engine string, ttft float64, cached, loaded int) experiment.Row {
+	return experiment.Row{Engine: engine, TTFT: ttft, PromptTokens: 1579, CachedTokens: cached, LoadedTokens: loaded, Status: "ok"}
 }
 
 func TestClassNamesWhatTheEngineFound(t *testing.T) {
 	tests := []struct {
 		name string
-		row  vtime.Row
+		row  experiment.Row
 		want string
 	}{
 		{"prefix in the GPU cache", row("a", 0.1, 1536, 0), classGPU},
@@ -36,21 +36,21 @@ func TestClassNamesWhatTheEngineFound(t *testing.T) {
 }
 
 func TestBreakdownCountsTheTailPerSeed(t *testing.T) {
-	arm := vtime.Arm{Name: "kvaware"}
+	arm := experiment.Arm{Name: "kvaware"}
 	// Seed 1: the recompute is its slowest request; seed 2: a slow GPU hit on
 	// engine b. Each seed's p95 of 20 requests sits between the slowest and the
 	// rest, so exactly one request per seed is in the tail.
-	fast := func(engine string) []vtime.Row {
-		var rows []vtime.Row
+	fast := func(engine string) []experiment.Row {
+		var rows []experiment.Row
 		for range 19 {
 			rows = append(rows, row(engine, 0.1, 1536, 0))
 		}
 		return rows
 	}
-	runs := []vtime.Run{
+	runs := []experiment.Run{
 		{Arm: arm, Seed: 1, Rows: append(fast("a"), row("a", 0.9, 0, 0))},
 		{Arm: arm, Seed: 2, Rows: append(fast("a"), row("b", 0.5, 1536, 0))},
-		{Arm: arm, Seed: 3, Rows: []vtime.Row{{Engine: "a", TTFT: math.NaN(), Status: "error"}}},
+		{Arm: arm, Seed: 3, Rows: []experiment.Row{{Engine: "a", TTFT: math.NaN(), Status: "error"}}},
 	}
 	got := breakdown(runs)
 	if len(got) != 1 || got[0].Requests != 40 || got[0].Tail != 2 {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,7 @@ type SubscriberConfig struct {
 // evicted. An engine restart (sequence going back) drops its entries the same way.
 type Subscriber struct {
 	cfg  SubscriberConfig
-	idx  *Index
+	idx  *kvindex.Index
 	log  *slog.Logger
 	m    *subMetrics
 	zctx *zmq.Context
@@ -74,7 +75,7 @@ type follower struct {
 }
 
 // NewSubscriber prepares a subscriber feeding idx.
-func NewSubscriber(cfg SubscriberConfig, idx *Index) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, idx *kvindex.Index) (*Subscriber, error) {
 	if idx == nil {
 		return nil, errors.New("kvevents: NewSubscriber needs an Index")
 	}
@@ -465,7 +466,7 @@ func (c *conn) failClosed(reason, why string) {
 // after the failure and the caller must fail closed itself.
 func (c *conn) replay(start int64, why string) bool {
 	s, ep := c.s, c.f.endpoint
-	if _, err := c.dealer.SendMessage([]byte{}, seqFrame(start)); err != nil {
+	if _, err := c.dealer.SendMessage([]byte{}, SeqFrame(start)); err != nil {
 		s.m.replays.WithLabelValues("failed").Inc()
 		s.log.Warn("kvevents: replay request failed", "endpoint", ep, "err", err)
 		return false
@@ -525,4 +526,9 @@ func (c *conn) observe(seq int64) {
 	if c.s.cfg.OnBatch != nil {
 		c.s.cfg.OnBatch(c.f.endpoint, seq)
 	}
+}
+
+// isTerm reports whether err means the ZeroMQ context or socket is closing.
+func isTerm(err error) bool {
+	return errors.Is(err, zmq.ETERM) || zmq.AsErrno(err) == zmq.ETERM || errors.Is(err, zmq.ErrorSocketClosed) || errors.Is(err, zmq.ErrorContextClosed)
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
@@ -48,18 +48,18 @@ func (c *ChunkEvents) Learn(tokens []uint32, keys []int64) {
 
 // Events returns one engine step's CPU-tier changes as events (nil for none):
 // a BlockStored per stored full chunk, a BlockRemoved per evicted chunk.
-func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvevents.Event {
-	var out []kvevents.Event
+func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvindex.Event {
+	var out []kvindex.Event
 	for _, ev := range evs {
 		if !ev.Admit {
-			out = append(out, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
+			out = append(out, kvindex.Event{Kind: kvindex.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
 			continue
 		}
 		k, ok := c.chunks[ev.Key]
 		if !ok {
 			continue // a partial chunk
 		}
-		out = append(out, kvevents.Event{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(k.parent),
+		out = append(out, kvindex.Event{Kind: kvindex.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(k.parent),
 			HasParent: k.hasParent, Tokens: k.tokens, BlockSize: c.chunk, Medium: "CPU"})
 	}
 	return out
@@ -68,7 +68,7 @@ func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvevents.Event {
 // kvSource feeds the engines' CPU tiers, as vLLM KV events, into a kvevents
 // index in-process (the live engines publish the same events over ZeroMQ).
 type kvSource struct {
-	index  *kvevents.Index
+	index  *kvindex.Index
 	events *ChunkEvents
 }
 
@@ -77,7 +77,7 @@ func newKVSource(source string, chunk int) (*kvSource, error) {
 	if source != picker.SourceVLLMEvents && source != picker.SourceBoth {
 		return nil, nil
 	}
-	ix, err := kvevents.NewIndex(kvevents.IndexConfig{Seed: 0x6b766576656e7473})
+	ix, err := kvindex.NewIndex(kvindex.IndexConfig{Seed: 0x6b766576656e7473})
 	if err != nil {
 		return nil, fmt.Errorf("vtime: vLLM KV events index: %w", err)
 	}
@@ -89,7 +89,7 @@ func (k *kvSource) learn(tokens []uint32, keys []int64) { k.events.Learn(tokens,
 // apply applies one engine step's CPU-tier changes as one batch of endpoint's.
 func (k *kvSource) apply(endpoint string, evs []sim.KVEvent) {
 	if out := k.events.Events(evs); len(out) > 0 {
-		k.index.Apply(endpoint, kvevents.Batch{Events: out, DPRank: -1})
+		k.index.Apply(endpoint, kvindex.Batch{Events: out, DPRank: -1})
 	}
 }
 

@@ -19,7 +19,7 @@ type KVEventsConfig struct {
 	Credits       kvindex.Credits
 	Remote        kvindex.RemotePolicy // what REMOTE blocks get
 	ExtraKeys     bool                 // index LoRA and cache_salt blocks under their own key
-	ReplayTimeout time.Duration // 0: 2 s
+	ReplayTimeout time.Duration        // 0: 2 s
 }
 
 // newKVEvents creates the vLLM KV events index and subscriber and puts the cache view

@@ -10,6 +10,7 @@ type subMetrics struct {
 	batches       *prometheus.CounterVec
 	sequence      *prometheus.CounterVec
 	replays       *prometheus.CounterVec
+	snapshots     *prometheus.CounterVec
 	endpointDrops *prometheus.CounterVec
 	skipped       prometheus.Counter
 	connectErrors prometheus.Counter
@@ -29,6 +30,10 @@ func newSubMetrics(reg prometheus.Registerer) (*subMetrics, error) {
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_replays_total",
 			Help: "Replays asked of the engines' replay sockets, by outcome: complete, incomplete (the buffer no longer held every batch: entries dropped), timeout, failed.",
+		}, []string{"outcome"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_kvevents_snapshots_total",
+			Help: "Snapshots asked of the engines to rebuild a stream (vllm#57789 bootstrap), by outcome: applied, none (the engine serves none: replayed instead), failed (replayed instead).",
 		}, []string{"outcome"}),
 		endpointDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_endpoint_drops_total",
@@ -59,10 +64,13 @@ func newSubMetrics(reg prometheus.Registerer) (*subMetrics, error) {
 	for _, o := range []string{"gap", "bad_batch"} {
 		m.endpointDrops.WithLabelValues(o)
 	}
+	for _, o := range []string{"applied", "none", "failed"} {
+		m.snapshots.WithLabelValues(o)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.sequence, m.replays, m.endpointDrops, m.skipped, m.connectErrors, m.subscriptions} {
+	for _, c := range []prometheus.Collector{m.batches, m.sequence, m.replays, m.snapshots, m.endpointDrops, m.skipped, m.connectErrors, m.subscriptions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("kvevents: register subscriber metrics: %w", err)
 		}

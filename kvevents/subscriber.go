@@ -37,6 +37,9 @@ type SubscriberConfig struct {
 	PollInterval time.Duration
 	// MaxFrameBytes bounds one received frame; 0 means 64 MiB.
 	MaxFrameBytes int64
+	// Snapshots, when set, rebuilds a stream from the engine's snapshot (start,
+	// reconnect, restart) before falling back to replay; nil: replay only.
+	Snapshots Snapshotter
 	// OnBatch, when set, is called from the endpoint's loop after each received batch
 	// (live or replayed, applied or not) has been handled. It must not block.
 	OnBatch    func(endpoint string, seq int64)
@@ -209,6 +212,8 @@ type conn struct {
 	dealer     *zmq.Socket // nil without replay
 	dealerWait *zmqwait.Waiter
 	replayAddr string
+	host       string
+	epoch      string // the publisher lifetime id of the last snapshot applied
 	t          tracker
 	resync     bool // reconnected: replay from 0 before the next live batch
 }
@@ -218,7 +223,7 @@ var monitors atomic.Int64
 
 func (s *Subscriber) follow(f *follower, host string) {
 	defer s.idx.DropRank(f.endpoint, f.rank, "left")
-	c := &conn{s: s, f: f, t: newTracker()}
+	c := &conn{s: s, f: f, host: host, t: newTracker()}
 	defer c.close()
 	first := true
 	defer func() {
@@ -231,7 +236,7 @@ func (s *Subscriber) follow(f *follower, host string) {
 		s.log.Error("kvevents: cannot subscribe to an endpoint's KV events; it gets no cache credit", "endpoint", f.endpoint, "rank", f.rank, "err", err)
 		return
 	}
-	if c.dealer != nil {
+	if !c.bootstrap("initial") && c.dealer != nil {
 		c.replay(0, "initial")
 	}
 	first = false
@@ -374,7 +379,9 @@ func (c *conn) live(frames [][]byte) {
 	}
 	if c.resync {
 		c.resync = false
-		c.replay(0, "reconnect")
+		if !c.bootstrap("reconnect") && c.dealer != nil {
+			c.replay(0, "reconnect")
+		}
 	}
 	switch c.t.classifyLive(msg.Seq) {
 	case vDuplicate:
@@ -388,7 +395,7 @@ func (c *conn) live(frames [][]byte) {
 		s.idx.DropRank(ep, c.f.rank, "reset")
 		c.t.applied = -1
 		s.log.Info("kvevents: an engine's event sequence went back (it restarted): its entries were dropped", "endpoint", ep, "seq", msg.Seq)
-		if msg.Seq > 0 && c.dealer != nil {
+		if msg.Seq > 0 && !c.bootstrap("reset") && c.dealer != nil {
 			c.replay(0, "reset")
 		}
 	case vGap:
@@ -421,7 +428,7 @@ func (c *conn) disconnected() {
 	s.m.sequence.WithLabelValues("disconnect").Inc()
 	s.idx.DropRank(c.f.endpoint, c.f.rank, "disconnect")
 	c.t = newTracker()
-	c.resync = c.dealer != nil
+	c.resync = c.dealer != nil || s.cfg.Snapshots != nil
 	s.log.Info("kvevents: lost the connection to an engine's KV events: its entries were dropped until it is back", "endpoint", c.f.endpoint)
 }
 

@@ -1,6 +1,8 @@
 package kvevents_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -120,15 +122,19 @@ type rig struct {
 	seen chan int64
 }
 
-func newRig(t *testing.T, eps []string, port, rport int) *rig {
+func newRig(t *testing.T, eps []string, port, rport int, opts ...func(*kvevents.SubscriberConfig)) *rig {
 	t.Helper()
 	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
 	var err error
 	if r.ix, err = kvindex.NewIndex(kvindex.IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
 		t.Fatal(err)
 	}
-	r.sub, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
-		ReplayTimeout: 5 * time.Second, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+	cfg := kvevents.SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+		ReplayTimeout: 5 * time.Second, OnBatch: func(_ string, seq int64) { r.seen <- seq }}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r.sub, err = kvevents.NewSubscriber(cfg, r.ix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,5 +515,54 @@ func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
 		if got := r.counter("loadaware_kvevents_replays_total", "outcome", c.outcome); got != c.want {
 			t.Errorf("replays %s = %v, want %v", c.outcome, got, c.want)
 		}
+	}
+}
+
+// snapshotter answers every engine with the same snapshot, or err.
+type snapshotter struct {
+	snap kvevents.Snapshot
+	err  error
+}
+
+func (s snapshotter) Snapshot(context.Context, string, int) (kvevents.Snapshot, error) {
+	return s.snap, s.err
+}
+
+// TestSubscriberBootstrapsFromSnapshot: a stream starts from the engine's snapshot and
+// resumes the live stream at its resume point; a resume point the live stream has
+// passed is a gap (fail closed without replay); an engine without snapshots is replayed.
+func TestSubscriberBootstrapsFromSnapshot(t *testing.T) {
+	chain := kvindex.Batch{Events: []kvindex.Event{stored(0, 4, 100)}}
+	tests := []struct {
+		name           string
+		replay         bool
+		snap           snapshotter
+		atReady, after int    // tokens matched when ready, and after the live batch
+		outcome        string // of loadaware_kvevents_snapshots_total
+	}{
+		{"snapshot, then live from its resume point", false, snapshotter{snap: kvevents.Snapshot{Epoch: "e1", Resume: 2, Batches: []kvindex.Batch{chain}}}, 4 * bs, 6 * bs, "applied"},
+		{"a resume point behind the live stream is a gap", false, snapshotter{snap: kvevents.Snapshot{Epoch: "e1", Resume: 1, Batches: []kvindex.Batch{chain}}}, 4 * bs, 0, "applied"},
+		{"no snapshot served: replayed", true, snapshotter{err: kvevents.ErrNoSnapshot}, 4 * bs, 6 * bs, "none"},
+		{"a failed snapshot: replayed", true, snapshotter{err: errors.New("refused")}, 4 * bs, 6 * bs, "failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pubs, eps, port, rport := engines(t, 1, tc.replay, kvevents.Layout{MapEvents: true})
+			pubs[0].Skip([]kvindex.Event{stored(0, 2, 100)}) // before the subscriber: seq 0
+			pubs[0].Skip([]kvindex.Event{stored(2, 4, 100)}) // seq 1
+			r := newRig(t, eps, port, rport, func(c *kvevents.SubscriberConfig) { c.Snapshots = tc.snap })
+			r.ready()
+			if m := r.matched(eps[0]); m != tc.atReady {
+				t.Errorf("at ready: %d tokens, want %d", m, tc.atReady)
+			}
+			subscribed(t, pubs)
+			r.await(publish(t, pubs[0], stored(4, 6, 100))) // seq 2
+			if m := r.matched(eps[0]); m != tc.after {
+				t.Errorf("after the live batch: %d tokens, want %d", m, tc.after)
+			}
+			if n := r.counter("loadaware_kvevents_snapshots_total", "outcome", tc.outcome); n != 1 {
+				t.Errorf("snapshots_total{outcome=%s} = %v, want 1", tc.outcome, n)
+			}
+		})
 	}
 }

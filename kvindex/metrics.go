@@ -30,14 +30,14 @@ func newIndexMetrics(reg prometheus.Registerer, ix *Index) (*indexMetrics, error
 		}, []string{"outcome"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_dropped_blocks_total",
-			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), disconnect, block_size_changed.",
+			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), disconnect, block_size_changed, snapshot (replaced by a snapshot).",
 		}, []string{"reason"}),
 	}
 	for _, k := range []Kind{BlockStored, BlockRemoved, AllBlocksCleared} {
 		m.events.WithLabelValues(k.String())
 	}
 	// The reasons the Help names, so a dashboard sees every series from the start.
-	for _, r := range []string{"cleared", "reset", "gap", "bad_batch", "left", "disconnect", "block_size_changed"} {
+	for _, r := range []string{"cleared", "reset", "gap", "bad_batch", "left", "disconnect", "block_size_changed", "snapshot"} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, o := range []string{OutStored, OutTierAdded, OutRemoved, OutRemovedUnknown, OutLoRA, OutExtraKeys, OutGroup,

@@ -70,26 +70,37 @@ func BenchmarkIndexBytesPerBlock(b *testing.B) {
 // lookups. Two endpoints hold the prompt's whole 98 full blocks, the others a prefix of 8
 // to 64 blocks. The garbage of the setup is collected before timing (otherwise the
 // collector's background work lands in the idle p99; docs/decisions/0805). The append
-// runs look up with AppendMatch into one reused result, as the picker does.
+// runs look up with AppendMatch into one reused result, as the picker does. The keyed
+// runs put a LoRA adapter and data-parallel ranks in the key: every endpoint runs two
+// ranks, the prompt's blocks are stored under an adapter (on rank 0 or 1 by endpoint),
+// and lookups ask AppendMatchKey for that adapter.
 func BenchmarkLookupWhileIngesting(b *testing.B) {
 	for _, rate := range []float64{0, 1e6} {
-		b.Run(fmt.Sprintf("ingest=%g/s", rate), func(b *testing.B) { lookupWhileIngesting(b, rate, false) })
+		b.Run(fmt.Sprintf("ingest=%g/s", rate), func(b *testing.B) { lookupWhileIngesting(b, rate, false, false) })
 	}
 	for _, rate := range []float64{0, 1e6} {
-		b.Run(fmt.Sprintf("ingest=%g/s/append", rate), func(b *testing.B) { lookupWhileIngesting(b, rate, true) })
+		b.Run(fmt.Sprintf("ingest=%g/s/append", rate), func(b *testing.B) { lookupWhileIngesting(b, rate, true, false) })
+	}
+	for _, rate := range []float64{0, 1e6} {
+		b.Run(fmt.Sprintf("ingest=%g/s/append/keyed", rate), func(b *testing.B) { lookupWhileIngesting(b, rate, true, true) })
 	}
 }
 
-func lookupWhileIngesting(b *testing.B, ingestRate float64, reuse bool) {
+func lookupWhileIngesting(b *testing.B, ingestRate float64, reuse, keyed bool) {
 	const eps = 16
-	ix, _ := NewIndex(IndexConfig{Seed: 1})
+	ix, _ := NewIndex(IndexConfig{Seed: 1, ExtraKeys: keyed})
+	var key Key
+	ranks := 1
+	if keyed {
+		key, ranks = Key{Adapter: "sql-lora"}, 2
+	}
 	names := make([]string, eps)
 	for i := range names {
 		names[i] = "10.0.0." + strconv.Itoa(i+1) + ":8000"
 	}
 	bg := chainEvents(1_000_000-eps*50, 64, 64)
 	for i := range bg {
-		ix.applyEvent(streamID{names[i%eps], 0}, &bg[i])
+		ix.applyEvent(streamID{names[i%eps], i / eps % ranks}, &bg[i])
 	}
 	prompt := make([]uint32, 1578)
 	for i := range prompt {
@@ -101,13 +112,13 @@ func lookupWhileIngesting(b *testing.B, ingestRate float64, reuse bool) {
 		if i >= 2 {
 			n = 8 + (i*4)%57
 		}
-		ev := Event{Kind: BlockStored, BlockSize: benchBlock, Medium: "GPU", Tokens: prompt[:n*benchBlock]}
+		ev := Event{Kind: BlockStored, BlockSize: benchBlock, Medium: "GPU", Tokens: prompt[:n*benchBlock], LoRAName: key.Adapter}
 		for j := 0; j < n; j++ {
 			ev.Hashes = append(ev.Hashes, uint64(1<<40+j))
 		}
-		ix.Apply(ep, Batch{DPRank: 0, Events: []Event{ev}})
+		ix.Apply(ep, Batch{DPRank: i % ranks, Events: []Event{ev}})
 	}
-	if m := ix.Match(prompt, names); m[0].Matched != full*benchBlock {
+	if m := ix.MatchKey(prompt, key, names); m[0].Matched != full*benchBlock {
 		b.Fatalf("setup: %+v", m[0])
 	}
 	churn := chainEvents(64*1000, 64, 64)
@@ -126,7 +137,7 @@ func lookupWhileIngesting(b *testing.B, ingestRate float64, reuse bool) {
 		start := time.Now()
 		for k := 0; ingestRate > 0 && !stop.Load(); k++ {
 			ev := &churn[k%len(churn)]
-			id := streamID{names[k%eps], 0}
+			id := streamID{names[k%eps], k / eps % ranks}
 			ix.applyEvent(id, ev)
 			ix.applyEvent(id, &Event{Kind: BlockRemoved, Hashes: ev.Hashes, Medium: "GPU"})
 			n := applied.Add(int64(2 * len(ev.Hashes)))
@@ -141,7 +152,7 @@ func lookupWhileIngesting(b *testing.B, ingestRate float64, reuse bool) {
 	for b.Loop() {
 		t0 := time.Now()
 		if reuse {
-			ms = ix.AppendMatch(ms[:0], prompt, names)
+			ms = ix.AppendMatchKey(ms[:0], prompt, key, names)
 		} else {
 			ix.Match(prompt, names)
 		}

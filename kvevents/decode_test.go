@@ -286,6 +286,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(mp{}.arr(3).f(1).arr(1).arr(5).str("BlockStored").ints(1).nil().ints(1, 2).i(2).nil().i(0)))
 	f.Add([]byte(mp{}.arr(3).f(8).arr(1).mapN(3).str("type").str("BlockRemoved").str("block_hashes").arr(1).bin(digest(1)).str("medium").str("CPU").nil()))
 	f.Add(Encode(kvindex.Batch{DPRank: -1, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}, Layout{MapBatch: true, MapEvents: true}))
+	for _, r := range releases { // every release's layout (corpus_test.go)
+		f.Add(Encode(r.batch(), r.layout()))
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		b, err := Decode(payload)
 		if err != nil {

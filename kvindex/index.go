@@ -66,23 +66,6 @@ type Index struct {
 	sink atomic.Uint64 // what warm read, kept so that its loads are not removed
 }
 
-type streamID struct {
-	endpoint string
-	rank     int
-}
-
-// stream is one publisher's view: an endpoint's data-parallel rank.
-type stream struct {
-	id        streamID
-	slot      int
-	salt      uint64
-	blockSize int
-	engine    table // engine block hash -> block key
-}
-
-func (s *stream) word() uint64 { return uint64(s.slot / 64) }
-func (s *stream) bit() uint64  { return 1 << (s.slot % 64) }
-
 // wordKey is the key of (block key, slot word) in the tier tables.
 func wordKey(key, word uint64) uint64 { return key ^ word*0x9e3779b97f4a7c15 }
 

@@ -5,6 +5,25 @@ import (
 	"slices"
 )
 
+// streamID names a stream: an endpoint and one of its data-parallel ranks.
+type streamID struct {
+	endpoint string
+	rank     int
+}
+
+// stream is one publisher's view: an endpoint's data-parallel rank.
+type stream struct {
+	id        streamID
+	slot      int
+	salt      uint64
+	blockSize int
+	engine    table // engine block hash -> block key
+}
+
+func (s *stream) word() uint64 { return uint64(s.slot / 64) }
+func (s *stream) bit() uint64  { return 1 << (s.slot % 64) }
+
+// resize records a stream's new block size. ix.mu is held.
 func (ix *Index) resize(s *stream, bs int) {
 	s.blockSize = bs
 	ix.publish(s.id.endpoint)

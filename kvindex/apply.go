@@ -18,6 +18,7 @@ const (
 	OutUnknownBlock   = "refused_unknown_block"
 	OutRemote         = "refused_remote"
 	OutUnknownLocal   = "refused_unknown_locality"
+	OutOwners         = "refused_too_many_owners"
 )
 
 // tier returns the tier a store or removal of ev applies to, or the outcome that
@@ -106,6 +107,14 @@ func (ix *Index) remove(s *stream, ev *Event) {
 		ix.m.count(out, len(ev.Hashes))
 		return
 	}
+	owner, ok := ix.ownerBit(ev.Ownership)
+	if !ok {
+		ix.m.count(OutOwners, len(ev.Hashes))
+		return
+	}
+	if s != nil && owner != ownBit {
+		s.owned = true
+	}
 	// Outcomes are counted once per hold, not per block (a count costs about as much as
 	// a block's removal).
 	removed, unknown := 0, 0
@@ -130,7 +139,7 @@ func (ix *Index) remove(s *stream, ev *Event) {
 			unknown++
 			continue
 		}
-		ix.clearBit(med, s, key)
+		ix.release(med, s, key, owner)
 		if !ix.holds(s, key) {
 			s.engine.del(h)
 			ix.stamps.del(pair(key, s.salt))
@@ -162,7 +171,15 @@ func (ix *Index) store(id streamID, ev *Event) {
 		refuse(OutSpecKind)
 		return
 	}
+	owner, ok := ix.ownerBit(ev.Ownership)
+	if !ok {
+		refuse(OutOwners)
+		return
+	}
 	s := ix.streams[id]
+	if s != nil && owner != ownBit {
+		s.owned = true
+	}
 	if len(ev.Tokens) == 0 {
 		// A tier update without tokens (offload connectors): only blocks already known.
 		added := 0
@@ -174,7 +191,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 			if !known {
 				continue
 			}
-			ix.setBit(med, s, key)
+			ix.hold(med, s, key, owner)
 			added++
 		}
 		ix.m.count(OutTierAdded, added)
@@ -205,6 +222,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 		ix.m.dropped.WithLabelValues("block_size_changed").Add(float64(ix.clear(s)))
 		ix.resize(s, bs)
 	}
+	s.owned = s.owned || owner != ownBit
 	for i, h := range ev.Hashes {
 		if i > 0 && i%lockSpan == 0 && !ix.yield(id, s, ev, med, i, parent) {
 			ix.m.count(OutStored, i)
@@ -220,7 +238,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 				ix.stamps.put(pair(key, s.salt), ix.stamp)
 			}
 		}
-		ix.setBit(med, s, key)
+		ix.hold(med, s, key, owner)
 		parent = key
 	}
 	ix.m.count(OutStored, n)

@@ -62,6 +62,7 @@ type Index struct {
 	slots   int   // slots handed out
 	stamp   uint64
 	salt    uint64
+	owners  map[string]uint64 // ownership -> its bit in holder sets (owners.go)
 
 	sink atomic.Uint64 // what warm read, kept so that its loads are not removed
 }

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -140,4 +141,60 @@ func FuzzParseCredits(f *testing.F) {
 			t.Fatalf("NewIndex refuses parsed credits %v: %v", c, err)
 		}
 	})
+}
+
+// TestIndexOwnership: copies of a block in one tier kept by different holders (the
+// engine's own, secondary tiers named by ownership) are credited until the last holder
+// removes its copy.
+func TestIndexOwnership(t *testing.T) {
+	cpu := func(owner string) Event { // a tokenless tier update of the prompt's first 3 blocks
+		return Event{Kind: BlockStored, Hashes: []uint64{100, 101, 102}, Medium: "CPU", Ownership: owner}
+	}
+	drop := func(owner string, hashes ...uint64) Event {
+		return with(removed("CPU", hashes...), func(e *Event) { e.Ownership = owner })
+	}
+	tests := []struct {
+		name string
+		evs  []Event
+		want int // tokens credited on CPU alone (GPU copies removed)
+	}{
+		{"own copy removed: gone", []Event{cpu(""), drop("", 100)}, 0},
+		{"own and a tier's copy, own removed: the tier's stays", []Event{cpu(""), cpu("fs"), drop("", 100)}, 3 * bs},
+		{"own and a tier's copy, the tier's removed: own stays", []Event{cpu(""), cpu("fs"), drop("fs", 100, 101, 102)}, 3 * bs},
+		{"two tiers, one removed: the other stays", []Event{cpu("fs"), cpu("obj"), drop("fs", 101)}, 3 * bs},
+		{"two tiers, both removed: gone", []Event{cpu("fs"), cpu("obj"), drop("fs", 101), drop("obj", 101)}, bs},
+		{"a tier's removal of a copy it never held leaves own", []Event{cpu(""), drop("obj", 100)}, 3 * bs},
+		{"the tier's copy, then own's removal of a copy own never held", []Event{cpu("fs"), drop("", 100)}, 3 * bs},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix, err := NewIndex(IndexConfig{Credits: Credits{GPU: 1, CPU: 1}, Seed: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ix.Apply("a", batch(stored(0, 3, 100)))
+			ix.Apply("a", batch(tc.evs...))
+			ix.Apply("a", batch(removed("GPU", 100, 101, 102)))
+			if got := ix.Match(prompt, []string{"a"})[0].Matched; got != tc.want {
+				t.Errorf("matched %d tokens, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestIndexTooManyOwners: past 63 named owners, events of a new one are refused and
+// counted; known owners still apply.
+func TestIndexTooManyOwners(t *testing.T) {
+	ix, _ := NewIndex(IndexConfig{Credits: Credits{GPU: 1, CPU: 1}, Seed: 4})
+	ix.Apply("a", batch(stored(0, 1, 100)))
+	for i := range maxOwners {
+		ix.Apply("a", batch(Event{Kind: BlockStored, Hashes: []uint64{100}, Medium: "CPU", Ownership: strconv.Itoa(i)}))
+	}
+	if got := testutil.ToFloat64(ix.m.blocks.WithLabelValues(OutOwners)); got != 1 {
+		t.Errorf("refused_too_many_owners = %v, want 1 (the 64th owner)", got)
+	}
+	ix.Apply("a", batch(removed("GPU", 100)))
+	if got := ix.Match(prompt, []string{"a"})[0].Matched; got != bs {
+		t.Errorf("matched %d tokens, want %d (63 owners' CPU copies)", got, bs)
+	}
 }

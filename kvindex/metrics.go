@@ -41,7 +41,7 @@ func newIndexMetrics(reg prometheus.Registerer, ix *Index) (*indexMetrics, error
 		m.dropped.WithLabelValues(r)
 	}
 	for _, o := range []string{OutStored, OutTierAdded, OutRemoved, OutRemovedUnknown, OutLoRA, OutExtraKeys, OutGroup,
-		OutSpecKind, OutUnknownParent, OutUnknownMedium, OutNonDense, OutUnknownBlock, OutRemote, OutUnknownLocal} {
+		OutSpecKind, OutUnknownParent, OutUnknownMedium, OutNonDense, OutUnknownBlock, OutRemote, OutUnknownLocal, OutOwners} {
 		m.blocks.WithLabelValues(o)
 	}
 	if reg == nil {

@@ -18,6 +18,8 @@ type stream struct {
 	salt      uint64
 	blockSize int
 	engine    table // engine block hash -> block key
+	owned     bool  // an owned event was seen: owners is kept (owners.go)
+	owners    table // holdersKey(block key, tier) -> holder set
 }
 
 func (s *stream) word() uint64 { return uint64(s.slot / 64) }
@@ -93,6 +95,8 @@ func (ix *Index) clear(s *stream) int {
 		ix.stamps.del(pair(key, s.salt))
 	})
 	s.engine.reset()
+	s.owners.reset()
+	s.owned = false
 	return n
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/replica"
@@ -108,7 +109,7 @@ type App struct {
 	httpSrv                        *http.Server
 	LMCacheIndex                   *lmcache.Index       // nil without LMCache
 	LMCacheServer                  *lmcache.Server      // nil without LMCache
-	KVEventsIndex                  *kvevents.Index      // nil without vLLM KV events
+	KVEventsIndex                  *kvindex.Index       // nil without vLLM KV events
 	KVEventsSubscriber             *kvevents.Subscriber // nil without vLLM KV events
 	Replica                        *replica.Replica     // nil without --nats-url
 	gate                           *replica.Gate        // nil unless the index is shared or persisted

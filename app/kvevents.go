@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,8 +16,10 @@ type KVEventsConfig struct {
 	ReplayPort    int    // the engines' replay ROUTER port; 0: no replay
 	Topic         string // topic prefix filter; empty: every topic
 	Ranks         int    // data-parallel ranks per endpoint (rank r on Port+r); 0: 1
-	Credits       kvevents.Credits
-	ReplayTimeout time.Duration // 0: 2 s
+	Credits       kvindex.Credits
+	Remote        kvindex.RemotePolicy // what REMOTE blocks get
+	ExtraKeys     bool                 // index LoRA and cache_salt blocks under their own key
+	ReplayTimeout time.Duration        // 0: 2 s
 }
 
 // newKVEvents creates the vLLM KV events index and subscriber and puts the cache view
@@ -30,7 +33,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 		return fmt.Errorf("vLLM KV events are configured but the cache source is %q: use --cache-source vllm-events or both", cfg.CacheSource)
 	}
 	var err error
-	if a.KVEventsIndex, err = kvevents.NewIndex(kvevents.IndexConfig{Credits: c.Credits, Registerer: reg}); err != nil {
+	if a.KVEventsIndex, err = kvindex.NewIndex(kvindex.IndexConfig{Credits: c.Credits, Remote: c.Remote, ExtraKeys: c.ExtraKeys, Registerer: reg}); err != nil {
 		return err
 	}
 	if a.KVEventsSubscriber, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,
@@ -43,7 +46,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 	}
 	cfg.Cache = view
 	a.log.Info("vLLM KV events source configured", "cache_source", cfg.CacheSource, "port", c.Port, "replay_port", c.ReplayPort,
-		"topic", c.Topic, "dp_ranks", max(c.Ranks, 1), "credit_gpu", c.Credits.GPU, "credit_cpu", c.Credits.CPU, "credit_disk", c.Credits.Disk)
+		"topic", c.Topic, "dp_ranks", max(c.Ranks, 1), "medium_credit", c.Credits.String(), "remote", c.Remote.String(), "extra_keys", c.ExtraKeys)
 	return nil
 }
 

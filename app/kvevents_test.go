@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/bench/kvpublish"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,11 +19,11 @@ import (
 )
 
 // kvEngine starts a vLLM-shaped KV events publisher with replay on a loopback IP of its own.
-func kvEngine(t *testing.T) (*kvevents.Publisher, string) {
+func kvEngine(t *testing.T) (*kvpublish.Publisher, string) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		host := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(150), rand.IntN(256))
-		p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Addr: host + ":0", ReplayAddr: host + ":0", DPRank: -1})
+		p, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: host + ":0", ReplayAddr: host + ":0", DPRank: -1})
 		if err == nil {
 			t.Cleanup(func() { p.Close() })
 			return p, host
@@ -50,7 +51,7 @@ func TestKVEventsIndexRebuiltBeforeServing(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(1000 + i)
 	}
-	if _, err := pub.Publish([]kvevents.Event{{Kind: kvevents.BlockStored, Hashes: []uint64{1, 2, 3}, Tokens: tokens[:48], BlockSize: 16, Medium: "GPU"}}); err != nil {
+	if _, err := pub.Publish([]kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{1, 2, 3}, Tokens: tokens[:48], BlockSize: 16, Medium: "GPU"}}); err != nil {
 		t.Fatal(err)
 	}
 	ep := net.JoinHostPort(host, "8000")

@@ -5,61 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/tinylib/msgp/msgp"
 )
-
-// Kind is an event's tag.
-type Kind uint8
-
-// The event kinds vLLM publishes.
-const (
-	BlockStored Kind = iota + 1
-	BlockRemoved
-	AllBlocksCleared
-)
-
-func (k Kind) String() string {
-	switch k {
-	case BlockStored:
-		return "BlockStored"
-	case BlockRemoved:
-		return "BlockRemoved"
-	case AllBlocksCleared:
-		return "AllBlocksCleared"
-	}
-	return "unknown"
-}
-
-// Event is one decoded KV cache event. Hashes are engine block hashes folded to 64 bits:
-// an int hash as its two's-complement bits, a bytes hash as its last 8 bytes read
-// big-endian (what vLLM sends as the int form of the same digest).
-type Event struct {
-	Kind      Kind
-	Hashes    []uint64
-	Parent    uint64
-	HasParent bool
-	Tokens    []uint32
-	BlockSize int
-	LoRAID    int64 // 0 when absent or None
-	Medium    string
-	LoRAName  string
-	// ExtraKeys is true when any block carries extra hash keys (multimodal items, LoRA
-	// name, cache_salt, prompt embeds): such blocks cannot be keyed from tokens alone.
-	ExtraKeys     bool
-	Group         int    // HMA KV cache group; 0 when absent
-	SpecKind      string // kv_cache_spec_kind; empty when absent
-	SlidingWindow int
-}
-
-// Batch is one decoded KVEventBatch.
-type Batch struct {
-	TS     float64
-	Events []Event
-	DPRank int // -1 when None or absent
-	// Skipped counts events of an unknown tag, left out of Events.
-	Skipped int
-}
 
 // The kinds of DecodeError (they label a metric).
 const (
@@ -145,8 +95,8 @@ const (
 // at their defaults may be absent in either form. Hashes may be signed or unsigned
 // integers or bytes. Events of an unknown tag are skipped and counted in Skipped;
 // anything else that does not decode returns a *DecodeError.
-func Decode(payload []byte) (Batch, error) {
-	b := Batch{DPRank: -1}
+func Decode(payload []byte) (kvindex.Batch, error) {
+	b := kvindex.Batch{DPRank: -1}
 	if len(payload) == 0 {
 		return b, malformed("empty payload")
 	}
@@ -164,7 +114,7 @@ func Decode(payload []byte) (Batch, error) {
 		if b.TS, payload, err = readFloat(payload); err != nil {
 			return b, badField("ts", err)
 		}
-		if payload, err = b.readEvents(payload); err != nil {
+		if payload, err = readEvents(&b, payload); err != nil {
 			return b, err
 		}
 		if n == 3 {
@@ -191,7 +141,7 @@ func Decode(payload []byte) (Batch, error) {
 				}
 			case "events":
 				seen = true
-				if payload, err = b.readEvents(payload); err != nil {
+				if payload, err = readEvents(&b, payload); err != nil {
 					return b, err
 				}
 			case "data_parallel_rank":
@@ -216,7 +166,7 @@ func Decode(payload []byte) (Batch, error) {
 	return b, nil
 }
 
-func (b *Batch) readEvents(p []byte) ([]byte, error) {
+func readEvents(b *kvindex.Batch, p []byte) ([]byte, error) {
 	n, p, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil {
 		return p, badField("events", err)
@@ -224,9 +174,9 @@ func (b *Batch) readEvents(p []byte) ([]byte, error) {
 	if n > maxEvents || int(n) > len(p) {
 		return p, malformed("%d events in %d bytes", n, len(p))
 	}
-	b.Events = make([]Event, 0, n)
+	b.Events = make([]kvindex.Event, 0, n)
 	for i := uint32(0); i < n; i++ {
-		var ev Event
+		var ev kvindex.Event
 		var known bool
 		if ev, known, p, err = readEvent(p); err != nil {
 			return p, err
@@ -243,24 +193,25 @@ func (b *Batch) readEvents(p []byte) ([]byte, error) {
 // Positional field names, in the order vLLM declares them (see the package tests for
 // the PR that added each).
 var (
-	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
-	removedFields = []string{"block_hashes", "medium", "group_idx"}
+	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality", "ownership"}
+	removedFields = []string{"block_hashes", "medium", "group_idx", "locality", "ownership"}
 )
 
-func parseTag(t []byte) Kind {
+func parseTag(t []byte) kvindex.Kind {
 	switch string(t) {
 	case "BlockStored":
-		return BlockStored
+		return kvindex.BlockStored
 	case "BlockRemoved":
-		return BlockRemoved
+		return kvindex.BlockRemoved
 	case "AllBlocksCleared":
-		return AllBlocksCleared
+		return kvindex.AllBlocksCleared
 	}
 	return 0
 }
 
 // readEvent reads one tagged event; known is false for an unknown tag (skipped whole).
-func readEvent(p []byte) (ev Event, known bool, rest []byte, err error) {
+func readEvent(p []byte) (ev kvindex.Event, known bool, rest []byte, err error) {
+	var xk extraKeys
 	switch msgp.NextType(p) {
 	case msgp.ArrayType:
 		var n uint32
@@ -274,9 +225,9 @@ func readEvent(p []byte) (ev Event, known bool, rest []byte, err error) {
 		ev.Kind = parseTag(tag)
 		var names []string
 		switch ev.Kind {
-		case BlockStored:
+		case kvindex.BlockStored:
 			names = storedFields
-		case BlockRemoved:
+		case kvindex.BlockRemoved:
 			names = removedFields
 		}
 		for i := uint32(1); i < n; i++ {
@@ -287,7 +238,7 @@ func readEvent(p []byte) (ev Event, known bool, rest []byte, err error) {
 				}
 				continue
 			}
-			if p, err = ev.readField(names[i-1], p); err != nil {
+			if p, err = readField(&ev, &xk, names[i-1], p); err != nil {
 				return ev, false, p, err
 			}
 		}
@@ -312,7 +263,7 @@ func readEvent(p []byte) (ev Event, known bool, rest []byte, err error) {
 			}
 			// Fields are read into ev whatever the tag (the tag may come last); an
 			// unknown field name is skipped.
-			if p, err = ev.readField(string(k), p); err != nil {
+			if p, err = readField(&ev, &xk, string(k), p); err != nil {
 				return ev, false, p, err
 			}
 		}
@@ -323,12 +274,13 @@ func readEvent(p []byte) (ev Event, known bool, rest []byte, err error) {
 		return ev, false, p, malformed("event is a msgpack %s, want an array or map", msgp.NextType(p))
 	}
 	if ev.Kind == 0 {
-		return Event{}, false, p, nil
+		return kvindex.Event{}, false, p, nil
 	}
+	xk.resolve(&ev)
 	return ev, true, p, nil
 }
 
-func (ev *Event) readField(name string, p []byte) ([]byte, error) {
+func readField(ev *kvindex.Event, xk *extraKeys, name string, p []byte) ([]byte, error) {
 	var err error
 	switch name {
 	case "block_hashes":
@@ -356,13 +308,17 @@ func (ev *Event) readField(name string, p []byte) ([]byte, error) {
 	case "lora_name":
 		ev.LoRAName, p, err = readOptStr(p)
 	case "extra_keys":
-		ev.ExtraKeys, p, err = readExtraKeys(p)
+		p, err = xk.read(p)
 	case "group_idx":
 		ev.Group, p, err = readOptInt(p, 0)
 	case "kv_cache_spec_kind":
 		ev.SpecKind, p, err = readOptStr(p)
 	case "kv_cache_spec_sliding_window":
 		ev.SlidingWindow, p, err = readOptInt(p, 0)
+	case "locality":
+		ev.Locality, p, err = readOptStr(p)
+	case "ownership":
+		ev.Ownership, p, err = readOptStr(p)
 	default:
 		if p, err = msgp.Skip(p); err != nil {
 			return p, malformed("field %q: %v", name, err)
@@ -444,41 +400,94 @@ func readTokens(p []byte) ([]uint32, []byte, error) {
 	return out, p, nil
 }
 
-// readExtraKeys reads extra_keys ([tuple|None]|None) and reports whether any block has
-// a non-empty one.
-func readExtraKeys(p []byte) (bool, []byte, error) {
+// extraKeys is what the decoder keeps of an event's extra_keys ([tuple|None]|None, one
+// entry per block) until the event's lora_name is known (a map may name it later). vLLM
+// builds a block's tuple from the LoRA name (every block), multimodal items, the
+// cache_salt (block 0 only) and prompt embeds' hashes (kv_cache_utils.py
+// generate_block_hash_extra_keys).
+type extraKeys struct {
+	first  []string // block 0's string keys (at most 3 kept: more is opaque anyway)
+	later  []string // the distinct string keys of later blocks (at most 2 kept)
+	opaque bool     // a key a router cannot compute: not a string, or one string too many
+}
+
+func (x *extraKeys) read(p []byte) ([]byte, error) {
 	if msgp.IsNil(p) {
-		p, err := msgp.ReadNilBytes(p)
-		return false, p, err
+		return msgp.ReadNilBytes(p)
 	}
 	n, p, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil {
-		return false, p, err
+		return p, err
 	}
 	if int(n) > len(p) {
-		return false, p, fmt.Errorf("%d entries in %d bytes", n, len(p))
+		return p, fmt.Errorf("%d entries in %d bytes", n, len(p))
 	}
-	some := false
 	for i := uint32(0); i < n; i++ {
 		switch {
 		case msgp.IsNil(p):
 			p, err = msgp.ReadNilBytes(p)
 		case msgp.NextType(p) == msgp.ArrayType:
 			var m uint32
-			if m, p, err = msgp.ReadArrayHeaderBytes(p); err == nil {
-				some = some || m > 0
-				for j := uint32(0); j < m && err == nil; j++ {
+			if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
+				break
+			}
+			for j := uint32(0); j < m && err == nil; j++ {
+				if msgp.NextType(p) != msgp.StrType {
+					x.opaque = true
 					p, err = msgp.Skip(p)
+					continue
 				}
+				var k []byte
+				if k, p, err = msgp.ReadStringZC(p); err != nil {
+					break
+				}
+				x.add(i == 0, k)
 			}
 		default:
 			err = fmt.Errorf("entry %d is a msgpack %s, want a tuple or None", i, msgp.NextType(p))
 		}
 		if err != nil {
-			return false, p, err
+			return p, err
 		}
 	}
-	return some, p, nil
+	return p, nil
+}
+
+func (x *extraKeys) add(first bool, k []byte) {
+	switch {
+	case first && len(x.first) < 3:
+		x.first = append(x.first, string(k))
+	case first:
+		x.opaque = true
+	case slices.Contains(x.later, string(k)):
+	case len(x.later) < 2:
+		x.later = append(x.later, string(k))
+	default:
+		x.opaque = true
+	}
+}
+
+// resolve sets ev.Salt and ev.ExtraKeys: each block's keys may be the event's
+// lora_name, and block 0's one more string, its cache_salt; anything else is opaque.
+func (x *extraKeys) resolve(ev *kvindex.Event) {
+	opaque := x.opaque
+	first := x.first
+	if i := slices.Index(first, ev.LoRAName); i >= 0 && ev.LoRAName != "" {
+		first = slices.Delete(slices.Clone(first), i, i+1)
+	}
+	switch len(first) {
+	case 0:
+	case 1:
+		ev.Salt = first[0]
+	default:
+		opaque = true
+	}
+	for _, k := range x.later {
+		if k != ev.LoRAName {
+			opaque = true
+		}
+	}
+	ev.ExtraKeys = opaque
 }
 
 func readFloat(p []byte) (float64, []byte, error) {

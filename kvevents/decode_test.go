@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/tinylib/msgp/msgp"
 )
 
@@ -68,49 +69,79 @@ func TestDecodeConformance(t *testing.T) {
 	tests := []struct {
 		name    string
 		payload mp
-		want    Batch
+		want    kvindex.Batch
 	}{{
 		// v0.8/v0.9 (#16750): KVEventBatch(ts, events) before data_parallel_rank (#18925);
 		// BlockStored ends at lora_id.
 		name:    "v0.8 array batch without dp rank, five-field BlockStored",
 		payload: mp{}.arr(2).f(1.5).arr(1).arr(6).str("BlockStored").ints(11, 12).nil().ints(t8...).i(4).nil(),
-		want:    Batch{TS: 1.5, DPRank: -1, Events: []Event{{Kind: BlockStored, Hashes: []uint64{11, 12}, Tokens: u32(t8), BlockSize: 4}}},
+		want:    kvindex.Batch{TS: 1.5, DPRank: -1, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{11, 12}, Tokens: u32(t8), BlockSize: 4}}},
 	}, {
 		// v0.9.1+ (#18925, #19737): dp rank in the batch, medium in BlockStored.
 		name:    "v0.9 array batch with dp rank 0, medium GPU",
 		payload: mp{}.arr(3).f(2).arr(1).arr(7).str("BlockStored").ints(21).i(20).ints(t4...).i(4).nil().str("GPU").i(0),
-		want:    Batch{TS: 2, DPRank: 0, Events: []Event{{Kind: BlockStored, Hashes: []uint64{21}, Parent: 20, HasParent: true, Tokens: u32(t4), BlockSize: 4, Medium: "GPU"}}},
+		want:    kvindex.Batch{TS: 2, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{21}, Parent: 20, HasParent: true, Tokens: u32(t4), BlockSize: 4, Medium: "GPU"}}},
 	}, {
 		// v0.11+ (#27577): lora_name appended; a LoRA block carries it.
 		name:    "v0.11 array event with lora_name",
 		payload: mp{}.arr(3).f(3).arr(1).arr(8).str("BlockStored").ints(31).nil().ints(t4...).i(4).i(1).str("GPU").str("sql-lora").i(1),
-		want:    Batch{TS: 3, DPRank: 1, Events: []Event{{Kind: BlockStored, Hashes: []uint64{31}, Tokens: u32(t4), BlockSize: 4, LoRAID: 1, Medium: "GPU", LoRAName: "sql-lora"}}},
+		want:    kvindex.Batch{TS: 3, DPRank: 1, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{31}, Tokens: u32(t4), BlockSize: 4, LoRAID: 1, Medium: "GPU", LoRAName: "sql-lora"}}},
 	}, {
 		// #33304: extra_keys, one entry per block; None for a plain block.
 		name:    "extra_keys all None is a plain block",
 		payload: mp{}.arr(3).f(4).arr(1).arr(9).str("BlockStored").ints(41, 42).nil().ints(t8...).i(4).nil().str("GPU").nil().arr(2).nil().nil().nil(),
-		want:    Batch{TS: 4, DPRank: -1, Events: []Event{{Kind: BlockStored, Hashes: []uint64{41, 42}, Tokens: u32(t8), BlockSize: 4, Medium: "GPU"}}},
+		want:    kvindex.Batch{TS: 4, DPRank: -1, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{41, 42}, Tokens: u32(t8), BlockSize: 4, Medium: "GPU"}}},
 	}, {
 		name:    "extra_keys with a cache_salt tuple on block 0",
 		payload: mp{}.arr(3).f(4).arr(1).arr(9).str("BlockStored").ints(41, 42).nil().ints(t8...).i(4).nil().str("GPU").nil().arr(2).arr(1).str("salt").nil().i(0),
-		want:    Batch{TS: 4, DPRank: 0, Events: []Event{{Kind: BlockStored, Hashes: []uint64{41, 42}, Tokens: u32(t8), BlockSize: 4, Medium: "GPU", ExtraKeys: true}}},
+		want:    kvindex.Batch{TS: 4, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{41, 42}, Tokens: u32(t8), BlockSize: 4, Medium: "GPU", Salt: "salt"}}},
+	}, {
+		// A LoRA block: the adapter's name on every block, the salt after it on block 0.
+		name:    "extra_keys with the lora_name on every block and a salt",
+		payload: mp{}.arr(3).f(4).arr(1).arr(9).str("BlockStored").ints(41, 42).nil().ints(t8...).i(4).i(3).str("GPU").str("sql").arr(2).arr(2).str("sql").str("s1").arr(1).str("sql").i(0),
+		want:    kvindex.Batch{TS: 4, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{41, 42}, Tokens: u32(t8), BlockSize: 4, LoRAID: 3, Medium: "GPU", LoRAName: "sql", Salt: "s1"}}},
+	}, {
+		// A multimodal item's key, (identifier, offset), is not a string: opaque.
+		name:    "extra_keys with a multimodal item are opaque",
+		payload: mp{}.arr(3).f(4).arr(1).arr(9).str("BlockStored").ints(41).nil().ints(t4...).i(4).nil().str("GPU").nil().arr(1).arr(1).arr(2).str("img-hash").i(0).i(0),
+		want:    kvindex.Batch{TS: 4, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{41}, Tokens: u32(t4), BlockSize: 4, Medium: "GPU", ExtraKeys: true}}},
+	}, {
+		// Two strings on block 0 besides the LoRA name (a salt and an image id): opaque.
+		name:    "extra_keys with two unknown strings on block 0 are opaque",
+		payload: mp{}.arr(3).f(4).arr(1).arr(9).str("BlockStored").ints(41).nil().ints(t4...).i(4).nil().str("GPU").nil().arr(1).arr(2).str("s1").str("img").i(0),
+		want:    kvindex.Batch{TS: 4, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{41}, Tokens: u32(t4), BlockSize: 4, Medium: "GPU", ExtraKeys: true}}},
+	}, {
+		// A string on a later block that is not the LoRA name: opaque.
+		name:    "extra_keys with a string on block 1 other than the adapter are opaque",
+		payload: mp{}.arr(3).f(4).arr(1).arr(9).str("BlockStored").ints(41, 42).nil().ints(t8...).i(4).nil().str("GPU").nil().arr(2).nil().arr(1).str("img").i(0),
+		want:    kvindex.Batch{TS: 4, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{41, 42}, Tokens: u32(t8), BlockSize: 4, Medium: "GPU", ExtraKeys: true}}},
+	}, {
+		// vllm#48281 (v0.26) locality and vllm#52067 ownership, by name in a map event.
+		name: "locality and ownership in map events",
+		payload: mp{}.arr(3).f(4).arr(2).
+			mapN(8).str("type").str("BlockStored").str("block_hashes").ints(41).str("parent_block_hash").nil().str("token_ids").ints(t4...).str("block_size").i(4).
+			str("medium").str("STORAGE").str("locality").str("REMOTE").str("ownership").str("fs-tier").
+			mapN(4).str("type").str("BlockRemoved").str("block_hashes").ints(41).str("medium").str("STORAGE").str("locality").str("REMOTE").i(0),
+		want: kvindex.Batch{TS: 4, DPRank: 0, Events: []kvindex.Event{
+			{Kind: kvindex.BlockStored, Hashes: []uint64{41}, Tokens: u32(t4), BlockSize: 4, Medium: "STORAGE", Locality: "REMOTE", Ownership: "fs-tier"},
+			{Kind: kvindex.BlockRemoved, Hashes: []uint64{41}, Medium: "STORAGE", Locality: "REMOTE"}}},
 	}, {
 		// #37688 and #40984: HMA group and cache spec, every field present.
 		name: "all eleven fields, sliding-window group 1",
 		payload: mp{}.arr(3).f(5).arr(1).arr(12).str("BlockStored").ints(51).nil().ints(t4...).i(4).nil().str("GPU").nil().nil().
 			i(1).str("sliding_window").i(4096).i(0),
-		want: Batch{TS: 5, DPRank: 0, Events: []Event{{Kind: BlockStored, Hashes: []uint64{51}, Tokens: u32(t4), BlockSize: 4, Medium: "GPU", Group: 1, SpecKind: "sliding_window", SlidingWindow: 4096}}},
+		want: kvindex.Batch{TS: 5, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{51}, Tokens: u32(t4), BlockSize: 4, Medium: "GPU", Group: 1, SpecKind: "sliding_window", SlidingWindow: 4096}}},
 	}, {
 		// dynamo#3180: the int form may arrive signed (negative) or as uint64.
 		name:    "v0.23 signed negative and unsigned large int hashes",
 		payload: mp{}.arr(3).f(6).arr(1).arr(5).str("BlockStored").arr(2).i(-2).u(math.MaxUint64 - 2).nil().ints(t8...).i(4).nil(),
-		want:    Batch{TS: 6, DPRank: -1, Events: []Event{{Kind: BlockStored, Hashes: []uint64{math.MaxUint64 - 1, math.MaxUint64 - 2}, Tokens: u32(t8), BlockSize: 4}}},
+		want:    kvindex.Batch{TS: 6, DPRank: -1, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{math.MaxUint64 - 1, math.MaxUint64 - 2}, Tokens: u32(t8), BlockSize: 4}}},
 	}, {
 		// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0: raw 32-byte digests; folded to their
 		// last 8 bytes, as int.from_bytes(h, "big") & (2**64-1) would give.
 		name:    "bytes hashes fold to the int form",
 		payload: mp{}.arr(3).f(7).arr(1).arr(7).str("BlockStored").arr(1).bin(digest(71)).bin(digest(70)).ints(t4...).i(4).nil().str("GPU").i(0),
-		want:    Batch{TS: 7, DPRank: 0, Events: []Event{{Kind: BlockStored, Hashes: []uint64{71}, Parent: 70, HasParent: true, Tokens: u32(t4), BlockSize: 4, Medium: "GPU"}}},
+		want:    kvindex.Batch{TS: 7, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{71}, Parent: 70, HasParent: true, Tokens: u32(t4), BlockSize: 4, Medium: "GPU"}}},
 	}, {
 		// vllm#42892 (map events) as captured from v0.26.0 in kthena#1535:
 		// [ts, [{...}], 0]; defaults omitted as missing keys; key order is free.
@@ -118,27 +149,27 @@ func TestDecodeConformance(t *testing.T) {
 		payload: mp{}.arr(3).f(8).arr(2).
 			mapN(5).str("block_hashes").ints(81).str("type").str("BlockStored").str("parent_block_hash").nil().str("token_ids").ints(t4...).str("block_size").i(4).
 			mapN(3).str("type").str("BlockRemoved").str("block_hashes").ints(80).str("medium").str("CPU").i(2),
-		want: Batch{TS: 8, DPRank: 2, Events: []Event{
-			{Kind: BlockStored, Hashes: []uint64{81}, Tokens: u32(t4), BlockSize: 4},
-			{Kind: BlockRemoved, Hashes: []uint64{80}, Medium: "CPU"}}},
+		want: kvindex.Batch{TS: 8, DPRank: 2, Events: []kvindex.Event{
+			{Kind: kvindex.BlockStored, Hashes: []uint64{81}, Tokens: u32(t4), BlockSize: 4},
+			{Kind: kvindex.BlockRemoved, Hashes: []uint64{80}, Medium: "CPU"}}},
 	}, {
 		// The code-index copy of kv_events.py at 0181ea31 declares EventBatch without
 		// array_like: a map batch. Unknown batch keys are skipped.
 		name:    "map batch with map events and an unknown key",
 		payload: mp{}.mapN(4).str("ts").f(9).str("future").ints(1, 2).str("events").arr(1).mapN(1).str("type").str("AllBlocksCleared").str("data_parallel_rank").nil(),
-		want:    Batch{TS: 9, DPRank: -1, Events: []Event{{Kind: AllBlocksCleared}}},
+		want:    kvindex.Batch{TS: 9, DPRank: -1, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}},
 	}, {
 		name:    "array BlockRemoved with group and AllBlocksCleared",
 		payload: mp{}.arr(3).i(10).arr(2).arr(4).str("BlockRemoved").arr(1).bin(digest(5)).str("GPU").i(0).arr(1).str("AllBlocksCleared").i(0),
-		want:    Batch{TS: 10, DPRank: 0, Events: []Event{{Kind: BlockRemoved, Hashes: []uint64{5}, Medium: "GPU"}, {Kind: AllBlocksCleared}}},
+		want:    kvindex.Batch{TS: 10, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, Hashes: []uint64{5}, Medium: "GPU"}, {Kind: kvindex.AllBlocksCleared}}},
 	}, {
 		name:    "unknown tags are skipped, array and map",
 		payload: mp{}.arr(3).f(11).arr(3).arr(2).str("BlockPinned").ints(1).mapN(2).str("type").str("Hint").str("x").i(1).arr(1).str("AllBlocksCleared").i(0),
-		want:    Batch{TS: 11, DPRank: 0, Events: []Event{{Kind: AllBlocksCleared}}, Skipped: 2},
+		want:    kvindex.Batch{TS: 11, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, Skipped: 2},
 	}, {
 		name:    "a field after the newest known one is skipped",
-		payload: mp{}.arr(3).f(12).arr(1).arr(5).str("BlockRemoved").ints(3).str("GPU").i(0).str("new-field").i(0),
-		want:    Batch{TS: 12, DPRank: 0, Events: []Event{{Kind: BlockRemoved, Hashes: []uint64{3}, Medium: "GPU"}}},
+		payload: mp{}.arr(3).f(12).arr(1).arr(7).str("BlockRemoved").ints(3).str("GPU").i(0).nil().nil().str("new-field").i(0),
+		want:    kvindex.Batch{TS: 12, DPRank: 0, Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, Hashes: []uint64{3}, Medium: "GPU"}}},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,11 +263,11 @@ func TestSplitFrames(t *testing.T) {
 
 // TestEncodeRoundTrip checks that every layout Encode writes decodes to the batch given.
 func TestEncodeRoundTrip(t *testing.T) {
-	b := Batch{TS: 42.5, DPRank: 3, Events: []Event{
-		{Kind: BlockStored, Hashes: []uint64{1, math.MaxUint64}, Parent: 9, HasParent: true, Tokens: u32(toks(8, 1)), BlockSize: 4, Medium: "CPU", LoRAName: "x", LoRAID: 2},
-		{Kind: BlockStored, Hashes: []uint64{5}, Tokens: u32(toks(4, 1)), BlockSize: 4, Group: 1, SpecKind: "full_attention", SlidingWindow: 0},
-		{Kind: BlockRemoved, Hashes: []uint64{1}, Medium: "GPU"},
-		{Kind: AllBlocksCleared},
+	b := kvindex.Batch{TS: 42.5, DPRank: 3, Events: []kvindex.Event{
+		{Kind: kvindex.BlockStored, Hashes: []uint64{1, math.MaxUint64}, Parent: 9, HasParent: true, Tokens: u32(toks(8, 1)), BlockSize: 4, Medium: "CPU", LoRAName: "x", LoRAID: 2},
+		{Kind: kvindex.BlockStored, Hashes: []uint64{5}, Tokens: u32(toks(4, 1)), BlockSize: 4, Group: 1, SpecKind: "full_attention", SlidingWindow: 0},
+		{Kind: kvindex.BlockRemoved, Hashes: []uint64{1}, Medium: "GPU"},
+		{Kind: kvindex.AllBlocksCleared},
 	}}
 	for _, l := range []Layout{{}, {MapEvents: true}, {BytesHashes: true}, {MapBatch: true, MapEvents: true, BytesHashes: true}} {
 		got, err := Decode(Encode(b, l))
@@ -254,7 +285,10 @@ func TestEncodeRoundTrip(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(mp{}.arr(3).f(1).arr(1).arr(5).str("BlockStored").ints(1).nil().ints(1, 2).i(2).nil().i(0)))
 	f.Add([]byte(mp{}.arr(3).f(8).arr(1).mapN(3).str("type").str("BlockRemoved").str("block_hashes").arr(1).bin(digest(1)).str("medium").str("CPU").nil()))
-	f.Add(Encode(Batch{DPRank: -1, Events: []Event{{Kind: AllBlocksCleared}}}, Layout{MapBatch: true, MapEvents: true}))
+	f.Add(Encode(kvindex.Batch{DPRank: -1, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}, Layout{MapBatch: true, MapEvents: true}))
+	for _, r := range releases { // every release's layout (corpus_test.go)
+		f.Add(Encode(r.batch(), r.layout()))
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		b, err := Decode(payload)
 		if err != nil {

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"encoding/binary"
 
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/tinylib/msgp/msgp"
 )
 
@@ -11,25 +12,41 @@ type Layout struct {
 	MapBatch    bool // the batch as a map (the code-index copy's declaration) instead of [ts, events, dp_rank]
 	MapEvents   bool // events as {"type": ..., field: ...} (since vllm#42892) instead of tagged arrays
 	BytesHashes bool // hashes as 32-byte digests (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) instead of ints
+	// StoredFields and RemovedFields are how many fields of BlockStored and BlockRemoved
+	// the release declares (a prefix of the order Decode knows); 0: all of them.
+	StoredFields, RemovedFields int
+	// NoDPRank writes the batch as [ts, events], before data_parallel_rank (vllm#18925).
+	NoDPRank bool
 }
+
+// Fields vLLM declares without a default, so msgspec writes them even when None:
+// BlockStored's first seven (through lora_name), BlockRemoved's first two.
+const storedRequired, removedRequired = 7, 2
 
 // Encode writes b the way vLLM's msgspec encoder does in the given layout, with
 // omit_defaults: trailing fields at their default are left out. A bytes hash is 24 zero
 // bytes followed by the 8 bytes of the hash, so it folds back to the same value.
-func Encode(b Batch, l Layout) []byte {
+func Encode(b kvindex.Batch, l Layout) []byte {
 	var p []byte
-	if l.MapBatch {
+	switch {
+	case l.MapBatch:
 		p = msgp.AppendMapHeader(p, 3)
 		p = msgp.AppendString(p, "ts")
 		p = msgp.AppendFloat64(p, b.TS)
 		p = msgp.AppendString(p, "events")
-	} else {
+	case l.NoDPRank:
+		p = msgp.AppendArrayHeader(p, 2)
+		p = msgp.AppendFloat64(p, b.TS)
+	default:
 		p = msgp.AppendArrayHeader(p, 3)
 		p = msgp.AppendFloat64(p, b.TS)
 	}
 	p = msgp.AppendArrayHeader(p, uint32(len(b.Events)))
 	for i := range b.Events {
 		p = appendEvent(p, &b.Events[i], l)
+	}
+	if l.NoDPRank && !l.MapBatch {
+		return p
 	}
 	if l.MapBatch {
 		p = msgp.AppendString(p, "data_parallel_rank")
@@ -48,7 +65,7 @@ type field struct {
 	put  func([]byte) []byte
 }
 
-func appendEvent(p []byte, ev *Event, l Layout) []byte {
+func appendEvent(p []byte, ev *kvindex.Event, l Layout) []byte {
 	hash := func(p []byte, h uint64) []byte {
 		if l.BytesHashes {
 			var d [32]byte
@@ -81,8 +98,9 @@ func appendEvent(p []byte, ev *Event, l Layout) []byte {
 		}
 	}
 	var fs []field
+	required := 0
 	switch ev.Kind {
-	case BlockStored:
+	case kvindex.BlockStored:
 		fs = []field{
 			{"block_hashes", true, hashes},
 			{"parent_block_hash", true, func(p []byte) []byte {
@@ -102,17 +120,47 @@ func appendEvent(p []byte, ev *Event, l Layout) []byte {
 			{"lora_id", ev.LoRAID != 0, optInt(ev.LoRAID)},
 			{"medium", ev.Medium != "", optStr(ev.Medium)},
 			{"lora_name", ev.LoRAName != "", optStr(ev.LoRAName)},
-			{"extra_keys", false, msgp.AppendNil},
+			{"extra_keys", ev.LoRAName != "" || ev.Salt != "", func(p []byte) []byte {
+				// vLLM's order within a block's tuple: the LoRA name, then the salt (block 0).
+				p = msgp.AppendArrayHeader(p, uint32(len(ev.Hashes)))
+				for i := range ev.Hashes {
+					var ks []string
+					if ev.LoRAName != "" {
+						ks = append(ks, ev.LoRAName)
+					}
+					if i == 0 && ev.Salt != "" {
+						ks = append(ks, ev.Salt)
+					}
+					if ks == nil {
+						p = msgp.AppendNil(p)
+						continue
+					}
+					p = msgp.AppendArrayHeader(p, uint32(len(ks)))
+					for _, k := range ks {
+						p = msgp.AppendString(p, k)
+					}
+				}
+				return p
+			}},
 			{"group_idx", ev.Group != 0, optInt(int64(ev.Group))},
 			{"kv_cache_spec_kind", ev.SpecKind != "", optStr(ev.SpecKind)},
 			{"kv_cache_spec_sliding_window", ev.SlidingWindow != 0, optInt(int64(ev.SlidingWindow))},
+			{"locality", ev.Locality != "", optStr(ev.Locality)},
+			{"ownership", ev.Ownership != "", optStr(ev.Ownership)},
 		}
-	case BlockRemoved:
+		fs, required = declared(fs, l.StoredFields), storedRequired
+	case kvindex.BlockRemoved:
 		fs = []field{
 			{"block_hashes", true, hashes},
 			{"medium", ev.Medium != "", optStr(ev.Medium)},
 			{"group_idx", ev.Group != 0, optInt(int64(ev.Group))},
+			{"locality", ev.Locality != "", optStr(ev.Locality)},
+			{"ownership", ev.Ownership != "", optStr(ev.Ownership)},
 		}
+		fs, required = declared(fs, l.RemovedFields), removedRequired
+	}
+	for i := range min(required, len(fs)) {
+		fs[i].set = true
 	}
 	n := len(fs)
 	for n > 0 && !fs[n-1].set {
@@ -142,4 +190,16 @@ func appendEvent(p []byte, ev *Event, l Layout) []byte {
 		p = f.put(p)
 	}
 	return p
+}
+
+// SeqFrame is the 8-byte big-endian sequence frame of a live message, a replay reply or
+// a replay request.
+func SeqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }
+
+// declared is the first n fields of fs (all when n is 0): what a release declares.
+func declared(fs []field, n int) []field {
+	if n <= 0 || n >= len(fs) {
+		return fs
+	}
+	return fs[:n]
 }

@@ -6,63 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-type indexMetrics struct {
-	events  *prometheus.CounterVec
-	blocks  *prometheus.CounterVec
-	dropped *prometheus.CounterVec
-}
-
-func (m *indexMetrics) count(outcome string, n int) {
-	if n > 0 {
-		m.blocks.WithLabelValues(outcome).Add(float64(n))
-	}
-}
-
-func newIndexMetrics(reg prometheus.Registerer, ix *Index) (*indexMetrics, error) {
-	m := &indexMetrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "loadaware_kvevents_events_total",
-			Help: "vLLM KV cache events applied to the index, by kind (BlockStored, BlockRemoved, AllBlocksCleared).",
-		}, []string{"kind"}),
-		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "loadaware_kvevents_blocks_total",
-			Help: "Blocks named by vLLM KV cache events, by outcome: stored, tier_added, removed, removed_unknown, or refused_* (left out of the index: the reason says why, see docs/kvevents.md).",
-		}, []string{"outcome"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "loadaware_kvevents_dropped_blocks_total",
-			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), disconnect, block_size_changed.",
-		}, []string{"reason"}),
-	}
-	for _, k := range []Kind{BlockStored, BlockRemoved, AllBlocksCleared} {
-		m.events.WithLabelValues(k.String())
-	}
-	// The reasons the Help names, so a dashboard sees every series from the start.
-	for _, r := range []string{"cleared", "reset", "gap", "bad_batch", "left", "disconnect", "block_size_changed"} {
-		m.dropped.WithLabelValues(r)
-	}
-	for _, o := range []string{OutStored, OutTierAdded, OutRemoved, OutRemovedUnknown, OutLoRA, OutExtraKeys, OutGroup,
-		OutSpecKind, OutUnknownParent, OutUnknownMedium, OutNonDense, OutUnknownBlock} {
-		m.blocks.WithLabelValues(o)
-	}
-	if reg == nil {
-		return m, nil
-	}
-	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "loadaware_kvevents_index_blocks",
-		Help: "(block, endpoint rank) entries in the vLLM KV events index.",
-	}, func() float64 { return float64(ix.Blocks()) })
-	for _, c := range []prometheus.Collector{m.events, m.blocks, m.dropped, held} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("kvevents: register index metrics: %w", err)
-		}
-	}
-	return m, nil
-}
-
 type subMetrics struct {
 	batches       *prometheus.CounterVec
 	sequence      *prometheus.CounterVec
 	replays       *prometheus.CounterVec
+	snapshots     *prometheus.CounterVec
 	endpointDrops *prometheus.CounterVec
 	skipped       prometheus.Counter
 	connectErrors prometheus.Counter
@@ -82,6 +30,10 @@ func newSubMetrics(reg prometheus.Registerer) (*subMetrics, error) {
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_replays_total",
 			Help: "Replays asked of the engines' replay sockets, by outcome: complete, incomplete (the buffer no longer held every batch: entries dropped), timeout, failed.",
+		}, []string{"outcome"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_kvevents_snapshots_total",
+			Help: "Snapshots asked of the engines to rebuild a stream (vllm#57789 bootstrap), by outcome: applied, none (the engine serves none: replayed instead), failed (replayed instead).",
 		}, []string{"outcome"}),
 		endpointDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_endpoint_drops_total",
@@ -112,10 +64,13 @@ func newSubMetrics(reg prometheus.Registerer) (*subMetrics, error) {
 	for _, o := range []string{"gap", "bad_batch"} {
 		m.endpointDrops.WithLabelValues(o)
 	}
+	for _, o := range []string{"applied", "none", "failed"} {
+		m.snapshots.WithLabelValues(o)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.sequence, m.replays, m.endpointDrops, m.skipped, m.connectErrors, m.subscriptions} {
+	for _, c := range []prometheus.Collector{m.batches, m.sequence, m.replays, m.snapshots, m.endpointDrops, m.skipped, m.connectErrors, m.subscriptions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("kvevents: register subscriber metrics: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,9 @@ type SubscriberConfig struct {
 	PollInterval time.Duration
 	// MaxFrameBytes bounds one received frame; 0 means 64 MiB.
 	MaxFrameBytes int64
+	// Snapshots, when set, rebuilds a stream from the engine's snapshot (start,
+	// reconnect, restart) before falling back to replay; nil: replay only.
+	Snapshots Snapshotter
 	// OnBatch, when set, is called from the endpoint's loop after each received batch
 	// (live or replayed, applied or not) has been handled. It must not block.
 	OnBatch    func(endpoint string, seq int64)
@@ -51,7 +55,7 @@ type SubscriberConfig struct {
 // evicted. An engine restart (sequence going back) drops its entries the same way.
 type Subscriber struct {
 	cfg  SubscriberConfig
-	idx  *Index
+	idx  *kvindex.Index
 	log  *slog.Logger
 	m    *subMetrics
 	zctx *zmq.Context
@@ -74,7 +78,7 @@ type follower struct {
 }
 
 // NewSubscriber prepares a subscriber feeding idx.
-func NewSubscriber(cfg SubscriberConfig, idx *Index) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, idx *kvindex.Index) (*Subscriber, error) {
 	if idx == nil {
 		return nil, errors.New("kvevents: NewSubscriber needs an Index")
 	}
@@ -208,6 +212,8 @@ type conn struct {
 	dealer     *zmq.Socket // nil without replay
 	dealerWait *zmqwait.Waiter
 	replayAddr string
+	host       string
+	epoch      string // the publisher lifetime id of the last snapshot applied
 	t          tracker
 	resync     bool // reconnected: replay from 0 before the next live batch
 }
@@ -217,7 +223,7 @@ var monitors atomic.Int64
 
 func (s *Subscriber) follow(f *follower, host string) {
 	defer s.idx.DropRank(f.endpoint, f.rank, "left")
-	c := &conn{s: s, f: f, t: newTracker()}
+	c := &conn{s: s, f: f, host: host, t: newTracker()}
 	defer c.close()
 	first := true
 	defer func() {
@@ -230,7 +236,7 @@ func (s *Subscriber) follow(f *follower, host string) {
 		s.log.Error("kvevents: cannot subscribe to an endpoint's KV events; it gets no cache credit", "endpoint", f.endpoint, "rank", f.rank, "err", err)
 		return
 	}
-	if c.dealer != nil {
+	if !c.bootstrap("initial") && c.dealer != nil {
 		c.replay(0, "initial")
 	}
 	first = false
@@ -373,7 +379,9 @@ func (c *conn) live(frames [][]byte) {
 	}
 	if c.resync {
 		c.resync = false
-		c.replay(0, "reconnect")
+		if !c.bootstrap("reconnect") && c.dealer != nil {
+			c.replay(0, "reconnect")
+		}
 	}
 	switch c.t.classifyLive(msg.Seq) {
 	case vDuplicate:
@@ -387,7 +395,7 @@ func (c *conn) live(frames [][]byte) {
 		s.idx.DropRank(ep, c.f.rank, "reset")
 		c.t.applied = -1
 		s.log.Info("kvevents: an engine's event sequence went back (it restarted): its entries were dropped", "endpoint", ep, "seq", msg.Seq)
-		if msg.Seq > 0 && c.dealer != nil {
+		if msg.Seq > 0 && !c.bootstrap("reset") && c.dealer != nil {
 			c.replay(0, "reset")
 		}
 	case vGap:
@@ -420,7 +428,7 @@ func (c *conn) disconnected() {
 	s.m.sequence.WithLabelValues("disconnect").Inc()
 	s.idx.DropRank(c.f.endpoint, c.f.rank, "disconnect")
 	c.t = newTracker()
-	c.resync = c.dealer != nil
+	c.resync = c.dealer != nil || s.cfg.Snapshots != nil
 	s.log.Info("kvevents: lost the connection to an engine's KV events: its entries were dropped until it is back", "endpoint", c.f.endpoint)
 }
 
@@ -465,7 +473,7 @@ func (c *conn) failClosed(reason, why string) {
 // after the failure and the caller must fail closed itself.
 func (c *conn) replay(start int64, why string) bool {
 	s, ep := c.s, c.f.endpoint
-	if _, err := c.dealer.SendMessage([]byte{}, seqFrame(start)); err != nil {
+	if _, err := c.dealer.SendMessage([]byte{}, SeqFrame(start)); err != nil {
 		s.m.replays.WithLabelValues("failed").Inc()
 		s.log.Warn("kvevents: replay request failed", "endpoint", ep, "err", err)
 		return false
@@ -525,4 +533,9 @@ func (c *conn) observe(seq int64) {
 	if c.s.cfg.OnBatch != nil {
 		c.s.cfg.OnBatch(c.f.endpoint, seq)
 	}
+}
+
+// isTerm reports whether err means the ZeroMQ context or socket is closing.
+func isTerm(err error) bool {
+	return errors.Is(err, zmq.ETERM) || zmq.AsErrno(err) == zmq.ETERM || errors.Is(err, zmq.ErrorSocketClosed) || errors.Is(err, zmq.ErrorContextClosed)
 }

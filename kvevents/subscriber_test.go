@@ -1,6 +1,8 @@
-package kvevents
+package kvevents_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,39 +11,57 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/kvpublish"
+	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestTracker(t *testing.T) {
-	tests := []struct {
-		name    string
-		applied int64
-		live    int64
-		seq     int64
-		want    verdict
-	}{
-		{"nothing seen", -1, -1, 5, vFirst},
-		{"the next one", 4, 4, 5, vNext},
-		{"after a replay, the next one", 9, -1, 10, vNext},
-		{"after a replay, one it applied", 9, -1, 7, vDuplicate},
-		{"a jump", 4, 4, 7, vGap},
-		{"back to zero", 9, 9, 0, vReset},
-		{"the same number again", 9, 9, 9, vReset},
+const bs = 4
+
+// prompt is 6 blocks of distinct tokens.
+var prompt = func() []uint32 {
+	p := make([]uint32, 6*bs)
+	for i := range p {
+		p[i] = uint32(1000 + i)
 	}
-	for _, tc := range tests {
-		tr := tracker{applied: tc.applied, live: tc.live}
-		if got := tr.classifyLive(tc.seq); got != tc.want {
-			t.Errorf("%s: classifyLive(%d) = %v, want %v", tc.name, tc.seq, got, tc.want)
-		}
-		if tr.live < tc.seq {
-			t.Errorf("%s: live = %d after seeing %d", tc.name, tr.live, tc.seq)
+	return p
+}()
+
+// stored is a BlockStored of prompt's blocks [from, to) with engine hashes base+i,
+// chained on the block before from.
+func stored(from, to int, base uint64) kvindex.Event {
+	ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: bs, Tokens: prompt[from*bs : to*bs], Medium: "GPU"}
+	for i := from; i < to; i++ {
+		ev.Hashes = append(ev.Hashes, base+uint64(i))
+	}
+	if from > 0 {
+		ev.Parent, ev.HasParent = base+uint64(from-1), true
+	}
+	return ev
+}
+
+func removed(medium string, hashes ...uint64) kvindex.Event {
+	return kvindex.Event{Kind: kvindex.BlockRemoved, Hashes: hashes, Medium: medium}
+}
+
+// gauge reads a gauge without labels from the rig's registry.
+func (r *rig) gauge(name string) float64 {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			return mf.Metric[0].GetGauge().GetValue()
 		}
 	}
+	r.t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 // net127 is a loopback /24 of its own for one test (all of 127/8 is loopback on Linux),
@@ -51,8 +71,8 @@ func net127(t testing.TB) string {
 }
 
 // engines starts n publishers on hosts prefix1..prefixn sharing one PUB port (and one
-// replay port when replay is set).
-func engines(t testing.TB, n int, replay bool, l Layout) (pubs []*Publisher, eps []string, port, rport int) {
+// replay port when replay is set); opts change each publisher's config.
+func engines(t testing.TB, n int, replay bool, l kvevents.Layout, opts ...func(*kvpublish.PublisherConfig)) (pubs []*kvpublish.Publisher, eps []string, port, rport int) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		prefix := net127(t)
@@ -60,12 +80,15 @@ func engines(t testing.TB, n int, replay bool, l Layout) (pubs []*Publisher, eps
 		var err error
 		for i := 1; i <= n && err == nil; i++ {
 			host := prefix + strconv.Itoa(i)
-			cfg := PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Layout: l, DPRank: 0}
+			cfg := kvpublish.PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Layout: l, DPRank: 0}
+			for _, o := range opts {
+				o(&cfg)
+			}
 			if replay {
 				cfg.ReplayAddr = net.JoinHostPort(host, strconv.Itoa(rport))
 			}
-			var p *Publisher
-			if p, err = NewPublisher(cfg); err == nil {
+			var p *kvpublish.Publisher
+			if p, err = kvpublish.NewPublisher(cfg); err == nil {
 				pubs = append(pubs, p)
 				eps = append(eps, net.JoinHostPort(host, "8000"))
 				_, ps, _ := net.SplitHostPort(p.Addr())
@@ -93,21 +116,25 @@ func engines(t testing.TB, n int, replay bool, l Layout) (pubs []*Publisher, eps
 
 type rig struct {
 	t    *testing.T
-	ix   *Index
-	sub  *Subscriber
+	ix   *kvindex.Index
+	sub  *kvevents.Subscriber
 	reg  *prometheus.Registry
 	seen chan int64
 }
 
-func newRig(t *testing.T, eps []string, port, rport int) *rig {
+func newRig(t *testing.T, eps []string, port, rport int, opts ...func(*kvevents.SubscriberConfig)) *rig {
 	t.Helper()
 	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
 	var err error
-	if r.ix, err = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
+	if r.ix, err = kvindex.NewIndex(kvindex.IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
 		t.Fatal(err)
 	}
-	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
-		ReplayTimeout: 5 * time.Second, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+	cfg := kvevents.SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+		ReplayTimeout: 5 * time.Second, OnBatch: func(_ string, seq int64) { r.seen <- seq }}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r.sub, err = kvevents.NewSubscriber(cfg, r.ix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +190,7 @@ func (r *rig) counter(name, label, value string) float64 {
 	return 0
 }
 
-func publish(t *testing.T, p *Publisher, evs ...Event) int64 {
+func publish(t *testing.T, p *kvpublish.Publisher, evs ...kvindex.Event) int64 {
 	t.Helper()
 	seq, err := p.Publish(evs)
 	if err != nil {
@@ -173,7 +200,7 @@ func publish(t *testing.T, p *Publisher, evs ...Event) int64 {
 }
 
 // subscribed publishes on every publisher once its subscriber is connected.
-func subscribed(t *testing.T, pubs []*Publisher) {
+func subscribed(t *testing.T, pubs []*kvpublish.Publisher) {
 	t.Helper()
 	for _, p := range pubs {
 		if err := p.WaitSubscribed(10 * time.Second); err != nil {
@@ -183,7 +210,7 @@ func subscribed(t *testing.T, pubs []*Publisher) {
 }
 
 func TestSubscriberFollowsEndpoints(t *testing.T) {
-	for _, l := range []Layout{{}, {MapEvents: true, BytesHashes: true}} {
+	for _, l := range []kvevents.Layout{{}, {MapEvents: true, BytesHashes: true}} {
 		t.Run(fmt.Sprintf("%+v", l), func(t *testing.T) {
 			pubs, eps, port, _ := engines(t, 2, false, l)
 			r := newRig(t, eps, port, 0)
@@ -199,7 +226,7 @@ func TestSubscriberFollowsEndpoints(t *testing.T) {
 			if m := r.matched(eps[1]); m != 2*bs {
 				t.Errorf("after removing block 2: %d, want %d", m, 2*bs)
 			}
-			if n := testutil.ToFloat64(r.sub.m.subscriptions); n != 2 {
+			if n := r.gauge("loadaware_kvevents_subscriptions"); n != 2 {
 				t.Errorf("subscriptions = %v, want 2", n)
 			}
 			r.sub.SetEndpoints(eps[:1])
@@ -216,12 +243,12 @@ func TestSubscriberFollowsEndpoints(t *testing.T) {
 // TestSubscriberGapWithoutReplayFailsClosed: a lost batch (here a removal) cannot be
 // known, so the endpoint is credited with nothing from the next batch on.
 func TestSubscriberGapWithoutReplayFailsClosed(t *testing.T) {
-	pubs, eps, port, _ := engines(t, 1, false, Layout{})
+	pubs, eps, port, _ := engines(t, 1, false, kvevents.Layout{})
 	r := newRig(t, eps, port, 0)
 	r.ready()
 	subscribed(t, pubs)
 	r.await(publish(t, pubs[0], stored(0, 4, 100)))
-	pubs[0].Skip([]Event{removed("GPU", 103)})
+	pubs[0].Skip([]kvindex.Event{removed("GPU", 103)})
 	r.await(publish(t, pubs[0]))
 	if m := r.matched(eps[0]); m != 0 {
 		t.Errorf("after a gap without replay: %d tokens credited, want 0", m)
@@ -240,13 +267,13 @@ func TestSubscriberGapWithoutReplayFailsClosed(t *testing.T) {
 func TestSubscriberGapRepairedByReplay(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("replay without topic %v", old), func(t *testing.T) {
-			pubs, eps, port, rport := engines(t, 1, true, Layout{MapEvents: true})
-			pubs[0].cfg.ReplayWithoutTopic = old
+			pubs, eps, port, rport := engines(t, 1, true, kvevents.Layout{MapEvents: true},
+				func(c *kvpublish.PublisherConfig) { c.ReplayWithoutTopic = old })
 			r := newRig(t, eps, port, rport)
 			r.ready()
 			subscribed(t, pubs)
 			r.await(publish(t, pubs[0], stored(0, 4, 100)))
-			pubs[0].Skip([]Event{removed("GPU", 103)})
+			pubs[0].Skip([]kvindex.Event{removed("GPU", 103)})
 			r.await(publish(t, pubs[0], stored(4, 5, 100)))
 			if m := r.matched(eps[0]); m != 3*bs {
 				t.Errorf("after a replayed gap: %d tokens, want %d (block 3 removed, block 4 after it)", m, 3*bs)
@@ -265,7 +292,7 @@ func TestSubscriberGapRepairedByReplay(t *testing.T) {
 func TestSubscriberEngineRestart(t *testing.T) {
 	for _, replay := range []bool{false, true} {
 		t.Run(fmt.Sprintf("replay %v", replay), func(t *testing.T) {
-			pubs, eps, port, rport := engines(t, 1, replay, Layout{})
+			pubs, eps, port, rport := engines(t, 1, replay, kvevents.Layout{})
 			r := newRig(t, eps, port, rport)
 			r.ready()
 			subscribed(t, pubs)
@@ -286,7 +313,7 @@ func TestSubscriberEngineRestart(t *testing.T) {
 // TestSubscriberRebuildsFromReplayBeforeReady: a picker that starts after the engines
 // has their caches in its index by the time Ready is closed.
 func TestSubscriberRebuildsFromReplayBeforeReady(t *testing.T) {
-	pubs, eps, port, rport := engines(t, 2, true, Layout{BytesHashes: true})
+	pubs, eps, port, rport := engines(t, 2, true, kvevents.Layout{BytesHashes: true})
 	publish(t, pubs[0], stored(0, 2, 100))
 	publish(t, pubs[0], stored(2, 6, 100))
 	publish(t, pubs[1], stored(0, 1, 100))
@@ -307,7 +334,7 @@ func TestSubscriberRebuildsFromReplayBeforeReady(t *testing.T) {
 // TestSubscriberBadPayloadCountedAndSkipped: a batch that does not decode is counted, the
 // endpoint fails closed, and the loop goes on with the next batch.
 func TestSubscriberBadPayloadCountedAndSkipped(t *testing.T) {
-	pubs, eps, port, _ := engines(t, 1, false, Layout{})
+	pubs, eps, port, _ := engines(t, 1, false, kvevents.Layout{})
 	r := newRig(t, eps, port, 0)
 	r.ready()
 	subscribed(t, pubs)
@@ -334,26 +361,25 @@ func TestSubscriberBadPayloadCountedAndSkipped(t *testing.T) {
 // like a gap. The lost connection is what tells: the old engine's blocks are dropped and
 // the new engine's replayed, with no phantom credit for what the old one held.
 func TestSubscriberEngineRestartWhileDisconnected(t *testing.T) {
-	pubs, eps, port, rport := engines(t, 1, true, Layout{})
+	pubs, eps, port, rport := engines(t, 1, true, kvevents.Layout{})
 	r := newRig(t, eps, port, rport)
 	r.ready()
 	subscribed(t, pubs)
 	publish(t, pubs[0], stored(0, 4, 100))
 	r.await(publish(t, pubs[0]))
-	cfg := pubs[0].cfg
-	cfg.Addr, cfg.ReplayAddr = pubs[0].Addr(), pubs[0].ReplayAddr()
+	cfg := kvpublish.PublisherConfig{Addr: pubs[0].Addr(), ReplayAddr: pubs[0].ReplayAddr(), DPRank: 0}
 	if err := pubs[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	np, err := NewPublisher(cfg)
+	np, err := kvpublish.NewPublisher(cfg)
 	if err != nil {
 		t.Fatalf("restart the engine on the same address: %v", err)
 	}
 	t.Cleanup(func() { np.Close() })
-	np.Skip([]Event{stored(0, 1, 700)})
+	np.Skip([]kvindex.Event{stored(0, 1, 700)})
 	np.Skip(nil)
 	np.Skip(nil)
-	subscribed(t, []*Publisher{np})
+	subscribed(t, []*kvpublish.Publisher{np})
 	r.await(publish(t, np, stored(1, 2, 700)))
 	if m := r.matched(eps[0]); m != 2*bs {
 		t.Errorf("after a restart behind a disconnect: %d tokens, want the new engine's %d", m, 2*bs)
@@ -367,7 +393,7 @@ func TestSubscriberEngineRestartWhileDisconnected(t *testing.T) {
 // is a stream of its own, the endpoint gets its best rank's prefix, and a rank that loses
 // a batch drops only its own entries.
 func TestSubscriberDataParallelRanks(t *testing.T) {
-	var pubs []*Publisher
+	var pubs []*kvpublish.Publisher
 	var host string
 	var port int
 	for attempt := 0; len(pubs) < 2; attempt++ {
@@ -379,14 +405,14 @@ func TestSubscriberDataParallelRanks(t *testing.T) {
 			t.Fatal("cannot bind two consecutive ports")
 		}
 		host = net127(t) + "1"
-		p0, err := NewPublisher(PublisherConfig{Addr: host + ":0", DPRank: 0})
+		p0, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: host + ":0", DPRank: 0})
 		if err != nil {
 			continue
 		}
 		pubs = append(pubs, p0)
 		_, ps, _ := net.SplitHostPort(p0.Addr())
 		port, _ = strconv.Atoi(ps)
-		if p1, err := NewPublisher(PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port+1)), DPRank: 1}); err == nil {
+		if p1, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: net.JoinHostPort(host, strconv.Itoa(port+1)), DPRank: 1}); err == nil {
 			pubs = append(pubs, p1)
 		}
 	}
@@ -395,9 +421,9 @@ func TestSubscriberDataParallelRanks(t *testing.T) {
 	}
 	ep := net.JoinHostPort(host, "8000")
 	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
-	r.ix, _ = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg})
+	r.ix, _ = kvindex.NewIndex(kvindex.IndexConfig{Seed: 7, Registerer: r.reg})
 	var err error
-	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, Ranks: 2, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+	r.sub, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: port, Ranks: 2, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
 		OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
 	if err != nil {
 		t.Fatal(err)
@@ -416,7 +442,7 @@ func TestSubscriberDataParallelRanks(t *testing.T) {
 	if m := r.matched(ep); m != 2*bs {
 		t.Errorf("after rank 1 lost a batch: %d tokens, want rank 0's %d", m, 2*bs)
 	}
-	if n := testutil.ToFloat64(r.sub.m.subscriptions); n != 2 {
+	if n := r.gauge("loadaware_kvevents_subscriptions"); n != 2 {
 		t.Errorf("subscriptions = %v, want one per rank", n)
 	}
 }
@@ -425,7 +451,7 @@ func TestSubscriberDataParallelRanks(t *testing.T) {
 // socket (late replies must not be taken for the next replay's) and opens a new one,
 // with a new waiter, on which the next replay is answered.
 func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
-	pubs, eps, port, _ := engines(t, 1, false, Layout{})
+	pubs, eps, port, _ := engines(t, 1, false, kvevents.Layout{})
 	host, _, _ := net.SplitHostPort(eps[0])
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -457,7 +483,7 @@ func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
 				return // the context's Term at the test's end
 			}
 			if n > 1 {
-				router.SendMessage(req[0], "", "", seqFrame(EndOfReplay), "")
+				router.SendMessage(req[0], "", "", kvevents.SeqFrame(kvevents.EndOfReplay), "")
 			}
 		}
 	}()
@@ -467,10 +493,10 @@ func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
 	})
 
 	r := &rig{t: t, reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
-	if r.ix, err = NewIndex(IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
+	if r.ix, err = kvindex.NewIndex(kvindex.IndexConfig{Seed: 7, Registerer: r.reg}); err != nil {
 		t.Fatal(err)
 	}
-	r.sub, err = NewSubscriber(SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
+	r.sub, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
 		ReplayTimeout: 100 * time.Millisecond, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
 	if err != nil {
 		t.Fatal(err)
@@ -489,5 +515,54 @@ func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
 		if got := r.counter("loadaware_kvevents_replays_total", "outcome", c.outcome); got != c.want {
 			t.Errorf("replays %s = %v, want %v", c.outcome, got, c.want)
 		}
+	}
+}
+
+// snapshotter answers every engine with the same snapshot, or err.
+type snapshotter struct {
+	snap kvevents.Snapshot
+	err  error
+}
+
+func (s snapshotter) Snapshot(context.Context, string, int) (kvevents.Snapshot, error) {
+	return s.snap, s.err
+}
+
+// TestSubscriberBootstrapsFromSnapshot: a stream starts from the engine's snapshot and
+// resumes the live stream at its resume point; a resume point the live stream has
+// passed is a gap (fail closed without replay); an engine without snapshots is replayed.
+func TestSubscriberBootstrapsFromSnapshot(t *testing.T) {
+	chain := kvindex.Batch{Events: []kvindex.Event{stored(0, 4, 100)}}
+	tests := []struct {
+		name           string
+		replay         bool
+		snap           snapshotter
+		atReady, after int    // tokens matched when ready, and after the live batch
+		outcome        string // of loadaware_kvevents_snapshots_total
+	}{
+		{"snapshot, then live from its resume point", false, snapshotter{snap: kvevents.Snapshot{Epoch: "e1", Resume: 2, Batches: []kvindex.Batch{chain}}}, 4 * bs, 6 * bs, "applied"},
+		{"a resume point behind the live stream is a gap", false, snapshotter{snap: kvevents.Snapshot{Epoch: "e1", Resume: 1, Batches: []kvindex.Batch{chain}}}, 4 * bs, 0, "applied"},
+		{"no snapshot served: replayed", true, snapshotter{err: kvevents.ErrNoSnapshot}, 4 * bs, 6 * bs, "none"},
+		{"a failed snapshot: replayed", true, snapshotter{err: errors.New("refused")}, 4 * bs, 6 * bs, "failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pubs, eps, port, rport := engines(t, 1, tc.replay, kvevents.Layout{MapEvents: true})
+			pubs[0].Skip([]kvindex.Event{stored(0, 2, 100)}) // before the subscriber: seq 0
+			pubs[0].Skip([]kvindex.Event{stored(2, 4, 100)}) // seq 1
+			r := newRig(t, eps, port, rport, func(c *kvevents.SubscriberConfig) { c.Snapshots = tc.snap })
+			r.ready()
+			if m := r.matched(eps[0]); m != tc.atReady {
+				t.Errorf("at ready: %d tokens, want %d", m, tc.atReady)
+			}
+			subscribed(t, pubs)
+			r.await(publish(t, pubs[0], stored(4, 6, 100))) // seq 2
+			if m := r.matched(eps[0]); m != tc.after {
+				t.Errorf("after the live batch: %d tokens, want %d", m, tc.after)
+			}
+			if n := r.counter("loadaware_kvevents_snapshots_total", "outcome", tc.outcome); n != 1 {
+				t.Errorf("snapshots_total{outcome=%s} = %v, want 1", tc.outcome, n)
+			}
+		})
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 )
 
 // The cache sources, as named by --cache-source and in the explain header.
@@ -27,11 +27,11 @@ func ParseCacheSource(s string) (string, error) {
 
 // KVEventsView is the CacheView backed by the index of vLLM's KV cache events: blocks
 // are credited to the endpoint whose engine published them.
-type KVEventsView struct{ Index *kvevents.Index }
+type KVEventsView struct{ Index *kvindex.Index }
 
 // Match implements CacheView.
 func (v KVEventsView) Match(_ context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error) {
-	bp := kvMatchBufs.Get().(*[]kvevents.Match)
+	bp := kvMatchBufs.Get().(*[]kvindex.Match)
 	defer kvMatchBufs.Put(bp)
 	ms := v.Index.AppendMatch((*bp)[:0], tokens, endpoints)
 	*bp = ms
@@ -44,7 +44,7 @@ func (v KVEventsView) Match(_ context.Context, tokens []uint32, endpoints []stri
 
 // kvMatchBufs holds the index's answers while they are copied into CacheMatches, so
 // that a lookup allocates only the CacheMatches.
-var kvMatchBufs = sync.Pool{New: func() any { return new([]kvevents.Match) }}
+var kvMatchBufs = sync.Pool{New: func() any { return new([]kvindex.Match) }}
 
 // Longest combines cache views: each endpoint gets the match of the view that holds the
 // longer contiguous prefix for it (the first view on a tie). A view that fails is left

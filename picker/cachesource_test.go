@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 )
 
 func TestLongest(t *testing.T) {
@@ -40,7 +40,7 @@ func TestLongest(t *testing.T) {
 }
 
 func TestExplainNamesTheSource(t *testing.T) {
-	ix, err := kvevents.NewIndex(kvevents.IndexConfig{})
+	ix, err := kvindex.NewIndex(kvindex.IndexConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestExplainNamesTheSource(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(i + 1)
 	}
-	ix.Apply("10.0.0.2:8000", kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.BlockStored, Hashes: []uint64{1, 2}, Tokens: tokens[:32], BlockSize: 16}}})
+	ix.Apply("10.0.0.2:8000", kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{1, 2}, Tokens: tokens[:32], BlockSize: 16}}})
 	lm := mapCache{"10.0.0.3:8000": {Matched: 16, HolderRank: 0, Source: SourceLMCache}}
 	p := newPicker(t, Options{Fleet: newFleet("10.0.0.2:8000", "10.0.0.3:8000"), Cache: Longest{lm, KVEventsView{Index: ix}}})
 	d, err := p.Pick(context.Background(), Request{Tokens: tokens})

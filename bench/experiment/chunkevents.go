@@ -2,7 +2,7 @@ package experiment
 
 import (
 	"github.com/loadaware/loadaware-epp/bench/sim"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 )
 
 // ChunkEvents turns an engine's LMCache CPU-tier changes into vLLM KV cache
@@ -45,18 +45,18 @@ func (c *ChunkEvents) Learn(tokens []uint32, keys []int64) {
 
 // Events returns one engine step's CPU-tier changes as events (nil for none):
 // a BlockStored per stored full chunk, a BlockRemoved per evicted chunk.
-func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvevents.Event {
-	var out []kvevents.Event
+func (c *ChunkEvents) Events(evs []sim.KVEvent) []kvindex.Event {
+	var out []kvindex.Event
 	for _, ev := range evs {
 		if !ev.Admit {
-			out = append(out, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
+			out = append(out, kvindex.Event{Kind: kvindex.BlockRemoved, Hashes: []uint64{uint64(ev.Key)}, Medium: "CPU"})
 			continue
 		}
 		k, ok := c.chunks[ev.Key]
 		if !ok {
 			continue // a partial chunk
 		}
-		out = append(out, kvevents.Event{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(k.parent),
+		out = append(out, kvindex.Event{Kind: kvindex.BlockStored, Hashes: []uint64{uint64(ev.Key)}, Parent: uint64(k.parent),
 			HasParent: k.hasParent, Tokens: k.tokens, BlockSize: c.chunk, Medium: "CPU"})
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 
+	"github.com/loadaware/loadaware-epp/bench/kvpublish"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/kvevents"
 )
@@ -32,18 +33,18 @@ type KVEventsConfig struct {
 
 // kvPub is the engine's KV events publisher. learn and publish run on the driver goroutine.
 type kvPub struct {
-	pub       *kvevents.Publisher
+	pub       *kvpublish.Publisher
 	keys      sim.KeyFunc
 	events    *experiment.ChunkEvents // chunk contents, learnt from arriving prompts
 	published atomic.Int64            // batches sent
 }
 
 func startKVPub(ip string, c KVEventsConfig, keys sim.KeyFunc, chunk int) (*kvPub, error) {
-	cfg := kvevents.PublisherConfig{Addr: net.JoinHostPort(ip, strconv.Itoa(c.Port)), Layout: c.Layout, DPRank: 0}
+	cfg := kvpublish.PublisherConfig{Addr: net.JoinHostPort(ip, strconv.Itoa(c.Port)), Layout: c.Layout, DPRank: 0}
 	if !c.NoReplay {
 		cfg.ReplayAddr = net.JoinHostPort(ip, strconv.Itoa(c.ReplayPort))
 	}
-	p, err := kvevents.NewPublisher(cfg)
+	p, err := kvpublish.NewPublisher(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("live: KV events publisher on %s: %w", ip, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,7 +165,7 @@ func decideAlike(t *testing.T, layout kvevents.Layout) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if removed := counterSum(t, a.Registry, "loadaware_kvevents_blocks_total", "outcome", kvevents.OutRemoved); removed == 0 {
+	if removed := counterSum(t, a.Registry, "loadaware_kvevents_blocks_total", "outcome", kvindex.OutRemoved); removed == 0 {
 		t.Fatal("no chunk was evicted: the test does not exercise removals")
 	}
 

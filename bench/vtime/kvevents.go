@@ -6,14 +6,14 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
 // kvSource feeds the engines' CPU tiers, as vLLM KV events, into a kvevents
 // index in-process (the live engines publish the same events over ZeroMQ).
 type kvSource struct {
-	index  *kvevents.Index
+	index  *kvindex.Index
 	events *experiment.ChunkEvents
 }
 
@@ -22,7 +22,7 @@ func newKVSource(source string, chunk int) (*kvSource, error) {
 	if source != picker.SourceVLLMEvents && source != picker.SourceBoth {
 		return nil, nil
 	}
-	ix, err := kvevents.NewIndex(kvevents.IndexConfig{Seed: 0x6b766576656e7473})
+	ix, err := kvindex.NewIndex(kvindex.IndexConfig{Seed: 0x6b766576656e7473})
 	if err != nil {
 		return nil, fmt.Errorf("vtime: vLLM KV events index: %w", err)
 	}
@@ -34,7 +34,7 @@ func (k *kvSource) learn(tokens []uint32, keys []int64) { k.events.Learn(tokens,
 // apply applies one engine step's CPU-tier changes as one batch of endpoint's.
 func (k *kvSource) apply(endpoint string, evs []sim.KVEvent) {
 	if out := k.events.Events(evs); len(out) > 0 {
-		k.index.Apply(endpoint, kvevents.Batch{Events: out, DPRank: -1})
+		k.index.Apply(endpoint, kvindex.Batch{Events: out, DPRank: -1})
 	}
 }
 

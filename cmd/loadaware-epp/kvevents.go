@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
@@ -17,6 +17,8 @@ type kvFlags struct {
 	ranks         int
 	topic         string
 	credit        string
+	remote        string
+	extraKeys     bool
 	replayTimeout time.Duration
 }
 
@@ -26,7 +28,9 @@ func (k *kvFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.replay, "kv-events-replay-port", 0, "the engines' KV events replay (ROUTER) port (replay_endpoint); 0: no replay, a lost batch drops that engine's entries")
 	fs.IntVar(&k.ranks, "kv-events-dp-size", 1, "data-parallel ranks behind each endpoint: rank r publishes on --kv-events-port+r (and replays on --kv-events-replay-port+r), as vLLM offsets them; the endpoint gets its best rank's prefix")
 	fs.StringVar(&k.topic, "kv-events-topic", "", "topic prefix of the KV events to follow (vLLM's topic; default empty: all)")
-	fs.StringVar(&k.credit, "kv-events-medium-credit", "GPU=1,CPU=1,DISK=0.5", "fraction of a cached block credited per tier named by the events' medium")
+	fs.StringVar(&k.credit, "kv-events-medium-credit", kvindex.DefaultCredits().String(), "fraction of a cached block credited per tier (GPU, CPU, DISK, STORAGE); a medium spelling sets its tier (CPU_PINNED and CPU_TIER1 are CPU, CPU_TIER2 and NVME DISK, FS, OBJ and SHARED_STORAGE STORAGE); blocks of an unknown medium are refused and counted")
+	fs.StringVar(&k.remote, "kv-events-remote", "refuse", "blocks whose locality is REMOTE (not the publishing engine's own): refuse (not credited) or credit (credited to the publisher at their medium's tier; a REMOTE GPU block is refused either way)")
+	fs.BoolVar(&k.extraKeys, "kv-events-extra-keys", false, "index blocks stored under a LoRA adapter or a cache_salt under a key of their own (matched only by requests with the same adapter and salt) instead of refusing them; multimodal and prompt-embeds blocks are refused either way")
 	fs.DurationVar(&k.replayTimeout, "kv-events-replay-timeout", 2*time.Second, "longest wait for one engine's replay (at start, the picker is ready only after every replay ended or timed out)")
 }
 
@@ -52,14 +56,18 @@ func (k kvFlags) config(lm *app.LMCacheConfig) (string, *app.LMCacheConfig, *app
 	if k.ranks < 1 || k.port+k.ranks-1 > 65535 || (k.replay != 0 && k.replay+k.ranks-1 > 65535) {
 		return "", nil, nil, fmt.Errorf("--kv-events-dp-size %d: use 1 or more, with the ranks' ports (port + rank) at most 65535", k.ranks)
 	}
-	credits, err := kvevents.ParseCredits(k.credit)
+	credits, err := kvindex.ParseCredits(k.credit)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("--kv-events-medium-credit: %v", err)
+	}
+	remote, err := kvindex.ParseRemotePolicy(k.remote)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("--kv-events-remote: %v", err)
 	}
 	if k.replayTimeout <= 0 {
 		return "", nil, nil, fmt.Errorf("--kv-events-replay-timeout %v: use a positive duration such as 2s", k.replayTimeout)
 	}
-	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, Credits: credits, ReplayTimeout: k.replayTimeout}
+	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, Credits: credits, Remote: remote, ExtraKeys: k.extraKeys, ReplayTimeout: k.replayTimeout}
 	if source == picker.SourceVLLMEvents {
 		return source, nil, kv, nil // no LMCache controller: its ports stay free
 	}

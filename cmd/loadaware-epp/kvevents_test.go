@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 )
 
 func TestParseCacheSource(t *testing.T) {
@@ -15,12 +15,16 @@ func TestParseCacheSource(t *testing.T) {
 		lmcache, kvEvents bool
 		port, replay      int
 		topic             string
-		credits           kvevents.Credits
+		credits           kvindex.Credits
+		remote            kvindex.RemotePolicy
+		extraKeys         bool
 	}{
-		{"default: LMCache only", []string{ep}, "lmcache", true, false, 0, 0, "", kvevents.Credits{}},
-		{"vllm-events: no LMCache controller, vLLM defaults", []string{ep, "--cache-source", "vllm-events"}, "vllm-events", false, true, 5557, 0, "", kvevents.DefaultCredits()},
+		{"default: LMCache only", []string{ep}, "lmcache", true, false, 0, 0, "", kvindex.Credits{}, 0, false},
+		{"vllm-events: no LMCache controller, vLLM defaults", []string{ep, "--cache-source", "vllm-events"}, "vllm-events", false, true, 5557, 0, "", kvindex.DefaultCredits(), kvindex.RemoteRefuse, false},
 		{"both, with llm-d's ports and topic", []string{ep, "--cache-source", "both", "--kv-events-port", "5556", "--kv-events-replay-port", "5557", "--kv-events-topic", "kv@", "--kv-events-medium-credit", "CPU=0.5"},
-			"both", true, true, 5556, 5557, "kv@", kvevents.Credits{GPU: 1, CPU: 0.5, Disk: 0.5}},
+			"both", true, true, 5556, 5557, "kv@", kvindex.Credits{GPU: 1, CPU: 0.5, Disk: 0.5, Storage: 0.5}, kvindex.RemoteRefuse, false},
+		{"storage credit, remote credited, extra keys", []string{ep, "--cache-source", "vllm-events", "--kv-events-medium-credit", "GPU=1,CPU=0.9,STORAGE=0.25", "--kv-events-remote", "credit", "--kv-events-extra-keys"},
+			"vllm-events", false, true, 5557, 0, "", kvindex.Credits{GPU: 1, CPU: 0.9, Disk: 0.5, Storage: 0.25}, kvindex.RemoteCredit, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,9 +35,22 @@ func TestParseCacheSource(t *testing.T) {
 			if cfg.CacheSource != tc.source || (cfg.LMCache != nil) != tc.lmcache || (cfg.KVEvents != nil) != tc.kvEvents {
 				t.Fatalf("source %q, LMCache %v, KVEvents %+v", cfg.CacheSource, cfg.LMCache != nil, cfg.KVEvents)
 			}
-			if kv := cfg.KVEvents; kv != nil && (kv.Port != tc.port || kv.ReplayPort != tc.replay || kv.Topic != tc.topic || kv.Credits != tc.credits) {
+			if kv := cfg.KVEvents; kv != nil && (kv.Port != tc.port || kv.ReplayPort != tc.replay || kv.Topic != tc.topic || kv.Credits != tc.credits || kv.Remote != tc.remote || kv.ExtraKeys != tc.extraKeys) {
 				t.Errorf("KVEvents = %+v", *kv)
 			}
 		})
+	}
+}
+
+func TestKVEventsFlagsRejected(t *testing.T) {
+	ep := "--endpoints=10.0.0.1:8000"
+	for _, args := range [][]string{
+		{"--kv-events-remote", "maybe"},
+		{"--kv-events-medium-credit", "TAPE=1"},
+		{"--kv-events-medium-credit", "FS=0.5,OBJ=0.25"},
+	} {
+		if _, _, err := parse(append([]string{ep, "--cache-source", "vllm-events"}, args...), env()); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
 	}
 }

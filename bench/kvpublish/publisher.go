@@ -1,4 +1,8 @@
-package kvevents
+// Package kvpublish is the engine side of vLLM's KV events protocol, as vLLM's
+// ZmqEventPublisher: a PUB socket numbering batches and a ROUTER answering replays. It
+// stands in for engines in tests and the benchmark's simulated engines; the picker
+// never imports it.
+package kvpublish
 
 import (
 	"encoding/binary"
@@ -8,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 )
@@ -17,7 +23,7 @@ type PublisherConfig struct {
 	Addr       string // PUB address (vLLM's endpoint, default tcp://*:5557)
 	ReplayAddr string // ROUTER replay address (vLLM's replay_endpoint); empty: no replay
 	Topic      string
-	Layout     Layout
+	Layout     kvevents.Layout
 	DPRank     int // data_parallel_rank in every batch; -1: None
 	// BufferSteps is how many batches replay can resend (vLLM's buffer_steps); 0 means 10000.
 	BufferSteps int
@@ -172,19 +178,19 @@ func (p *Publisher) WaitSubscribed(timeout time.Duration) error {
 }
 
 // Publish sends events as the next batch and returns its sequence number.
-func (p *Publisher) Publish(events []Event) (int64, error) {
+func (p *Publisher) Publish(events []kvindex.Event) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.send(p.seq, Encode(Batch{TS: float64(p.cfg.Now().UnixNano()) / 1e9, Events: events, DPRank: p.cfg.DPRank}, p.cfg.Layout))
+	return p.send(p.seq, kvevents.Encode(kvindex.Batch{TS: float64(p.cfg.Now().UnixNano()) / 1e9, Events: events, DPRank: p.cfg.DPRank}, p.cfg.Layout))
 }
 
 // Skip advances the sequence number without sending: the batch is lost for the
 // subscribers (as when the PUB socket's high-water mark drops it) but kept for replay.
-func (p *Publisher) Skip(events []Event) int64 {
+func (p *Publisher) Skip(events []kvindex.Event) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seq := p.seq
-	p.keep(seq, Encode(Batch{TS: float64(p.cfg.Now().UnixNano()) / 1e9, Events: events, DPRank: p.cfg.DPRank}, p.cfg.Layout))
+	p.keep(seq, kvevents.Encode(kvindex.Batch{TS: float64(p.cfg.Now().UnixNano()) / 1e9, Events: events, DPRank: p.cfg.DPRank}, p.cfg.Layout))
 	p.seq++
 	return seq
 }
@@ -209,7 +215,7 @@ func (p *Publisher) send(seq int64, payload []byte) (int64, error) {
 	}
 	p.keep(seq, payload)
 	p.seq++
-	if _, err := p.pub.SendMessage([]byte(p.cfg.Topic), seqFrame(seq), payload); err != nil {
+	if _, err := p.pub.SendMessage([]byte(p.cfg.Topic), kvevents.SeqFrame(seq), payload); err != nil {
 		return seq, fmt.Errorf("kvevents: publish batch %d: %w", seq, err)
 	}
 	return seq, nil
@@ -221,8 +227,6 @@ func (p *Publisher) keep(seq int64, payload []byte) {
 	}
 	p.ring = append(p.ring, sent{seq, payload})
 }
-
-func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }
 
 // serveReplay answers [id, "", start_seq] with every kept batch from start_seq, then the
 // end marker, as vLLM's _service_replay does.
@@ -252,11 +256,11 @@ func (p *Publisher) serveReplay(so *zmq.Socket, w *zmqwait.Waiter) {
 			}
 		}
 		p.mu.Unlock()
-		out = append(out, sent{EndOfReplay, []byte{}})
+		out = append(out, sent{kvevents.EndOfReplay, []byte{}})
 		for _, s := range out {
-			frames := [][]byte{id, {}, []byte(p.cfg.Topic), seqFrame(s.seq), s.payload}
+			frames := [][]byte{id, {}, []byte(p.cfg.Topic), kvevents.SeqFrame(s.seq), s.payload}
 			if p.cfg.ReplayWithoutTopic {
-				frames = [][]byte{id, {}, seqFrame(s.seq), s.payload}
+				frames = [][]byte{id, {}, kvevents.SeqFrame(s.seq), s.payload}
 			}
 			if _, err := so.SendMessage(frames); err != nil && isTerm(err) {
 				return

@@ -1,6 +1,6 @@
 //go:build !race
 
-package kvevents
+package kvindex
 
 import "testing"
 

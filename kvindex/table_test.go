@@ -1,4 +1,4 @@
-package kvevents
+package kvindex
 
 import (
 	"math/rand/v2"

@@ -1,6 +1,9 @@
-package kvevents
+package kvindex
 
-import "math/bits"
+import (
+	"hash/maphash"
+	"math/bits"
+)
 
 // chain returns the index key of a block of tokens whose parent block has key parent
 // (the root key for the first block of a prompt); seed keys the content hash. The key
@@ -94,3 +97,23 @@ func fmix(h uint64) uint64 {
 
 // pair is the key of (block key, stream) in the index's one map.
 func pair(key, salt uint64) uint64 { return fmix(key ^ salt) }
+
+// Key is what, besides the tokens, names a request's blocks: vLLM folds a LoRA
+// adapter's name into every block's hash and a cache_salt into the first block's
+// (extra keys, vllm#33304), so blocks stored under one adapter or salt match only
+// requests with the same. The zero Key is the base model, unsalted.
+type Key struct {
+	Adapter string // the LoRA adapter's name (vLLM's lora_name); empty: the base model
+	Salt    string // the request's cache_salt; empty: none
+}
+
+// rootKey is the parent key of a chain's first block under k: the index's root for
+// the zero Key, otherwise the root mixed with the hashes of the adapter and the salt.
+// Every later block chains from the first, so the adapter and salt are in every key.
+func (ix *Index) rootKey(k Key) uint64 {
+	if k == (Key{}) {
+		return ix.root
+	}
+	a, s := maphash.String(ix.hseed, k.Adapter), maphash.String(ix.hseed, k.Salt)
+	return fmix(ix.root ^ fmix(a+k1) ^ fmix(s+k3))
+}

@@ -1,4 +1,4 @@
-package kvevents
+package kvindex
 
 import (
 	"strconv"
@@ -12,7 +12,7 @@ import (
 const bs = 4
 
 // prompt is 6 blocks of distinct tokens.
-var prompt = u32(toks(6*bs, 1000))
+var prompt = seq32(6*bs, 1000)
 
 // stored is a BlockStored of prompt's blocks [from, to) with engine hashes base+i, chained
 // on the block before from.
@@ -43,28 +43,28 @@ func TestIndexMatch(t *testing.T) {
 		apply   map[string][]Event
 		want    []Match
 	}{
-		{"nothing stored", Credits{}, nil, []Match{{0, -1}, {0, -1}}},
-		{"a whole prefix in one event", Credits{}, map[string][]Event{"a": {stored(0, 3, 100)}}, []Match{{3 * bs, 0}, {0, -1}}},
-		{"a chain over two events", Credits{}, map[string][]Event{"a": {stored(0, 2, 100), stored(2, 5, 100)}}, []Match{{5 * bs, 0}, {0, -1}}},
-		{"the holder that stored first ranks first", Credits{}, map[string][]Event{"b": {stored(0, 1, 1)}, "a": {stored(0, 2, 7)}}, []Match{{2 * bs, 1}, {bs, 0}}},
-		{"a removed middle block ends the prefix", Credits{}, map[string][]Event{"a": {stored(0, 4, 100), removed("GPU", 102)}}, []Match{{2 * bs, 0}, {0, -1}}},
-		{"removing the first block leaves nothing", Credits{}, map[string][]Event{"a": {stored(0, 4, 100), removed("", 100)}}, []Match{{0, -1}, {0, -1}}},
-		{"removal of another endpoint's hash is not applied", Credits{}, map[string][]Event{"a": {stored(0, 2, 100)}, "b": {removed("GPU", 100)}}, []Match{{2 * bs, 0}, {0, -1}}},
-		{"all blocks cleared", Credits{}, map[string][]Event{"a": {stored(0, 3, 100), {Kind: AllBlocksCleared}}}, []Match{{0, -1}, {0, -1}}},
-		{"a block with an unknown parent is refused", Credits{}, map[string][]Event{"a": {stored(2, 4, 100)}}, []Match{{0, -1}, {0, -1}}},
-		{"LoRA blocks are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.LoRAName = "sql" })}}, []Match{{0, -1}, {0, -1}}},
-		{"salted blocks are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.ExtraKeys = true })}}, []Match{{0, -1}, {0, -1}}},
-		{"a second HMA group is refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Group = 1 })}}, []Match{{0, -1}, {0, -1}}},
-		{"sliding-window blocks are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.SpecKind = "sliding_window" })}}, []Match{{0, -1}, {0, -1}}},
-		{"full-attention spec kind is indexed", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.SpecKind = "full_attention" })}}, []Match{{2 * bs, 0}, {0, -1}}},
-		{"tokens not blocks x size are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Tokens = e.Tokens[:5] })}}, []Match{{0, -1}, {0, -1}}},
-		{"an unknown medium is refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "NVME-OF" })}}, []Match{{0, -1}, {0, -1}}},
-		{"CPU blocks at half credit", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0}, {0, -1}}},
-		{"a credit that is not a multiple of 2^-10, added block by block", Credits{GPU: 1, CPU: 0.3}, map[string][]Event{"a": {with(stored(0, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{4, 0}, {0, -1}}}, // 3 blocks x 4 x 0.3 = 3.6
-		{"a zero-credit tier ends the prefix", Credits{GPU: 1}, map[string][]Event{"a": {stored(0, 1, 100), with(stored(1, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0}, {0, -1}}},
-		{"the best tier counts", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" }), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "GPU"}}}, []Match{{2 * bs, 0}, {0, -1}}},
-		{"GPU eviction keeps the CPU copy", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {stored(0, 2, 100), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "CPU"}, removed("GPU", 100, 101)}}, []Match{{bs, 0}, {0, -1}}},
-		{"a tokenless update of an unknown block is refused", Credits{}, map[string][]Event{"a": {{Kind: BlockStored, Hashes: []uint64{100}, Medium: "CPU"}}}, []Match{{0, -1}, {0, -1}}},
+		{"nothing stored", Credits{}, nil, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"a whole prefix in one event", Credits{}, map[string][]Event{"a": {stored(0, 3, 100)}}, []Match{{3 * bs, 0, 0}, {0, -1, -1}}},
+		{"a chain over two events", Credits{}, map[string][]Event{"a": {stored(0, 2, 100), stored(2, 5, 100)}}, []Match{{5 * bs, 0, 0}, {0, -1, -1}}},
+		{"the holder that stored first ranks first", Credits{}, map[string][]Event{"b": {stored(0, 1, 1)}, "a": {stored(0, 2, 7)}}, []Match{{2 * bs, 1, 0}, {bs, 0, 0}}},
+		{"a removed middle block ends the prefix", Credits{}, map[string][]Event{"a": {stored(0, 4, 100), removed("GPU", 102)}}, []Match{{2 * bs, 0, 0}, {0, -1, -1}}},
+		{"removing the first block leaves nothing", Credits{}, map[string][]Event{"a": {stored(0, 4, 100), removed("", 100)}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"removal of another endpoint's hash is not applied", Credits{}, map[string][]Event{"a": {stored(0, 2, 100)}, "b": {removed("GPU", 100)}}, []Match{{2 * bs, 0, 0}, {0, -1, -1}}},
+		{"all blocks cleared", Credits{}, map[string][]Event{"a": {stored(0, 3, 100), {Kind: AllBlocksCleared}}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"a block with an unknown parent is refused", Credits{}, map[string][]Event{"a": {stored(2, 4, 100)}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"LoRA blocks are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.LoRAName = "sql" })}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"salted blocks are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.ExtraKeys = true })}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"a second HMA group is refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Group = 1 })}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"sliding-window blocks are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.SpecKind = "sliding_window" })}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"full-attention spec kind is indexed", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.SpecKind = "full_attention" })}}, []Match{{2 * bs, 0, 0}, {0, -1, -1}}},
+		{"tokens not blocks x size are refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Tokens = e.Tokens[:5] })}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"an unknown medium is refused", Credits{}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "NVME-OF" })}}, []Match{{0, -1, -1}, {0, -1, -1}}},
+		{"CPU blocks at half credit", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0, 0}, {0, -1, -1}}},
+		{"a credit that is not a multiple of 2^-10, added block by block", Credits{GPU: 1, CPU: 0.3}, map[string][]Event{"a": {with(stored(0, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{4, 0, 0}, {0, -1, -1}}}, // 3 blocks x 4 x 0.3 = 3.6
+		{"a zero-credit tier ends the prefix", Credits{GPU: 1}, map[string][]Event{"a": {stored(0, 1, 100), with(stored(1, 3, 100), func(e *Event) { e.Medium = "CPU" })}}, []Match{{bs, 0, 0}, {0, -1, -1}}},
+		{"the best tier counts", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {with(stored(0, 2, 100), func(e *Event) { e.Medium = "CPU" }), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "GPU"}}}, []Match{{2 * bs, 0, 0}, {0, -1, -1}}},
+		{"GPU eviction keeps the CPU copy", Credits{GPU: 1, CPU: 0.5}, map[string][]Event{"a": {stored(0, 2, 100), {Kind: BlockStored, Hashes: []uint64{100, 101}, Medium: "CPU"}, removed("GPU", 100, 101)}}, []Match{{bs, 0, 0}, {0, -1, -1}}},
+		{"a tokenless update of an unknown block is refused", Credits{}, map[string][]Event{"a": {{Kind: BlockStored, Hashes: []uint64{100}, Medium: "CPU"}}}, []Match{{0, -1, -1}, {0, -1, -1}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,16 +145,28 @@ func TestParseCredits(t *testing.T) {
 		bad  bool
 	}{
 		{"", DefaultCredits(), false},
-		{"CPU=0.25", Credits{GPU: 1, CPU: 0.25, Disk: 0.5}, false},
-		{"gpu=1, cpu=0, disk=0", Credits{GPU: 1}, false},
+		{"CPU=0.25", Credits{GPU: 1, CPU: 0.25, Disk: 0.5, Storage: 0.5}, false},
+		{"gpu=1, cpu=0, disk=0, storage=0", Credits{GPU: 1}, false},
+		{"GPU=1,CPU=0.9,STORAGE=0.25", Credits{GPU: 1, CPU: 0.9, Disk: 0.5, Storage: 0.25}, false},
+		{"FS=0.25", Credits{GPU: 1, CPU: 1, Disk: 0.5, Storage: 0.25}, false},
+		{"CPU_TIER2=0.3,NVME=0.3", Credits{GPU: 1, CPU: 1, Disk: 0.3, Storage: 0.5}, false},
+		{"CPU_PINNED=0.8", Credits{GPU: 1, CPU: 0.8, Disk: 0.5, Storage: 0.5}, false},
+		{"STORAGE=0.5,OBJ=0.25", Credits{}, true}, // one tier, two credits
 		{"CPU=2", Credits{}, true},
 		{"TAPE=1", Credits{}, true},
+		{"=1", Credits{}, true},
 		{"CPU", Credits{}, true},
 	}
 	for _, tc := range tests {
 		got, err := ParseCredits(tc.in)
 		if (err != nil) != tc.bad || (!tc.bad && got != tc.want) {
 			t.Errorf("ParseCredits(%q) = %+v, %v", tc.in, got, err)
+		}
+		if tc.bad {
+			continue
+		}
+		if back, err := ParseCredits(got.String()); err != nil || back != got {
+			t.Errorf("ParseCredits(%q) = %v, %v: String does not read back", got.String(), back, err)
 		}
 	}
 }
@@ -211,17 +223,17 @@ func TestMatchRepeatedLists(t *testing.T) {
 			}
 		}
 	}
-	check("a and b", []Match{{3 * bs, 0}, {bs, 1}})
+	check("a and b", []Match{{3 * bs, 0, 0}, {bs, 1, 0}})
 	eps[0], eps[1] = eps[1], eps[0] // the same slice, changed in place
-	check("b and a", []Match{{bs, 1}, {3 * bs, 0}})
+	check("b and a", []Match{{bs, 1, 0}, {3 * bs, 0, 0}})
 	eps = []string{"b", "c"}
-	check("b and c", []Match{{bs, 0}, {0, -1}})
+	check("b and c", []Match{{bs, 0, 0}, {0, -1, -1}})
 	ix.Apply("c", batch(stored(0, 2, 300))) // a new stream: a new directory
-	check("c stored", []Match{{bs, 0}, {2 * bs, 1}})
+	check("c stored", []Match{{bs, 0, 0}, {2 * bs, 1, 0}})
 	ix.Drop("b", "left")
-	check("b dropped", []Match{{0, -1}, {2 * bs, 0}})
+	check("b dropped", []Match{{0, -1, -1}, {2 * bs, 0, 0}})
 	ix.Apply("b", batch(stored(0, 4, 400))) // back, on the slot a or c did not take
-	check("b back", []Match{{4 * bs, 1}, {2 * bs, 0}})
+	check("b back", []Match{{4 * bs, 1, 0}, {2 * bs, 0, 0}})
 }
 
 // TestAppendMatch: AppendMatch leaves what dst held and appends what Match answers, also
@@ -232,8 +244,8 @@ func TestAppendMatch(t *testing.T) {
 	ix.Apply("b", batch(stored(0, 2, 200)))
 	eps := []string{"b", "a", "c"}
 	want := ix.Match(prompt, eps)
-	got := ix.AppendMatch([]Match{{7, 3}}, prompt, eps)
-	if diff := cmp.Diff(append([]Match{{7, 3}}, want...), got); diff != "" {
+	got := ix.AppendMatch([]Match{{7, 3, 0}}, prompt, eps)
+	if diff := cmp.Diff(append([]Match{{7, 3, 0}}, want...), got); diff != "" {
 		t.Errorf("appended to one entry (-want +got):\n%s", diff)
 	}
 	for range 2 {
@@ -244,4 +256,13 @@ func TestAppendMatch(t *testing.T) {
 	if got := ix.Match(prompt, nil); got == nil || len(got) != 0 {
 		t.Errorf("Match of no endpoints: %#v, want an empty result", got)
 	}
+}
+
+// seq32 returns the n tokens from, from+1, ...
+func seq32(n int, from uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = from + uint32(i)
+	}
+	return out
 }

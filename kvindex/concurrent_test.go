@@ -1,4 +1,4 @@
-package kvevents
+package kvindex
 
 import (
 	"fmt"
@@ -120,7 +120,7 @@ func TestMatchDuringChurnCreditsOnlyWhatWasHeld(t *testing.T) {
 	// Even holders hold in GPU (4 tokens a block), odd ones in CPU (2), with few blocks
 	// where a block is cheap, so a block credited to the wrong slot shows.
 	lim := func(i int) int { return []int{64, 1, 48, 2, 64, 1, 32, 3}[i] }
-	prompt := u32(toks(64*bs, 5000))
+	prompt := seq32(64*bs, 5000)
 	medium := func(i int) string { return []string{"GPU", "CPU"}[i%2] }
 	perBlock := func(i int) int { return bs * (2 - i%2) / 2 }
 	check := func(got []Match) error {
@@ -182,7 +182,7 @@ func TestMatchDuringChurnCreditsOnlyWhatWasHeld(t *testing.T) {
 				ix.Drop(ep, "left")
 			default: // chains of other tokens: they grow the tables and fill freed slots
 				n := 4 + rng.IntN(28)
-				ev := Event{Kind: BlockStored, BlockSize: bs, Medium: medium(i), Tokens: u32(toks(n*bs, uint32(1_000_000+op*1000)))}
+				ev := Event{Kind: BlockStored, BlockSize: bs, Medium: medium(i), Tokens: seq32(n*bs, uint32(1_000_000+op*1000))}
 				for j := range n {
 					ev.Hashes = append(ev.Hashes, base+uint64(j))
 				}
@@ -242,7 +242,7 @@ func TestMatchDuringChurnCreditsOnlyWhatWasHeld(t *testing.T) {
 	want := make([]Match, len(asked))
 	var byOrder []int
 	for i := range want {
-		want[i].HolderRank = -1
+		want[i].HolderRank, want[i].Rank = -1, -1
 		if i >= holders {
 			continue
 		}
@@ -251,6 +251,7 @@ func TestMatchDuringChurnCreditsOnlyWhatWasHeld(t *testing.T) {
 		}
 		if want[i].Matched > 0 {
 			byOrder = append(byOrder, i)
+			want[i].Rank = 0
 		}
 	}
 	slices.SortFunc(byOrder, func(a, b int) int { return cmpU64(order[a], order[b]) })

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/loadaware/loadaware-epp/internal/flagdoc"
+)
+
+// TestFlagsDocMatchesHelp checks docs/flags.md against the binary: every command `help` lists
+// has a section, every flag its -h prints has a row, and every row is a flag -h prints. Each
+// failure names the command and the flag to add to or remove from docs/flags.md.
+func TestFlagsDocMatchesHelp(t *testing.T) {
+	f, err := os.Open("../../docs/flags.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	doc, err := flagdoc.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := flagdoc.Compare("loadaware-bench", func(args ...string) string {
+		var out, errb strings.Builder
+		run(context.Background(), args, &out, &errb)
+		return out.String() + errb.String()
+	}, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}

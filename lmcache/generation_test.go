@@ -39,11 +39,11 @@ func TestSupersededGenerationLeavesTheGaugesAtOnce(t *testing.T) {
 		keys, retiredNow int            // the two gauges
 	}
 	for _, tc := range []struct {
-		name        string
-		setup, reg  []Message // reg is the registration (or message) under test
-		then        []Message // traffic after it
+		name         string
+		setup, reg   []Message // reg is the registration (or message) under test
+		then         []Message // traffic after it
 		atReg, after stage
-		keysSwept   int // index_keys after Sweep (retired_keys is then 0)
+		keysSwept    int // index_keys after Sweep (retired_keys is then 0)
 	}{
 		{name: "new id on the same IP, the old keys its own",
 			setup: cat(regMsg("a", 0, "10.0.0.1"), hold("a", 0, "cpu", p, 64)),

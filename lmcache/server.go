@@ -467,7 +467,7 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 			s.idx.RefuseUnknownPeer(s.now())
 			continue
 		}
-	apply, stop := s.pace(peer, frames)
+		apply, stop := s.pace(peer, frames)
 		if stop {
 			return
 		}

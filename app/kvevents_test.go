@@ -80,7 +80,7 @@ func TestKVEventsIndexRebuiltBeforeServing(t *testing.T) {
 	if got := a.KVEventsIndex.Match(tokens, []string{ep})[0].Matched; got != 48 {
 		t.Fatalf("at SERVING the index holds %d tokens for %s, want the replayed 48", got, ep)
 	}
-	d, err := a.Picker.Pick(context.Background(), picker.Request{Tokens: tokens})
+	d, err := a.Picker.Pick(context.Background(), picker.Request{Tokens: tokens, Explain: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,3 +76,35 @@ func TestRegistrationAllocatesOnlyWhatItKeeps(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeAllocatesOnlyWhatVaries counts the allocations of decoding one frame: the
+// message (boxed into a Message) and its strings, but not the tag nor a location LMCache
+// 0.3.9 names, which most frames repeat (decision 1143).
+func TestDecodeAllocatesOnlyWhatVaries(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	for _, tc := range []struct {
+		name string
+		msg  Message
+		want float64
+	}{
+		{"admit, a known location", KVAdmitMsg{InstanceID: "vllm-0", Key: 7, Location: "LocalCPUBackend"}, 2},
+		{"admit, the other known location", KVAdmitMsg{InstanceID: "vllm-0", Key: 7, Location: "LocalDiskBackend"}, 2},
+		{"admit, another location", KVAdmitMsg{InstanceID: "vllm-0", Key: 7, Location: "RemoteBackend"}, 3},
+		{"evict, a known location", KVEvictMsg{InstanceID: "vllm-0", Key: 7, Location: "LocalCPUBackend"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frame := mustEncode(t, tc.msg)
+			got := testing.AllocsPerRun(100, func() {
+				m, err := Decode(frame)
+				if err != nil || m.Tag() != tc.msg.Tag() {
+					t.Fatalf("Decode: %#v, %v", m, err)
+				}
+			})
+			if got != tc.want {
+				t.Errorf("decoding %T allocates %v times, want %v", tc.msg, got, tc.want)
+			}
+		})
+	}
+}

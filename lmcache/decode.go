@@ -119,22 +119,22 @@ func (f *fields) readValue(k, b []byte) ([]byte, error) {
 	var err error
 	switch string(k) {
 	case "type":
-		f.tag, b, err = readStr(b)
+		f.tag, b, err = readKnownStr(b)
 		f.have |= hasType
 		if err != nil {
 			return b, malformed(fmt.Errorf("field type: %w", err))
 		}
 		return b, nil
 	case "instance_id":
-		return f.str(b, &f.instanceID, hasInstanceID, "instance_id")
+		return f.str(b, readStr, &f.instanceID, hasInstanceID, "instance_id")
 	case "ip":
-		return f.str(b, &f.ip, hasIP, "ip")
+		return f.str(b, readStr, &f.ip, hasIP, "ip")
 	case "location":
-		return f.str(b, &f.location, hasLocation, "location")
+		return f.str(b, readKnownStr, &f.location, hasLocation, "location")
 	case "sync_id":
-		return f.str(b, &f.syncID, hasSyncID, "sync_id")
+		return f.str(b, readStr, &f.syncID, hasSyncID, "sync_id")
 	case "error":
-		return f.str(b, &f.err, hasError, "error")
+		return f.str(b, readStr, &f.err, hasError, "error")
 	case "worker_id":
 		return f.int(b, &f.workerID, hasWorkerID, "worker_id")
 	case "port":
@@ -173,11 +173,13 @@ func (f *fields) readValue(k, b []byte) ([]byte, error) {
 	return b, nil
 }
 
-func (f *fields) str(b []byte, dst *string, bit uint32, name string) ([]byte, error) {
+// str reads a string field into dst with read (readStr, or readKnownStr for a field whose
+// values are few).
+func (f *fields) str(b []byte, read func([]byte) (string, []byte, error), dst *string, bit uint32, name string) ([]byte, error) {
 	if msgp.IsNil(b) {
 		return b[1:], nil
 	}
-	s, o, err := readStr(b)
+	s, o, err := read(b)
 	if err != nil {
 		return o, f.bad(name, err)
 	}
@@ -303,6 +305,30 @@ func (f *fields) readExtra(b []byte) ([]byte, error) {
 		f.extra[k] = v
 	}
 	return b, nil
+}
+
+// known holds the strings most frames repeat, each frame its own copy: the message tags
+// and the storage locations LMCache 0.3.9 names. readKnownStr returns these from here, so
+// that decoding a frame does not allocate them (two of the four allocations of a decoded
+// KVAdmitMsg; decision 1143).
+var known = func() map[string]string {
+	m := map[string]string{"LocalCPUBackend": "LocalCPUBackend", "LocalDiskBackend": "LocalDiskBackend"}
+	for _, t := range messageTypes {
+		m[t] = t
+	}
+	return m
+}()
+
+// readKnownStr is readStr for a value that is most often one of known's.
+func readKnownStr(b []byte) (string, []byte, error) {
+	s, o, err := msgp.ReadMapKeyZC(b)
+	if err != nil {
+		return "", b, err
+	}
+	if k, ok := known[string(s)]; ok {
+		return k, o, nil
+	}
+	return string(s), o, nil
 }
 
 // readStr reads a msgpack str (or bin) as a Go string.

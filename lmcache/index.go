@@ -142,7 +142,8 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	for i := range ix.shards {
 		ix.shards[i].m = map[int64]holders{}
 	}
-	ix.met, err = newIndexMetrics(cfg.Registerer, func() float64 { return float64(ix.nkeys.Load()) })
+	ix.met, err = newIndexMetrics(cfg.Registerer, func() float64 { return float64(ix.Keys()) },
+		func() float64 { return float64(ix.RetiredKeys()) })
 	if err != nil {
 		return nil, err
 	}

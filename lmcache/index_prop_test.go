@@ -179,13 +179,13 @@ func TestIndexAgainstReferenceModel(t *testing.T) {
 						t.Fatalf("step %d (%#v), prompt %d: Lookup differs from the model (-model +index):\n%s", step, msg, pi, d)
 					}
 				}
-				if live := liveKeys(t, ix); live != len(ref.holders) {
-					t.Fatalf("step %d: index has %d live keys, model %d", step, live, len(ref.holders))
+				if live := liveKeys(t, ix); live != len(ref.holders) || ix.Keys() != live {
+					t.Fatalf("step %d: index has %d live keys and says %d, model %d", step, live, ix.Keys(), len(ref.holders))
 				}
-				if step%50 == 49 { // purge the retired slots' keys: the count is then exact
+				if step%50 == 49 { // purge the retired slots' keys: the table is then exactly the live keys
 					ix.Sweep(t0)
-					if ix.Keys() != len(ref.holders) {
-						t.Fatalf("step %d, swept: index has %d keys, model %d", step, ix.Keys(), len(ref.holders))
+					if ix.nkeys.Load() != int64(len(ref.holders)) || ix.Keys() != len(ref.holders) {
+						t.Fatalf("step %d, swept: index table has %d keys and says %d, model %d", step, ix.nkeys.Load(), ix.Keys(), len(ref.holders))
 					}
 				}
 			}

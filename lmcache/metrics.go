@@ -24,6 +24,7 @@ type indexMetrics struct {
 	ops       [2][2]prometheus.Counter         // admit/evict x applied/ignored
 	invalid   map[string]prometheus.Counter    // decode error kind
 	keys      prometheus.GaugeFunc
+	retired   prometheus.GaugeFunc
 	instances *prometheus.GaugeVec
 	conflicts prometheus.Gauge
 	latency   prometheus.Histogram
@@ -33,7 +34,7 @@ type indexMetrics struct {
 	lockWaits [2]prometheus.Counter // yielded, parked
 }
 
-func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetrics, error) {
+func newIndexMetrics(reg prometheus.Registerer, keys, retired func() float64) (*indexMetrics, error) {
 	msgVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "loadaware_lmcache_messages_total",
 		Help: "LMCache worker messages by type and outcome (applied, ignored, invalid).",
@@ -55,8 +56,12 @@ func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetr
 		invalid:  map[string]prometheus.Counter{},
 		keys: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "loadaware_lmcache_index_keys",
-			Help: "Distinct chunk keys held by at least one worker.",
+			Help: "Distinct chunk keys held by at least one live worker slot. A restarted worker's old keys and a superseded instance's stop counting the moment the registration that retires them is applied; until they are purged they are counted in loadaware_lmcache_retired_keys.",
 		}, keys),
+		retired: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "loadaware_lmcache_retired_keys",
+			Help: "Chunk keys of worker slots retired by a registration (a restart, or a newer instance on the same IP) still in the index, awaiting purge: no lookup credits them and loadaware_lmcache_index_keys does not count them; key traffic and the periodic sweep (every 5 s) remove them. A key held by two retired slots counts twice.",
+		}, retired),
 		instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "loadaware_lmcache_instances",
 			Help: "Known LMCache instances by state: active (credited), no_ip (never registered), superseded (a newer instance claimed its IP), conflict (two live instances report one IP).",
@@ -104,7 +109,7 @@ func newIndexMetrics(reg prometheus.Registerer, keys func() float64) (*indexMetr
 		m.instances.WithLabelValues(string(s))
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{msgVec, opVec, invVec, m.keys, m.instances, m.conflicts, m.latency, m.matched, m.lookups, m.hits, waitVec} {
+		for _, c := range []prometheus.Collector{msgVec, opVec, invVec, m.keys, m.retired, m.instances, m.conflicts, m.latency, m.matched, m.lookups, m.hits, waitVec} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register index metrics: %w", err)
 			}

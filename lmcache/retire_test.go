@@ -129,7 +129,8 @@ func TestRetiredSlotsAreNeverCredited(t *testing.T) {
 }
 
 // TestRegistrationsRetireAndTrafficPurges checks where the old slots' keys go: a restart
-// or a supersede retires them without touching the key table (Keys unchanged), each key
+// or a supersede retires them without touching the key table (Keys drops them, RetiredKeys
+// counts them), each key
 // operation then purges at most purgePerOp of them, and Sweep the rest.
 func TestRegistrationsRetireAndTrafficPurges(t *testing.T) {
 	for _, tc := range []struct {
@@ -143,8 +144,8 @@ func TestRegistrationsRetireAndTrafficPurges(t *testing.T) {
 			ix := newTestIndex(t, IndexConfig{})
 			applyAll(t, ix, cat(regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", prompt(1, 256*100), 0, 100)), t0)
 			applyAll(t, ix, []Message{tc.reg}, t0)
-			if ix.Keys() != 100 || ix.retiredKeys != 100 || liveKeys(t, ix) != 0 {
-				t.Fatalf("after the registration: %d keys, %d retired, want 100 and 100", ix.Keys(), ix.retiredKeys)
+			if ix.Keys() != 0 || ix.RetiredKeys() != 100 || ix.nkeys.Load() != 100 || liveKeys(t, ix) != 0 {
+				t.Fatalf("after the registration: %d keys, %d retired, %d in the table, want 0, 100 and 100", ix.Keys(), ix.RetiredKeys(), ix.nkeys.Load())
 			}
 			if got := testutil.ToFloat64(ix.trust.swept); tc.name == "supersede" && got != 100 {
 				t.Fatalf("swept %v keys, want 100 counted at the supersede", got)
@@ -177,11 +178,11 @@ func TestRegistrationsRetireAndTrafficPurges(t *testing.T) {
 func TestSweepPurgesWithoutHeartbeatTimeout(t *testing.T) {
 	ix := newTestIndex(t, IndexConfig{HeartbeatTimeout: -1})
 	applyAll(t, ix, cat(regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", prompt(1, 256*20), 0, 20), regMsg("a2", 0, "10.0.0.1")), t0)
-	if ix.Keys() != 20 {
-		t.Fatalf("%d keys before the sweep, want the 20 retired ones", ix.Keys())
+	if ix.nkeys.Load() != 20 || ix.RetiredKeys() != 20 {
+		t.Fatalf("%d keys in the table and %d retired before the sweep, want the 20 retired ones", ix.nkeys.Load(), ix.RetiredKeys())
 	}
-	if n := ix.Sweep(t0.Add(time.Hour)); n != 0 || ix.Keys() != 0 {
-		t.Fatalf("Sweep expired %d and left %d keys, want 0 and 0", n, ix.Keys())
+	if n := ix.Sweep(t0.Add(time.Hour)); n != 0 || ix.nkeys.Load() != 0 || ix.RetiredKeys() != 0 {
+		t.Fatalf("Sweep expired %d and left %d keys in the table, %d retired, want 0, 0 and 0", n, ix.nkeys.Load(), ix.RetiredKeys())
 	}
 }
 

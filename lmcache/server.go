@@ -415,12 +415,12 @@ func isTerm(err error) bool {
 		errors.Is(err, zmqwait.ErrClosed)
 }
 
-// recvPeer receives one message with flags and the address of the peer it came from ("" if
-// unknown). The address is taken from the first frame that carries it: the routing id
+// recvPeer receives one message with flags, appended to frames, and the address of the
+// peer it came from ("" if unknown). The address is taken from the first frame that carries it: the routing id
 // frame of a ROUTER carries none when ZMQ_EVENTS (read by every zmqwait.Waiter.Wait) has
 // prefetched the message, in libzmq before 4.3.5 (zeromq/libzmq#4317; Debian 12 ships
 // 4.3.4), while the frames the peer sent always do.
-func recvPeer(so *zmq.Socket, flags zmq.Flag) (frames [][]byte, peer string, err error) {
+func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer string, err error) {
 	for {
 		var b []byte
 		if peer == "" {
@@ -431,7 +431,7 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag) (frames [][]byte, peer string, err
 			b, err = so.RecvBytes(flags)
 		}
 		if err != nil {
-			return nil, "", err
+			return frames[:0], "", err
 		}
 		frames = append(frames, b)
 		if more, err := so.GetRcvmore(); err != nil || !more {
@@ -440,15 +440,22 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag) (frames [][]byte, peer string, err
 	}
 }
 
+// servePull receives and applies the pull socket's messages until the socket is closed. Its
+// frames slice and its two functions are made once, not per message: the frames are the
+// loop's again once ingest has returned (IngestFunc's contract), and the message of the
+// moment is read through the variables the functions share.
 func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
+	var frames [][]byte
+	var peer string
+	recv := func(f zmq.Flag) (err error) {
+		frames, peer, err = recvPeer(so, f, frames[:0])
+		return err
+	}
+	applyFrames := func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 }
 	for {
-		var frames [][]byte
-		var peer string
-		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
-			frames, peer, err = recvPeer(so, f)
-			return err
-		})
+		clear(frames) // hold no message's memory while waiting for the next
+		err := w.Receive(time.Time{}, recv)
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -467,7 +474,7 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 		if !apply {
 			continue
 		}
-		s.ingest(peer, frames, func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 })
+		s.ingest(peer, frames, applyFrames)
 	}
 }
 
@@ -516,7 +523,7 @@ func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter) {
 		var frames [][]byte
 		var peer string
 		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
-			frames, peer, err = recvPeer(so, f)
+			frames, peer, err = recvPeer(so, f, nil)
 			return err
 		})
 		if err != nil {

@@ -257,7 +257,58 @@ func (ix *Index) purgeSlot(s *slot, limit int) int {
 	return n
 }
 
-// Keys returns the number of distinct chunk keys held by at least one slot: keys of slots
-// retired by a registration (a restart, or a superseded instance) count until they are
-// purged (see purge), although no lookup credits them. Sweep purges them all.
-func (ix *Index) Keys() int { return int(ix.nkeys.Load()) }
+// Keys returns the number of distinct chunk keys held by at least one live slot: a key
+// held only by slots a registration retired (a restarted worker's old slots, a superseded
+// instance's) is not counted from the moment of the registration, although it stays in
+// the key table until it is purged (see purge and RetiredKeys). It is the value of
+// loadaware_lmcache_index_keys.
+//
+// It costs the retired slots' keys not yet purged (a read of each, under the writer
+// lock), nothing else: none most of the time, since the key traffic purges them and Sweep
+// (every 5 s from the Server) purges what is left.
+func (ix *Index) Keys() int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return int(ix.nkeys.Load()) - ix.retiredOnly()
+}
+
+// RetiredKeys returns the keys that slots retired by a registration still hold in the key
+// table, awaiting purge: no lookup credits them and Keys does not count them, but they
+// take memory (and count against the key budget, which purges them first). A key held
+// by two retired slots counts twice. It is the value of loadaware_lmcache_retired_keys.
+func (ix *Index) RetiredKeys() int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.retiredKeys
+}
+
+// retiredOnly returns how many keys of the table are held by retired slots only. Each
+// such key is counted at the first slot of its holder list, which is then a retired one.
+// Called with ix.mu held.
+func (ix *Index) retiredOnly() int {
+	n := 0
+	var buf [8]uint32
+	for _, s := range ix.retired[ix.retiredHead:] {
+		for k := range s.keys {
+			sh := ix.shardOf(k)
+			sh.mu.RLock()
+			ids := sh.appendTo(sh.m[k], buf[:0])
+			sh.mu.RUnlock()
+			if len(ids) > 0 && ids[0] == s.id && !ix.anyLive(ids) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// anyLive reports whether any of the slots ids is live (not retired). Called with ix.mu
+// held.
+func (ix *Index) anyLive(ids []uint32) bool {
+	for _, id := range ids {
+		if ix.slotByID[id] != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -2,6 +2,8 @@ package picker
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -50,16 +52,33 @@ func TestExplainNamesTheSource(t *testing.T) {
 	}
 	ix.Apply("10.0.0.2:8000", kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{1, 2}, Tokens: tokens[:32], BlockSize: 16}}})
 	lm := mapCache{"10.0.0.3:8000": {Matched: 16, HolderRank: 0, Source: SourceLMCache}}
-	p := newPicker(t, Options{Fleet: newFleet("10.0.0.2:8000", "10.0.0.3:8000"), Cache: Longest{lm, KVEventsView{Index: ix}}})
-	d, err := p.Pick(context.Background(), Request{Tokens: tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Booking.Release()
-	ex := d.Explain()
-	for _, want := range []string{"10.0.0.2:8000 matched=32 source=vllm-events", "10.0.0.3:8000 matched=16 source=lmcache", "winner=10.0.0.2:8000"} {
-		if !strings.Contains(ex, want) {
-			t.Errorf("explain %q lacks %q", ex, want)
+	// Sources are filled for their readers only, the explanation and the debug log: a
+	// request that asks for no explanation, with the debug log off, gets none, and its
+	// explanation names none.
+	named := []string{"10.0.0.2:8000 matched=32 source=vllm-events", "10.0.0.3:8000 matched=16 source=lmcache"}
+	for _, c := range []struct{ explain, debug, want bool }{
+		{true, false, true}, {false, true, true}, {false, false, false},
+	} {
+		opts := Options{Fleet: newFleet("10.0.0.2:8000", "10.0.0.3:8000"), Cache: Longest{lm, KVEventsView{Index: ix}}}
+		if c.debug {
+			opts.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		d, err := newPicker(t, opts).Pick(context.Background(), Request{Tokens: tokens, Explain: c.explain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Booking.Release()
+		ex := d.Explain()
+		if !strings.Contains(ex, "winner=10.0.0.2:8000") {
+			t.Errorf("%+v: explanation %q lacks the winner", c, ex)
+		}
+		for _, want := range named {
+			if strings.Contains(ex, want) != c.want {
+				t.Errorf("%+v: explanation %q, naming %q: %v", c, ex, want, !c.want)
+			}
+		}
+		if c.want != (len(d.Sources) == 2) {
+			t.Errorf("%+v: sources %v", c, d.Sources)
 		}
 	}
 }

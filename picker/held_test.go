@@ -87,7 +87,7 @@ func TestDecisionKeepsTheBestRanked(t *testing.T) {
 			if len(d.Ranked) != c.want || d.Candidates != 500 || len(d.Endpoints) != c.maxEndpoints {
 				t.Fatalf("ranked %d, candidates %d, endpoints %d: want %d, 500, %d", len(d.Ranked), d.Candidates, len(d.Endpoints), c.want, c.maxEndpoints)
 			}
-			if d.Endpoints[0] != bf.holder[0] || d.Sources[bf.holder[0]] != SourceLMCache {
+			if d.Endpoints[0] != bf.holder[0] || (d.Sources[bf.holder[0]] == SourceLMCache) != c.explain {
 				t.Fatalf("winner %s (sources %v), want the idle holder %s", d.Endpoints[0], d.Sources, bf.holder[0])
 			}
 			if more := fmt.Sprintf("(+%d more)", 500-min(c.want, maxExplained)); !strings.Contains(d.Explain(), more) {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,13 +19,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/live"
@@ -36,9 +31,6 @@ import (
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
-	zmq "github.com/pebbe/zmq4"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // sample is one reading of the process.
@@ -147,213 +139,8 @@ func TestSoak(t *testing.T) {
 	}
 	hostileFrom := time.Since(begin)
 	rtHostile := readRuntime()
-	var hostile sync.WaitGroup
-	var refused atomic.Int64
-	var bodyBytes, lmcacheFrames, promptsRouted, sharedBytes atomic.Int64 // what the hostile senders got out
-
-	// 1. Unfinished bodies: 32 streams at a time, each sending 4 MiB and never ending it.
-	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ext := extprocv3.NewExternalProcessorClient(conn)
-	chunk := make([]byte, 256<<10)
-	for range 32 {
-		if !on("bodies") {
-			break
-		}
-		hostile.Go(func() {
-			for ctx.Err() == nil {
-				st, err := ext.Process(ctx)
-				if err != nil {
-					return
-				}
-				_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}})
-				ended := make(chan struct{})
-				go func() { // the answer: a refusal (503 over budget, 408 idle), then the end
-					defer close(ended)
-					for {
-						r, err := st.Recv()
-						if err != nil {
-							return
-						}
-						if r.GetImmediateResponse() != nil {
-							refused.Add(1)
-						}
-					}
-				}()
-				for range 16 {
-					if st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk}}}) != nil {
-						break
-					}
-					bodyBytes.Add(int64(len(chunk)))
-				}
-				select { // hold it until the picker ends it
-				case <-ended:
-				case <-ctx.Done():
-					<-ended
-				}
-			}
-		})
-	}
-	// 2. STREAMED body mode from Envoy: routed at the headers, every chunk answered.
-	goIf := func(name string, f func()) {
-		if on(name) {
-			hostile.Go(f)
-		}
-	}
-	// 5. Tokenizer amplification: 4 streams at a time on their own connection, each a
-	// completion whose prompt is one run of whitespace just under --max-prompt-bytes (the
-	// worst shape to tokenize), ended as soon as it is routed.
-	if on("prompts") {
-		pconn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pconn.Close()
-		pext := extprocv3.NewExternalProcessorClient(pconn)
-		prompt := []byte(`{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat(" ", picker.DefaultMaxPromptBytes-64) + `"}`)
-		for range 4 {
-			hostile.Go(func() {
-				for ctx.Err() == nil {
-					sctx, cancel := context.WithCancel(ctx)
-					st, err := pext.Process(sctx)
-					if err != nil {
-						cancel()
-						return
-					}
-					_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-						Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}})
-					_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: prompt, EndOfStream: true}}})
-					if _, err := st.Recv(); err == nil { // the routing answer: the prompt was tokenized or refused
-						promptsRouted.Add(1)
-					}
-					cancel()
-				}
-			})
-		}
-	}
-	// 6. Large bodies through the gateway: 4 HTTP clients at a time sending 1 MiB completions,
-	// so they share the gateway's ext_proc connection with the steady traffic (as one Envoy
-	// worker's requests share its connection).
-	if on("shared") {
-		big := `{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat("a", 1<<20-64) + `"}`
-		client := &http.Client{Timeout: 30 * time.Second}
-		for range 4 {
-			hostile.Go(func() {
-				for ctx.Err() == nil {
-					req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(big))
-					if err != nil {
-						return
-					}
-					resp, err := client.Do(req)
-					if err != nil {
-						continue
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					sharedBytes.Add(int64(len(big)))
-				}
-			})
-		}
-	}
-	goIf("streamed", func() {
-		for ctx.Err() == nil {
-			st, err := ext.Process(ctx)
-			if err != nil {
-				return
-			}
-			hdr := &extprocv3.ProcessingRequest{ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_STREAMED},
-				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}}
-			for _, r := range []*extprocv3.ProcessingRequest{hdr,
-				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m",`)}}},
-				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`"prompt":"x"}`), EndOfStream: true}}},
-				{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}}} {
-				if st.Send(r) != nil {
-					break
-				}
-				if _, err := st.Recv(); err != nil {
-					if ctx.Err() == nil {
-						t.Errorf("a STREAMED-mode stream failed: %v", err)
-					}
-					return
-				}
-			}
-			_ = st.CloseSend()
-			_, _ = st.Recv()
-		}
-	})
-	// 3. Idle connections to the metrics port, replaced as they are closed.
-	goIf("conns", func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for ctx.Err() == nil {
-			for len(held) < 500 {
-				c, err := net.DialTimeout("tcp", a.MetricsAddr(), time.Second)
-				if err != nil {
-					break
-				}
-				held = append(held, c)
-			}
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-			}
-			held = slices.DeleteFunc(held, func(c net.Conn) bool { // drop the ones the server closed
-				_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
-				_, err := c.Read(make([]byte, 1))
-				if err != nil && !isTimeout(err) {
-					c.Close()
-					return true
-				}
-				return false
-			})
-		}
-	})
-	// 4. An engine's IP pushing junk: new instance ids and random keys as fast as it can.
-	goIf("lmcache", func() {
-		zctx, err := zmq.NewContext()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer zctx.Term()
-		push, err := zctx.NewSocket(zmq.PUSH)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer push.Close()
-		_ = push.SetLinger(0)
-		_ = push.SetSndtimeo(100 * time.Millisecond)
-		if err := push.Connect("tcp://" + a.LMCachePullAddr()); err != nil {
-			t.Error(err)
-			return
-		}
-		r := rand.New(rand.NewPCG(1, 2))
-		for i := 0; ctx.Err() == nil; i++ {
-			var frames [][]byte
-			for range 50 {
-				m := lmcache.KVAdmitMsg{InstanceID: fmt.Sprintf("junk-%d", r.IntN(1_000_000)), Key: int64(r.Uint64()), Location: "cpu"}
-				if i%2 == 0 {
-					m.InstanceID = "junk-0" // and one instance filling the key budget
-				}
-				b, _ := lmcache.Encode(m)
-				frames = append(frames, b)
-			}
-			if _, err := push.SendMessage(frames); err == nil {
-				lmcacheFrames.Add(int64(len(frames)))
-			}
-		}
-	})
-
+	hostile := startHostile(ctx, t, targets{GRPC: a.GRPCAddr(), Metrics: a.MetricsAddr(), LMCachePull: a.LMCachePullAddr(),
+		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE")})
 	var samples []sample
 	every := min(5*time.Second, d/6)
 	tick := time.NewTicker(every)
@@ -369,7 +156,7 @@ func TestSoak(t *testing.T) {
 					window = append(window, r.took)
 				}
 			}
-			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(refused.Load())}
+			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(hostile.now().Refused)}
 			st.mu.Unlock()
 			s.p99ms = p99(window)
 			samples = append(samples, s)
@@ -379,12 +166,15 @@ func TestSoak(t *testing.T) {
 	tick.Stop()
 	rtEnd := readRuntime()
 	st.wg.Wait()
-	hostile.Wait()
+	got := hostile.wait()
 	idle, loaded := split(st.done, hostileFrom)
 	pickIdle, pickLoaded := split(st.picker, hostileFrom)
 	failed := st.failed
-	conn.Close()
 
+	where, alsoHostile := "The hostile clients ran in the test's process (LOADAWARE_SOAK_HOSTILE_PROCESS=own: in their own).", ", hostile clients"
+	if os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") == "own" {
+		where, alsoHostile = "The hostile clients ran in a process of their own (LOADAWARE_SOAK_HOSTILE_PROCESS=own).", ""
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
@@ -392,10 +182,10 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
 	fmt.Fprintf(&b, "The picker's part of it (the gateway's request headers sent to the routing answer): p99 %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); p50 / p90 / p99.9 %s alone, %s beside.\n\n",
 		p99(pickIdle), p99(pickLoaded), p99(pickLoaded)/p99(pickIdle), spread(pickIdle), spread(pickLoaded))
-	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time, 4 HTTP clients sending 1 MiB bodies through the gateway (sharing its ext_proc connection with the steady traffic). RSS is the whole test process (picker, gateway, engines, clients).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"))
+	fmt.Fprintf(&b, "Hostile clients (LOADAWARE_SOAK_HOSTILE=%q; empty: all): 32 unfinished 4 MiB bodies at a time, STREAMED-mode streams, 500 idle connections to the metrics port, one engine IP pushing junk LMCache instance ids and keys, 4 worst-shape prompts (256 KiB of whitespace) at a time, 4 HTTP clients sending 1 MiB bodies through the gateway (sharing its ext_proc connection with the steady traffic). %s RSS is the test's process (picker, gateway, engines, steady clients%s).\n\n", os.Getenv("LOADAWARE_SOAK_HOSTILE"), where, alsoHostile)
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
-		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(bodyBytes.Load())/(1<<20)/hostileSecs, float64(lmcacheFrames.Load())/hostileSecs, float64(promptsRouted.Load())/hostileSecs, float64(sharedBytes.Load())/(1<<20)/hostileSecs)
+		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(got.BodyBytes)/(1<<20)/hostileSecs, float64(got.LMCacheFrames)/hostileSecs, float64(got.PromptsRouted)/hostileSecs, float64(got.SharedBytes)/(1<<20)/hostileSecs)
 	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
 		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused)

@@ -1,0 +1,394 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/picker"
+	zmq "github.com/pebbe/zmq4"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// The hostile clients run in the test's process, beside the picker, unless
+// LOADAWARE_SOAK_HOSTILE_PROCESS=own puts them in a process of their own, as they would be
+// beside a deployed picker: their own sending then takes none of the picker's processors,
+// run queues or collections (decision 1142 measures both).
+
+// targets are where the hostile clients send, and which of them run.
+type targets struct {
+	GRPC, Metrics, LMCachePull, Gateway string
+	Clients                             string // LOADAWARE_SOAK_HOSTILE: names, comma-separated; "" for all
+}
+
+func (tg targets) on(name string) bool {
+	return tg.Clients == "" || slices.Contains(strings.Split(tg.Clients, ","), name)
+}
+
+// sent is what the hostile clients got out so far, and how many of their requests the
+// picker refused.
+type sent struct {
+	Refused, BodyBytes, LMCacheFrames, PromptsRouted, SharedBytes int64
+}
+
+type counters struct {
+	refused, bodyBytes, lmcacheFrames, promptsRouted, sharedBytes atomic.Int64
+}
+
+func (c *counters) sent() sent {
+	return sent{c.refused.Load(), c.bodyBytes.Load(), c.lmcacheFrames.Load(), c.promptsRouted.Load(), c.sharedBytes.Load()}
+}
+
+// hostileRun is a run of the hostile clients: now reads their counters at any time, wait
+// waits for them to stop (after the context given to startHostile ends) and returns the
+// last.
+type hostileRun struct {
+	now  func() sent
+	wait func() sent
+}
+
+const (
+	childEnv   = "LOADAWARE_SOAK_HOSTILE_TARGETS" // set only in the hostile clients' process: targets as JSON
+	sentPrefix = "hostile-sent: "                 // the child's counter lines on its stdout
+)
+
+// startHostile starts the hostile clients against tg until ctx ends: in the test's process,
+// or with LOADAWARE_SOAK_HOSTILE_PROCESS=own in a child process (this test binary running
+// TestSoakHostile, ended by closing its stdin).
+func startHostile(ctx context.Context, t *testing.T, tg targets) *hostileRun {
+	if os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") != "own" {
+		var c counters
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := runHostile(ctx, tg, &c, t.Errorf); err != nil {
+				t.Errorf("the hostile clients: %v", err)
+			}
+		}()
+		return &hostileRun{now: c.sent, wait: func() sent { <-done; return c.sent() }}
+	}
+	spec, err := json.Marshal(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSoakHostile$", "-test.count=1", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the hostile clients' process: %v", err)
+	}
+	var last atomic.Pointer[sent]
+	last.Store(&sent{})
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), sentPrefix); ok {
+				var s sent
+				if json.Unmarshal([]byte(v), &s) == nil {
+					last.Store(&s)
+				}
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		stdin.Close()
+	}()
+	return &hostileRun{now: func() sent { return *last.Load() }, wait: func() sent {
+		<-read
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the hostile clients' process: %v", err)
+		}
+		return *last.Load()
+	}}
+}
+
+// TestSoakHostile is the hostile clients' process of TestSoak (see startHostile): it runs
+// them against the targets in its environment until its stdin closes, writing their
+// counters to stdout four times a second and once at the end.
+func TestSoakHostile(t *testing.T) {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		t.Skip("the soak's hostile clients run here only as TestSoak's child process")
+	}
+	var tg targets
+	if err := json.Unmarshal([]byte(spec), &tg); err != nil {
+		t.Fatalf("%s=%q: %v", childEnv, spec, err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	var c counters
+	done := make(chan error, 1)
+	go func() { done <- runHostile(ctx, tg, &c, t.Errorf) }()
+	write := func() {
+		b, _ := json.Marshal(c.sent())
+		fmt.Println(sentPrefix + string(b))
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			write()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-tick.C:
+			write()
+		}
+	}
+}
+
+// runHostile runs the hostile clients named in tg until ctx ends, counting what they get
+// out in c; fail reports a client's failure.
+func runHostile(ctx context.Context, tg targets, c *counters, fail func(format string, args ...any)) error {
+	// Every client runs until ctx ends; their connections close after the last has stopped.
+	var hostile sync.WaitGroup
+	var closers []io.Closer
+	defer func() {
+		hostile.Wait()
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	on := tg.on
+
+	// 1. Unfinished bodies: 32 streams at a time, each sending 4 MiB and never ending it.
+	conn, err := grpc.NewClient(tg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	closers = append(closers, conn)
+	ext := extprocv3.NewExternalProcessorClient(conn)
+	chunk := make([]byte, 256<<10)
+	for range 32 {
+		if !on("bodies") {
+			break
+		}
+		hostile.Go(func() {
+			for ctx.Err() == nil {
+				st, err := ext.Process(ctx)
+				if err != nil {
+					return
+				}
+				_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}})
+				ended := make(chan struct{})
+				go func() { // the answer: a refusal (503 over budget, 408 idle), then the end
+					defer close(ended)
+					for {
+						r, err := st.Recv()
+						if err != nil {
+							return
+						}
+						if r.GetImmediateResponse() != nil {
+							c.refused.Add(1)
+						}
+					}
+				}()
+				for range 16 {
+					if st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: chunk}}}) != nil {
+						break
+					}
+					c.bodyBytes.Add(int64(len(chunk)))
+				}
+				select { // hold it until the picker ends it
+				case <-ended:
+				case <-ctx.Done():
+					<-ended
+				}
+			}
+		})
+	}
+	// 2. STREAMED body mode from Envoy: routed at the headers, every chunk answered.
+	goIf := func(name string, f func()) {
+		if on(name) {
+			hostile.Go(f)
+		}
+	}
+	// 5. Tokenizer amplification: 4 streams at a time on their own connection, each a
+	// completion whose prompt is one run of whitespace just under --max-prompt-bytes (the
+	// worst shape to tokenize), ended as soon as it is routed.
+	if on("prompts") {
+		pconn, err := grpc.NewClient(tg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		closers = append(closers, pconn)
+		pext := extprocv3.NewExternalProcessorClient(pconn)
+		prompt := []byte(`{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat(" ", picker.DefaultMaxPromptBytes-64) + `"}`)
+		for range 4 {
+			hostile.Go(func() {
+				for ctx.Err() == nil {
+					sctx, cancel := context.WithCancel(ctx)
+					st, err := pext.Process(sctx)
+					if err != nil {
+						cancel()
+						return
+					}
+					_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+						Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}})
+					_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: prompt, EndOfStream: true}}})
+					if _, err := st.Recv(); err == nil { // the routing answer: the prompt was tokenized or refused
+						c.promptsRouted.Add(1)
+					}
+					cancel()
+				}
+			})
+		}
+	}
+	// 6. Large bodies through the gateway: 4 HTTP clients at a time sending 1 MiB completions,
+	// so they share the gateway's ext_proc connection with the steady traffic (as one Envoy
+	// worker's requests share its connection).
+	if on("shared") {
+		big := `{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat("a", 1<<20-64) + `"}`
+		client := &http.Client{Timeout: 30 * time.Second}
+		for range 4 {
+			hostile.Go(func() {
+				for ctx.Err() == nil {
+					req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.Gateway+"/v1/completions", strings.NewReader(big))
+					if err != nil {
+						return
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					c.sharedBytes.Add(int64(len(big)))
+				}
+			})
+		}
+	}
+	goIf("streamed", func() {
+		for ctx.Err() == nil {
+			st, err := ext.Process(ctx)
+			if err != nil {
+				return
+			}
+			hdr := &extprocv3.ProcessingRequest{ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_STREAMED},
+				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}}}}
+			for _, r := range []*extprocv3.ProcessingRequest{hdr,
+				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m",`)}}},
+				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`"prompt":"x"}`), EndOfStream: true}}},
+				{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}}} {
+				if st.Send(r) != nil {
+					break
+				}
+				if _, err := st.Recv(); err != nil {
+					if ctx.Err() == nil {
+						fail("a STREAMED-mode stream failed: %v", err)
+					}
+					return
+				}
+			}
+			_ = st.CloseSend()
+			_, _ = st.Recv()
+		}
+	})
+	// 3. Idle connections to the metrics port, replaced as they are closed.
+	goIf("conns", func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for ctx.Err() == nil {
+			for len(held) < 500 {
+				c, err := net.DialTimeout("tcp", tg.Metrics, time.Second)
+				if err != nil {
+					break
+				}
+				held = append(held, c)
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			held = slices.DeleteFunc(held, func(c net.Conn) bool { // drop the ones the server closed
+				_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+				_, err := c.Read(make([]byte, 1))
+				if err != nil && !isTimeout(err) {
+					c.Close()
+					return true
+				}
+				return false
+			})
+		}
+	})
+	// 4. An engine's IP pushing junk: new instance ids and random keys as fast as it can.
+	goIf("lmcache", func() {
+		zctx, err := zmq.NewContext()
+		if err != nil {
+			fail("the lmcache client: %v", err)
+			return
+		}
+		defer zctx.Term()
+		push, err := zctx.NewSocket(zmq.PUSH)
+		if err != nil {
+			fail("the lmcache client: %v", err)
+			return
+		}
+		defer push.Close()
+		_ = push.SetLinger(0)
+		_ = push.SetSndtimeo(100 * time.Millisecond)
+		if err := push.Connect("tcp://" + tg.LMCachePull); err != nil {
+			fail("the lmcache client: %v", err)
+			return
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := 0; ctx.Err() == nil; i++ {
+			var frames [][]byte
+			for range 50 {
+				m := lmcache.KVAdmitMsg{InstanceID: fmt.Sprintf("junk-%d", r.IntN(1_000_000)), Key: int64(r.Uint64()), Location: "cpu"}
+				if i%2 == 0 {
+					m.InstanceID = "junk-0" // and one instance filling the key budget
+				}
+				b, _ := lmcache.Encode(m)
+				frames = append(frames, b)
+			}
+			if _, err := push.SendMessage(frames); err == nil {
+				c.lmcacheFrames.Add(int64(len(frames)))
+			}
+		}
+	})
+
+	<-ctx.Done()
+	return nil
+}

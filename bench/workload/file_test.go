@@ -1,0 +1,86 @@
+package workload
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFile(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+		check          func(File) bool
+	}{
+		{name: "yaml sets flags", in: "name: x\nsource: somewhere\nprofile: groups\nprefixes: 150\nprompts-per-group: 5\nprefix-tokens: 6000\nsuffix-tokens: 1200\nmax-tokens: 1000\nrate: 2.5\nburst-every: 0s\n",
+			check: func(f File) bool {
+				c := f.Config
+				return f.Name == "x" && f.Source == "somewhere" && c.Profile == ProfileGroups && c.Prefixes == 150 && c.PromptsPerGroup == 5 && c.PrefixTokens == 6000 && c.SuffixTokens == 1200 && c.MaxTokens == 1000 && c.Rate == 2.5
+			}},
+		{name: "json works too", in: `{"rate": 3, "requests": 40, "think-time": "2s", "profile": "chat"}`,
+			check: func(f File) bool {
+				return f.Config.Rate == 3 && f.Config.Requests == 40 && f.Config.ThinkTime == 2*time.Second
+			}},
+		{name: "unset keys keep the base", in: `{"rate": 3}`, check: func(f File) bool { return f.Config.Prefixes == DefaultConfig().Prefixes }},
+		{name: "unknown key", in: "rate: 3\nqps: 4\n", want: `unknown key "qps"`},
+		{name: "a flag's own refusal", in: "rate: fast\n", want: `key "rate"`},
+		{name: "a list", in: "rate: [1, 2]\n", want: "a list or an object"},
+		{name: "null", in: "rate: null\n", want: "null"},
+		{name: "not an object", in: "- 1\n- 2\n", want: "want an object"},
+		{name: "invalid result", in: "requests: 0\n", want: "-requests 0"},
+		{name: "not yaml", in: "rate: [\n", want: "not JSON or YAML"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := ParseFile(strings.NewReader(c.in), DefaultConfig())
+			if c.want != "" {
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("got error %v, want one containing %q", err, c.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.check(f) {
+				t.Fatalf("parsed %+v", f)
+			}
+		})
+	}
+}
+
+// TestShippedProfilesLoad reads every profile file the project ships: each
+// names its source and generates a seed.
+func TestShippedProfilesLoad(t *testing.T) {
+	paths, err := filepath.Glob("profiles/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no shipped profiles found (%v)", err)
+	}
+	for _, p := range paths {
+		f, err := LoadFile(p, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Source == "" || f.Name+".yaml" != filepath.Base(p) {
+			t.Fatalf("%s: name %q, source %q: a shipped profile is named after its file and cites its source", p, f.Name, f.Source)
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func FuzzParseFile(f *testing.F) {
+	f.Add([]byte("rate: 3\nprofile: groups\n"))
+	f.Add([]byte(`{"requests": 1, "max-tokens": 1}`))
+	f.Add([]byte("name: [x]\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := ParseFile(strings.NewReader(string(b)), DefaultConfig())
+		if err == nil {
+			if verr := got.Config.Validate(); verr != nil {
+				t.Fatalf("ParseFile accepted a config that does not validate: %v", verr)
+			}
+		}
+	})
+}

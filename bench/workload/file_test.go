@@ -84,3 +84,47 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+// TestShippedProfilesGenerateTheirParameters generates one seed of every
+// shipped profile and checks it against the parameters the file states:
+// prompt lengths, group counts, output lengths and the arrival rate.
+func TestShippedProfilesGenerateTheirParameters(t *testing.T) {
+	paths, _ := filepath.Glob("profiles/*.yaml")
+	for _, p := range paths {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			f, err := LoadFile(p, DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := f.Config
+			reqs, err := Generate(c, nil, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups := map[int]bool{}
+			for i, r := range reqs {
+				groups[r.PrefixID] = true
+				if r.MaxTokens != c.MaxTokens {
+					t.Fatalf("request %d asks for %d tokens, the file %d", i, r.MaxTokens, c.MaxTokens)
+				}
+				switch c.Profile {
+				case ProfileShared, ProfileGroups:
+					if len(r.Tokens) != c.PrefixTokens+1+c.SuffixTokens {
+						t.Fatalf("request %d has %d tokens, want %d + 1 + %d", i, len(r.Tokens), c.PrefixTokens, c.SuffixTokens)
+					}
+				case ProfileChat:
+					if len(r.Tokens) < c.PrefixTokens+c.UserTokens || len(r.Tokens) > c.PrefixTokens+c.Turns*(c.UserTokens+c.MaxTokens)+2*c.Turns {
+						t.Fatalf("request %d has %d tokens, outside a session's %d..%d", i, len(r.Tokens), c.PrefixTokens+c.UserTokens, c.PrefixTokens+c.Turns*(c.UserTokens+c.MaxTokens))
+					}
+				}
+			}
+			if len(groups) > c.Prefixes || (c.Profile == ProfileGroups && len(reqs) >= 2*c.Prefixes*c.PromptsPerGroup && len(groups) != c.Prefixes) {
+				t.Fatalf("%d groups in the seed, the file has %d", len(groups), c.Prefixes)
+			}
+			span := (reqs[len(reqs)-1].SendAt - reqs[0].SendAt).Seconds()
+			if rate := float64(len(reqs)-1) / span; rate < 0.75*c.Rate || rate > 1.25*c.Rate {
+				t.Fatalf("arrivals at %.3f req/s, the file says %g", rate, c.Rate)
+			}
+		})
+	}
+}

@@ -277,7 +277,7 @@ func Generate(cfg Config, pool *Pool, seed uint64) ([]Request, error) {
 	case ProfileChat:
 		return generateChat(cfg, pool, cdf, rng), nil
 	case ProfileGroups:
-		return generateGroups(cfg, pool, rng), nil
+		return generateGroups(cfg, pool, seed, rng), nil
 	}
 	reqs := make([]Request, cfg.Requests)
 	var t float64

@@ -1,77 +1,63 @@
 package replica
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // maxScrapeBytes bounds one engine's /metrics page read by the scraper.
 const maxScrapeBytes = 4 << 20
 
 // Running and waiting requests, the engines' ground truth of their load.
-var scrapedMetrics = [][]byte{[]byte("vllm:num_requests_running"), []byte("vllm:num_requests_waiting")}
+var scrapedMetrics = []string{"vllm:num_requests_running", "vllm:num_requests_waiting"}
 
 // ParseEngineLoad sums the samples of vllm:num_requests_running and
-// vllm:num_requests_waiting (every label set) in a Prometheus text page. It fails when
-// neither metric is present or a sample's value is not a number.
+// vllm:num_requests_waiting (every label set) in a Prometheus text page. It picks those
+// metrics' sample lines out of the page and reads them with the pinned expfmt parser (parsing
+// a whole vLLM page with it costs about 12,000 allocations; the two metrics' lines, a handful:
+// decision 1500). It fails when a picked line is not in the text format, when neither metric
+// is present, or when a sample is not a count (a number from 0 to 1e9).
 func ParseEngineLoad(page []byte) (int, error) {
-	total, found := 0.0, false
-	sc := bufio.NewScanner(bytes.NewReader(page))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		var rest []byte
+	var picked []byte
+	for line := range bytes.Lines(page) {
 		for _, name := range scrapedMetrics {
-			if r, ok := bytes.CutPrefix(line, name); ok && len(r) > 0 && (r[0] == ' ' || r[0] == '{') {
-				rest = r
+			if rest, ok := bytes.CutPrefix(line, []byte(name)); ok && len(rest) > 0 && (rest[0] == ' ' || rest[0] == '{') {
+				picked = append(picked, line...)
+				if picked[len(picked)-1] != '\n' {
+					picked = append(picked, '\n')
+				}
 				break
 			}
 		}
-		if rest == nil {
-			continue
-		}
-		if rest[0] == '{' {
-			end := bytes.LastIndexByte(rest, '}')
-			if end < 0 {
-				return 0, fmt.Errorf("replica: engine metrics: unterminated labels in %q", truncate(line))
-			}
-			rest = rest[end+1:]
-		}
-		fields := bytes.Fields(rest)
-		if len(fields) == 0 {
-			return 0, fmt.Errorf("replica: engine metrics: no value in %q", truncate(line))
-		}
-		v, err := strconv.ParseFloat(string(fields[0]), 64)
-		if err != nil || v < 0 || v > 1e9 {
-			return 0, fmt.Errorf("replica: engine metrics: value %q of %q is not a count", truncate(fields[0]), truncate(line))
-		}
-		total += v
-		found = true
 	}
-	if err := sc.Err(); err != nil {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(picked))
+	if err != nil {
 		return 0, fmt.Errorf("replica: engine metrics: %w", err)
+	}
+	total, found := 0.0, false
+	for _, name := range scrapedMetrics {
+		for _, m := range fams[name].GetMetric() {
+			v := m.GetUntyped().GetValue()
+			if !(v >= 0 && v <= 1e9) {
+				return 0, fmt.Errorf("replica: engine metrics: %s value %v is not a count", name, v)
+			}
+			total += v
+			found = true
+		}
 	}
 	if !found {
 		return 0, fmt.Errorf("replica: engine metrics: neither vllm:num_requests_running nor vllm:num_requests_waiting is exported")
 	}
 	return int(total + 0.5), nil
-}
-
-func truncate(b []byte) string {
-	if len(b) > 80 {
-		return string(b[:80]) + "..."
-	}
-	return string(b)
 }
 
 // scrapeAll reads every endpoint's /metrics once, concurrently, and records the counts.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
-	"github.com/loadaware/loadaware-epp/bench/simpleengine"
 	"github.com/loadaware/loadaware-epp/extproc"
 )
 
@@ -29,23 +28,19 @@ type killResult struct {
 // would) before request killAt, and reports the outcomes.
 func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration) killResult {
 	t.Helper()
-	var engines []*simpleengine.Server
+	var engines []*engine
 	var addrs []string
 	for range 2 {
-		e, err := simpleengine.Start(simpleengine.Config{Sleep: func(ctx context.Context, d time.Duration) error {
-			select { // a short, real decode so requests overlap the kill
-			case <-time.After(min(d, 5*time.Millisecond)):
+		e := startEngine(t, func(ctx context.Context) error {
+			select { // a short decode so requests overlap the kill
+			case <-time.After(5 * time.Millisecond):
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
+		})
 		engines = append(engines, e)
-		addrs = append(addrs, e.Addr())
+		addrs = append(addrs, e.addr())
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.GRPCAddr, cfg.HealthAddr, cfg.MetricsAddr = "127.0.0.1:0", "-", "127.0.0.1:0"
@@ -76,7 +71,7 @@ func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration
 	for i := range n {
 		<-tick.C
 		if i == killAt {
-			_ = engines[1].Close()
+			engines[1].kill()
 			mu.Lock()
 			killed = time.Now()
 			mu.Unlock()

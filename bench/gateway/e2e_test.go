@@ -9,38 +9,69 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
-	"github.com/loadaware/loadaware-epp/bench/simpleengine"
 	"github.com/loadaware/loadaware-epp/extproc"
 )
 
+// engine stands in for an engine in these tests (it models none: bench/sim does): it counts
+// every request, waits for hold to return, then streams two completion chunks and [DONE].
+// kill cuts its connections at once, as a killed process would.
+type engine struct {
+	srv    *httptest.Server
+	served atomic.Int64
+}
+
+func startEngine(t testing.TB, hold func(context.Context) error) *engine {
+	t.Helper()
+	e := &engine{}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		e.served.Add(1)
+		if hold(r.Context()) != nil {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 2 {
+			_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"text":" token"}]}`+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(e.kill)
+	return e
+}
+
+func (e *engine) addr() string { return e.srv.Listener.Addr().String() }
+
+func (e *engine) kill() {
+	e.srv.CloseClientConnections()
+	e.srv.Close()
+}
+
 // stack is the real picker (app.Start, plaintext, loopback) behind the gateway, in front of
-// simple engines whose delays go through sleep.
+// stand-in engines that hold each request until hold(i) returns.
 type stack struct {
 	app     *app.App
 	gw      *gateway.Gateway
 	url     string
-	engines []*simpleengine.Server
+	engines []*engine
 	byAddr  map[string]int
 }
 
-func newStack(t testing.TB, policy string, mode gateway.BodyMode, n int, sleep func(i int) func(context.Context, time.Duration) error, opts ...func(*gateway.Options)) *stack {
+func newStack(t testing.TB, policy string, mode gateway.BodyMode, n int, hold func(i int) func(context.Context) error, opts ...func(*gateway.Options)) *stack {
 	t.Helper()
 	s := &stack{byAddr: map[string]int{}}
 	var addrs []string
 	for i := range n {
-		e, err := simpleengine.Start(simpleengine.Config{Sleep: sleep(i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
+		e := startEngine(t, hold(i))
 		s.engines = append(s.engines, e)
-		s.byAddr[e.Addr()] = i
-		addrs = append(addrs, e.Addr())
+		s.byAddr[e.addr()] = i
+		addrs = append(addrs, e.addr())
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.Start(context.Background(), app.Config{
@@ -102,8 +133,8 @@ func (s *stack) inFlight() int {
 	return n
 }
 
-func instant(int) func(context.Context, time.Duration) error {
-	return func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+func instant(int) func(context.Context) error {
+	return func(ctx context.Context) error { return ctx.Err() }
 }
 
 func TestEndToEndRoundRobinSpreadsEvenly(t *testing.T) {
@@ -121,7 +152,7 @@ func TestEndToEndRoundRobinSpreadsEvenly(t *testing.T) {
 			}
 			s.gw.Wait()
 			for i, e := range s.engines {
-				if got := e.Stats().Requests; got != 3 {
+				if got := e.served.Load(); got != 3 {
 					t.Errorf("engine %d served %d of 9 requests, want 3", i, got)
 				}
 			}
@@ -138,8 +169,8 @@ func TestEndToEndLeastLoadPicksTheIdleEndpoint(t *testing.T) {
 	for i := range entered {
 		entered[i] = make(chan struct{}, 4)
 	}
-	gate := func(i int) func(context.Context, time.Duration) error {
-		return func(ctx context.Context, _ time.Duration) error {
+	gate := func(i int) func(context.Context) error {
+		return func(ctx context.Context) error {
 			select {
 			case entered[i] <- struct{}{}:
 			default:

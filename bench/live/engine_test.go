@@ -3,6 +3,7 @@ package live
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -225,12 +226,7 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
 	}
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	m, err := sumMetrics(resp.Body)
+	m, err := scrape(context.Background(), http.DefaultClient, base+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,9 @@
 package live
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -17,6 +13,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"github.com/loadaware/loadaware-epp/bench/openai"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/extproc"
@@ -626,92 +623,15 @@ func (f *liveFleet) sample(ctx context.Context, start time.Time, interval time.D
 // send posts one streamed completion with the prompt as token ids, through the gateway,
 // and records when it was sent and when every token arrived.
 func (f *liveFleet) send(ctx context.Context, id string, r workload.Request, explain bool) record {
-	rec := record{usage: -1, sent: time.Now()}
-	body, err := json.Marshal(map[string]any{
-		"model": DefaultModelName, "prompt": r.Tokens, "max_tokens": r.MaxTokens, "temperature": 0,
-		"stream": true, "stream_options": map[string]bool{"include_usage": true},
-	})
-	if err != nil {
-		rec.err = err.Error()
-		return rec
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		rec.err = err.Error()
-		return rec
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
+	h := http.Header{"X-Request-Id": {id}}
 	if explain {
-		req.Header.Set("X-Loadaware-Explain", "1")
+		h.Set("X-Loadaware-Explain", "1")
 	}
-	rec.sent = time.Now()
-	resp, err := f.client.Do(req)
+	c := openai.Client{HTTP: f.client, BaseURL: f.url}
+	resp, err := c.Do(ctx, openai.Request{Model: DefaultModelName, Prompt: r.Tokens, MaxTokens: r.MaxTokens, Stream: true, Header: h})
+	rec := record{sent: resp.Sent, tokens: resp.Tokens, status: resp.Status, usage: resp.CompletionTokens, decision: resp.Header.Get("X-Loadaware-Decision")}
 	if err != nil {
 		rec.err = err.Error()
-		return rec
-	}
-	defer resp.Body.Close()
-	rec.status = resp.StatusCode
-	rec.decision = resp.Header.Get("X-Loadaware-Decision")
-	if resp.StatusCode != http.StatusOK {
-		rec.err = fmt.Sprintf("status %d", resp.StatusCode)
-		return rec
-	}
-	sawDone, err := readStream(resp.Body, &rec)
-	switch {
-	case err != nil:
-		rec.err = err.Error()
-	case !sawDone:
-		rec.err = "the stream ended without data: [DONE]"
 	}
 	return rec
-}
-
-// readStream reads server-sent events, stamping every chunk that carries text.
-func readStream(body io.Reader, rec *record) (sawDone bool, err error) {
-	br := bufio.NewReaderSize(body, 16<<10)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: "))
-			switch {
-			case !ok:
-			case string(data) == "[DONE]":
-				sawDone = true
-			default:
-				var c streamChunk
-				if jerr := json.Unmarshal(data, &c); jerr != nil {
-					return sawDone, fmt.Errorf("a stream chunk is not JSON: %v", jerr)
-				}
-				if len(c.Choices) > 0 && c.Choices[0].Text+c.Choices[0].Delta.Content != "" {
-					rec.tokens = append(rec.tokens, time.Now())
-				}
-				if c.Usage != nil {
-					rec.usage = c.Usage.CompletionTokens
-				}
-			}
-		}
-		if err != nil {
-			if errors.Is(err, bufio.ErrBufferFull) {
-				return sawDone, errors.New("a stream line is longer than 16 KiB")
-			}
-			if errors.Is(err, io.EOF) {
-				return sawDone, nil
-			}
-			return sawDone, err
-		}
-	}
-}
-
-type streamChunk struct {
-	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-	} `json:"choices"`
-	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
 }

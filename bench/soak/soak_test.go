@@ -1,6 +1,6 @@
 // Package soak holds the sustained hostile-input run behind `make soak`: the real picker
-// (app.Start with the LMCache controller), the Envoy stand-in gateway and two simple engines
-// on loopback, serving steady traffic while hostile clients keep at it, with the process's
+// (app.Start with the LMCache controller), the Envoy stand-in gateway and two live engines
+// (bench/sim on the wall clock) on loopback, serving steady traffic while hostile clients keep at it, with the process's
 // RSS and goroutines recorded.
 package soak
 
@@ -29,7 +29,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
-	"github.com/loadaware/loadaware-epp/bench/simpleengine"
+	"github.com/loadaware/loadaware-epp/bench/live"
+	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/lmcache"
@@ -77,14 +78,11 @@ func TestSoak(t *testing.T) {
 	}
 	var addrs []string
 	for range 2 {
-		e, err := simpleengine.Start(simpleengine.Config{Sleep: func(ctx context.Context, d time.Duration) error {
-			select {
-			case <-time.After(min(d, 2*time.Millisecond)):
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}})
+		// A tenth of the calibrated step times: about 6 ms a steady request, engine time
+		// that stays small beside the picker's and the gateway's.
+		m := sim.DefaultConfig()
+		m.Slowdown = 0.1
+		e, err := live.StartEngine(live.EngineConfig{Model: m, IP: "127.0.0.1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/extload"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/loadaware/loadaware-epp/bench/promtext"
 )
 
 // extloadFeed is extload's LMCache ingestion (-lmcache-rate): one engine's worker, pushing
@@ -59,11 +58,10 @@ func (e *extloadFeed) start(ctx context.Context, rate float64, events int) (stop
 // report says what was pushed and what the picker counted, by its
 // loadaware_lmcache_kv_operations_total.
 func (e *extloadFeed) report(w io.Writer) error {
-	admits, err := pickerAdmits(e.metrics)
+	applied, ignored, err := pickerAdmits(e.metrics)
 	if err != nil {
 		return err
 	}
-	applied, ignored := int(admits["applied"]), int(admits["ignored"])
 	fmt.Fprintf(w, "\nLMCache ingestion: %d batches (%d KV admit events) pushed to the picker during its windows, %d batches refused by the socket at once (dropped); the picker applied %d admits and ignored %d.\n",
 		e.total.Batches, e.total.Events, e.total.Dropped, applied, ignored)
 	if lost := e.total.Events - applied - ignored; lost > 0 {
@@ -74,31 +72,14 @@ func (e *extloadFeed) report(w io.Writer) error {
 
 func (e *extloadFeed) close() { _ = e.f.Close() }
 
-// pickerAdmits reads the picker's admits by outcome from its metrics at addr.
-func pickerAdmits(addr string) (map[string]float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
+// pickerAdmits reads the KV admits the picker applied and ignored from its metrics at addr.
+func pickerAdmits(addr string) (applied, ignored int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := promtext.Get(ctx, http.DefaultClient, "http://"+addr+"/metrics")
 	if err != nil {
-		return nil, fmt.Errorf("read the picker's metrics: %w", err)
+		return 0, 0, fmt.Errorf("read the picker's metrics: %w", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("read the picker's metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse the picker's metrics: %w", err)
-	}
-	n := map[string]float64{}
-	for _, m := range families["loadaware_lmcache_kv_operations_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["op"] == "admit" {
-			n[labels["outcome"]] += m.GetCounter().GetValue()
-		}
-	}
-	return n, nil
+	const name = "loadaware_lmcache_kv_operations_total"
+	return int(p.Sum(name, "op", "admit", "outcome", "applied")), int(p.Sum(name, "op", "admit", "outcome", "ignored")), nil
 }

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/gateway"
-	"github.com/loadaware/loadaware-epp/bench/simpleengine"
+	"github.com/loadaware/loadaware-epp/bench/openai"
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
@@ -50,7 +50,7 @@ func runGWLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&c.sequential, "sequential", 1000, "one-at-a-time requests measured first (the unloaded round trip)")
 	fs.IntVar(&c.bodyBytes, "body-bytes", 8192, "request body size")
 	fs.StringVar(&c.prompt, "prompt", "text", "prompt form: text (routed on load alone: no tokenizer in-process) or ids (token ids: the policy runs)")
-	fs.IntVar(&c.engines, "engines", 2, "instant simple engines behind the gateway")
+	fs.IntVar(&c.engines, "engines", 2, "near-instant engines (bench/sim with 10,000x shorter steps) behind the gateway")
 	fs.StringVar(&c.policy, "policy", "loadaware", "the picker's policy")
 	fs.StringVar(&c.mode, "body-mode", "full-duplex", "ext_proc body mode: full-duplex or buffered")
 	fs.DurationVar(&c.limit, "p99-limit", 2*time.Millisecond, "a rate passes when the p99 added latency stays under this")
@@ -79,19 +79,17 @@ func runGWLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
-// completionBody returns a /v1/completions body of at least n bytes whose prompt is text or a
-// list of token ids.
+// completionBody returns the body of a whole (not streamed) one-token completion of at least
+// n bytes, its prompt text or a list of token ids.
 func completionBody(n int, ids bool) []byte {
 	body := func(prompt any) []byte {
-		b, _ := json.Marshal(map[string]any{"model": "load", "prompt": prompt, "max_tokens": 1})
+		b, _ := openai.Request{Model: "load", MaxTokens: 1, Prompt: prompt}.Body()
 		return b
 	}
 	if !ids {
-		empty := len(body(""))
-		return body(strings.Repeat("lorem ipsum ", max(n-empty, 0)/12+1))
+		return body(strings.Repeat("lorem ipsum ", max(n-len(body("")), 0)/12+1))
 	}
-	empty := len(body([]int{}))
-	toks := make([]int, (max(n-empty, 0)+5)/6) // each id is 5 digits and a comma
+	toks := make([]int, (max(n-len(body([]int{})), 0)+5)/6) // each id is 5 digits and a comma
 	for i := range toks {
 		toks[i] = 10000 + i%90000
 	}
@@ -125,15 +123,9 @@ func gwload(ctx context.Context, c gwloadConfig, stdout, stderr io.Writer) error
 		return fmt.Errorf("-prompt %q: use text or ids", c.prompt)
 	}
 	quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	instant := func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
-	engines := make([]simpleengine.Config, c.engines)
-	for i := range engines {
-		engines[i] = simpleengine.Config{Model: "load", Sleep: instant, MaxRunning: 4096}
-	}
 	var mu sync.Mutex
 	var outcomes []gateway.Outcome
-	s, err := startStack(ctx, stackConfig{engines: engines, policy: c.policy, beta: 1, mode: mode,
-		pickerLog: quiet, gatewayLog: quiet,
+	s, err := startStack(ctx, stackConfig{engines: c.engines, policy: c.policy, beta: 1, mode: mode, log: quiet,
 		onOutcome: func(o gateway.Outcome) {
 			mu.Lock()
 			outcomes = append(outcomes, o)
@@ -152,27 +144,14 @@ func gwload(ctx context.Context, c gwloadConfig, stdout, stderr io.Writer) error
 	}
 
 	body := completionBody(c.bodyBytes, c.prompt == "ids")
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096, DisableCompression: true}}
-	defer client.CloseIdleConnections()
+	client := openai.Client{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096, DisableCompression: true}}, BaseURL: s.url}
+	defer client.HTTP.CloseIdleConnections()
 	post := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/completions", strings.NewReader(string(body)))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
+		_, err := client.Post(ctx, "/v1/completions", body, false, nil)
 		return err
 	}
 
-	fmt.Fprintf(stdout, "gwload: gateway (%s ext_proc) + picker (%s, in-process, plaintext loopback) + %d instant engines; %d-byte bodies (%s prompt).\n",
+	fmt.Fprintf(stdout, "gwload: gateway (%s ext_proc) + picker (%s, in-process, plaintext loopback) + %d near-instant engines (bench/sim, 10,000x faster); %d-byte bodies (%s prompt).\n",
 		mode, c.policy, c.engines, len(body), c.prompt)
 	fmt.Fprintf(stdout, "Added latency = the gateway's time for a request minus the engine's (request sent to body read); the load\n")
 	fmt.Fprintf(stdout, "generator shares the machine's CPUs with the gateway and the picker.\n\n")
@@ -275,4 +254,14 @@ func parseRates(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// f2 prints v with two decimals, "-" for NaN (no sample).
+func f2(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }

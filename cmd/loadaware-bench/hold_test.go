@@ -6,11 +6,12 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/promtext"
 )
 
 // watchedBuffer is a concurrency-safe buffer that closes seen once it holds want.
@@ -41,24 +42,11 @@ func (w *watchedBuffer) String() string {
 // decisions sums loadaware_decisions_total on the metrics page at url.
 func decisions(t *testing.T, url string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	p, err := promtext.Get(context.Background(), http.DefaultClient, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d", url, resp.StatusCode)
-	}
-	sum := 0.0
-	for _, m := range regexp.MustCompile(`(?m)^loadaware_decisions_total\{[^}]*\} (\S+)$`).FindAllStringSubmatch(string(body), -1) {
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum += v
-	}
-	return sum
+	return p.Sum("loadaware_decisions_total")
 }
 
 // TestDemoHoldKeepsThePickerUp runs the demo with -hold: it prints the metrics URL, keeps

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/loadaware/loadaware-epp/picker"
 	"io"
 	"log/slog"
 	"slices"
@@ -17,14 +16,11 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/live"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/picker"
 )
 
-// liveDemoName is the registered name of the live demo; `loadaware-bench demo` runs it (see
-// renamed in main.go).
-const liveDemoName = "demo-live"
-
 func init() {
-	register(command{name: liveDemoName, summary: "a short live run through the real gateway, ext_proc and ZeroMQ paths: kvaware then loadaware", run: runLiveDemo})
+	register(command{name: "demo", summary: "a short live run through the real gateway, ext_proc and ZeroMQ paths (kvaware, loadaware, latencyaware), then the same arms in virtual time", run: runLiveDemo})
 }
 
 type liveDemoConfig struct {

@@ -1,7 +1,6 @@
 // Command loadaware-bench runs the project's benchmarks and its demo.
 //
-//	loadaware-bench demo [flags]         a short live run (kvaware, then loadaware) through the gateway, ext_proc and ZeroMQ
-//	loadaware-bench demo-simple [flags]  simple engines + the real picker + the gateway, two policies compared
+//	loadaware-bench demo [flags]         a short live run (kvaware, loadaware, latencyaware) through the gateway, ext_proc and ZeroMQ, then the same arms in virtual time
 //	loadaware-bench sweep [flags]        arms x seeds in virtual time: REPORT.md, figures, CSVs, saved results
 //	loadaware-bench live [flags]         arms x seeds live, with the same outputs
 //	loadaware-bench compare [flags] CANDIDATE BASELINE   paired Wilcoxon of two arms' saved results
@@ -34,21 +33,6 @@ type command struct {
 
 var commands = map[string]command{}
 
-// renamed maps a typed command name to the registered command that serves it: `demo` is the
-// live demo (livedemo.go); the simple-engine demo, registered as "demo" (demo.go), stays
-// reachable as demo-simple.
-var renamed = map[string]string{"demo": liveDemoName, "demo-simple": "demo"}
-
-// typedName is the name a user types for the registered command n.
-func typedName(n string) string {
-	for typed, reg := range renamed {
-		if reg == n {
-			return typed
-		}
-	}
-	return n
-}
-
 // register adds a subcommand; it is called from init functions.
 func register(c command) {
 	if _, dup := commands[c.name]; dup {
@@ -76,13 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage())
 		return 0
 	}
-	reg := name
-	if r, ok := renamed[name]; ok {
-		reg = r
-	} else if typedName(name) != name {
-		reg = "" // a registered name that is typed differently
-	}
-	c, ok := commands[reg]
+	c, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "loadaware-bench: unknown command %q\n%s", name, usage())
 		return 2
@@ -95,10 +73,10 @@ func usage() string {
 	for n := range commands {
 		names = append(names, n)
 	}
-	sort.Slice(names, func(i, j int) bool { return typedName(names[i]) < typedName(names[j]) })
+	sort.Strings(names)
 	s := "usage: loadaware-bench <command> [flags]\n\ncommands:\n"
 	for _, n := range names {
-		s += fmt.Sprintf("  %-11s %s\n", typedName(n), commands[n].summary)
+		s += fmt.Sprintf("  %-11s %s\n", n, commands[n].summary)
 	}
 	return s + "\nRun \"loadaware-bench <command> -h\" for a command's flags.\n"
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/loadaware/loadaware-epp/picker"
 )
 
 func TestRunDispatchesSubcommands(t *testing.T) {
@@ -21,7 +20,9 @@ func TestRunDispatchesSubcommands(t *testing.T) {
 		wantErr  string
 	}{
 		{"no command prints usage", nil, 2, "", "usage: loadaware-bench"},
-		{"help lists the commands", []string{"help"}, 0, "demo", ""},
+		{"help lists the commands", []string{"help"}, 0, "  demo        a short live run", ""},
+		{"no command is registered under a second name", []string{"demo-live"}, 2, "", `unknown command "demo-live"`},
+		{"the simple-engine demo is gone", []string{"demo-simple"}, 2, "", `unknown command "demo-simple"`},
 		{"unknown command", []string{"fly"}, 2, "", `unknown command "fly"`},
 		{"bad flag", []string{"demo", "-nope"}, 2, "", "flag provided but not defined"},
 		{"invalid value", []string{"demo", "-requests", "0"}, 1, "", "must be positive"},
@@ -34,74 +35,6 @@ func TestRunDispatchesSubcommands(t *testing.T) {
 				t.Errorf("run(%q) = %d, stdout %q, stderr %q", tc.args, code, out.String(), errOut.String())
 			}
 		})
-	}
-}
-
-func TestDemoRunsEndToEnd(t *testing.T) {
-	var out, errOut bytes.Buffer
-	args := []string{"-engines", "2", "-requests", "30", "-rate", "300", "-max-tokens", "2", "-samples", "1", "-progress=false"}
-	if code := runDemo(context.Background(), args, &out, &errOut); code != 0 {
-		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
-	}
-	s := out.String()
-	for _, want := range []string{`(?m)^\s*roundrobin\s+30\s+0\s`, `(?m)^\s*loadaware\s+30\s+0\s`,
-		`returned to zero after every run: true`, `request \d+: policy=loadaware beta=1 winner=`} {
-		if !regexp.MustCompile(want).MatchString(s) {
-			t.Errorf("demo output does not match %q:\n%s", want, s)
-		}
-	}
-}
-
-func TestSumMetricAddsEveryLabelSet(t *testing.T) {
-	tests := []struct {
-		name    string
-		text    string
-		want    float64
-		wantErr bool
-	}{
-		{"labelled samples", "# HELP x y\nloadaware_inflight_requests{endpoint=\"a\",phase=\"decode\"} 2\nloadaware_inflight_requests{endpoint=\"a\",phase=\"prefill\"} 1\nother 9\n", 3, false},
-		{"a metric with a longer name is not counted", "loadaware_inflight_requests_total 5\nloadaware_inflight_requests 1\n", 1, false},
-		{"absent", "other 1\n", 0, true},
-		{"unparsable value", "loadaware_inflight_requests x\n", 0, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := sumMetric(strings.NewReader(tc.text), "loadaware_inflight_requests")
-			if got != tc.want || (err != nil) != tc.wantErr {
-				t.Errorf("sumMetric = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}
-
-func TestPrefixIndexMirrorsAnLRUOfPrefixes(t *testing.T) {
-	p := func(prefix, suffix uint32) []uint32 { return []uint32{prefix, prefix, prefix, suffix} }
-	x := newPrefixIndex(2, 2)
-	eps := []string{"a", "b"}
-	match := func(tokens []uint32) []picker.CacheMatch {
-		m, err := x.Match(context.Background(), tokens, eps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	none := picker.CacheMatch{HolderRank: -1}
-	if diff := cmp.Diff([]picker.CacheMatch{none, none}, match(p(1, 9))); diff != "" {
-		t.Errorf("empty index (-want +got):\n%s", diff)
-	}
-	x.Routed("b", p(1, 7))
-	x.Routed("a", p(1, 8))
-	want := []picker.CacheMatch{{Matched: 3, HolderRank: 1}, {Matched: 3, HolderRank: 0}}
-	if diff := cmp.Diff(want, match(p(1, 9))); diff != "" {
-		t.Errorf("shared prefix, b stored it first (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]picker.CacheMatch{{Matched: 4, HolderRank: 1}, {Matched: 3, HolderRank: 0}}, match(p(1, 8))); diff != "" {
-		t.Errorf("the same prompt matches whole on a (-want +got):\n%s", diff)
-	}
-	x.Routed("a", p(2, 1))
-	x.Routed("a", p(3, 1)) // a holds two prefixes: 1 is evicted
-	if diff := cmp.Diff([]picker.CacheMatch{none, {Matched: 3, HolderRank: 0}}, match(p(1, 9))); diff != "" {
-		t.Errorf("after eviction on a (-want +got):\n%s", diff)
 	}
 }
 

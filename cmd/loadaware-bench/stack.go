@@ -1,42 +1,45 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
-	"github.com/loadaware/loadaware-epp/bench/simpleengine"
+	"github.com/loadaware/loadaware-epp/bench/live"
+	"github.com/loadaware/loadaware-epp/bench/promtext"
+	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/extproc"
-	"github.com/loadaware/loadaware-epp/picker"
 )
 
-// stackConfig describes a live stack: simple engines, the real picker in-process, and the
-// gateway in front, all on loopback ports.
+// stackConfig describes a live stack: near-instant engines (bench/sim on the wall clock, see
+// instantModel), the real picker in-process, and the gateway in front, all on loopback ports.
 type stackConfig struct {
-	engines    []simpleengine.Config
-	policy     string
-	beta       float64
-	mode       gateway.BodyMode
-	onOutcome  func(gateway.Outcome)
-	cache      picker.CacheView // nil: none
-	observer   picker.Observer  // nil: none
-	pickerLog  *slog.Logger
-	gatewayLog *slog.Logger
+	engines   int
+	policy    string
+	beta      float64
+	mode      gateway.BodyMode
+	onOutcome func(gateway.Outcome)
+	log       *slog.Logger
+}
+
+// instantModel is the calibrated engine model with every step 10,000 times shorter (a few
+// microseconds) and no output cost: engines that answer as soon as they read a request, so
+// what a load run measures is the gateway and the picker.
+func instantModel() sim.Config {
+	m := sim.DefaultConfig()
+	m.Slowdown, m.OutputCost = 1e-4, 0
+	return m
 }
 
 // stack is a running live stack.
 type stack struct {
-	engines []*simpleengine.Server
+	engines []*live.Engine
 	app     *app.App
 	gw      *gateway.Gateway
 	srv     *http.Server
@@ -51,8 +54,8 @@ func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
 		}
 	}()
 	var addrs []string
-	for i, ec := range cfg.engines {
-		e, err := simpleengine.Start(ec)
+	for i := range cfg.engines {
+		e, err := live.StartEngine(live.EngineConfig{Model: instantModel(), IP: "127.0.0.1", Logger: cfg.log})
 		if err != nil {
 			return nil, fmt.Errorf("start engine %d: %w", i, err)
 		}
@@ -65,14 +68,13 @@ func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
 	}
 	s.app, err = app.Start(ctx, app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
-		Endpoints: addrs, Policy: cfg.policy, Beta: cfg.beta, BodyMode: mode,
-		Cache: cfg.cache, Observer: cfg.observer, Explain: extproc.ExplainAll,
-	}, cfg.pickerLog)
+		Endpoints: addrs, Policy: cfg.policy, Beta: cfg.beta, BodyMode: mode, Explain: extproc.ExplainAll,
+	}, cfg.log)
 	if err != nil {
 		return nil, fmt.Errorf("start the picker: %w", err)
 	}
 	s.gw, err = gateway.Dial(s.app.GRPCAddr(), gateway.Options{
-		Mode: cfg.mode, GenerateRequestID: true, OnOutcome: cfg.onOutcome, Logger: cfg.gatewayLog,
+		Mode: cfg.mode, GenerateRequestID: true, OnOutcome: cfg.onOutcome, Logger: cfg.log,
 	})
 	if err != nil {
 		return nil, err
@@ -104,44 +106,14 @@ func (s *stack) close() error {
 	return errors.Join(errs...)
 }
 
-// inFlight reads the picker's /metrics and sums loadaware_inflight_requests over endpoints and
-// phases.
+// inFlight reads the picker's loadaware_inflight_requests, summed over endpoints and phases.
 func (s *stack) inFlight(ctx context.Context) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.app.MetricsAddr()+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	p, err := promtext.Get(ctx, http.DefaultClient, "http://"+s.app.MetricsAddr()+"/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("read the picker's metrics: %w", err)
 	}
-	defer resp.Body.Close()
-	return sumMetric(resp.Body, "loadaware_inflight_requests")
-}
-
-// sumMetric sums the samples of one metric in Prometheus text format.
-func sumMetric(r io.Reader, name string) (float64, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	sum, found := 0.0, false
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		sum += v
-		found = true
+	if !p.Has("loadaware_inflight_requests") {
+		return 0, errors.New("the picker exports no loadaware_inflight_requests")
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, fmt.Errorf("the picker exports no %s", name)
-	}
-	return sum, nil
+	return p.Sum("loadaware_inflight_requests"), nil
 }

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bytes"
+	"embed"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -133,4 +134,35 @@ func flagNames(fs *flag.FlagSet) string {
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	return strings.Join(names, ", ")
+}
+
+// The public suites' profiles, shipped as workload files.
+//
+//go:embed profiles/*.yaml
+var shipped embed.FS
+
+// ShippedProfiles lists the names of the workload files the project ships
+// (the public suites), sorted.
+func ShippedProfiles() []string {
+	ents, _ := shipped.ReadDir("profiles")
+	var out []string
+	for _, e := range ents {
+		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	return out
+}
+
+// Resolve finds a workload by what a user typed: "published" (DefaultConfig),
+// the name of a shipped profile, or the path of a workload file.
+func Resolve(nameOrPath string) (File, error) {
+	if nameOrPath == "published" {
+		return File{Name: "published", Source: "the published experiment (docs: mission)", Config: DefaultConfig()}, nil
+	}
+	if b, err := shipped.ReadFile("profiles/" + nameOrPath + ".yaml"); err == nil {
+		return ParseFile(bytes.NewReader(b), DefaultConfig())
+	}
+	if _, err := os.Stat(nameOrPath); err != nil {
+		return File{}, fmt.Errorf("workload %q: not published, not a shipped profile (%s) and not a readable file: %w", nameOrPath, strings.Join(ShippedProfiles(), ", "), err)
+	}
+	return LoadFile(nameOrPath, DefaultConfig())
 }

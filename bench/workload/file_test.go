@@ -128,3 +128,25 @@ func TestShippedProfilesGenerateTheirParameters(t *testing.T) {
 		})
 	}
 }
+
+func TestResolve(t *testing.T) {
+	if f, err := Resolve("published"); err != nil || f.Config != DefaultConfig() {
+		t.Fatalf("published: %+v, %v", f, err)
+	}
+	names := ShippedProfiles()
+	if len(names) < 6 {
+		t.Fatalf("shipped profiles %v", names)
+	}
+	f, err := Resolve(names[0])
+	if err != nil || f.Name != names[0] {
+		t.Fatalf("%s: %+v, %v", names[0], f, err)
+	}
+	path := filepath.Join(t.TempDir(), "mine.yaml")
+	os.WriteFile(path, []byte("rate: 2\n"), 0o600)
+	if f, err := Resolve(path); err != nil || f.Name != "mine" || f.Config.Rate != 2 {
+		t.Fatalf("a file: %+v, %v", f, err)
+	}
+	if _, err := Resolve("no-such-workload"); err == nil || !strings.Contains(err.Error(), names[0]) {
+		t.Fatalf("an unknown name gave %v; want the shipped names listed", err)
+	}
+}

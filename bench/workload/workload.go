@@ -30,6 +30,7 @@ const (
 	ProfileShared = "shared" // the published workload: shared prefixes, Zipf popularity
 	ProfileNovel  = "novel"  // every prompt unique: the cache path's cost with no benefit
 	ProfileChat   = "chat"   // multi-turn sessions: a system prompt from the pool, prompts growing turn by turn
+	ProfileGroups = "groups" // inference-perf's shared_prefix: groups x prompts per group, sent in turn (see generateGroups)
 )
 
 // Config is every parameter of the workload. DefaultConfig is the published
@@ -57,6 +58,9 @@ type Config struct {
 	Turns      int           // requests per session
 	ThinkTime  time.Duration // mean time between a session's turns (each uniform in 0.5-1.5x)
 	UserTokens int           // tokens of each user message, tag included
+
+	// Groups (groups profile; see generateGroups).
+	PromptsPerGroup int // prompts per group, each the group's system prompt (a pool prefix) and a question of SuffixTokens
 }
 
 // DefaultConfig returns the published workload: 500 requests per seed at
@@ -82,18 +86,21 @@ func DefaultConfig() Config {
 		Turns:             6,
 		ThinkTime:         8 * time.Second,
 		UserTokens:        96,
+		PromptsPerGroup:   5,
 	}
 }
 
 // HasPool reports whether the profile draws its prompts from the shared
 // prefix pool (the shared and chat profiles): the published warm-up warms
 // that pool.
-func (c Config) HasPool() bool { return c.Profile == ProfileShared || c.Profile == ProfileChat }
+func (c Config) HasPool() bool {
+	return c.Profile == ProfileShared || c.Profile == ProfileChat || c.Profile == ProfileGroups
+}
 
 // RegisterFlags registers one flag per field on fs, with c's current values
 // as defaults; parsing fs writes into c.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Profile, "profile", c.Profile, "workload profile: shared (published prefixes, Zipf), novel (every prompt unique) or chat (multi-turn sessions on a system prompt from the pool)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "workload profile: shared (published prefixes, Zipf), novel (every prompt unique), chat (multi-turn sessions on a system prompt from the pool) or groups (inference-perf shared_prefix: -prefixes groups x -prompts-per-group prompts, sent in turn)")
 	fs.IntVar(&c.Requests, "requests", c.Requests, "requests per seed")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "open-loop Poisson arrival rate, requests per second")
 	fs.IntVar(&c.Prefixes, "prefixes", c.Prefixes, "distinct shared prefixes in the pool")
@@ -111,13 +118,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Turns, "turns", c.Turns, "chat profile: requests per session")
 	fs.DurationVar(&c.ThinkTime, "think-time", c.ThinkTime, "chat profile: mean time between a session's turns (open loop: each uniform in 0.5-1.5x)")
 	fs.IntVar(&c.UserTokens, "user-tokens", c.UserTokens, "chat profile: tokens of each user message, tag included")
+	fs.IntVar(&c.PromptsPerGroup, "prompts-per-group", c.PromptsPerGroup, "groups profile: prompts per group, each the group's system prompt (-prefix-tokens) and its own question (-suffix-tokens)")
 }
 
 // Validate reports the first unusable parameter, saying what to pass instead.
 func (c Config) Validate() error {
 	switch {
-	case c.Profile != ProfileShared && c.Profile != ProfileNovel && c.Profile != ProfileChat:
-		return fmt.Errorf("workload: unknown profile %q: use %q, %q or %q", c.Profile, ProfileShared, ProfileNovel, ProfileChat)
+	case c.Profile != ProfileShared && c.Profile != ProfileNovel && c.Profile != ProfileChat && c.Profile != ProfileGroups:
+		return fmt.Errorf("workload: unknown profile %q: use %q, %q, %q or %q", c.Profile, ProfileShared, ProfileNovel, ProfileChat, ProfileGroups)
 	case c.Requests < 1:
 		return fmt.Errorf("workload: -requests %d: need at least 1", c.Requests)
 	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
@@ -138,8 +146,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("workload: -prefix-tokens %d: need at least %d for the tag", c.PrefixTokens, len(prefixTag(0)))
 		case c.PrefixTokensMax != 0 && (c.PrefixTokensMax < c.PrefixTokens || c.PrefixTokensMax > maxPrefixTokens):
 			return fmt.Errorf("workload: -prefix-tokens-max %d: use 0 (all prefixes -prefix-tokens long) or -prefix-tokens (%d)..%d", c.PrefixTokensMax, c.PrefixTokens, maxPrefixTokens)
-		case c.Profile == ProfileShared && c.SuffixTokens < len(suffixTag(0)):
+		case (c.Profile == ProfileShared || c.Profile == ProfileGroups) && c.SuffixTokens < len(suffixTag(0)):
 			return fmt.Errorf("workload: -suffix-tokens %d: need at least %d for the tag", c.SuffixTokens, len(suffixTag(0)))
+		case c.Profile == ProfileGroups && (c.PromptsPerGroup < 1 || c.Prefixes*c.PromptsPerGroup > 1000000):
+			return fmt.Errorf("workload: -prompts-per-group %d: need 1 or more, and at most 1,000,000 prompts in all (-prefixes x -prompts-per-group)", c.PromptsPerGroup)
 		}
 		if c.Profile == ProfileChat {
 			return c.validateChat()
@@ -263,8 +273,11 @@ func Generate(cfg Config, pool *Pool, seed uint64) ([]Request, error) {
 		}
 		cdf[len(cdf)-1] = 1
 	}
-	if cfg.Profile == ProfileChat {
+	switch cfg.Profile {
+	case ProfileChat:
 		return generateChat(cfg, pool, cdf, rng), nil
+	case ProfileGroups:
+		return generateGroups(cfg, pool, seed, rng), nil
 	}
 	reqs := make([]Request, cfg.Requests)
 	var t float64

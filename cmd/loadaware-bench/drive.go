@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/drive"
+	"github.com/loadaware/loadaware-epp/bench/openai"
+	"github.com/loadaware/loadaware-epp/bench/trace"
+	"github.com/loadaware/loadaware-epp/bench/workload"
+)
+
+func init() {
+	register(command{name: "drive", summary: "send a workload at a real OpenAI URL (your gateway) and record it in the published layout; A/B policies via /admin/config", run: runDrive})
+}
+
+// runDrive is `loadaware-bench drive`: one cell per arm, written under -out in the layout
+// `replay -real` and `compare` read.
+func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("target", "", "the OpenAI-compatible base URL to send to (your gateway), e.g. http://10.0.0.5:8080")
+	wl := fs.String("workload", "published", "published, a shipped profile ("+strings.Join(workload.ShippedProfiles(), ", ")+") or a workload file (JSON or YAML)")
+	traceName := fs.String("trace", "", "replay a Mooncake-format trace instead of -workload: a file, or "+strings.Join(trace.Names(), ", "))
+	speedup := fs.Float64("speedup", 1, "with -trace: divide the trace's clock by this")
+	window := fs.Duration("window", 0, "with -trace: each seed N replays the trace's window [(N-1)*window, N*window) (0: seed 1 replays the whole trace)")
+	context := fs.Int("context", 32768, "the engines' context in tokens (prompt + completion): longer trace requests are capped (tail cut), and counted")
+	seedsFlag := fs.String("seeds", "1", "seeds: N, A-B or a list; run back to back")
+	requests := fs.Int("requests", 0, "at most this many requests per seed (0: the workload's own count, or the whole trace window)")
+	warmup := fs.Int("warmup", 0, "requests of a separate warm-up seed sent (and not recorded) before each cell's seeds")
+	seedGap := fs.Duration("seed-gap", 430*time.Millisecond, "idle time between a seed's last answer and the next seed")
+	model := fs.String("model", "Qwen/Qwen2.5-3B-Instruct", "the model name the engines serve")
+	prompt := fs.String("prompt", "text", "send prompts as text or as token ids (ids: only for engines that serve the synthetic vocabulary)")
+	out := fs.String("out", "drive-out", "directory: one cell directory per arm (run.json, window.env, driver-seed<N>.csv, prom/)")
+	engines := fs.String("engines", "", "engine base URLs to scrape /metrics from every -scrape-every, comma-separated (or use -prometheus)")
+	prom := fs.String("prometheus", "", "a Prometheus server's base URL to ask query_range for the engines' metrics over each cell")
+	scrapeEvery := fs.Duration("scrape-every", 5*time.Second, "the scrape interval (and the query_range step)")
+	admin := fs.String("admin", "", "the picker's metrics/admin base URL: switch its policy to each of -arms before that arm's cell (token from LOADAWARE_ADMIN_TOKEN)")
+	armsFlag := fs.String("arms", "", "with -admin: the arms to A/B, e.g. kvaware,loadaware-b1,latencyaware; without: the one label the cell is recorded under (default: current)")
+	resetURLs := fs.String("reset-url", "", "URLs to POST before each cell to empty the engines' prefix caches (vLLM: http://ENGINE/reset_prefix_cache with VLLM_SERVER_DEV_MODE=1), comma-separated")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound on one request, from its sending to its last token")
+	timeCap := fs.Duration("time-cap", time.Hour, "bound on the whole drive; a drive stopped by it (or by Ctrl-C) keeps the seeds it finished")
+	maxInFlight := fs.Int("max-in-flight", 4096, "requests in flight at once")
+	progress := fs.Bool("progress", true, "show progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int { fmt.Fprintf(stderr, "drive: "+format+"\n", a...); return 2 }
+	if *target == "" {
+		return fail("pass -target URL: the OpenAI-compatible base URL of your gateway")
+	}
+	if *engines == "" && *prom == "" {
+		return fail("pass -engines URL,... (drive scrapes their /metrics) or -prometheus URL: imbalance needs the engines' running counts")
+	}
+	if *prompt != "text" && *prompt != "ids" {
+		return fail("-prompt %q: pass text or ids", *prompt)
+	}
+	seeds, err := parseSeeds(*seedsFlag)
+	if err != nil {
+		return fail("-seeds: %v", err)
+	}
+	arms, err := driveArms(*armsFlag, *admin != "")
+	if err != nil {
+		return fail("%v", err)
+	}
+	gen, name, rate, err := driveWorkload(*wl, *traceName, *speedup, *window, *context, *requests, *prompt == "text")
+	if err != nil {
+		return fail("%v", err)
+	}
+	ctx, cancel := contextWithCap(ctx, *timeCap)
+	defer cancel()
+	httpc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	client := &openai.Client{HTTP: httpc, BaseURL: strings.TrimSuffix(*target, "/"), Timeout: *timeout}
+	send := driveSender(client, *model, *prompt == "text")
+	token := os.Getenv("LOADAWARE_ADMIN_TOKEN")
+	for _, arm := range arms {
+		if *admin != "" {
+			if err := drive.SwitchPolicy(ctx, httpc, *admin, token, arm.policy, arm.beta); err != nil {
+				return fail("%v", err)
+			}
+		}
+		cold := true
+		if *resetURLs != "" {
+			if err := drive.ResetCaches(ctx, httpc, strings.Split(*resetURLs, ",")); err != nil {
+				fmt.Fprintf(stderr, "drive: %v\n", err)
+				cold = false
+			}
+		} else {
+			cold = false
+		}
+		if !cold && len(arms) > 1 {
+			fmt.Fprintf(stderr, "drive: cell %s does not start cold: the engines keep the earlier cells' caches (pass -reset-url)\n", arm.label)
+		}
+		cell := drive.Cell{Dir: filepath.Join(*out, arm.label), Arm: arm.policy, Beta: arm.beta, Rate: rate, SeedGap: *seedGap,
+			Extra: map[string]any{"target": *target, "workload": name, "model": *model, "cold": cold, "tool": "loadaware-bench drive"}}
+		if *warmup > 0 {
+			w, err := gen(0)
+			if err != nil {
+				return fail("warm-up: %v", err)
+			}
+			cell.Warmup = w[:min(*warmup, len(w))]
+		}
+		for _, s := range seeds {
+			reqs, err := gen(s)
+			if err != nil {
+				return fail("seed %d: %v", s, err)
+			}
+			cell.Seeds = append(cell.Seeds, drive.Seed{Seed: int(s), Requests: reqs})
+		}
+		metrics, stopScrape, err := driveMetrics(ctx, httpc, *engines, *prom, *scrapeEvery)
+		if err != nil {
+			return fail("%v", err)
+		}
+		var bar drive.Progress
+		if *progress {
+			bar = drive.Bar(stderr, "drive "+arm.label)
+		}
+		err = drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar)
+		stopScrape()
+		if errors.Is(err, drive.ErrStopped) {
+			fmt.Fprintf(stderr, "\ndrive: stopped; %s holds the seeds finished before\n", cell.Dir)
+			return 1
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+		fmt.Fprintf(stdout, "%s: %d seeds recorded in %s\n", arm.label, len(seeds), cell.Dir)
+	}
+	fmt.Fprintf(stdout, "read them with: loadaware-bench replay -real %s\n", *out)
+	return 0
+}
+
+func contextWithCap(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// driveArm is one cell's policy and the directory label it is recorded under.
+type driveArm struct {
+	label, policy string
+	beta          *float64
+}
+
+func driveArms(s string, switching bool) ([]driveArm, error) {
+	if !switching {
+		if strings.Contains(s, ",") {
+			return nil, errors.New("-arms names several arms: pass -admin URL so drive can switch the picker between them")
+		}
+		if s == "" {
+			s = "current"
+		}
+		return []driveArm{{label: s, policy: s}}, nil
+	}
+	if s == "" {
+		return nil, errors.New("-admin needs -arms: the policies to A/B, e.g. kvaware,loadaware-b1")
+	}
+	var out []driveArm
+	for _, item := range strings.Split(s, ",") {
+		a, err := parseArm(strings.TrimSpace(item))
+		if err != nil {
+			return nil, fmt.Errorf("-arms: %v", err)
+		}
+		d := driveArm{label: a.Name, policy: a.Policy}
+		if a.Policy == "loadaware" || a.Policy == "latencyaware" {
+			b := a.Beta
+			d.beta = &b
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// driveWorkload returns the seed generator of the workload or trace, its name and offered rate.
+func driveWorkload(wl, traceName string, speedup float64, window time.Duration, ctxTokens, cap int, text bool) (func(seed uint64) ([]workload.Request, error), string, float64, error) {
+	if traceName != "" {
+		tr, err := trace.Load(traceName)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		span := tr.Records[len(tr.Records)-1].At - tr.Records[0].At
+		rate := float64(len(tr.Records)) / max(span.Seconds(), 1) * speedup
+		gen := func(seed uint64) ([]workload.Request, error) {
+			o := trace.Options{Speedup: speedup, MaxRequests: cap, Context: ctxTokens}
+			if window > 0 && seed > 0 {
+				o.Window = trace.Window{From: time.Duration(seed-1) * window, To: time.Duration(seed) * window}
+			}
+			sel, err := trace.Select(tr.Records, o)
+			if err != nil {
+				return nil, err
+			}
+			return workload.FromTrace(sel, text), nil
+		}
+		return gen, tr.Name, rate, nil
+	}
+	f, err := workload.Resolve(wl)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	if cap > 0 {
+		f.Config.Requests = cap
+	}
+	pool, err := workload.NewPool(f.Config)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	return func(seed uint64) ([]workload.Request, error) { return workload.Generate(f.Config, pool, seed) }, f.Name, f.Config.Rate, nil
+}
+
+// driveSender sends each request as a streaming completion through the one client.
+func driveSender(c *openai.Client, model string, text bool) drive.Send {
+	return func(ctx context.Context, r workload.Request) drive.Outcome {
+		req := openai.Request{Model: model, MaxTokens: r.MaxTokens, Stream: true}
+		if text {
+			req.Prompt = r.Text
+		} else {
+			req.Prompt = r.Tokens
+		}
+		resp, err := c.Do(ctx, req)
+		o := drive.Outcome{TTFT: resp.TTFT(), E2E: resp.E2E(), ITLs: resp.ITLs(), PromptTokens: len(r.Tokens), CompletionTokens: resp.CompletionTokens, Err: err}
+		if o.CompletionTokens < 0 {
+			o.CompletionTokens = len(resp.Tokens)
+		}
+		return o
+	}
+}
+
+// driveMetrics starts the engines' scrape (or prepares the Prometheus query) for one cell.
+func driveMetrics(ctx context.Context, c *http.Client, engines, prom string, every time.Duration) (func(start, end time.Time) (map[string][]capture.Series, error), func(), error) {
+	if prom != "" {
+		return func(start, end time.Time) (map[string][]capture.Series, error) {
+			return drive.PrometheusRange(ctx, c, prom, start.Add(-every), end.Add(every), every)
+		}, func() {}, nil
+	}
+	s, err := drive.NewScraper(strings.Split(engines, ","), c)
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(sctx, every); close(done) }()
+	stop := func() { cancel(); <-done }
+	return func(start, end time.Time) (map[string][]capture.Series, error) {
+		cancel()
+		<-done
+		s.ScrapeOnce(ctx, time.Now())
+		if errs := s.Errors(); len(errs) > 0 {
+			for e, err := range errs {
+				return nil, fmt.Errorf("scrape %s: %v", e, err)
+			}
+		}
+		return s.Series(), nil
+	}, stop, nil
+}

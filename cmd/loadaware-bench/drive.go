@@ -14,6 +14,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/drive"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/openai"
 	"github.com/loadaware/loadaware-epp/bench/trace"
 	"github.com/loadaware/loadaware-epp/bench/workload"
@@ -64,7 +65,7 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *prompt != "text" && *prompt != "ids" {
 		return fail("-prompt %q: pass text or ids", *prompt)
 	}
-	seeds, err := parseSeeds(*seedsFlag)
+	seeds, err := experiment.ParseSeeds(*seedsFlag)
 	if err != nil {
 		return fail("-seeds: %v", err)
 	}
@@ -165,12 +166,12 @@ func driveArms(s string, switching bool) ([]driveArm, error) {
 	if s == "" {
 		return nil, errors.New("-admin needs -arms: the policies to A/B, e.g. kvaware,loadaware-b1")
 	}
+	parsed, err := experiment.ParseArms(s)
+	if err != nil {
+		return nil, fmt.Errorf("-arms: %v", err)
+	}
 	var out []driveArm
-	for _, item := range strings.Split(s, ",") {
-		a, err := parseArm(strings.TrimSpace(item))
-		if err != nil {
-			return nil, fmt.Errorf("-arms: %v", err)
-		}
+	for _, a := range parsed {
 		d := driveArm{label: a.Name, policy: a.Policy}
 		if a.Policy == "loadaware" || a.Policy == "latencyaware" {
 			b := a.Beta

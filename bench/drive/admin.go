@@ -92,7 +92,9 @@ func ResetCaches(ctx context.Context, client *http.Client, urls []string) error 
 // RangeMetrics are the engine metrics drive asks a Prometheus server for:
 // vLLM's names, with their file stems.
 var RangeMetrics = []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-	"vllm:gpu_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"}
+	"vllm:gpu_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+	"vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+	"vllm:request_prefill_time_seconds_sum", "vllm:request_prefill_time_seconds_count", "lmcache:local_cache_usage"}
 
 // PrometheusRange asks the Prometheus server at base for each of RangeMetrics
 // over [start, end] at step and returns the engine series by file stem. A

@@ -20,7 +20,8 @@ import (
 )
 
 // Scraper reads each engine's /metrics at an interval, as Prometheus would,
-// and keeps every vLLM gauge and counter sample as a series per engine and
+// and keeps every vLLM and LMCache gauge, counter and histogram (its sum and
+// count) sample as a series per engine and
 // label set. It is what drive records when no Prometheus server is named.
 type Scraper struct {
 	engines []string // base URLs
@@ -101,37 +102,42 @@ func (s *Scraper) add(engine string, fams map[string]*dto.MetricFamily, now time
 	instance := hostOf(engine)
 	t := float64(now.UnixMilli()) / 1e3
 	for name, f := range fams {
-		if !strings.HasPrefix(name, "vllm:") && !strings.HasPrefix(name, "vllm_") {
+		if !strings.HasPrefix(name, "vllm:") && !strings.HasPrefix(name, "vllm_") && !strings.HasPrefix(name, "lmcache:") && !strings.HasPrefix(name, "lmcache_") {
 			continue
 		}
+		stem := strings.ReplaceAll(name, ":", "_")
 		for _, m := range f.GetMetric() {
-			var v float64
-			switch f.GetType() {
-			case dto.MetricType_GAUGE:
-				v = m.GetGauge().GetValue()
-			case dto.MetricType_COUNTER:
-				v = m.GetCounter().GetValue()
-			default:
-				continue
-			}
 			labels := map[string]string{"job": "vllm"}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
 			labels["instance"] = instance
-			stem := strings.ReplaceAll(name, ":", "_")
-			key := stem + "\x00" + labelString(labels)
-			ser := s.series[key]
-			if ser == nil {
-				ser = &capture.Series{Instance: instance, Labels: labels}
-				s.series[key], s.stems[key] = ser, stem
+			switch f.GetType() {
+			case dto.MetricType_GAUGE:
+				s.sample(stem, labels, t, m.GetGauge().GetValue())
+			case dto.MetricType_COUNTER:
+				s.sample(stem, labels, t, m.GetCounter().GetValue())
+			case dto.MetricType_HISTOGRAM:
+				// As Prometheus stores a histogram: its _sum and _count series.
+				s.sample(stem+"_sum", labels, t, m.GetHistogram().GetSampleSum())
+				s.sample(stem+"_count", labels, t, float64(m.GetHistogram().GetSampleCount()))
 			}
-			if n := len(ser.T); n > 0 && t <= ser.T[n-1] {
-				continue
-			}
-			ser.T, ser.V = append(ser.T, t), append(ser.V, v)
 		}
 	}
+}
+
+// sample appends one sample to the series of (stem, labels) (the caller holds mu).
+func (s *Scraper) sample(stem string, labels map[string]string, t, v float64) {
+	key := stem + "\x00" + labelString(labels)
+	ser := s.series[key]
+	if ser == nil {
+		ser = &capture.Series{Instance: labels["instance"], Labels: labels}
+		s.series[key], s.stems[key] = ser, stem
+	}
+	if n := len(ser.T); n > 0 && t <= ser.T[n-1] {
+		return
+	}
+	ser.T, ser.V = append(ser.T, t), append(ser.V, v)
 }
 
 // Series returns what was scraped, by file stem (the metric name with ':'

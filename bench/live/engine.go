@@ -87,6 +87,7 @@ type Engine struct {
 	drained chan struct{}
 	nextID  atomic.Int64
 	metrics atomic.Pointer[sim.Metrics]
+	lat     latencies
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,9 +96,18 @@ type Engine struct {
 // job is one request inside the engine: the driver sends one value on token per output
 // token and closes it after the last one, or after setting err when the request failed.
 type job struct {
-	req   sim.Request
-	token chan struct{}
-	err   error
+	req     sim.Request
+	token   chan struct{}
+	err     error
+	arrived time.Duration // model time the driver received it
+}
+
+// latencies are the engine-side histograms vLLM exports, as count and sum (seconds):
+// vllm:time_to_first_token_seconds (arrival to first token) and
+// vllm:request_prefill_time_seconds (first admission to first token). Written by the driver.
+type latencies struct {
+	ttftCount, prefillCount atomic.Int64
+	ttftSum, prefillSum     atomic.Int64 // nanoseconds
 }
 
 // StartEngine starts an engine and serves it until Close. With a PullAddr, its LMCache
@@ -265,6 +275,7 @@ func (e *Engine) drive() {
 				close(j.token)
 				continue
 			}
+			j.arrived = e.modelNow()
 			jobs[&j.req] = j
 			e.kv.learn(j.req.Tokens)
 			if !busy {
@@ -290,6 +301,12 @@ func (e *Engine) drive() {
 			}
 			e.kv.publish(out.KV, e.log)
 			for _, r := range out.Tokens {
+				if len(r.TokenTimes) == 1 { // its first token: what vLLM's histograms observe
+					e.lat.ttftCount.Add(1)
+					e.lat.ttftSum.Add(int64(r.TokenTimes[0] - jobs[r].arrived))
+					e.lat.prefillCount.Add(1)
+					e.lat.prefillSum.Add(int64(r.TokenTimes[0] - r.AdmittedAt))
+				}
 				select {
 				case jobs[r].token <- struct{}{}: // buffered for MaxTokens tokens, the most the model produces
 				default:

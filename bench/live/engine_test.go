@@ -234,6 +234,9 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 	want := map[string]float64{
 		"vllm:num_requests_running": 0, "vllm:num_requests_waiting": 0, "vllm:kv_cache_usage_perc": 0,
 		"vllm:prefix_cache_queries_total": 1200, "vllm:prefix_cache_hits_total": 592, "vllm:num_preemptions_total": 0,
+		// Two first tokens observed; the CPU tier holds the prompt once (600 tokens of KV).
+		"vllm:time_to_first_token_seconds": 2, "vllm:request_prefill_time_seconds": 2,
+		"lmcache:local_cache_usage": float64(600 * sim.DefaultConfig().KVBytesPerToken()),
 	}
 	if diff := cmp.Diff(want, m); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)

@@ -344,6 +344,13 @@ func (e *Engine) metricsHandler(w http.ResponseWriter, _ *http.Request) {
 	metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", float64(m.PrefixQueries))
 	metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", float64(m.PrefixHits))
 	metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", float64(m.Preemptions))
+	histogram := func(name, help string, count, sumNanos int64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+		fmt.Fprintf(&b, "%s_bucket{model_name=%q,le=\"+Inf\"} %d\n%s_sum%s %v\n%s_count%s %d\n", name, e.cfg.ModelName, count, name, label, float64(sumNanos)/1e9, name, label, count)
+	}
+	histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", e.lat.ttftCount.Load(), e.lat.ttftSum.Load())
+	histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", e.lat.prefillCount.Load(), e.lat.prefillSum.Load())
+	metric("lmcache:local_cache_usage", "gauge", "Bytes of KV held by LMCache's local CPU backend.", float64(m.CPUTokens)*float64(e.model.Config().KVBytesPerToken()))
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = io.WriteString(w, b.String())
 }

@@ -26,6 +26,8 @@ type stackConfig struct {
 	mode      gateway.BodyMode
 	onOutcome func(gateway.Outcome)
 	log       *slog.Logger
+	// adminToken allows POST /admin/config on the picker; empty: run-time changes refused.
+	adminToken string
 }
 
 // instantModel is the calibrated engine model with every step 10,000 times shorter (a few
@@ -68,7 +70,7 @@ func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
 	}
 	s.app, err = app.Start(ctx, app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
-		Endpoints: addrs, Policy: cfg.policy, Beta: cfg.beta, BodyMode: mode, Explain: extproc.ExplainAll,
+		Endpoints: addrs, Policy: cfg.policy, Beta: cfg.beta, BodyMode: mode, Explain: extproc.ExplainAll, AdminToken: cfg.adminToken,
 	}, cfg.log)
 	if err != nil {
 		return nil, fmt.Errorf("start the picker: %w", err)

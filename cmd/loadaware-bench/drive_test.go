@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/loadaware/loadaware-epp/bench/capture"
+)
+
+// TestDriveABThroughTheGateway drives the published workload at a live stack (engines on the
+// wall clock, the real picker, the gateway) through two arms switched on /admin/config, and
+// reads the capture back as `replay -real` does: one cell per arm, every seed, every request,
+// the engines' running counts, and the picker left on the last arm.
+func TestDriveABThroughTheGateway(t *testing.T) {
+	ctx := context.Background()
+	s, err := startStack(ctx, stackConfig{engines: 2, policy: "roundrobin", adminToken: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	engines := "http://" + s.engines[0].Addr() + ",http://" + s.engines[1].Addr()
+	admin := "http://" + s.app.MetricsAddr()
+	out := filepath.Join(t.TempDir(), "capture")
+	t.Setenv("LOADAWARE_ADMIN_TOKEN", "t0ken")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"drive", "-target", s.url, "-engines", engines, "-admin", admin, "-arms", "kvaware,loadaware-b0.5",
+		"-workload", "published", "-seeds", "1-2", "-requests", "12", "-prompt", "ids", "-scrape-every", "20ms",
+		"-seed-gap", "0s", "-progress=false", "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("drive exited %d:\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "does not start cold") {
+		t.Errorf("drive did not say the second cell is not cold (no -reset-url):\n%s", stderr.String())
+	}
+	cells, err := capture.Load(out)
+	if err != nil {
+		t.Fatalf("the capture does not load as replay -real reads it: %v", err)
+	}
+	if len(cells) != 2 || cells[0].ArmLabel() != "kvaware" || cells[1].ArmLabel() != "loadaware-b0.5" {
+		t.Fatalf("cells %v, want kvaware and loadaware-b0.5", cells)
+	}
+	for _, c := range cells {
+		if len(c.Seeds) != 2 {
+			t.Fatalf("%s: %d seeds, want 2", c.Name, len(c.Seeds))
+		}
+		for _, sd := range c.Seeds {
+			if len(sd.Requests) != 12 {
+				t.Fatalf("%s seed %d: %d rows, want 12", c.Name, sd.Seed, len(sd.Requests))
+			}
+			for _, r := range sd.Requests {
+				if !r.OK || !(r.TTFT > 0) || r.CompletionTokens == 0 {
+					t.Fatalf("%s seed %d: request %+v did not complete through the gateway", c.Name, sd.Seed, r)
+				}
+			}
+			if m := capture.SeedMetrics(sd.Requests); !(m[capture.TTFTP95] > 0) {
+				t.Fatalf("%s seed %d: metrics %v", c.Name, sd.Seed, m)
+			}
+		}
+		if n := len(c.Prom[capture.RunningMetric]); n != 2 {
+			t.Fatalf("%s: %d engine series of %s, want one per engine", c.Name, n, capture.RunningMetric)
+		}
+	}
+	resp, err := http.Get(admin + "/admin/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var cfg struct {
+		Policy string  `json:"policy"`
+		Beta   float64 `json:"beta"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil || cfg.Policy != "loadaware" || cfg.Beta != 0.5 {
+		t.Fatalf("the picker runs %+v (%v) after the A/B, want the last arm, loadaware at beta 0.5", cfg, err)
+	}
+	var replayOut, replayErr bytes.Buffer
+	if code := run(ctx, []string{"replay", "-real", out, "-quiet"}, &replayOut, &replayErr); code != 0 {
+		t.Fatalf("replay -real on the capture exited %d:\n%s", code, replayErr.String())
+	}
+}

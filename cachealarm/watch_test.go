@@ -2,6 +2,7 @@ package cachealarm
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -209,5 +210,17 @@ func TestCompare(t *testing.T) {
 				t.Fatalf("Compare = %+v, want ok=%v %q", got, tc.ok, tc.detail)
 			}
 		})
+	}
+}
+
+func TestParityChat(t *testing.T) {
+	for _, model := range []string{"", `Qwen/"odd"`} {
+		var body struct {
+			Model    string `json:"model"`
+			Messages []struct{ Role, Content string }
+		}
+		if err := json.Unmarshal(ParityChat(model), &body); err != nil || body.Model != model || len(body.Messages) != 2 {
+			t.Fatalf("ParityChat(%q) = %s (%v)", model, ParityChat(model), err)
+		}
 	}
 }

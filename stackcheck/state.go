@@ -6,8 +6,7 @@ import "github.com/loadaware/loadaware-epp/cachealarm"
 // the picker that its metrics cannot show.
 type PickerState struct {
 	Endpoints   []string `json:"endpoints"`
-	Unhealthy   []string `json:"unhealthy,omitempty"` // endpoints the picker's health checks took out
-	CacheSource string   `json:"cache_source"`        // lmcache, vllm-events or both
+	CacheSource string   `json:"cache_source"` // lmcache, vllm-events or both
 	// Tokenizer describes the picker's tokenizer; empty: none (text and chat prompts are
 	// routed on load alone).
 	Tokenizer  string          `json:"tokenizer"`

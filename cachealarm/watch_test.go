@@ -102,7 +102,7 @@ func TestTick(t *testing.T) {
 		{name: "a tokenizer that differs alarms at once, prompts or not",
 			steps: []step{healthy, {parity: map[string]bool{b: false}}}, firstAlarm: 2, reason: ReasonTokenizer, logged: 1},
 		{name: "a parity sample that passes again clears the alarm",
-			steps: []step{healthy, {parity: map[string]bool{b: false}}, {parity: map[string]bool{b: true}}, healthy},
+			steps:      []step{healthy, {parity: map[string]bool{b: false}}, {parity: map[string]bool{b: true}}, healthy},
 			firstAlarm: 2, reason: ReasonTokenizer, logged: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -164,11 +164,15 @@ func (e *evaluator) judge(key string, r Row, deps ...string) {
 	e.add(key, r)
 }
 
-func pass(check, target, detail string) Row { return Row{Check: check, Target: target, Status: Pass, Detail: detail} }
+func pass(check, target, detail string) Row {
+	return Row{Check: check, Target: target, Status: Pass, Detail: detail}
+}
 func fail(check, target, detail, fix string) Row {
 	return Row{Check: check, Target: target, Status: Fail, Detail: detail, Fix: fix}
 }
-func skip(check, target, detail string) Row { return Row{Check: check, Target: target, Status: Skip, Detail: detail} }
+func skip(check, target, detail string) Row {
+	return Row{Check: check, Target: target, Status: Skip, Detail: detail}
+}
 
 func (e *evaluator) run() []Row {
 	f := e.f

@@ -24,26 +24,15 @@ import (
 	zmq "github.com/pebbe/zmq4"
 )
 
-const tokenizerDir = "../../testdata/ext/"
+// qwen is the real Qwen2.5 tokenizer of testdata/ext (make testdata), loaded once.
+var qwen = sync.OnceValues(func() (*tokenize.Tokenizer, error) { return tokenize.Load("../../testdata/ext/qwen2_5") })
 
-var tokenizers = struct {
-	sync.Mutex
-	m map[string]*tokenize.Tokenizer
-}{m: map[string]*tokenize.Tokenizer{}}
-
-// loadTokenizer loads a real tokenizer of testdata/ext (make testdata), once per test binary.
-func loadTokenizer(t *testing.T, name string) *tokenize.Tokenizer {
+func loadQwen(t *testing.T) *tokenize.Tokenizer {
 	t.Helper()
-	tokenizers.Lock()
-	defer tokenizers.Unlock()
-	if tok := tokenizers.m[name]; tok != nil {
-		return tok
-	}
-	tok, err := tokenize.Load(tokenizerDir + name)
+	tok, err := qwen()
 	if err != nil {
-		t.Skipf("tokenizer %s not available (run make testdata): %v", name, err)
+		t.Skipf("the Qwen2.5 tokenizer is not available (run make testdata): %v", err)
 	}
-	tokenizers.m[name] = tok
 	return tok
 }
 
@@ -59,16 +48,17 @@ type engine struct {
 	push   *zmq.Socket
 	pub    *kvevents.Publisher // nil: no KV events
 	silent bool                // publish no KV events
+	vocab  uint32              // added to every id
 	mu     sync.Mutex
 	hash   uint64
 }
 
 // engineSpec is how one engine of a stack is (mis)configured.
 type engineSpec struct {
-	seed      string // its LMCache PYTHONHASHSEED; "" = the picker's
-	tokenizer string // its model's tokenizer; "" = the picker's
-	silent    bool   // its KV event stream stays silent
-	dead      bool   // it is stopped before the check
+	seed   string // its LMCache PYTHONHASHSEED; "" = the picker's
+	vocab  uint32 // added to every id it computes: another model's vocabulary
+	silent bool   // its KV event stream stays silent
+	dead   bool   // it is stopped before the check
 }
 
 func (e *engine) addr() string { return e.srv.Listener.Addr().String() }
@@ -111,10 +101,17 @@ func (e *engine) ids(body []byte) ([]uint32, error) {
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, err
 	}
+	ids := e.tok.Encode(in.Prompt, true)
 	if in.Messages != nil {
-		return e.tok.EncodeChat(body)
+		var err error
+		if ids, err = e.tok.EncodeChat(body); err != nil {
+			return nil, err
+		}
 	}
-	return e.tok.Encode(in.Prompt, true), nil
+	for i := range ids {
+		ids[i] += e.vocab
+	}
+	return ids, nil
 }
 
 // cache reports a prefilled prompt as the engine's cache layer would.
@@ -162,7 +159,7 @@ const seed = "123"
 // the metrics port, so the check cannot reach it while the engines can.
 func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *stack {
 	t.Helper()
-	base := loadTokenizer(t, "qwen2_5")
+	base := loadQwen(t)
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		t.Fatal(err)
@@ -175,15 +172,11 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 	}
 	kvPort := 0
 	if source != picker.SourceLMCache {
-		kvPort = freePort(t, net16, len(specs))
+		kvPort = freePortOn(t, net16, len(specs))
 	}
 	var eps []string
 	for i, sp := range specs {
-		e := &engine{t: t, host: net16 + strconv.Itoa(i+1), tok: base}
-		if sp.tokenizer != "" {
-			e.tok = loadTokenizer(t, sp.tokenizer)
-		}
-		e.silent = sp.silent
+		e := &engine{t: t, host: net16 + strconv.Itoa(i+1), tok: base, silent: sp.silent, vocab: sp.vocab}
 		l, err := net.Listen("tcp", e.host+":0")
 		if err != nil {
 			t.Fatal(err)
@@ -295,8 +288,8 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 	return s
 }
 
-// freePort is a port free on the first n IPs of net16.
-func freePort(t *testing.T, net16 string, n int) int {
+// freePortOn is a port free on the first n IPs of net16.
+func freePortOn(t *testing.T, net16 string, n int) int {
 	t.Helper()
 	for range 20 {
 		l, err := net.Listen("tcp", net16+"1:0")
@@ -370,7 +363,7 @@ func TestCheckLive(t *testing.T) {
 			fail: "cache credited (hash seed, chunk size)", target: 1, fix: "--lmcache-hash-seed, now 123"},
 		{name: "an unexposed controller port fails its row", source: picker.SourceLMCache, specs: []engineSpec{ok, ok}, unexposed: true,
 			fail: "LMCache controller port reachable", target: -1, fix: "expose the controller ports"},
-		{name: "a tokenizer that differs fails parity", source: picker.SourceLMCache, specs: []engineSpec{ok, {tokenizer: "llama3"}},
+		{name: "a tokenizer that differs fails parity", source: picker.SourceLMCache, specs: []engineSpec{ok, {vocab: 1}},
 			fail: "tokenizer parity", target: 1, fix: "--tokenizer PATH"},
 		{name: "a silent KV event stream fails the stream row", source: picker.SourceVLLMEvents, specs: []engineSpec{{silent: true}, ok},
 			fail: "KV event stream live", target: 0, fix: "--kv-events-config"},
@@ -385,7 +378,7 @@ func TestCheckLive(t *testing.T) {
 				if code != 0 || len(failed) > 0 {
 					t.Fatalf("exit %d on a correct stack:\n%s", code, table)
 				}
-				if !strings.Contains(table, "pass  registry probe through the gateway") {
+				if !strings.Contains(strings.Join(strings.Fields(table), " "), "pass registry probe through the gateway - 4 requests on") {
 					t.Fatalf("the registry probe did not pass:\n%s", table)
 				}
 				return

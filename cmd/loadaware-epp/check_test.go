@@ -22,6 +22,8 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
 	zmq "github.com/pebbe/zmq4"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // qwen is the real Qwen2.5 tokenizer of testdata/ext (make testdata), loaded once.
@@ -74,7 +76,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		ids, err := e.ids(body)
 		if err != nil {
-			http.Error(w, err.Error(), 400)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]any{"tokens": ids, "count": len(ids)})
@@ -82,7 +84,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		ids, err := e.ids(body)
 		if err != nil {
-			http.Error(w, err.Error(), 400)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		e.cache(ids)
@@ -270,13 +272,13 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 		json.Unmarshal(body, &in)
 		d, err := a.Picker.Pick(r.Context(), picker.Request{Path: "/v1/completions", Prompt: in.Prompt})
 		if err != nil {
-			http.Error(w, err.Error(), 503)
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		defer d.Booking.Release()
 		resp, err := http.Post("http://"+d.Endpoints[0]+"/v1/completions", "application/json", bytes.NewReader(body))
 		if err != nil {
-			http.Error(w, err.Error(), 502)
+			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()
@@ -432,4 +434,23 @@ func TestCheckWithoutTokenSaysSo(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut.String(), "LOADAWARE_ADMIN_TOKEN is not set") || !strings.Contains(out.String(), "401") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr: %s", code, out.String(), errOut.String())
 	}
+}
+
+// FuzzMetricsFacts: whatever a /metrics answer holds, reading the check's facts from it
+// does not crash, and a silent-miss IP it reports is one the text names.
+func FuzzMetricsFacts(f *testing.F) {
+	f.Add("loadaware_lmcache_silent_miss{ip=\"10.0.0.1\"} 1\nloadaware_replica_peers 2\n")
+	f.Add("# TYPE loadaware_kvevents_endpoint_drops_total counter\nloadaware_kvevents_endpoint_drops_total{reason=\"gap\"} 3\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		for _, ip := range metricsFacts(fams).SilentMiss {
+			if !strings.Contains(text, ip) {
+				t.Fatalf("silent-miss IP %q is not in the text", ip)
+			}
+		}
+	})
 }

@@ -101,13 +101,13 @@ func (a *App) lmcacheIngest(next lmcache.IngestFunc) lmcache.IngestFunc {
 		return next
 	}
 	return func(peer string, frames [][]byte, apply func() bool) {
-		n := cachealarm.LMCacheCacheEvents(frames)
+		reports := cachealarm.LMCacheReportsCache(frames)
 		if next != nil {
 			next(peer, frames, apply)
 		} else {
 			apply()
 		}
-		if n == 0 {
+		if !reports {
 			return
 		}
 		if c := a.obs.credited.Load(); c != nil && (*c)[cachealarm.HostOf(peer)] {

@@ -11,17 +11,17 @@ import (
 var lmcacheCacheTags = map[string]bool{"KVAdmitMsg": true, "KVEvictMsg": true, "BatchedKVOperationMsg": true,
 	"FullSyncBatchMsg": true, "FullSyncEndMsg": true}
 
-// LMCacheCacheEvents counts the frames of an LMCache worker message batch that report
-// cache contents, reading only each frame's "type" (msgpack map, or JSON object when the
-// frame starts with '{'). Frames that cannot be read count as none.
-func LMCacheCacheEvents(frames [][]byte) int {
-	n := 0
+// LMCacheReportsCache reports whether a batch of LMCache worker messages holds one that
+// reports cache contents, reading only the frames' "type" (msgpack map, or JSON object
+// when the frame starts with '{') up to the first such frame. Frames that cannot be read
+// report nothing.
+func LMCacheReportsCache(frames [][]byte) bool {
 	for _, f := range frames {
 		if lmcacheCacheTags[string(frameTag(f))] {
-			n++
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // frameTag is the "type" of one frame, empty when it has none or cannot be read. A

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/stackcheck"
 	zmq "github.com/pebbe/zmq4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // kvEngines starts n KV events publishers on loopback IPs of their own, all on one port
@@ -291,4 +294,50 @@ func (idsTokenizer) Tokenize(_ context.Context, r picker.Request, _ []string) ([
 		out[i] = a - 1 + uint32(i)
 	}
 	return out, nil
+}
+
+// fixedTokenizer gives every prompt the same ids.
+type fixedTokenizer []uint32
+
+func (f fixedTokenizer) Tokenize(context.Context, picker.Request, []string) ([]uint32, error) {
+	return append([]uint32(nil), f...), nil
+}
+
+// TestTokenizerParityFeedsTheAlarm: an engine whose /tokenize differs from the picker's ids
+// (text or chat) goes into alarm at the next tick, one that agrees does not, and one that
+// cannot be asked keeps no sample; each sample is counted by outcome.
+func TestTokenizerParityFeedsTheAlarm(t *testing.T) {
+	engine := func(text, chat string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var in struct{ Messages json.RawMessage }
+			_ = json.NewDecoder(r.Body).Decode(&in)
+			if in.Messages != nil {
+				fmt.Fprint(w, chat)
+				return
+			}
+			fmt.Fprint(w, text)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.Listener.Addr().String()
+	}
+	same := engine(`{"tokens":[1,2,3]}`, `{"tokens":[1,2,3]}`)
+	otherChat := engine(`{"tokens":[1,2,3]}`, `{"tokens":[1,2,4]}`)
+	broken := engine(`not json`, `not json`)
+	a := start(t, Config{Endpoints: []string{same, otherChat, broken}, Tokenizer: fixedTokenizer{1, 2, 3},
+		CacheAlarm: &CacheAlarmConfig{Every: -1, ParityInterval: time.Hour}})
+	a.SampleParity(context.Background(), "m", time.Second)
+	alarms := a.TickCacheAlarm(time.Now())
+	if len(alarms) != 1 || alarms[0].Endpoint != otherChat || alarms[0].Reason != cachealarm.ReasonTokenizer {
+		t.Fatalf("alarms %+v, want %s alone (tokenizer)", alarms, otherChat)
+	}
+	for _, s := range a.CacheAlarm.States() {
+		if (s.Parity == nil) != (s.Endpoint == broken) {
+			t.Errorf("%s: parity sample %+v", s.Endpoint, s.Parity)
+		}
+	}
+	for outcome, want := range map[string]float64{"equal": 1, "differs": 1, "error": 1} {
+		if got := testutil.ToFloat64(a.obs.parity.WithLabelValues(outcome)); got != want {
+			t.Errorf("parity samples %s = %v, want %v", outcome, got, want)
+		}
+	}
 }

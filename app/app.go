@@ -15,6 +15,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/cachealarm"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvevents"
@@ -84,6 +85,9 @@ type Config struct {
 	// StateFile, when set, saves the LMCache index on an interval and loads it at start.
 	StateFile *StateFileConfig
 
+	// CacheAlarm, when set, raises the cache-signal-dead alarm (package cachealarm).
+	CacheAlarm *CacheAlarmConfig
+
 	Cache     picker.CacheView // nil: no cache information
 	Tokenizer picker.Tokenizer // nil: text and chat prompts routed on load alone
 	Observer  picker.Observer  // nil: none
@@ -115,7 +119,9 @@ type App struct {
 	gate                           *replica.Gate        // nil unless the index is shared or persisted
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
-	connRate                       *connRate // nil: ext_proc reads are not rate-limited
+	connRate                       *connRate         // nil: ext_proc reads are not rate-limited
+	CacheAlarm                     *cachealarm.Watch // nil without CacheAlarm
+	obs                            *observed
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -135,6 +141,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	a := &App{cfg: cfg, log: log, Fleet: fleet.New(), Health: extproc.NewHealth(), Registry: reg}
 	a.Fleet.SetClock(time.Now)
+	if err := a.newCacheAlarm(cfg.CacheAlarm, cfg.Tokenizer != nil, reg); err != nil {
+		return nil, err
+	}
 	if cfg.LMCache != nil {
 		if err := a.newLMCache(*cfg.LMCache, reg); err != nil {
 			return nil, err
@@ -169,6 +178,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	params := scoring.DefaultParams()
 	params.Beta = cfg.Beta
+	cfg.Observer = a.observer(cfg.Observer)
+	a.obs.view, a.obs.tokenizer = cfg.Cache, cfg.Tokenizer
 	p, err := picker.New(picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
 		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
@@ -242,6 +253,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	a.goServe("metrics HTTP", func() error { return a.httpSrv.Serve(a.metricsLis) })
 	a.wg.Go(func() { a.health.run(ctx, a.Fleet) })
+	if a.CacheAlarm != nil {
+		a.wg.Go(func() { a.runCacheAlarm(ctx, *cfg.CacheAlarm) })
+	}
 	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()

@@ -1,13 +1,11 @@
 package app
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +30,8 @@ func (a *App) httpHandler(adm *admin) http.Handler {
 		fmt.Fprintf(w, "ready: %d endpoints\n", len(a.Fleet.Endpoints()))
 	})
 	mux.Handle("/admin/config", adm)
+	mux.HandleFunc("GET /admin/state", a.serveState)
+	mux.HandleFunc("POST /admin/lookup", a.serveLookup)
 	return mux
 }
 
@@ -86,16 +86,12 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *admin) post(w http.ResponseWriter, r *http.Request) {
-	if a.token == "" {
-		a.changes.WithLabelValues("disabled").Inc()
-		http.Error(w, "run-time changes are disabled: start the picker with --admin-token or LOADAWARE_ADMIN_TOKEN set", http.StatusForbidden)
-		return
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
-		a.changes.WithLabelValues("unauthorized").Inc()
-		w.Header().Set("WWW-Authenticate", `Bearer realm="loadaware-epp admin"`)
-		http.Error(w, "missing or wrong bearer token: send Authorization: Bearer <the --admin-token value>", http.StatusUnauthorized)
+	if !authorized(w, r, a.token, "changing the configuration at run time") {
+		outcome := "unauthorized"
+		if a.token == "" {
+			outcome = "disabled"
+		}
+		a.changes.WithLabelValues(outcome).Inc()
 		return
 	}
 	var ch configChange

@@ -37,7 +37,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 		return err
 	}
 	if a.KVEventsSubscriber, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,
-		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
+		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, OnBatch: a.onKVBatch, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
 		return err
 	}
 	var view picker.CacheView = picker.KVEventsView{Index: a.KVEventsIndex}

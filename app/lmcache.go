@@ -40,6 +40,7 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	if err != nil {
 		return err
 	}
+	ingest = a.lmcacheIngest(ingest)
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
 		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
 		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst}, a.LMCacheIndex, a.log, reg)

@@ -487,6 +487,9 @@ func drivenPicker(t *testing.T) *app.App {
 		CacheSource: epppicker.SourceBoth,
 		KVEvents:    &app.KVEventsConfig{Port: freePort(t)},
 		Tokenizer:   tok,
+		// The cache-signal alarm, ticked below on a clock of the test's, and its parity
+		// sampler (registered, never due).
+		CacheAlarm: &app.CacheAlarmConfig{Window: time.Minute, MinPrompts: 1, Every: -1, ParityInterval: time.Hour},
 		TokenizerMetrics: func(reg prometheus.Registerer) error {
 			m, err := tokenize.NewMetrics(reg, nil)
 			tok.Metrics = m
@@ -545,7 +548,10 @@ func drivenPicker(t *testing.T) *app.App {
 	}
 
 	// Routed with token ids (decisions, latency, cache share, LMCache lookups); eight of them
-	// to one IP so that the silent-miss detector can judge it below.
+	// to one IP so that the silent-miss detector can judge it below, and the cache-signal
+	// alarm (no engine sends cache events) one window after its first tick.
+	alarmStart := time.Now()
+	a.TickCacheAlarm(alarmStart)
 	for i := range 8 {
 		if r := routed("token-id prompt", headers(false), body(tokens(512, i))); r.GetRequestHeaders() == nil {
 			t.Fatalf("token-id prompt: answer %v, want the routed headers", r)
@@ -580,6 +586,9 @@ func drivenPicker(t *testing.T) *app.App {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("POST /admin/config without a token: %d, want 403", resp.StatusCode)
+	}
+	if al := a.TickCacheAlarm(alarmStart.Add(time.Minute)); len(al) == 0 {
+		t.Fatal("no endpoint in cache-signal alarm after a silent window of routed prompts")
 	}
 	// An engine at that IP that stores chunks none of the prompts sent to it has (silent miss).
 	now := time.Now()

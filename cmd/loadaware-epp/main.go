@@ -3,6 +3,7 @@
 // load.
 //
 //	loadaware-epp [serve] [flags]   run the picker (the default)
+//	loadaware-epp check             verify a deployment's preconditions of cache-aware routing
 //	loadaware-epp tokenize          print the token ids the picker computes (JSON lines in, arrays out)
 //	loadaware-epp lmcache-keys      print the LMCache chunk keys of token ids (check a deployment)
 //	loadaware-epp version           print the version
@@ -40,6 +41,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return serve(ctx, args, os.Getenv, stdout, stderr)
+	case "check":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return check(ctx, args, os.Getenv, stdout, stderr)
 	case "tokenize":
 		return tokenize.RunCommand(args, stdin, stdout, stderr)
 	case "lmcache-keys":
@@ -51,7 +56,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), tokenize, lmcache-keys, version or help\n", cmd)
+	fmt.Fprintf(stderr, "loadaware-epp: unknown command %q: use serve (the default), check, tokenize, lmcache-keys, version or help\n", cmd)
 	return 2
 }
 
@@ -61,6 +66,9 @@ Commands:
   serve    run the picker (the default): loadaware-epp [serve] --endpoints ip:port,... [flags]
   tokenize read prompts (JSON lines: a string, or a chat request) and print their token ids:
            loadaware-epp tokenize --tokenizer PATH [--chat]
+  check    verify every precondition of cache-aware routing on a running deployment, one row each
+           with its fix; exit status 0 only when all pass (admin token from LOADAWARE_ADMIN_TOKEN):
+           loadaware-epp check -metrics http://picker:9090 [-gateway http://gateway:8080]
   lmcache-keys  print the LMCache chunk keys of token ids read from stdin:
            loadaware-epp lmcache-keys --hash-seed 123 [--chunk-size 256] [--key-format v0.3|v0.4]
   version  print the version

@@ -59,6 +59,8 @@ type options struct {
 	rep  replicaFlags
 	hard hardening
 
+	alarm alarmFlags // the cache-signal-dead alarm
+
 	// Kubernetes discovery (GIE's flag names).
 	kube kube.Config
 
@@ -113,6 +115,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.lmAllow, "lmcache-allow-from", "fleet", "who may connect to the controller: fleet (only the endpoints' IPs) or any")
 	fs.DurationVar(&o.lmInstanceTimeout, "lmcache-instance-timeout", 0, "drop an LMCache instance silent this long (heartbeating workers only); 0 = 6x the heartbeat period; negative = never")
 	o.kv.register(fs)
+	o.alarm.register(fs)
 	o.hard.register(fs)
 	o.rep.register(fs, getenv)
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
@@ -245,6 +248,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		return app.Config{}, o, err
 	}
 	if err := o.hard.apply(&cfg, o); err != nil {
+		return app.Config{}, o, err
+	}
+	if cfg.CacheAlarm, err = o.alarm.config(o.tokenizer != "" || o.model != "" || o.tokenizerFromEngine, o.model, o.engineTimeout); err != nil {
 		return app.Config{}, o, err
 	}
 	return cfg, o, nil

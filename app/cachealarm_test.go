@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/kvpublish"
 	"github.com/loadaware/loadaware-epp/cachealarm"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/stackcheck"
@@ -23,13 +24,13 @@ import (
 
 // kvEngines starts n KV events publishers on loopback IPs of their own, all on one port
 // (the picker subscribes to every endpoint's IP on one port).
-func kvEngines(t *testing.T, n int) ([]*kvevents.Publisher, []string, int) {
+func kvEngines(t *testing.T, n int) ([]*kvpublish.Publisher, []string, int) {
 	t.Helper()
 	for attempt := 0; attempt < 20; attempt++ {
-		pubs, hosts, port := []*kvevents.Publisher{}, []string{}, 0
+		pubs, hosts, port := []*kvpublish.Publisher{}, []string{}, 0
 		for i := 0; i < n; i++ {
 			host := fmt.Sprintf("127.%d.%d.%d", 100+rand.IntN(150), rand.IntN(256), 1+i)
-			p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Addr: fmt.Sprintf("%s:%d", host, port), DPRank: -1})
+			p, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: fmt.Sprintf("%s:%d", host, port), DPRank: -1})
 			if err != nil {
 				break
 			}
@@ -117,7 +118,7 @@ func TestCacheAlarmOnKVEvents(t *testing.T) {
 					for j := range tokens {
 						tokens[j] = uint32(sec*100 + j)
 					}
-					seq, err := p.Publish([]kvevents.Event{{Kind: kvevents.BlockStored, Hashes: []uint64{uint64(sec)}, Tokens: tokens[:16], BlockSize: 16, Medium: "GPU"}})
+					seq, err := p.Publish([]kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{uint64(sec)}, Tokens: tokens[:16], BlockSize: 16, Medium: "GPU"}})
 					if err != nil {
 						t.Fatal(err)
 					}

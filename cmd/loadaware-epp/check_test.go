@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
-	"github.com/loadaware/loadaware-epp/kvevents"
+	"github.com/loadaware/loadaware-epp/bench/kvpublish"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
@@ -48,9 +49,9 @@ type engine struct {
 	tok    *tokenize.Tokenizer
 	hasher *lmcache.Hasher // nil: no LMCache
 	push   *zmq.Socket
-	pub    *kvevents.Publisher // nil: no KV events
-	silent bool                // publish no KV events
-	vocab  uint32              // added to every id
+	pub    *kvpublish.Publisher // nil: no KV events
+	silent bool                 // publish no KV events
+	vocab  uint32               // added to every id
 	mu     sync.Mutex
 	hash   uint64
 }
@@ -141,7 +142,7 @@ func (e *engine) cache(ids []uint32) {
 			e.hash++
 			hashes[i] = e.hash
 		}
-		if _, err := e.pub.Publish([]kvevents.Event{{Kind: kvevents.BlockStored, Hashes: hashes, Tokens: ids[:n*16], BlockSize: 16, Medium: "GPU"}}); err != nil {
+		if _, err := e.pub.Publish([]kvindex.Event{{Kind: kvindex.BlockStored, Hashes: hashes, Tokens: ids[:n*16], BlockSize: 16, Medium: "GPU"}}); err != nil {
 			e.t.Error(err)
 		}
 	}
@@ -187,7 +188,7 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 		e.srv.Start()
 		t.Cleanup(e.srv.Close)
 		if kvPort != 0 {
-			if e.pub, err = kvevents.NewPublisher(kvevents.PublisherConfig{Addr: fmt.Sprintf("%s:%d", e.host, kvPort), DPRank: -1}); err != nil {
+			if e.pub, err = kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: fmt.Sprintf("%s:%d", e.host, kvPort), DPRank: -1}); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { e.pub.Close() })

@@ -69,6 +69,15 @@ type Limits struct {
 // and the failures so far.
 type Progress func(done, total, failed int)
 
+// SeedSummary is what the driver itself saw of one seed, before anything was written:
+// the first-token p95 of its rows and the imbalance of the engines' running counts
+// over its send window, from the series it recorded (NaN without them).
+type SeedSummary struct {
+	Seed      int
+	TTFTP95   float64 // seconds
+	Imbalance float64
+}
+
 // ErrStopped is returned when ctx ended before the cell did; the capture then
 // holds the seeds finished before.
 var ErrStopped = errors.New("drive: stopped before the cell ended: the capture lists the seeds it finished")
@@ -77,9 +86,10 @@ var ErrStopped = errors.New("drive: stopped before the cell ended: the capture l
 // engine series of the cell's window when it ends (or stops) and at least
 // one seed is done; without vllm_num_requests_running series the capture is
 // written but Load will refuse it (imbalance needs them), which the error says.
-func RunCell(ctx context.Context, c Cell, send Send, lim Limits, metrics func(start, end time.Time) (map[string][]capture.Series, error), progress Progress) error {
+// It returns each finished seed's summary, as the driver saw it.
+func RunCell(ctx context.Context, c Cell, send Send, lim Limits, metrics func(start, end time.Time) (map[string][]capture.Series, error), progress Progress) ([]SeedSummary, error) {
 	if c.Dir == "" || c.Arm == "" || !(c.Rate > 0) || len(c.Seeds) == 0 {
-		return errors.New("drive: a cell needs a directory, an arm, a positive rate and at least one seed")
+		return nil, errors.New("drive: a cell needs a directory, an arm, a positive rate and at least one seed")
 	}
 	if lim.RequestTimeout <= 0 {
 		lim.RequestTimeout = 5 * time.Minute
@@ -94,11 +104,13 @@ func RunCell(ctx context.Context, c Cell, send Send, lim Limits, metrics func(st
 	tally := &tally{total: total, progress: progress}
 	if len(c.Warmup) > 0 {
 		if _, err := runSeed(ctx, c.Warmup, send, lim, tally); err != nil {
-			return fmt.Errorf("drive: warm-up: %w", err)
+			return nil, fmt.Errorf("drive: warm-up: %w", err)
 		}
 	}
 	var start, end time.Time
 	var done []int
+	var sums []SeedSummary
+	var windows [][2]float64
 	stopped := false
 	for i, s := range c.Seeds {
 		if i > 0 && c.SeedGap > 0 {
@@ -117,40 +129,55 @@ func RunCell(ctx context.Context, c Cell, send Send, lim Limits, metrics func(st
 			break
 		}
 		if err != nil {
-			return err
+			return sums, err
 		}
 		first, last := span(rows)
 		if start.IsZero() {
 			start = first
 		}
 		end = last
+		sums = append(sums, SeedSummary{Seed: s.Seed, TTFTP95: capture.SeedMetrics(rows)[capture.TTFTP95], Imbalance: math.NaN()})
+		windows = append(windows, sendWindow(rows))
 		if err := capture.WriteSeed(c.Dir, capture.Seed{Seed: s.Seed, Requests: rows}); err != nil {
-			return err
+			return sums, err
 		}
 		done = append(done, s.Seed)
 		meta := capture.Cell{Arm: c.Arm, Beta: c.Beta, Rate: c.Rate, Start: unix(start), End: unix(end)}
 		if err := capture.WriteMeta(c.Dir, meta, done, c.Extra); err != nil {
-			return err
+			return sums, err
 		}
 	}
 	if len(done) > 0 && metrics != nil {
 		series, err := metrics(start, end)
 		if err != nil {
-			return fmt.Errorf("drive: engine metrics for %s: %w", c.Dir, err)
+			return sums, fmt.Errorf("drive: engine metrics for %s: %w", c.Dir, err)
 		}
 		for stem, ss := range series {
 			if err := capture.WriteProm(c.Dir, stem, ss); err != nil {
-				return err
+				return sums, err
 			}
 		}
 		if len(series[capture.RunningMetric]) == 0 {
-			return fmt.Errorf("drive: %s: no %s series was recorded: name the engines (-engines) or a Prometheus server (-prometheus) so the capture has the engines' running counts", c.Dir, capture.RunningMetric)
+			return sums, fmt.Errorf("drive: %s: no %s series was recorded: name the engines (-engines) or a Prometheus server (-prometheus) so the capture has the engines' running counts", c.Dir, capture.RunningMetric)
+		}
+		for i := range sums {
+			sums[i].Imbalance = capture.Imbalance(series[capture.RunningMetric], windows[i][0], windows[i][1])
 		}
 	}
 	if stopped {
-		return ErrStopped
+		return sums, ErrStopped
 	}
-	return nil
+	return sums, nil
+}
+
+// sendWindow is the first and the last send among rows, as replay measures a
+// seed's imbalance over.
+func sendWindow(rows []capture.Request) [2]float64 {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range rows {
+		lo, hi = min(lo, r.Send), max(hi, r.Send)
+	}
+	return [2]float64{lo, hi}
 }
 
 var errStopped = errors.New("stopped")

@@ -51,7 +51,7 @@ func TestRunCellWritesACaptureLoadReads(t *testing.T) {
 		Seeds: []Seed{{Seed: 1, Requests: requests(10, 2*time.Millisecond)}, {Seed: 2, Requests: requests(10, 2*time.Millisecond)}},
 		Extra: map[string]any{"target": "http://127.0.0.1:9"}, SeedGap: time.Millisecond}
 	var last [3]int
-	err := RunCell(context.Background(), c, fakeSend(&calls), Limits{}, running, func(done, total, failed int) { last = [3]int{done, total, failed} })
+	_, err := RunCell(context.Background(), c, fakeSend(&calls), Limits{}, running, func(done, total, failed int) { last = [3]int{done, total, failed} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestRunCellStoppedKeepsTheSeedsDone(t *testing.T) {
 		seed2[i].Index += 100
 	}
 	c := Cell{Dir: dir, Arm: "kvaware", Rate: 100, Seeds: []Seed{{Seed: 1, Requests: requests(5, time.Millisecond)}, {Seed: 2, Requests: seed2}}}
-	err := RunCell(ctx, c, send, Limits{}, running, nil)
+	_, err := RunCell(ctx, c, send, Limits{}, running, nil)
 	if !errors.Is(err, ErrStopped) {
 		t.Fatalf("got %v, want ErrStopped", err)
 	}
@@ -111,7 +111,7 @@ func TestRunCellSaysWhenNoEngineSeriesCame(t *testing.T) {
 	var calls atomic.Int64
 	c := Cell{Dir: t.TempDir(), Arm: "kvaware", Rate: 100, Seeds: []Seed{{Seed: 1, Requests: requests(2, 0)}}}
 	none := func(start, end time.Time) (map[string][]capture.Series, error) { return nil, nil }
-	err := RunCell(context.Background(), c, fakeSend(&calls), Limits{}, none, nil)
+	_, err := RunCell(context.Background(), c, fakeSend(&calls), Limits{}, none, nil)
 	if err == nil || !strings.Contains(err.Error(), "-engines") {
 		t.Fatalf("got %v, want an error naming -engines and -prometheus", err)
 	}

@@ -125,8 +125,11 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if *progress {
 			bar = drive.Bar(stderr, "drive "+arm.label)
 		}
-		err = drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar)
+		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar)
 		stopScrape()
+		for _, sm := range sums {
+			fmt.Fprintf(stdout, "%s seed %d: TTFT p95 %v s, imbalance %v\n", arm.label, sm.Seed, sm.TTFTP95, sm.Imbalance)
+		}
 		if errors.Is(err, drive.ErrStopped) {
 			fmt.Fprintf(stderr, "\ndrive: stopped; %s holds the seeds finished before\n", cell.Dir)
 			return 1

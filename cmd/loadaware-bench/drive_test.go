@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,7 +22,9 @@ import (
 // the engines' running counts, and the picker left on the last arm.
 func TestDriveABThroughTheGateway(t *testing.T) {
 	ctx := context.Background()
-	s, err := startStack(ctx, stackConfig{engines: 2, policy: "roundrobin", adminToken: "t0ken"})
+	// Engines 20 times faster than the calibrated A10s: requests overlap, so the running counts
+	// (and the imbalance) are not all zero.
+	s, err := startStack(ctx, stackConfig{engines: 2, policy: "roundrobin", adminToken: "t0ken", slowdown: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +83,50 @@ func TestDriveABThroughTheGateway(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil || cfg.Policy != "loadaware" || cfg.Beta != 0.5 {
 		t.Fatalf("the picker runs %+v (%v) after the A/B, want the last arm, loadaware at beta 0.5", cfg, err)
 	}
+	// replay -real reads back what drive saw: per seed, the same TTFT p95 and imbalance.
 	var replayOut, replayErr bytes.Buffer
-	if code := run(ctx, []string{"replay", "-real", out, "-quiet"}, &replayOut, &replayErr); code != 0 {
+	js := filepath.Join(t.TempDir(), "replay.json")
+	if code := run(ctx, []string{"replay", "-real", out, "-quiet", "-json", js}, &replayOut, &replayErr); code != 0 {
 		t.Fatalf("replay -real on the capture exited %d:\n%s", code, replayErr.String())
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Cells []struct {
+			Arm   string `json:"arm"`
+			Seeds []struct {
+				Seed int                `json:"seed"`
+				Real map[string]float64 `json:"real"`
+			} `json:"seeds"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^(\S+) seed (\d+): TTFT p95 (\S+) s, imbalance (\S+)$`)
+	seen := line.FindAllStringSubmatch(stdout.String(), -1)
+	if len(seen) != 4 {
+		t.Fatalf("drive printed %d seed summaries, want 4:\n%s", len(seen), stdout.String())
+	}
+	compared := 0
+	for _, m := range seen {
+		for _, c := range rep.Cells {
+			for _, sd := range c.Seeds {
+				if (c.Arm != m[1] && c.Arm != strings.SplitN(m[1], "-", 2)[0]) || strconv.Itoa(sd.Seed) != m[2] {
+					continue
+				}
+				ttft, _ := strconv.ParseFloat(m[3], 64)
+				imb, _ := strconv.ParseFloat(m[4], 64)
+				if math.Abs(ttft-sd.Real[capture.TTFTP95]) > 1e-9 || math.Abs(imb-sd.Real[capture.ImbalanceKey]) > 1e-9 || !(imb >= 1) {
+					t.Errorf("%s seed %s: drive saw TTFT p95 %v, imbalance %v; replay -real reads %v, %v", m[1], m[2], ttft, imb, sd.Real[capture.TTFTP95], sd.Real[capture.ImbalanceKey])
+				}
+				compared++
+			}
+		}
+	}
+	if compared != 4 {
+		t.Fatalf("compared %d seeds with replay's, want 4 (replay JSON: %s)", compared, b)
 	}
 }

@@ -28,6 +28,9 @@ type stackConfig struct {
 	log       *slog.Logger
 	// adminToken allows POST /admin/config on the picker; empty: run-time changes refused.
 	adminToken string
+	// slowdown, when positive, runs the calibrated engine model at that step-time factor
+	// instead of the near-instant one (instantModel).
+	slowdown float64
 }
 
 // instantModel is the calibrated engine model with every step 10,000 times shorter (a few
@@ -57,7 +60,12 @@ func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
 	}()
 	var addrs []string
 	for i := range cfg.engines {
-		e, err := live.StartEngine(live.EngineConfig{Model: instantModel(), IP: "127.0.0.1", Logger: cfg.log})
+		model := instantModel()
+		if cfg.slowdown > 0 {
+			model = sim.DefaultConfig()
+			model.Slowdown = cfg.slowdown
+		}
+		e, err := live.StartEngine(live.EngineConfig{Model: model, IP: "127.0.0.1", Logger: cfg.log})
 		if err != nil {
 			return nil, fmt.Errorf("start engine %d: %w", i, err)
 		}

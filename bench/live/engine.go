@@ -9,11 +9,11 @@
 // Run starts the real picker (app.Start: ext_proc gRPC, metrics, the embedded
 // LMCache controller), the engines and bench/gateway in front of them, sends
 // one seed's requests open-loop through the gateway, and returns the same
-// vtime.Run the analysis reads, so reports and paired comparisons work on live
+// experiment.Run the analysis reads, so reports and paired comparisons work on live
 // runs too.
 //
 // Everything listens on loopback only. Engine i listens on its own loopback IP
-// (the host of vtime.Addrs: 127.0.1.<i+1>; all of 127/8 is loopback on Linux),
+// (the host of experiment.Addrs: 127.0.1.<i+1>; all of 127/8 is loopback on Linux),
 // because the picker maps LMCache instances to endpoints by IP.
 package live
 
@@ -28,8 +28,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/sim"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/tokenize"
 )
@@ -42,7 +42,7 @@ type EngineConfig struct {
 	// Model is the engine model's constants (bench/sim); ignored when From is set.
 	Model sim.Config
 	// From, when set, is an engine model to continue serving from (for instance one of
-	// vtime.WarmUp's engines), at model time Clock. The live engine owns it from then on.
+	// the engines of Options.WarmUp's fleet), at model time Clock. The live engine owns it from then on.
 	From  *sim.Engine
 	Clock time.Duration
 	// IP is the loopback IP the engine listens on and registers its LMCache worker with.
@@ -289,9 +289,9 @@ func (e *Engine) drive() {
 			m := e.model.Metrics()
 			e.metrics.Store(&m)
 			for _, ev := range out.KV {
-				var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: e.cfg.InstanceID, Key: ev.Key, Location: vtime.Location}
+				var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: e.cfg.InstanceID, Key: ev.Key, Location: experiment.Location}
 				if !ev.Admit {
-					msg = lmcache.KVEvictMsg{InstanceID: e.cfg.InstanceID, Key: ev.Key, Location: vtime.Location}
+					msg = lmcache.KVEvictMsg{InstanceID: e.cfg.InstanceID, Key: ev.Key, Location: experiment.Location}
 				}
 				if e.push != nil {
 					if err := e.push.enqueue(msg); err != nil {

@@ -216,7 +216,7 @@ func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lv, err := Run(context.Background(), cfg, arm, seed, Options{Requests: reqs, Sequential: true, CacheSource: picker.SourceVLLMEvents,
+	lv, err := Run(context.Background(), cfg, arm, seed, Options{WarmUp: vtime.WarmUp, Requests: reqs, Sequential: true, CacheSource: picker.SourceVLLMEvents,
 		Explain: func(int) bool { return true }})
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func TestLiveOnVLLMEventsDecidesAsVirtualTime(t *testing.T) {
 	if fromEvents == 0 {
 		t.Error("no decision was credited from vLLM events: the comparison is vacuous")
 	}
-	if _, err := Run(context.Background(), fastSweep(), arm, seed, Options{Requests: reqs[:1], CacheSource: picker.SourceVLLMEvents}); err == nil || !strings.Contains(err.Error(), "warm-up of 0") {
+	if _, err := Run(context.Background(), fastSweep(), arm, seed, Options{WarmUp: vtime.WarmUp, Requests: reqs[:1], CacheSource: picker.SourceVLLMEvents}); err == nil || !strings.Contains(err.Error(), "warm-up of 0") {
 		t.Errorf("a warm fleet on vLLM events: %v, want an error naming the warm-up", err)
 	}
 }

@@ -45,7 +45,7 @@ func TestSharedReplicasDecideAsOnePicker(t *testing.T) {
 					name = fmt.Sprintf("%s/%d-naive", arm.Name, n)
 				}
 				t.Run(name, func(t *testing.T) {
-					lv, err := Run(context.Background(), cfg, arm, seed, Options{Requests: reqs, Sequential: true, Replicas: n, Naive: naive, Explain: func(int) bool { return true }})
+					lv, err := Run(context.Background(), cfg, arm, seed, Options{WarmUp: vtime.WarmUp, Requests: reqs, Sequential: true, Replicas: n, Naive: naive, Explain: func(int) bool { return true }})
 					if err != nil {
 						t.Fatal(err)
 					}

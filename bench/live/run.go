@@ -11,12 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/openai"
-	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
@@ -24,8 +22,15 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
+// WarmUpFunc returns the fleet arm's measured seed starts from under cfg: the engines
+// after the seed's warm-up, their model time, and the chunk events the warm-up applied
+// to the index, in order. vtime.WarmUp is the one the commands pass.
+type WarmUpFunc func(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64) (experiment.Warm, error)
+
 // Options configure a live run beyond its sweep config.
 type Options struct {
+	// WarmUp produces the fleet the seed starts from; required (Run fails without it).
+	WarmUp WarmUpFunc
 	// Requests, when set, replace the seed's generated workload (in send order, SendAt from
 	// the seed's start).
 	Requests []workload.Request
@@ -104,10 +109,10 @@ func engineIPs(n int) []string {
 	return out
 }
 
-// Run runs arm on one seed live. The fleet starts where virtual time's measured seed starts
-// (vtime.WarmUp: the engines continue from the warmed-up models, and the warm-up's chunk
-// events are applied to the picker's index in the order virtual time applied them); the
-// picker's routing history (round-robin position, QPS window) starts empty. Then the seed's
+// Run runs arm on one seed live. The fleet starts where opts.WarmUp leaves it (with
+// vtime.WarmUp, where virtual time's measured seed starts: the engines continue from the
+// warmed-up models, and the warm-up's chunk events are applied to the picker's index in
+// the order virtual time applied them); the picker's routing history (round-robin position, QPS window) starts empty. Then the seed's
 // requests go open-loop through the gateway at their send times, each engine's running
 // count is scraped from its /metrics every cfg.SampleInterval over the send window, and
 // every LMCache message of the seed travels over ZeroMQ.
@@ -126,7 +131,10 @@ func Run(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed ui
 	if len(reqs) == 0 {
 		return Result{}, errors.New("live: no requests to send: pass at least one")
 	}
-	warm, err := vtime.WarmUp(ctx, cfg, arm, seed)
+	if opts.WarmUp == nil {
+		return Result{}, errors.New("live: Options.WarmUp is nil: pass the warm-up the seed starts from (vtime.WarmUp)")
+	}
+	warm, err := opts.WarmUp(ctx, cfg, arm, seed)
 	if err != nil {
 		return Result{}, err
 	}

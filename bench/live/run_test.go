@@ -102,7 +102,7 @@ func TestLiveAndVirtualTimeMakeTheSameDecisions(t *testing.T) {
 					t.Fatalf("precondition: in virtual time request %d ends at %.3fs, after request %d is sent: lower the rate", i, r.SendAt+r.E2E, i+1)
 				}
 			}
-			lv, err := Run(context.Background(), cfg, arm, seed, Options{Requests: reqs, Sequential: true, Explain: func(int) bool { return true }})
+			lv, err := Run(context.Background(), cfg, arm, seed, Options{WarmUp: vtime.WarmUp, Requests: reqs, Sequential: true, Explain: func(int) bool { return true }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,6 +136,7 @@ func TestRunOpenLoopFromAWarmFleet(t *testing.T) {
 	arm := experiment.Arm{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}
 	var progress []int
 	res, err := Run(context.Background(), cfg, arm, 1, Options{
+		WarmUp: vtime.WarmUp,
 		Progress: func(done, total int) {
 			if total != 60 {
 				t.Errorf("progress total %d, want 60", total)
@@ -194,7 +195,10 @@ func TestRunRefusesAnUnusableConfig(t *testing.T) {
 		t.Errorf("error %v, want one about the engine count", err)
 	}
 	cfg = fastSweep()
-	if _, err := Run(context.Background(), cfg, experiment.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{Requests: []workload.Request{}}); err == nil {
+	if _, err := Run(context.Background(), cfg, experiment.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{WarmUp: vtime.WarmUp, Requests: []workload.Request{}}); err == nil {
 		t.Error("no requests: no error")
+	}
+	if _, err := Run(context.Background(), cfg, experiment.Arm{Name: "kvaware", Policy: "kvaware"}, 1, Options{}); err == nil || !strings.Contains(err.Error(), "Options.WarmUp is nil") {
+		t.Errorf("error %v, want one about the missing warm-up", err)
 	}
 }

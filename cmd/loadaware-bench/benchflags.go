@@ -145,6 +145,3 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = rest[1:]
 	}
 }
-
-// parseArms is experiment.ParseArms.
-var parseArms = experiment.ParseArms

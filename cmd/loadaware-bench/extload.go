@@ -413,6 +413,3 @@ func runExtloadServer(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	return 0
 }
-
-// extloadEndpoint is extload.EndpointIP.
-var extloadEndpoint = extload.EndpointIP

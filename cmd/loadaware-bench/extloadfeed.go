@@ -26,7 +26,7 @@ func newExtloadFeed(c extloadConfig, picker *extload.Child) (*extloadFeed, error
 	if pull == "" || metrics == "" {
 		return nil, fmt.Errorf("-lmcache-rate: the picker's process did not announce its LMCache pull and metrics addresses (it said %v)", picker.Attrs)
 	}
-	f, err := extload.NewFeeder(extloadEndpoint(0), pull, "extload-engine-0", c.seed)
+	f, err := extload.NewFeeder(extload.EndpointIP(0), pull, "extload-engine-0", c.seed)
 	if err != nil {
 		return nil, err
 	}

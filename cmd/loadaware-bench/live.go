@@ -69,7 +69,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
 			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
-			lo := live.Options{Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
+			lo := live.Options{WarmUp: vtime.WarmUp, Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
 			if *killHalf {
 				lo.KillAt = cfg.Workload.Requests / 2
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/live"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/picker"
@@ -73,16 +74,16 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	if c.requests < 1 || c.rate <= 0 || c.tokens < 1 || c.warmup < 0 || c.samples < 0 || c.vseeds < 0 || c.timeout <= 0 {
 		return errors.New("-requests, -rate, -max-tokens and -timeout must be positive, -warmup, -samples and -vtime-seeds not negative")
 	}
-	cfg := vtime.DefaultSweepConfig()
+	cfg := experiment.DefaultConfig()
 	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.requests, c.rate, c.tokens, c.warmup
 	if c.warmup > 0 || (c.cache != "" && c.cache != picker.SourceLMCache) {
 		// A vLLM-events source starts cold: the warm-up's chunk events exist only as
 		// LMCache messages (bench/live refuses a warm-up with it).
-		cfg.Protocol = vtime.ProtocolPerSeed
+		cfg.Protocol = experiment.ProtocolPerSeed
 	}
 	// The demo shows this picker: Envoy (bench/gateway) in front, no Python proxy.
-	cfg.Router = vtime.EnvoyRouter()
-	arms, err := parseArms(c.arms)
+	cfg.Router = experiment.EnvoyRouter()
+	arms, err := experiment.ParseArms(c.arms)
 	if err != nil {
 		return err
 	}
@@ -100,10 +101,10 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "in front of %d live simulated vLLM + LMCache engines: the calibrated A10 model (bench/sim) on the wall clock,\n", cfg.Engines)
 	fmt.Fprintf(stdout, "each an HTTP server on its own loopback IP pushing its LMCache chunk events over ZeroMQ%s.\n", engineNotes(cfg))
 	warm := "the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm)"
-	if cfg.Protocol == vtime.ProtocolPerSeed {
+	if cfg.Protocol == experiment.ProtocolPerSeed {
 		warm = fmt.Sprintf("%d requests", cfg.Warmup)
 	}
-	if cfg.Protocol == vtime.ProtocolPerSeed && cfg.Warmup == 0 {
+	if cfg.Protocol == experiment.ProtocolPerSeed && cfg.Warmup == 0 {
 		warm = "nothing (cold caches)"
 	}
 	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %s in virtual time, then %d live requests at %g req/s\n", warm, w.Requests, w.Rate)
@@ -124,7 +125,7 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	var holdErr error
 	for i, arm := range arms {
 		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
-		opts := live.Options{Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache}
+		opts := live.Options{WarmUp: vtime.WarmUp, Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache}
 		var metricsURL, gatewayURL string
 		opts.Started = func(m, g string) {
 			metricsURL, gatewayURL = m, g
@@ -169,7 +170,7 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	return nil
 }
 
-func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
+func printLiveDemo(w io.Writer, cfg experiment.Config, results []live.Result) {
 	fmt.Fprintln(w, "\nRequests per engine:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "engine\t"
@@ -200,7 +201,7 @@ func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
 		fmt.Fprintf(tw, "%s\t", r.Run.Arm.Name)
 		for _, c := range cols {
 			met, _ := analysis.MetricByName(c)
-			fmt.Fprintf(tw, "%s\t", fmtMetric(c, met.Value(metrics[i])))
+			fmt.Fprintf(tw, "%s\t", analysis.FormatMetric(c, met.Value(metrics[i])))
 		}
 		fmt.Fprintf(tw, "%d\t%d/%d\t%.1f\t\n", metrics[i].Errors, r.Messages, r.Received, r.Wall.Seconds())
 	}
@@ -239,7 +240,7 @@ func printLiveDemo(w io.Writer, cfg vtime.SweepConfig, results []live.Result) {
 
 // demoVirtualSweep runs the demo's arms on c.vseeds seeds of the demo's workload in virtual
 // time (the same picker code) and prints the medians and the paired tests against kvaware.
-func demoVirtualSweep(ctx context.Context, cfg vtime.SweepConfig, c liveDemoConfig, stdout, stderr io.Writer) error {
+func demoVirtualSweep(ctx context.Context, cfg experiment.Config, c liveDemoConfig, stdout, stderr io.Writer) error {
 	cfg.Seeds = make([]uint64, c.vseeds)
 	for i := range cfg.Seeds {
 		cfg.Seeds[i] = uint64(i + 1)
@@ -265,7 +266,7 @@ func demoVirtualSweep(ctx context.Context, cfg vtime.SweepConfig, c liveDemoConf
 	for _, s := range a.Arms {
 		fmt.Fprintf(tw, "%s\t", s.Arm.Name)
 		for _, col := range cols {
-			fmt.Fprintf(tw, "%s\t", fmtMetric(col, s.Median[col]))
+			fmt.Fprintf(tw, "%s\t", analysis.FormatMetric(col, s.Median[col]))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -282,7 +283,7 @@ func demoVirtualSweep(ctx context.Context, cfg vtime.SweepConfig, c liveDemoConf
 }
 
 // engineNotes says which engines differ from the nominal model, as ", engine 1: ...".
-func engineNotes(cfg vtime.SweepConfig) string {
+func engineNotes(cfg experiment.Config) string {
 	var b strings.Builder
 	for i := range cfg.Engines {
 		if n := cfg.EngineNote(i); n != "" {

@@ -209,6 +209,8 @@ func FleetText(p Profile) string {
 	fleet := fmt.Sprintf("Fleet: %d engines (step-time factors %s), GPU KV pool %d tokens, CPU tier %s", f.Engines, strings.Join(speeds, ", "), e.KVPoolTokens, cpuText(e.CPUTierBytes))
 	var load string
 	switch {
+	case p.Trace != nil:
+		load = traceText(p.Trace)
 	case p.Replayed:
 		load = fmt.Sprintf("the measured seeds' first %d requests (about %g req/s), %d-token prefixes", wl.Requests, wl.Rate, wl.PrefixTokens)
 	case wl.Profile == workload.ProfileNovel:

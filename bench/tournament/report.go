@@ -224,6 +224,9 @@ func FleetText(p Profile) string {
 	if wl.BurstEvery > 0 {
 		load += fmt.Sprintf(", bursts of %v at %gx the base rate every %v", wl.BurstLen, wl.BurstFactor, wl.BurstEvery)
 	}
+	if p.Trace != nil {
+		return fmt.Sprintf("%s. Workload: %s, the trace's output tokens.", fleet, load)
+	}
 	return fmt.Sprintf("%s. Workload: %s, %d output tokens.", fleet, load, wl.MaxTokens)
 }
 

@@ -148,7 +148,7 @@ func TestTournamentRunsAWorkloadFileAndATrace(t *testing.T) {
 	}{
 		{"workload file", []string{"-workload", wl, "-seeds", "1-2"}, "tiny-load", []uint64{1, 2}, false, []string{"## tiny-load", "12 requests per seed at 4 req/s"}},
 		{"trace", []string{"-trace", tinyTrace(t, dir), "-windows", "2", "-engines", "2"}, "tiny-trace", []uint64{1, 2}, true,
-			[]string{"## tiny-trace", "2 windows of", "6 requests in all", "1 prompts capped to the 32768-token context"}},
+			[]string{"## tiny-trace", "2 windows of", "6 requests in all", "1 prompts capped to the 32768-token context", "the trace's output tokens."}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

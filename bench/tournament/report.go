@@ -215,6 +215,9 @@ func FleetText(p Profile) string {
 		load = fmt.Sprintf("the measured seeds' first %d requests (about %g req/s), %d-token prefixes", wl.Requests, wl.Rate, wl.PrefixTokens)
 	case wl.Profile == workload.ProfileNovel:
 		load = fmt.Sprintf("%d requests per seed at %g req/s, every prompt unique (%d + %d tokens)", wl.Requests, wl.Rate, wl.NovelPrefixTokens, wl.NovelSuffixTokens)
+	case wl.Profile == workload.ProfileGroups:
+		load = fmt.Sprintf("%d requests per seed at %g req/s, %d groups x %d prompts (a %s-token system prompt and a %d-token question each), sent in turn",
+			wl.Requests, wl.Rate, wl.Prefixes, wl.PromptsPerGroup, prefixText(wl), wl.SuffixTokens)
 	case wl.Profile == workload.ProfileChat:
 		load = fmt.Sprintf("%d requests per seed at %g req/s in sessions of %d turns %v apart (open loop), system prompts from %d prefixes of %s tokens (Zipf %g), %d-token user messages",
 			wl.Requests, wl.Rate, wl.Turns, wl.ThinkTime, wl.Prefixes, prefixText(wl), wl.ZipfS, wl.UserTokens)

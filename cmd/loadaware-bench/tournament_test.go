@@ -135,7 +135,7 @@ func tinyTrace(t *testing.T, dir string) string {
 func TestTournamentRunsAWorkloadFileAndATrace(t *testing.T) {
 	dir := t.TempDir()
 	wl := filepath.Join(dir, "tiny-load.yaml")
-	if err := os.WriteFile(wl, []byte("source: a test\nrequests: 12\nrate: 4\nprefixes: 4\nprefix-tokens: 256\n"), 0o644); err != nil {
+	if err := os.WriteFile(wl, []byte("source: a test\nprofile: groups\nprompts-per-group: 3\nrequests: 12\nrate: 4\nprefixes: 4\nprefix-tokens: 256\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -146,7 +146,7 @@ func TestTournamentRunsAWorkloadFileAndATrace(t *testing.T) {
 		wantTrace bool
 		report    []string
 	}{
-		{"workload file", []string{"-workload", wl, "-seeds", "1-2"}, "tiny-load", []uint64{1, 2}, false, []string{"## tiny-load", "12 requests per seed at 4 req/s"}},
+		{"workload file", []string{"-workload", wl, "-seeds", "1-2"}, "tiny-load", []uint64{1, 2}, false, []string{"## tiny-load", "12 requests per seed at 4 req/s, 4 groups x 3 prompts (a 256-token system prompt and a 34-token question each)"}},
 		{"trace", []string{"-trace", tinyTrace(t, dir), "-windows", "2", "-engines", "2"}, "tiny-trace", []uint64{1, 2}, true,
 			[]string{"## tiny-trace", "2 windows of", "6 requests in all", "1 prompts capped to the 32768-token context", "the trace's output tokens."}},
 	}

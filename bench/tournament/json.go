@@ -14,7 +14,9 @@ import (
 //	   "arms": [{"arm": "kvaware", "policy": "kvaware", "beta": 1,
 //	     "medians": {"ttft_p95": x, ...},
 //	     "seeds": [{"seed": 1, "ttft_p95": x, "imbalance": x, "hit_rate": x, ...}]}],
-//	   "tests": [{"arm": "...", "against": "...", ...}]}]}
+//	   "tests": [{"arm": "...", "against": "...", ...}],
+//	   "trace": {"windows": 3, "speedup": 1, "requests": n, "context_tokens": 32768,
+//	     "capped_prompts": n, "reuse_ceiling": x}}]}   (trace profiles only)
 //
 // Metric values are rounded to 6 significant digits; numbers that are not
 // finite (a NaN latency, an +Inf imbalance) are null.
@@ -31,6 +33,17 @@ type jsonProfile struct {
 	Best  string     `json:"best"`
 	Arms  []jsonArm  `json:"arms"`
 	Tests []jsonTest `json:"tests"`
+	Trace *jsonTrace `json:"trace,omitempty"`
+}
+
+// jsonTrace is a trace profile's selection: what was replayed and changed.
+type jsonTrace struct {
+	Windows      int     `json:"windows"`
+	Speedup      float64 `json:"speedup"`
+	Requests     int     `json:"requests"`
+	Context      int     `json:"context_tokens"`
+	Capped       int     `json:"capped_prompts"`
+	ReuseCeiling float64 `json:"reuse_ceiling"`
 }
 
 type jsonArm struct {
@@ -61,6 +74,10 @@ func WriteJSON(w io.Writer, res Result) error {
 	out := jsonResult{Seeds: res.Seeds, SampleInterval: res.SampleInterval.Seconds(), Profiles: []jsonProfile{}}
 	for _, p := range res.Profiles {
 		jp := jsonProfile{Name: p.Profile.Name, About: p.Profile.About, Fleet: FleetText(p.Profile), Best: p.Arms[p.Best()].Arm.Name}
+		if tr := p.Profile.Trace; tr != nil {
+			jp.Trace = &jsonTrace{Windows: len(tr.Windows), Speedup: tr.Options.Speedup, Requests: tr.Requests, Context: tr.Options.Context,
+				Capped: tr.Capped, ReuseCeiling: *finiteOrNil(tr.Reuse.Fraction())}
+		}
 		for _, a := range p.Arms {
 			ja := jsonArm{Arm: a.Arm.Name, Policy: a.Arm.Policy, Beta: a.Arm.Beta, Medians: map[string]*float64{}}
 			for _, m := range Metrics {

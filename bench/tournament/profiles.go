@@ -31,6 +31,9 @@ type Profile struct {
 	// generated from Fleet.Workload; only their first Fleet.Workload.Requests
 	// requests run.
 	Replayed bool
+	// Trace, when set, replaces Fleet.Workload's generated seeds: seed s is
+	// the trace's window s (see TraceProfile).
+	Trace *TraceReplay
 }
 
 // PerEngineRate is the request rate per engine of the scaled fleets: the

@@ -209,10 +209,15 @@ func FleetText(p Profile) string {
 	fleet := fmt.Sprintf("Fleet: %d engines (step-time factors %s), GPU KV pool %d tokens, CPU tier %s", f.Engines, strings.Join(speeds, ", "), e.KVPoolTokens, cpuText(e.CPUTierBytes))
 	var load string
 	switch {
+	case p.Trace != nil:
+		load = traceText(p.Trace)
 	case p.Replayed:
 		load = fmt.Sprintf("the measured seeds' first %d requests (about %g req/s), %d-token prefixes", wl.Requests, wl.Rate, wl.PrefixTokens)
 	case wl.Profile == workload.ProfileNovel:
 		load = fmt.Sprintf("%d requests per seed at %g req/s, every prompt unique (%d + %d tokens)", wl.Requests, wl.Rate, wl.NovelPrefixTokens, wl.NovelSuffixTokens)
+	case wl.Profile == workload.ProfileGroups:
+		load = fmt.Sprintf("%d requests per seed at %g req/s, %d groups x %d prompts (a %s-token system prompt and a %d-token question each), sent in turn",
+			wl.Requests, wl.Rate, wl.Prefixes, wl.PromptsPerGroup, prefixText(wl), wl.SuffixTokens)
 	case wl.Profile == workload.ProfileChat:
 		load = fmt.Sprintf("%d requests per seed at %g req/s in sessions of %d turns %v apart (open loop), system prompts from %d prefixes of %s tokens (Zipf %g), %d-token user messages",
 			wl.Requests, wl.Rate, wl.Turns, wl.ThinkTime, wl.Prefixes, prefixText(wl), wl.ZipfS, wl.UserTokens)
@@ -221,6 +226,9 @@ func FleetText(p Profile) string {
 	}
 	if wl.BurstEvery > 0 {
 		load += fmt.Sprintf(", bursts of %v at %gx the base rate every %v", wl.BurstLen, wl.BurstFactor, wl.BurstEvery)
+	}
+	if p.Trace != nil {
+		return fmt.Sprintf("%s. Workload: %s, the trace's output tokens.", fleet, load)
 	}
 	return fmt.Sprintf("%s. Workload: %s, %d output tokens.", fleet, load, wl.MaxTokens)
 }

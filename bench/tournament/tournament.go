@@ -90,6 +90,14 @@ func (c Config) Validate() error {
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("tournament: profile %s: %w", p.Name, err)
 		}
+		if p.Trace != nil {
+			if p.Replayed {
+				return fmt.Errorf("tournament: profile %s: a trace profile cannot also replay the measured seeds", p.Name)
+			}
+			if _, err := traceSeeds(p.Trace, c.Seeds); err != nil {
+				return fmt.Errorf("tournament: profile %s: %w", p.Name, err)
+			}
+		}
 		if p.Replayed {
 			if p.Fleet.Workload.Profile != workload.ProfileShared {
 				return fmt.Errorf("tournament: profile %s replays measured seeds: its workload must be the shared profile, not %q", p.Name, p.Fleet.Workload.Profile)
@@ -199,7 +207,7 @@ func runCell(ctx context.Context, cfg Config, prof Profile, arm experiment.Arm) 
 	if err != nil {
 		return ArmResult{}, err
 	}
-	cc := vtime.CellConfig{Sweep: prof.Fleet, Arm: arm, Seeds: seeds, SampleInterval: cfg.SampleInterval, Warmup: true}
+	cc := vtime.CellConfig{Sweep: prof.Fleet, Arm: arm, Seeds: seeds, SampleInterval: cfg.SampleInterval, Warmup: prof.Trace == nil}
 	cc.Sweep.Arms, cc.Sweep.Seeds = []experiment.Arm{arm}, cfg.Seeds
 	cr, err := vtime.RunCell(ctx, cc)
 	if err != nil {
@@ -212,6 +220,9 @@ func runCell(ctx context.Context, cfg Config, prof Profile, arm experiment.Arm) 
 // profile, else each seed's generated workload, generated when it runs.
 func cellSeeds(prof Profile, seeds []uint64) ([]vtime.CellSeed, error) {
 	wl := prof.Fleet.Workload
+	if prof.Trace != nil {
+		return traceSeeds(prof.Trace, seeds)
+	}
 	if prof.Replayed {
 		return measuredSeeds(seeds, wl.Requests, wl.Prefixes)
 	}

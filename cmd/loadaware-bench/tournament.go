@@ -8,12 +8,15 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 
 	"github.com/loadaware/loadaware-epp/bench/tournament"
+	"github.com/loadaware/loadaware-epp/bench/trace"
+	"github.com/loadaware/loadaware-epp/bench/workload"
 )
 
 func init() {
@@ -32,6 +35,11 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	jsonOut := fs.String("json", "", "also write every seed's metrics as JSON to this file")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "cells (profile x arm) simulated in parallel (results do not depend on it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	var src profileSource
+	fs.StringVar(&src.workload, "workload", "", "run this workload instead of -profiles: a workload file (JSON or YAML) or a shipped profile ("+strings.Join(workload.ShippedProfiles(), ", ")+"), as one profile named after it on the calibrated 2-engine fleet")
+	fs.StringVar(&src.trace, "trace", "", "run this Mooncake trace instead of -profiles: a file or "+strings.Join(trace.Names(), ", ")+", as one profile named after it whose -windows are the seeds; -engines defaults to the measured fleet of an embedded trace at -speedup 1 and is required otherwise")
+	fs.IntVar(&src.windows, "windows", 0, "with -trace: cut the trace into this many consecutive equal windows, the paired seeds 1..N")
+	fs.Float64Var(&src.speedup, "speedup", 1, "with -trace: divides the trace's clock (2 sends twice as fast)")
 	sample := fs.Duration("sample-interval", tournament.DefaultSampleInterval, "how often the engines' running counts and cache counters are sampled (imbalance, hit rate)")
 	scratch := experiment.DefaultConfig()
 	var of overrideFlags
@@ -45,7 +53,8 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return 2
 	}
-	cfg, err := tournamentConfig(fs, of.names, *profiles, *arms, *seeds, *workers, *sample)
+	src.profiles, src.seeds = *profiles, *seeds
+	cfg, err := tournamentConfig(fs, of.names, src, *arms, *workers, *sample)
 	if err != nil {
 		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
 		return 2
@@ -73,29 +82,25 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return 0
 }
 
+// profileSource is what the tournament runs: -profiles and -seeds, a workload
+// file (-workload) or a trace's windows (-trace, -windows, -speedup).
+type profileSource struct {
+	profiles, seeds, workload, trace string
+	windows                          int
+	speedup                          float64
+}
+
 // tournamentConfig turns the parsed flags into the tournament: the selected profiles with
 // the fleet and workload flags set on the command line applied to each.
-func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arms, seeds string, workers int, sample time.Duration) (tournament.Config, error) {
-	var names []string
-	if strings.TrimSpace(profiles) != "all" {
-		for _, n := range strings.Split(profiles, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-		if len(names) == 0 {
-			return tournament.Config{}, fmt.Errorf("-profiles is empty: use all or any of %s", strings.Join(tournament.ProfileNames(), ", "))
-		}
-	}
-	profs, err := tournament.SelectProfiles(names)
+func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, src profileSource, arms string, workers int, sample time.Duration) (tournament.Config, error) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	profs, seeds, err := tournamentProfiles(fs, given, src)
 	if err != nil {
-		return tournament.Config{}, fmt.Errorf("-profiles: %w", err)
+		return tournament.Config{}, err
 	}
-	cfg := tournament.Config{Profiles: profs, SampleInterval: sample, Workers: workers}
+	cfg := tournament.Config{Profiles: profs, Seeds: seeds, SampleInterval: sample, Workers: workers}
 	if cfg.Arms, err = tournamentArms(arms); err != nil {
-		return cfg, err
-	}
-	if cfg.Seeds, err = experiment.ParseSeeds(seeds); err != nil {
 		return cfg, err
 	}
 	switch {
@@ -127,6 +132,88 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, profiles, arm
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// tournamentProfiles returns the profiles and seeds src selects; given are
+// the flags set on the command line.
+func tournamentProfiles(fs *flag.FlagSet, given map[string]bool, src profileSource) ([]tournament.Profile, []uint64, error) {
+	switch {
+	case src.workload != "" && src.trace != "":
+		return nil, nil, errors.New("-workload and -trace: pass one of them (one profile each)")
+	case (src.workload != "" || src.trace != "") && given["profiles"]:
+		return nil, nil, errors.New("-profiles with -workload or -trace: the file is the one profile; drop -profiles")
+	case src.trace == "" && (given["windows"] || given["speedup"]):
+		return nil, nil, errors.New("-windows and -speedup select a trace's windows: pass -trace FILE too")
+	}
+	if src.trace != "" {
+		return traceProfile(fs, given, src)
+	}
+	seeds, err := experiment.ParseSeeds(src.seeds)
+	if err != nil {
+		return nil, nil, err
+	}
+	if src.workload != "" {
+		f, err := workload.Resolve(src.workload)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-workload: %w", err)
+		}
+		return []tournament.Profile{tournament.FileProfile(f)}, seeds, nil
+	}
+	var names []string
+	if strings.TrimSpace(src.profiles) != "all" {
+		for _, n := range strings.Split(src.profiles, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return nil, nil, fmt.Errorf("-profiles is empty: use all or any of %s", strings.Join(tournament.ProfileNames(), ", "))
+		}
+	}
+	profs, err := tournament.SelectProfiles(names)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-profiles: %w", err)
+	}
+	return profs, seeds, nil
+}
+
+// traceProfile is -trace's one profile and its seeds, the windows 1..N: on
+// -engines engines, by default the embedded trace's measured fleet; -requests,
+// when given, caps each window.
+func traceProfile(fs *flag.FlagSet, given map[string]bool, src profileSource) ([]tournament.Profile, []uint64, error) {
+	switch {
+	case given["seeds"]:
+		return nil, nil, errors.New("-seeds with -trace: a trace's seeds are its windows; pass -windows N instead")
+	case src.windows < 1:
+		return nil, nil, fmt.Errorf("-windows %d: -trace needs the number of windows to cut the trace into, 1 or more (each a paired seed)", src.windows)
+	}
+	tr, err := trace.Load(src.trace)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-trace: %w", err)
+	}
+	fleet := experiment.DefaultConfig()
+	if !given["engines"] {
+		n, ok := tournament.TraceEngines(tr.Name, src.speedup)
+		if !ok {
+			return nil, nil, fmt.Errorf("-trace %s at -speedup %g has no measured fleet size: pass -engines N (docs/decisions/1540 sizes a fleet at 75%% of its capacity)", tr.Name, src.speedup)
+		}
+		fleet.Engines = n
+	}
+	o := trace.Options{Speedup: src.speedup, Context: tournament.TraceContext}
+	if given["requests"] {
+		if o.MaxRequests, err = strconv.Atoi(fs.Lookup("requests").Value.String()); err != nil {
+			return nil, nil, fmt.Errorf("-requests: %w", err)
+		}
+	}
+	p, err := tournament.TraceProfile(tr.Name, tr.Records, src.windows, o, fleet)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-trace %s: %w", src.trace, err)
+	}
+	seeds := make([]uint64, src.windows)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return []tournament.Profile{p}, seeds, nil
 }
 
 // tournamentArms reads -arms: "all" is tournament.DefaultArms, anything else a list as

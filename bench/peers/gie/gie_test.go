@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
 	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization"
 	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix"
 	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/scheduling/scorer/kvcacheutilization"
@@ -469,4 +470,20 @@ func FuzzPick(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestCloseStopsGoroutines checks Close ends the goroutines GIE's plugins start.
+func TestCloseStopsGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p, err := New(fleet3, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Pick(CompletionRequest("r", "m", strings.Repeat("a", 200)), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Done("r"); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
 }

@@ -19,7 +19,6 @@ import (
 	"net"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -320,8 +319,7 @@ func describe(raw *configapi.EndpointPickerConfig, handle fwkplugin.Handle, data
 	}
 	all := handle.GetAllPluginsWithNames()
 	for _, name := range slices.Sorted(maps.Keys(all)) {
-		switch all[name].(type) {
-		case fwkrc.AdmissionPlugin:
+		if _, ok := all[name].(fwkrc.AdmissionPlugin); ok {
 			pl.Admission = append(pl.Admission, name)
 		}
 		if _, ok := all[name].(fwkrc.PreRequest); ok {
@@ -433,13 +431,4 @@ func (g *Picker) InFlight() int {
 // plugin state expiry). The Picker must not be used afterwards.
 func (g *Picker) Close() {
 	g.cancel()
-}
-
-// String names the adapter and the upstream version it runs.
-func (g *Picker) String() string {
-	names := make([]string, 0, len(g.pipeline.Profile))
-	for _, pp := range g.pipeline.Profile {
-		names = append(names, pp.Type)
-	}
-	return "gie v1.5.0 [" + strings.Join(names, " ") + "]"
 }

@@ -440,6 +440,17 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
+	// A rejected snapshot changes nothing: fleet3[0]'s queue of 9 was not installed.
+	if _, err := p.Pick(CompletionRequest("z", "m", "hi"), map[string]Metrics{fleet3[0]: {Waiting: 9}, fleet3[1]: {KVCacheUsage: 2}}); err == nil {
+		t.Fatal("a snapshot with KV usage 2 was accepted")
+	}
+	d, err := p.Pick(CompletionRequest("z", "m", "hi"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := scoresOf(d); !near(s[fleet3[0]], s[fleet3[1]]) {
+		t.Errorf("after a rejected snapshot, scores %v: part of it was installed", s)
+	}
 	if err := p.Done("nope"); err == nil {
 		t.Error("Done of an unknown request succeeded")
 	}

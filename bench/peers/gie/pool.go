@@ -25,11 +25,11 @@ type pool struct {
 	byAddr map[string]*fwkdl.ModelServer
 }
 
-// observe installs the scraped metrics; an address outside the fleet is an error.
+// observe installs the scraped metrics, all or (on an error) none; an address outside the
+// fleet, a KV usage outside [0, 1] or a negative count is an error.
 func (p *pool) observe(metrics map[string]Metrics) error {
 	for addr, m := range metrics {
-		ms, ok := p.byAddr[addr]
-		if !ok {
+		if _, ok := p.byAddr[addr]; !ok {
 			return fmt.Errorf("gie: metrics for %q, which is not a fleet endpoint (fleet: %s)", addr, strings.Join(p.order, ", "))
 		}
 		if m.KVCacheUsage < 0 || m.KVCacheUsage > 1 {
@@ -38,7 +38,9 @@ func (p *pool) observe(metrics map[string]Metrics) error {
 		if m.Waiting < 0 || m.Running < 0 {
 			return fmt.Errorf("gie: %s: negative request count (waiting %d, running %d)", addr, m.Waiting, m.Running)
 		}
-		ms.UpdateMetrics(m.gie())
+	}
+	for addr, m := range metrics {
+		p.byAddr[addr].UpdateMetrics(m.gie())
 	}
 	return nil
 }

@@ -267,13 +267,13 @@ func TestRegisterFlags(t *testing.T) {
 	args := []string{"-profile", "novel", "-requests", "7", "-rate", "2.5", "-prefixes", "9", "-zipf", "1.1",
 		"-prefix-tokens", "100", "-suffix-tokens", "20", "-novel-prefix-tokens", "300", "-novel-suffix-tokens", "12",
 		"-max-tokens", "8", "-pool-seed", "5", "-prefix-tokens-max", "200", "-burst-every", "20s", "-burst-len", "2s", "-burst-factor", "4",
-		"-turns", "3", "-think-time", "5s", "-user-tokens", "40"}
+		"-turns", "3", "-think-time", "5s", "-user-tokens", "40", "-prompts-per-group", "6"}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{Profile: ProfileNovel, Requests: 7, Rate: 2.5, Prefixes: 9, ZipfS: 1.1, PrefixTokens: 100,
 		SuffixTokens: 20, NovelPrefixTokens: 300, NovelSuffixTokens: 12, MaxTokens: 8, PoolSeed: 5, PrefixTokensMax: 200,
-		BurstEvery: 20 * time.Second, BurstLen: 2 * time.Second, BurstFactor: 4, Turns: 3, ThinkTime: 5 * time.Second, UserTokens: 40}
+		BurstEvery: 20 * time.Second, BurstLen: 2 * time.Second, BurstFactor: 4, Turns: 3, ThinkTime: 5 * time.Second, UserTokens: 40, PromptsPerGroup: 6}
 	if c != want {
 		t.Fatalf("parsed %+v, want %+v", c, want)
 	}

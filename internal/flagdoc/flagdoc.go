@@ -25,6 +25,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Flag is one documented flag.
@@ -236,8 +238,8 @@ func Commands(help string) []string {
 			break
 		}
 		rest, ok := strings.CutPrefix(line, "  ")
-		if !ok || rest == "" || rest[0] == ' ' || rest[0] == '\t' {
-			continue
+		if r, _ := utf8.DecodeRuneInString(rest); !ok || rest == "" || unicode.IsSpace(r) {
+			continue // a continuation line (any white space, \v included, starts it)
 		}
 		names = append(names, strings.Fields(rest)[0])
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,6 +267,9 @@ func TestCacheAlarmOnLMCache(t *testing.T) {
 		{"without the token", "", `{"prompt":"x"}`, 401, 0},
 		{"a held prompt", "tok", `{"prompt":"401,402"}`, 200, 16},
 		{"a prompt nobody holds", "tok", `{"prompt":"7,8"}`, 200, 0},
+		{"held token ids, no tokenizer involved", "tok", `{"prompt":[` + idList(400, 32) + `]}`, 200, 16},
+		{"token ids nobody holds", "tok", `{"prompt":[` + idList(700, 32) + `]}`, 200, 0},
+		{"a prompt neither text nor ids", "tok", `{"prompt":{"a":1}}`, 400, 0},
 		{"neither prompt nor messages", "tok", `{}`, 400, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,4 +351,13 @@ func TestTokenizerParityFeedsTheAlarm(t *testing.T) {
 			t.Errorf("parity samples %s = %v, want %v", outcome, got, want)
 		}
 	}
+}
+
+// idList is n consecutive ids from first, comma-separated (a JSON array's inside).
+func idList(first, n int) string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = strconv.Itoa(first + i)
+	}
+	return strings.Join(s, ",")
 }

@@ -100,7 +100,9 @@ func portOf(addr string) int {
 
 // serveLookup answers POST /admin/lookup: for a body as vLLM's POST /tokenize takes it
 // ({"prompt": "..."} or a chat request with "messages"), the picker's token ids and how
-// many of them each endpoint holds (stackcheck.Lookup).
+// many of them each endpoint holds (stackcheck.Lookup). A prompt of token ids
+// ({"prompt": [1, 2, 3]}, as /v1/completions takes it) is looked up as it is, with no
+// tokenizer.
 func (a *App) serveLookup(w http.ResponseWriter, r *http.Request) {
 	if !authorized(w, r, a.cfg.AdminToken, "/admin/lookup") {
 		return
@@ -112,7 +114,7 @@ func (a *App) serveLookup(w http.ResponseWriter, r *http.Request) {
 	}
 	var in struct {
 		Model    string          `json:"model"`
-		Prompt   *string         `json:"prompt"`
+		Prompt   json.RawMessage `json:"prompt"`
 		Messages json.RawMessage `json:"messages"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil || (in.Prompt == nil) == (in.Messages == nil) {
@@ -120,20 +122,30 @@ func (a *App) serveLookup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := picker.Request{Path: "/v1/chat/completions", Model: in.Model, ChatBody: body}
+	var ids []uint32
 	if in.Prompt != nil {
-		req = picker.Request{Path: "/v1/completions", Model: in.Model, Prompt: *in.Prompt}
+		var text string
+		if json.Unmarshal(in.Prompt, &text) != nil && json.Unmarshal(in.Prompt, &ids) != nil {
+			http.Error(w, `"prompt" must be a string or an array of token ids`, http.StatusBadRequest)
+			return
+		}
+		req = picker.Request{Path: "/v1/completions", Model: in.Model, Prompt: text}
 	}
 	eps := a.Fleet.Endpoints()
 	out := stackcheck.Lookup{Matched: map[string]int{}}
-	if a.obs.tokenizer == nil {
+	switch {
+	case ids != nil:
+		out.Tokens = ids
+	case a.obs.tokenizer == nil:
 		out.Error = "the picker has no tokenizer: start it with --tokenizer, --model or --tokenizer-from-engine"
 		writeJSON(w, http.StatusOK, out)
 		return
-	}
-	if out.Tokens, err = a.obs.tokenizer.Tokenize(r.Context(), req, eps); err != nil {
-		out.Error = "the picker cannot tokenize it: " + err.Error()
-		writeJSON(w, http.StatusOK, out)
-		return
+	default:
+		if out.Tokens, err = a.obs.tokenizer.Tokenize(r.Context(), req, eps); err != nil {
+			out.Error = "the picker cannot tokenize it: " + err.Error()
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
 	}
 	if a.obs.view != nil && len(eps) > 0 {
 		ms, err := a.obs.view.Match(r.Context(), out.Tokens, eps)

@@ -234,8 +234,9 @@ func (e *evaluator) tokenizer(en Engine) {
 	ep, st := en.Endpoint, e.f.State
 	switch {
 	case st.Tokenizer == "" && !st.FromEngine:
-		e.add(chkTokenizer+ep, fail(chkTokenizer, ep, "the picker has no tokenizer: text and chat prompts are routed on load alone",
-			"start the picker with --tokenizer PATH or --model ORG/NAME of the served model"))
+		// Token-id prompts ({"prompt": [ids]}) need none, and the credit checks and the
+		// registry probe then send those: only clients that send text lose the cache signal.
+		e.add(chkTokenizer+ep, skip(chkTokenizer, ep, "the picker has no tokenizer: only token-id prompts are routed on cache, text and chat prompts on load alone (if clients send text, start it with --tokenizer PATH or --model ORG/NAME)"))
 	case en.TokenizeErr != "":
 		e.judge(chkTokenizer+ep, fail(chkTokenizer, ep, en.TokenizeErr,
 			"let the picker reach the engine's POST /tokenize (vLLM serves it on its API port), so parity can be checked"),

@@ -81,8 +81,8 @@ func TestEvaluate(t *testing.T) {
 				engine(f, epA, func(e *Engine) { e.Chat = cachealarm.Sample{Detail: "chat: token 7 differs"} })
 			},
 			fail: chkTokenizer + " " + epA, fix: "chat_template"},
-		{name: "a picker without a tokenizer fails parity on every engine", source: "lmcache",
-			edit: func(f *Facts) { f.State.Tokenizer = "" }, fail: chkTokenizer + " " + epA, fix: "--tokenizer PATH"},
+		{name: "a picker without a tokenizer (token-id prompts) passes", source: "lmcache",
+			edit: func(f *Facts) { f.State.Tokenizer = "" }},
 		{name: "a wrong hash seed fails the credit row with the seed in its fix", source: "lmcache",
 			edit: func(f *Facts) { engine(f, epB, func(e *Engine) { e.Credit = 0 }) },
 			fail: chkCredit + " " + epB, fix: "--lmcache-hash-seed, now 123"},
@@ -168,10 +168,6 @@ func TestEvaluate(t *testing.T) {
 			if tc.fail != "" {
 				want = 1
 			}
-			// A picker without a tokenizer fails the row of every engine: one cause, one row each.
-			if tc.name == "a picker without a tokenizer fails parity on every engine" {
-				want = 2
-			}
 			if len(failed) != want || (want > 0 && failed[0] != tc.fail) {
 				var b bytes.Buffer
 				_ = Write(&b, rows)
@@ -189,6 +185,26 @@ func TestEvaluate(t *testing.T) {
 				t.Errorf("Passed = %v with failed rows %q", Passed(rows), failed)
 			}
 		})
+	}
+}
+
+// TestEvaluateWithoutTokenizerSkipsParity: with no tokenizer the parity row of every
+// engine is a skip that says text prompts lose the cache signal and how to give it one.
+func TestEvaluateWithoutTokenizerSkipsParity(t *testing.T) {
+	f := correct("lmcache")
+	f.State.Tokenizer = ""
+	n := 0
+	for _, r := range Evaluate(f) {
+		if r.Check != chkTokenizer {
+			continue
+		}
+		n++
+		if r.Status != Skip || !strings.Contains(r.Detail, "text and chat prompts on load alone") || !strings.Contains(r.Detail, "--tokenizer PATH") {
+			t.Errorf("row %+v, want a skip naming text prompts and --tokenizer PATH", r)
+		}
+	}
+	if n != len(f.Engines) {
+		t.Errorf("%d parity rows, want one per engine (%d)", n, len(f.Engines))
 	}
 }
 

@@ -74,6 +74,8 @@ type Options struct {
 	// FailOpen runs the gateways with failure_mode_allow true (gateway.Options.FailOpen,
 	// the engines as the fallback): a request whose replica dies is carried on, not lost.
 	FailOpen bool
+	// AdminToken is every picker's --admin-token (its /admin endpoints); "" leaves them off.
+	AdminToken string
 }
 
 // Result is one live run of one arm on one seed.
@@ -208,7 +210,8 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 	acfg := app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
 		Endpoints: endpoints, Policy: arm.Policy, Beta: arm.Beta, Explain: extproc.ExplainAll,
-		LMCache: &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
+		AdminToken: opts.AdminToken,
+		LMCache:    &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet},
 	}
 	var kvCfg *KVEventsConfig
 	if f.kv = source != "" && source != picker.SourceLMCache; f.kv {

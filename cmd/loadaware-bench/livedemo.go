@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -121,11 +124,21 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 		}
 		return nil
 	}
+	// The held picker's /admin endpoints (loadaware-epp check needs /admin/state) take the
+	// caller's LOADAWARE_ADMIN_TOKEN, else a new token the hold message shows.
+	token := os.Getenv("LOADAWARE_ADMIN_TOKEN")
+	ownToken := token != ""
+	if !ownToken && c.hold {
+		token = newAdminToken()
+	}
 	var held bool
 	var holdErr error
 	for i, arm := range arms {
 		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
 		opts := live.Options{WarmUp: vtime.WarmUp, Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache}
+		if c.hold && i == len(arms)-1 {
+			opts.AdminToken = token
+		}
 		var metricsURL, gatewayURL string
 		opts.Started = func(m, g string) {
 			metricsURL, gatewayURL = m, g
@@ -138,7 +151,7 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 				if holdErr = summary(ctx); holdErr != nil {
 					return
 				}
-				printHold(stdout, arm.Name, metricsURL, gatewayURL)
+				printHold(stdout, arm.Name, metricsURL, gatewayURL, token, ownToken)
 				<-ctx.Done()
 			}
 		}
@@ -293,10 +306,23 @@ func engineNotes(cfg experiment.Config) string {
 	return b.String()
 }
 
-// printHold says where to look while -hold keeps the last arm's fleet up.
-func printHold(w io.Writer, arm, metricsURL, gatewayURL string) {
+// printHold says where to look while -hold keeps the last arm's fleet up. The picker's
+// admin token is shown unless it came from the user's own LOADAWARE_ADMIN_TOKEN (own).
+func printHold(w io.Writer, arm, metricsURL, gatewayURL, token string, own bool) {
 	fmt.Fprintf(w, "\n-hold: the %s picker, its gateway and engines stay up until you press Ctrl-C.\n", arm)
 	fmt.Fprintf(w, "  metrics:  %s\n", metricsURL)
 	fmt.Fprintf(w, "  gateway:  %s (OpenAI completions, e.g. curl %s/v1/completions -d '{\"model\":\"m\",\"prompt\":[1,2,3],\"max_tokens\":8}')\n", gatewayURL, gatewayURL)
+	env := "LOADAWARE_ADMIN_TOKEN=" + token + " "
+	if own {
+		env = "" // the picker took the caller's LOADAWARE_ADMIN_TOKEN
+	}
+	fmt.Fprintf(w, "  check:    %sloadaware-epp check -metrics %s -gateway %s\n", env, metricsURL, gatewayURL)
 	fmt.Fprintf(w, "  Grafana:  import manifests/helm/loadaware-epp/files/grafana-dashboard.json with a Prometheus that scrapes the metrics URL\n")
+}
+
+// newAdminToken is a random admin token for a held picker when LOADAWARE_ADMIN_TOKEN is unset.
+func newAdminToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -26,7 +26,7 @@ type checkOptions struct {
 
 func newCheckFlagSet(o *checkOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadaware-epp check", flag.ContinueOnError)
-	fs.StringVar(&o.metrics, "metrics", "", "the picker's metrics/admin URL, e.g. http://picker:9090 (required; admin token from env LOADAWARE_ADMIN_TOKEN)")
+	fs.StringVar(&o.metrics, "metrics", "", "the picker's metrics/admin URL, e.g. http://picker:9090 or http://picker:9090/metrics (required; admin token from env LOADAWARE_ADMIN_TOKEN)")
 	fs.StringVar(&o.gateway, "gateway", "", "the gateway's URL, e.g. http://gateway:8080: runs the registry probe (one long prefix sent -probe-requests times must land on one engine, credited after the first)")
 	fs.StringVar(&o.model, "model", "", "model name sent to the engines (default: the first of each engine's GET /v1/models)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "timeout of one HTTP call or dial")
@@ -59,6 +59,8 @@ func parseCheck(args []string, getenv func(string) string) (checkOptions, error)
 	if o.metrics, err = baseURL(o.metrics); err != nil {
 		return o, fmt.Errorf("-metrics: %v", err)
 	}
+	// The metrics page's own URL (what the picker and the demo print) names the same server.
+	o.metrics = strings.TrimSuffix(o.metrics, "/metrics")
 	if o.gateway != "" {
 		if o.gateway, err = baseURL(o.gateway); err != nil {
 			return o, fmt.Errorf("-gateway: %v", err)

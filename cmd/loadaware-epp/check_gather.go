@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -31,6 +32,7 @@ type gatherer struct {
 	hc    *http.Client
 	eng   tokenize.EngineClient
 	nonce string // makes this run's probe prompts new to every cache
+	ids   bool   // the picker has no tokenizer: probe prompts are token ids
 }
 
 func newGatherer(o checkOptions) *gatherer {
@@ -48,6 +50,7 @@ func (g *gatherer) gather(ctx context.Context) stackcheck.Facts {
 		return f
 	}
 	f.State = st
+	g.ids = st.Tokenizer == "" && !st.FromEngine
 	if fams, err := g.metrics(ctx); err != nil {
 		f.MetricsErr = err.Error()
 	} else {
@@ -173,14 +176,14 @@ func (g *gatherer) servedModel(ctx context.Context, ep string) string {
 // credit sends each healthy engine a prompt of several chunks of its own, straight, and
 // waits (up to -settle) for the picker to credit each with it.
 func (g *gatherer) credit(ctx context.Context, engines []stackcheck.Engine, models map[string]string, chunk int) {
-	prompts := map[string]string{}
+	prompts := map[string]any{}
 	for i := range engines {
 		en := &engines[i]
 		if en.HealthErr != "" {
 			en.CreditErr = "the engine is down"
 			continue
 		}
-		p := probeText(g.nonce+" "+en.Endpoint, chunk)
+		p := g.probePrompt(g.nonce+" "+en.Endpoint, chunk)
 		if err := g.complete(ctx, engineURL(en.Endpoint, "/v1/completions"), models[en.Endpoint], p); err != nil {
 			en.CreditErr = err.Error()
 			continue
@@ -218,7 +221,7 @@ func (g *gatherer) credit(ctx context.Context, engines []stackcheck.Engine, mode
 // after the first, the probe waits for the picker to credit it.
 func (g *gatherer) probe(ctx context.Context, st stackcheck.PickerState, model string, chunk int) *stackcheck.GatewayProbe {
 	p := &stackcheck.GatewayProbe{}
-	text := probeText(g.nonce+" gateway", chunk)
+	text := g.probePrompt(g.nonce+" gateway", chunk)
 	for i := range g.o.probeRequests {
 		before, err := g.routed(ctx)
 		if err != nil {
@@ -257,6 +260,29 @@ func (g *gatherer) probe(ctx context.Context, st stackcheck.PickerState, model s
 		}
 	}
 	return p
+}
+
+// probePrompt is probeText, or with a picker that has no tokenizer probeIDs.
+func (g *gatherer) probePrompt(seed string, chunk int) any {
+	if g.ids {
+		return probeIDs(seed, chunk)
+	}
+	return probeText(seed, chunk)
+}
+
+// probeIDs is a token-id prompt of three chunks, new to every cache because of its seed.
+func probeIDs(seed string, chunk int) []uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(seed))
+	x := h.Sum32() | 1
+	ids := make([]uint32, 3*max(chunk, 16))
+	for i := range ids {
+		x ^= x << 13 // xorshift32: distinct ids for distinct seeds
+		x ^= x >> 17
+		x ^= x << 5
+		ids[i] = 1000 + x%30000
+	}
+	return ids
 }
 
 // probeText is a prompt of about three chunks (words are one token or more), new to
@@ -387,7 +413,7 @@ func (g *gatherer) lookup(ctx context.Context, body any) (stackcheck.Lookup, err
 }
 
 // complete sends one non-streamed completion of one token.
-func (g *gatherer) complete(ctx context.Context, u, model, prompt string) error {
+func (g *gatherer) complete(ctx context.Context, u, model string, prompt any) error {
 	req := map[string]any{"prompt": prompt, "max_tokens": 1, "temperature": 0}
 	if model != "" {
 		req["model"] = model

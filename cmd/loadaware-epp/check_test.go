@@ -422,9 +422,11 @@ func TestCheckFlags(t *testing.T) {
 			}
 		})
 	}
-	o, err := parseCheck([]string{"-metrics", "picker:9090/"}, env("LOADAWARE_ADMIN_TOKEN", "s"))
-	if err != nil || o.metrics != "http://picker:9090" || o.token != "s" {
-		t.Fatalf("parseCheck = %+v, %v", o, err)
+	for _, metrics := range []string{"picker:9090/", "http://picker:9090", "http://picker:9090/metrics", "picker:9090/metrics/"} {
+		o, err := parseCheck([]string{"-metrics", metrics}, env("LOADAWARE_ADMIN_TOKEN", "s"))
+		if err != nil || o.metrics != "http://picker:9090" || o.token != "s" {
+			t.Fatalf("parseCheck(-metrics %s) = %+v, %v", metrics, o, err)
+		}
 	}
 }
 

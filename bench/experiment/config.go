@@ -29,9 +29,15 @@ import (
 // Arm is one cell of the sweep: a policy and its beta.
 type Arm struct {
 	Name   string  // label in tables and files, e.g. "loadaware-b1"
-	Policy string  // a scoring policy name
+	Policy string  // a scoring policy name, or PolicyGIE
 	Beta   float64 // loadaware's load weight
 }
+
+// PolicyGIE is the bench-only arm that routes with GIE v1.5.0's own scheduler
+// (bench/peers/gie) instead of our picker. It is not a scoring policy: only
+// virtual time (bench/vtime) runs it; the picker and the live modes do not
+// know it.
+const PolicyGIE = "gie"
 
 // DefaultArms returns the published arms plus leastload: kvaware, roundrobin,
 // loadaware at beta 0, 0.5, 1 and 2, and leastload.
@@ -158,6 +164,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("experiment: arm name %q is empty or repeated: give each arm a unique name", a.Name)
 		}
 		seen[a.Name] = true
+		if a.Policy == PolicyGIE {
+			continue
+		}
 		if _, err := scoring.New(a.Policy, scoring.Params{Beta: a.Beta, KVThreshold: scoring.DefaultParams().KVThreshold}, scoring.NewState()); err != nil {
 			return fmt.Errorf("experiment: arm %s: %w", a.Name, err)
 		}

@@ -12,7 +12,8 @@ import (
 
 // ParseArms reads a list of arms as the commands' -arms flag takes it: "all"
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)
-// or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75).
+// or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
+// (the arm gie, virtual time only).
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return DefaultArms(), nil
@@ -41,9 +42,12 @@ func parseArm(item string) (Arm, error) {
 			return a, nil
 		}
 	}
+	if item == PolicyGIE {
+		return Arm{Name: PolicyGIE, Policy: PolicyGIE}, nil
+	}
 	policy, betaText, hasBeta := strings.Cut(item, ":")
 	if !slices.Contains(scoring.Names, policy) {
-		return Arm{}, fmt.Errorf("arm %q: unknown policy %q: use one of %s, optionally with :beta (loadaware:0.75)", item, policy, strings.Join(scoring.Names, ", "))
+		return Arm{}, fmt.Errorf("arm %q: unknown policy %q: use one of %s, optionally with :beta (loadaware:0.75), or %s (GIE's own scheduler, virtual time only)", item, policy, strings.Join(scoring.Names, ", "), PolicyGIE)
 	}
 	beta := scoring.DefaultParams().Beta
 	if hasBeta {

@@ -22,6 +22,8 @@ func TestParseArms(t *testing.T) {
 		{"loadaware", []Arm{{Name: "loadaware-b1", Policy: "loadaware", Beta: 1}}, ""},
 		{"session", []Arm{{Name: "session", Policy: "session", Beta: 1}}, ""},
 		{"leastload:2,leastload:0.5", []Arm{{Name: "leastload-b2", Policy: "leastload", Beta: 2}, {Name: "leastload-b0.5", Policy: "leastload", Beta: 0.5}}, ""},
+		{"gie,kvaware", []Arm{{Name: "gie", Policy: PolicyGIE}, {Name: "kvaware", Policy: "kvaware"}}, ""},
+		{"gie:1", nil, `unknown policy "gie"`},
 		{"fastest", nil, `unknown policy "fastest"`},
 		{"loadaware:x", nil, `beta "x" is not a number`},
 		{"loadaware:-1", nil, "out of range"},

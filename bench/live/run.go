@@ -123,6 +123,9 @@ func Run(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed ui
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	if arm.Policy == experiment.PolicyGIE {
+		return Result{}, fmt.Errorf("live: arm %s is GIE's own scheduler, which runs only in virtual time: drop it from -arms or run it with the tournament or sweep", arm.Name)
+	}
 	reqs := opts.Requests
 	if reqs == nil {
 		var err error

@@ -202,3 +202,11 @@ func TestRunRefusesAnUnusableConfig(t *testing.T) {
 		t.Errorf("error %v, want one about the missing warm-up", err)
 	}
 }
+
+func TestRunRefusesTheGIEArm(t *testing.T) {
+	arm := experiment.Arm{Name: "gie", Policy: experiment.PolicyGIE}
+	_, err := Run(context.Background(), fastSweep(), arm, 1, Options{WarmUp: vtime.WarmUp})
+	if err == nil || !strings.Contains(err.Error(), "only in virtual time") {
+		t.Fatalf("error %v, want the gie arm refused as virtual-time only", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/plot"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
@@ -48,6 +49,7 @@ func WriteMarkdown(w io.Writer, res Result, opt ReportOptions) error {
 	}
 	fmt.Fprintf(b, "%d profiles x %d arms x %d seeds (%s), in virtual time through the shipped picker. ", len(res.Profiles), armCount(res), len(res.Seeds), seedText(res.Seeds))
 	b.WriteString("Every arm is an ext_proc picker behind Envoy (`experiment.EnvoyRouter()`: each decision books synchronously and sees every earlier one; the data path adds 1 ms each way). ")
+	b.WriteString(gieNote(res))
 	b.WriteString("Each (profile, arm) cell follows the published cell protocol: a cold fleet, the published warm-up routed by the arm when the workload has a shared prefix pool, then the seeds back to back on the same engines. ")
 	b.WriteString("Seed s gives every arm the same requests, so arms are compared seed by seed. ")
 	fmt.Fprintf(b, "Per-seed metrics are computed by `bench/capture` from the simulated rows and engine series sampled every %v; tables show medians over seeds.\n\n", res.SampleInterval)
@@ -63,6 +65,20 @@ func WriteMarkdown(w io.Writer, res Result, opt ReportOptions) error {
 		writeProfile(b, p, tests[j])
 	}
 	return b.Flush()
+}
+
+// gieNote says, when the tournament runs the gie arm, that it is GIE's own
+// scheduler in the picker's place, and is "" otherwise.
+func gieNote(res Result) string {
+	if len(res.Profiles) == 0 {
+		return ""
+	}
+	for _, a := range res.Profiles[0].Arms {
+		if a.Arm.Policy == experiment.PolicyGIE {
+			return fmt.Sprintf("Arm `%s` is GIE v1.5.0's own scheduler (`bench/peers/gie`, its default profile) in the picker's place, fed each engine's metrics as scraped every 50 ms of virtual time (`docs/bench/peers.md`). ", a.Arm.Name)
+		}
+	}
+	return ""
 }
 
 func armCount(res Result) int {

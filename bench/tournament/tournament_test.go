@@ -326,3 +326,32 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestGIENote(t *testing.T) {
+	arms := func(as ...experiment.Arm) Result {
+		var p ProfileResult
+		for _, a := range as {
+			p.Arms = append(p.Arms, ArmResult{Arm: a})
+		}
+		return Result{Profiles: []ProfileResult{p}}
+	}
+	kv := experiment.Arm{Name: "kvaware", Policy: "kvaware"}
+	gie := experiment.Arm{Name: "gie", Policy: experiment.PolicyGIE}
+	tests := []struct {
+		name string
+		res  Result
+		want string // a substring; "" wants no note
+	}{
+		{"no profiles", Result{}, ""},
+		{"our arms only", arms(kv), ""},
+		{"with gie", arms(kv, gie), "Arm `gie` is GIE v1.5.0's own scheduler"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := gieNote(tc.res)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("gieNote = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

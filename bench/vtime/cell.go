@@ -128,9 +128,14 @@ func RunCell(ctx context.Context, cfg CellConfig) (CellResult, error) {
 		return CellResult{}, err
 	}
 	w := &world{cfg: cfg.Sweep, addrs: experiment.Addrs(cfg.Sweep.Engines), hasher: hasher, router: cfg.Sweep.Router}
-	if err := w.build(cfg.Arm); err != nil {
+	var seed uint64
+	if len(cfg.Seeds) > 0 {
+		seed = cfg.Seeds[0].Seed
+	}
+	if err := w.build(cfg.Arm, seed); err != nil {
 		return CellResult{}, err
 	}
+	defer w.close()
 	if cfg.Warmup {
 		if err := w.publishedWarmup(ctx, pool); err != nil {
 			return CellResult{}, err

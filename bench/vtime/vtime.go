@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
+	"github.com/loadaware/loadaware-epp/bench/peers/gie"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/fleet"
@@ -80,6 +80,7 @@ func runArm(ctx context.Context, cfg experiment.Config, pool *workload.Pool, a i
 	if err != nil {
 		return err
 	}
+	defer w.close()
 	for i, seed := range cfg.Seeds {
 		reqs, err := workload.Generate(cfg.Workload, pool, seed)
 		if err != nil {
@@ -125,6 +126,7 @@ func RunRequests(ctx context.Context, cfg experiment.Config, arm experiment.Arm,
 	if err != nil {
 		return experiment.Run{}, err
 	}
+	defer w.close()
 	return w.measure(ctx, arm, seed, reqs)
 }
 
@@ -144,6 +146,7 @@ func WarmUp(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed
 	if err != nil {
 		return experiment.Warm{}, err
 	}
+	defer w.close()
 	return experiment.Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
 }
 
@@ -167,6 +170,7 @@ func runOne(ctx context.Context, cfg experiment.Config, pool *workload.Pool, arm
 	if err != nil {
 		return experiment.Run{}, err
 	}
+	defer w.close()
 	reqs, err := workload.Generate(cfg.Workload, pool, seed)
 	if err != nil {
 		return experiment.Run{}, err
@@ -176,15 +180,21 @@ func runOne(ctx context.Context, cfg experiment.Config, pool *workload.Pool, arm
 
 // warmWorld builds a run's world and plays the seed's warm-up through it.
 // With record, the world keeps every LMCache event the index applies.
-func warmWorld(ctx context.Context, cfg experiment.Config, pool *workload.Pool, arm experiment.Arm, seed uint64, record bool) (*world, error) {
+// The caller closes the world it returns.
+func warmWorld(ctx context.Context, cfg experiment.Config, pool *workload.Pool, arm experiment.Arm, seed uint64, record bool) (_ *world, err error) {
 	hasher, err := hasherFor(cfg)
 	if err != nil {
 		return nil, err
 	}
 	w := &world{cfg: cfg, addrs: experiment.Addrs(cfg.Engines), hasher: hasher, record: record, router: cfg.Router}
-	if err := w.build(arm); err != nil {
+	if err := w.build(arm, seed); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
 	if cfg.Protocol == experiment.ProtocolPublished {
 		if err := w.publishedWarmup(ctx, pool); err != nil {
 			return nil, err
@@ -258,7 +268,8 @@ type world struct {
 	addrs   []string
 	hasher  *lmcache.Hasher
 	engines []*sim.Engine
-	picker  *picker.Picker
+	picker  *picker.Picker // nil for the gie arm
+	gie     *gieArm        // the gie arm's router, else nil
 	fleet   *fleet.Set
 	index   *lmcache.Index
 	now     time.Duration
@@ -329,7 +340,16 @@ func (w *world) book(p *pending) error {
 	return nil
 }
 
-func (w *world) build(arm experiment.Arm) error {
+// close stops the gie arm's background goroutines, if any.
+func (w *world) close() {
+	if w.gie != nil {
+		w.gie.p.Close()
+	}
+}
+
+// build makes the world's fleet, index, router and engines for arm; seed
+// seeds the gie arm's tie-break.
+func (w *world) build(arm experiment.Arm, seed uint64) error {
 	set := fleet.New()
 	set.Update(w.addrs)
 	set.SetClock(func() time.Time { return epoch.Add(w.now) })
@@ -345,20 +365,28 @@ func (w *world) build(arm experiment.Arm) error {
 	if w.kv, err = newKVSource(w.cfg.CacheSource, w.cfg.Engine.ChunkSize); err != nil {
 		return err
 	}
-	params := scoring.DefaultParams()
-	params.Beta = arm.Beta
-	p, err := picker.New(picker.Options{
-		Fleet:  set,
-		Policy: arm.Policy,
-		Params: params,
-		Cache:  w.cacheView(w.cfg.CacheSource),
-		Now:    func() time.Time { return epoch.Add(w.now) },
-	})
-	if err != nil {
-		return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
-	}
-	w.picker = p
 	w.policy = arm.Policy
+	if arm.Policy == experiment.PolicyGIE {
+		g, err := gie.New(w.addrs, gie.Config{Seed: seed})
+		if err != nil {
+			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
+		}
+		w.gie = &gieArm{p: g, seen: make(map[string]gie.Metrics, len(w.addrs))}
+	} else {
+		params := scoring.DefaultParams()
+		params.Beta = arm.Beta
+		p, err := picker.New(picker.Options{
+			Fleet:  set,
+			Policy: arm.Policy,
+			Params: params,
+			Cache:  w.cacheView(w.cfg.CacheSource),
+			Now:    func() time.Time { return epoch.Add(w.now) },
+		})
+		if err != nil {
+			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
+		}
+		w.picker = p
+	}
 	for i := range w.addrs {
 		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
 		if err != nil {
@@ -381,6 +409,7 @@ const (
 	evSample
 	evGrid
 	evBook
+	evScrape
 )
 
 type event struct {
@@ -455,6 +484,11 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 				ev.p.errText = err.Error()
 				ev.p.release()
 				open--
+				if w.gie != nil {
+					if err := w.gieDone(ev.p.sim.ID); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			w.kick(ev.p.engine)
@@ -469,6 +503,8 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 			}
 			open -= n
 			w.kick(ev.eng)
+		case evScrape:
+			w.onScrape(open)
 		case evGrid:
 			if w.grid != nil {
 				w.onGrid()
@@ -486,6 +522,9 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 		if open == 0 && !w.anyBusy() {
 			// Drain sample events past the window, if any remain.
 			w.events = w.events[:0]
+			if w.gie != nil {
+				w.gie.due = false
+			}
 		}
 	}
 	return nil
@@ -501,8 +540,16 @@ func (w *world) anyBusy() bool {
 }
 
 func (w *world) send(ctx context.Context, p *pending) error {
+	if w.gie != nil {
+		addr, err := w.pickGIE(p)
+		if err != nil {
+			p.errText = err.Error()
+			return nil
+		}
+		return w.dispatch(p, addr, nil)
+	}
 	preq := picker.Request{
-		RequestID: fmt.Sprintf("req-%d", p.req.Index),
+		RequestID: requestID(p),
 		Path:      "/v1/completions",
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
@@ -519,26 +566,34 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	if unheld && stale == "" {
 		w.fallback.addr, w.fallback.at = d.Endpoints[0], w.now
 	}
+	return w.dispatch(p, d.Endpoints[0], d.Booking)
+}
+
+// dispatch sends p to the engine at addr; booking is our picker's booking
+// for it (nil for the gie arm, which keeps its own per-request state).
+func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error {
 	eng := -1
 	for i, a := range w.addrs {
-		if a == d.Endpoints[0] {
+		if a == addr {
 			eng = i
 		}
 	}
 	if eng < 0 {
-		d.Booking.Release()
-		return fmt.Errorf("vtime: picker chose %s, which is not a simulated engine", d.Endpoints[0])
+		if booking != nil {
+			booking.Release()
+		}
+		return fmt.Errorf("vtime: arm %s chose %s, which is not a simulated engine", w.policy, addr)
 	}
 	p.engine = eng
-	p.booking = d.Booking
-	if w.router.StatsLag > 0 {
+	p.booking = booking
+	if booking != nil && w.router.StatsLag > 0 {
 		// The published router counts the request only once its lookup has
 		// returned: decisions within the lag do not see it.
-		d.Booking.Release()
+		booking.Release()
 		p.booking = nil
 		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
 	}
-	p.sim = sim.Request{ID: fmt.Sprintf("req-%d", p.req.Index), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
+	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
 	if w.kv != nil {
 		w.kv.learn(p.req.Tokens, w.hasher.ChunkKeys(p.req.Tokens))
 	}
@@ -590,6 +645,11 @@ func (w *world) finishStep(i int) (int, error) {
 		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
 		w.owners[r].release()
 		delete(w.owners, r)
+		if w.gie != nil {
+			if err := w.gieDone(r.ID); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return len(out.Finished), nil
 }

@@ -128,7 +128,7 @@ func TestBookingsAreReleasedAndEventsReachTheIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.build(cfg.Arms[1]); err != nil {
+	if err := w.build(cfg.Arms[1], 0); err != nil {
 		t.Fatal(err)
 	}
 	reqs, err := workload.Generate(cfg.Workload, pool, 5)

@@ -23,7 +23,7 @@ type sweepFlags struct {
 // defaults.
 func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, seeds, router string) {
 	f.arms, f.seeds = arms, seeds
-	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+") or policy:beta")
+	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+"), policy:beta, or gie (GIE v1.5.0's own scheduler, virtual time only)")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "simulated engines (GPUs)")
 	f.slowdowns = joinFloats(cfg.Slowdowns)

@@ -175,6 +175,9 @@ func driveArms(s string, switching bool) ([]driveArm, error) {
 	}
 	var out []driveArm
 	for _, a := range parsed {
+		if a.Policy == experiment.PolicyGIE {
+			return nil, fmt.Errorf("-arms: arm %s is GIE's own scheduler, which runs only in virtual time: drive switches the picker's policies", a.Name)
+		}
 		d := driveArm{label: a.Name, policy: a.Policy}
 		if a.Policy == "loadaware" || a.Policy == "latencyaware" {
 			b := a.Beta

@@ -242,3 +242,9 @@ func TestTournamentRefusesBadWorkloadAndTraceFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestDriveRefusesTheGIEArm(t *testing.T) {
+	if _, err := driveArms("kvaware,gie", true); err == nil || !strings.Contains(err.Error(), "only in virtual time") {
+		t.Fatalf("error %v, want the gie arm refused as virtual-time only", err)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
+	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
@@ -58,6 +60,44 @@ func CompareArms(res experiment.Results, candidate, baseline string, met Metric)
 		}
 		byArm[r.Arm.Name][r.Seed] = met.Value(SeedMetricsOf(r))
 	}
+	return compareByArm(byArm, arms, candidate, baseline, met.Name)
+}
+
+// cellKeys are the capture metric keys of the metrics a capture's seeds have (the
+// engine-side hit rate and the goodput miss share are not per-seed capture metrics).
+var cellKeys = map[string]string{"TTFT p50": capture.TTFTP50, "TTFT p95": capture.TTFTP95, "TTFT p99": capture.TTFTP99,
+	"ITL p95": capture.ITLP95, "e2e p95": capture.E2EP95, "req/s": capture.ReqS, "imbalance": capture.ImbalanceKey}
+
+// CompareCells is CompareArms for captures in the published layout (a directory that
+// `replay -real` reads, e.g. written by `loadaware-bench drive`): the arms are the cells'
+// labels (Cell.ArmLabel), the values each seed's capture metrics.
+func CompareCells(cells []capture.Cell, candidate, baseline string, met Metric) (ArmComparison, error) {
+	key, ok := cellKeys[met.Name]
+	if !ok {
+		return ArmComparison{}, fmt.Errorf("%s is not a per-seed metric of a capture: compare captures on %s", met.Name, strings.Join(slices.Sorted(maps.Keys(cellKeys)), ", "))
+	}
+	byArm := map[string]map[uint64]float64{}
+	var arms []string
+	for _, c := range cells {
+		ms, err := c.SeedMetrics()
+		if err != nil {
+			return ArmComparison{}, err
+		}
+		a := c.ArmLabel()
+		if byArm[a] == nil {
+			byArm[a] = map[uint64]float64{}
+			arms = append(arms, a)
+		}
+		for i, s := range c.Seeds {
+			byArm[a][uint64(s.Seed)] = ms[i][key]
+		}
+	}
+	return compareByArm(byArm, arms, candidate, baseline, met.Name)
+}
+
+// compareByArm is the pairing and the test of CompareArms and CompareCells.
+func compareByArm(byArm map[string]map[uint64]float64, arms []string, candidate, baseline, metric string) (ArmComparison, error) {
+	met := Metric{Name: metric}
 	for _, a := range []string{candidate, baseline} {
 		if byArm[a] == nil {
 			return ArmComparison{}, fmt.Errorf("arm %q: %w in the results (arms: %s)", a, ErrNoRuns, strings.Join(arms, ", "))

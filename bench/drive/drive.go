@@ -212,9 +212,9 @@ func runSeed(ctx context.Context, reqs []workload.Request, send Send, lim Limits
 		}
 		sent++
 		wg.Add(1)
+		at := time.Now() // stamped in send order, so rows are in send order as replay requires
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			at := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, lim.RequestTimeout)
 			o := send(rctx, r)
 			cancel()

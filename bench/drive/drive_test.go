@@ -69,6 +69,13 @@ func TestRunCellWritesACaptureLoadReads(t *testing.T) {
 	if !r[0].OK || r[0].TTFT != 0.002 || r[0].ITLs[0] != 1.5 || r[0].PromptTokens != 10 || r[4].OK || !strings.Contains(r[4].Error, "503") {
 		t.Fatalf("rows not as sent: %+v / %+v", r[0], r[4])
 	}
+	for _, sd := range cell.Seeds {
+		for i := 1; i < len(sd.Requests); i++ {
+			if sd.Requests[i].Send < sd.Requests[i-1].Send {
+				t.Fatalf("seed %d: request %d sent before request %d: rows must be in send order", sd.Seed, i, i-1)
+			}
+		}
+	}
 	if !(cell.Start <= r[0].Send && cell.End >= cell.Seeds[1].Requests[9].Send) {
 		t.Fatalf("window [%v, %v] does not cover the sends", cell.Start, cell.End)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
@@ -24,7 +25,7 @@ func runCompare(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, m := range analysis.Metrics {
 		names = append(names, analysis.FlagName(m.Name))
 	}
-	dir := fs.String("dir", "bench-results", "results directory written by sweep or live")
+	dir := fs.String("dir", "bench-results", "results directory written by sweep or live, or a capture in the published layout (cell directories with run.json, as drive writes and replay -real reads); a capture's arms are its cells' labels (kvaware, loadaware-b1, ...)")
 	metric := fs.String("metric", "ttft_p95", "metric: "+strings.Join(names, ", "))
 	alpha := fs.Float64("alpha", analysis.Alpha, "significance threshold of the one-sided p-value")
 	fs.Usage = func() {
@@ -43,6 +44,20 @@ func runCompare(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		fmt.Fprintf(stderr, "loadaware-bench compare: unknown metric %q: use one of %s\n", *metric, strings.Join(names, ", "))
 		return 2
+	}
+	if capture.IsCapture(*dir) {
+		cells, err := capture.Load(*dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "loadaware-bench compare: %v\n", err)
+			return 1
+		}
+		c, err := analysis.CompareCells(cells, pos[0], pos[1], met)
+		if err != nil {
+			fmt.Fprintf(stderr, "loadaware-bench compare: %v\n", err)
+			return 1
+		}
+		c.WriteText(stdout, *dir, "capture", *alpha)
+		return 0
 	}
 	res, meta, err := experiment.Load(*dir)
 	if err != nil {

@@ -83,6 +83,19 @@ func TestDriveABThroughTheGateway(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil || cfg.Policy != "loadaware" || cfg.Beta != 0.5 {
 		t.Fatalf("the picker runs %+v (%v) after the A/B, want the last arm, loadaware at beta 0.5", cfg, err)
 	}
+	// compare pairs the capture's two arms seed by seed.
+	var cmpOut, cmpErr bytes.Buffer
+	if code := run(ctx, []string{"compare", "-dir", out, "-metric", "imbalance", "loadaware-b0.5", "kvaware"}, &cmpOut, &cmpErr); code != 0 {
+		t.Fatalf("compare on the capture exited %d:\n%s", code, cmpErr.String())
+	}
+	if !strings.Contains(cmpOut.String(), "loadaware-b0.5") || !strings.Contains(cmpOut.String(), "kvaware") {
+		t.Errorf("compare's output names neither arm:\n%s", cmpOut.String())
+	}
+	cmpErr.Reset()
+	if code := run(ctx, []string{"compare", "-dir", out, "-metric", "hit_rate", "loadaware-b0.5", "kvaware"}, &cmpOut, &cmpErr); code == 0 || !strings.Contains(cmpErr.String(), "not a per-seed metric of a capture") {
+		t.Errorf("compare on a capture's hit rate exited %d: %s", code, cmpErr.String())
+	}
+
 	// replay -real reads back what drive saw: per seed, the same TTFT p95 and imbalance.
 	var replayOut, replayErr bytes.Buffer
 	js := filepath.Join(t.TempDir(), "replay.json")

@@ -49,17 +49,16 @@ func decisions(t *testing.T, url string) float64 {
 	return p.Sum("loadaware_decisions_total")
 }
 
-// TestDemoHoldKeepsThePickerUp runs the demo with -hold: it prints the metrics URL, keeps
-// the picker serving traffic sent to the printed gateway, and exits cleanly on interrupt.
-func TestDemoHoldKeepsThePickerUp(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &watchedBuffer{want: "  Grafana:", seen: make(chan struct{})}
-	var errOut bytes.Buffer
-	code := make(chan int, 1)
+// startHeldDemo runs a short demo with -hold until it prints its hold message, and returns
+// what it printed so far and its exit code's channel; cancelling ctx stops it.
+func startHeldDemo(ctx context.Context, t *testing.T) (out *watchedBuffer, errOut *bytes.Buffer, code chan int) {
+	t.Helper()
+	out = &watchedBuffer{want: "  Grafana:", seen: make(chan struct{})}
+	errOut = &bytes.Buffer{}
+	code = make(chan int, 1)
 	go func() {
 		code <- run(ctx, []string{"demo", "-arms", "loadaware-b1", "-requests", "8", "-rate", "40", "-max-tokens", "4",
-			"-warmup", "50", "-samples", "0", "-vtime-seeds", "0", "-progress=false", "-hold"}, out, &errOut)
+			"-warmup", "50", "-samples", "0", "-vtime-seeds", "0", "-progress=false", "-hold"}, out, errOut)
 	}()
 	select {
 	case <-out.seen:
@@ -68,6 +67,15 @@ func TestDemoHoldKeepsThePickerUp(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("demo -hold printed no hold message within 2 minutes:\n%s", out.String())
 	}
+	return out, errOut, code
+}
+
+// TestDemoHoldKeepsThePickerUp runs the demo with -hold: it prints the metrics URL, keeps
+// the picker serving traffic sent to the printed gateway, and exits cleanly on interrupt.
+func TestDemoHoldKeepsThePickerUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, errOut, code := startHeldDemo(ctx, t)
 	s := out.String()
 	started := regexp.MustCompile(`loadaware-b1: the picker's metrics are at (http://\S+/metrics) while its requests run`).FindStringSubmatch(s)
 	held := regexp.MustCompile(`(?m)^  metrics:  (http://\S+/metrics)\n  gateway:  (http://\S+) `).FindStringSubmatch(s)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -26,20 +25,7 @@ func TestDemoHoldPassesCheck(t *testing.T) {
 	t.Setenv("LOADAWARE_ADMIN_TOKEN", "") // the demo makes a token and prints it
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &watchedBuffer{want: "  Grafana:", seen: make(chan struct{})}
-	var errOut bytes.Buffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"demo", "-arms", "loadaware-b1", "-requests", "8", "-rate", "40", "-max-tokens", "4",
-			"-warmup", "50", "-samples", "0", "-vtime-seeds", "0", "-progress=false", "-hold"}, out, &errOut)
-	}()
-	select {
-	case <-out.seen:
-	case c := <-code:
-		t.Fatalf("demo -hold ended (exit %d) without holding:\n%s\n%s", c, out.String(), errOut.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("demo -hold printed no hold message within 2 minutes:\n%s", out.String())
-	}
+	out, errOut, code := startHeldDemo(ctx, t)
 	m := regexp.MustCompile(`(?m)^  check:    LOADAWARE_ADMIN_TOKEN=([0-9a-f]{32}) loadaware-epp check -metrics (http://\S+/metrics) -gateway (http://\S+)$`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("the hold message lacks the check command with a token:\n%s", out.String())

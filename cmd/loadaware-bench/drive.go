@@ -34,7 +34,7 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	traceName := fs.String("trace", "", "replay a Mooncake-format trace instead of -workload: a file, or "+strings.Join(trace.Names(), ", "))
 	speedup := fs.Float64("speedup", 1, "with -trace: divide the trace's clock by this")
 	window := fs.Duration("window", 0, "with -trace: each seed N replays the trace's window [(N-1)*window, N*window) (0: seed 1 replays the whole trace)")
-	context := fs.Int("context", 32768, "the engines' context in tokens (prompt + completion): longer trace requests are capped (tail cut), and counted")
+	ctxTokens := fs.Int("context", 32768, "the engines' context in tokens (prompt + completion): longer trace requests are capped (tail cut), and counted")
 	seedsFlag := fs.String("seeds", "1", "seeds: N, A-B or a list; run back to back")
 	requests := fs.Int("requests", 0, "at most this many requests per seed (0: the workload's own count, or the whole trace window)")
 	warmup := fs.Int("warmup", 0, "requests of a separate warm-up seed sent (and not recorded) before each cell's seeds")
@@ -73,7 +73,7 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail("%v", err)
 	}
-	gen, name, rate, err := driveWorkload(*wl, *traceName, *speedup, *window, *context, *requests, *prompt == "text")
+	gen, name, rate, err := driveWorkload(*wl, *traceName, *speedup, *window, *ctxTokens, *requests, *prompt == "text")
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -89,14 +89,13 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				return fail("%v", err)
 			}
 		}
-		cold := true
+		cold := false // without a reset the engines keep every earlier cell's caches
 		if *resetURLs != "" {
 			if err := drive.ResetCaches(ctx, httpc, strings.Split(*resetURLs, ",")); err != nil {
 				fmt.Fprintf(stderr, "drive: %v\n", err)
-				cold = false
+			} else {
+				cold = true
 			}
-		} else {
-			cold = false
 		}
 		if !cold && len(arms) > 1 {
 			fmt.Fprintf(stderr, "drive: cell %s does not start cold: the engines keep the earlier cells' caches (pass -reset-url)\n", arm.label)

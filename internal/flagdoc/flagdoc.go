@@ -23,6 +23,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"unicode"
@@ -302,4 +303,19 @@ func dashed(names []string) string {
 	s := append([]string(nil), names...)
 	sort.Strings(s)
 	return "-" + strings.Join(s, ", -")
+}
+
+// CheckFile reads the reference at path and compares it with binary (see Compare): the
+// one call each binary's flags test makes.
+func CheckFile(path, binary string, run Runner) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("flagdoc: %w", err)
+	}
+	defer f.Close()
+	doc, err := Parse(f)
+	if err != nil {
+		return nil, err
+	}
+	return Compare(binary, run, doc)
 }

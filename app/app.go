@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,6 +66,11 @@ type Config struct {
 	MaxMessageBytes    int                 // largest ext_proc message received; 0: DefaultMaxMessageBytes
 	Health             HealthConfig        // passive and active endpoint health
 
+	// EngineMetricsInterval is how often the engines' /metrics are scraped while the policy
+	// reads them (scoring.ReadsEngineMetrics); 0: enginemetrics.DefaultInterval (GIE's 50 ms);
+	// negative: never (those policies then see no engine metrics).
+	EngineMetricsInterval time.Duration
+
 	ImbalanceWindow   time.Duration // default 60s
 	ImbalanceInterval time.Duration // default 250ms
 
@@ -119,8 +125,9 @@ type App struct {
 	gate                           *replica.Gate        // nil unless the index is shared or persisted
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
-	connRate                       *connRate         // nil: ext_proc reads are not rate-limited
-	CacheAlarm                     *cachealarm.Watch // nil without CacheAlarm
+	connRate                       *connRate              // nil: ext_proc reads are not rate-limited
+	CacheAlarm                     *cachealarm.Watch      // nil without CacheAlarm
+	EngineMetrics                  *enginemetrics.Scraper // nil when EngineMetricsInterval is negative
 	obs                            *observed
 
 	cancel context.CancelFunc
@@ -180,9 +187,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	params.Beta = cfg.Beta
 	cfg.Observer = a.observer(cfg.Observer)
 	a.obs.view, a.obs.tokenizer = cfg.Cache, cfg.Tokenizer
+	var engines picker.EngineView
+	if cfg.EngineMetricsInterval >= 0 {
+		a.EngineMetrics, err = enginemetrics.New(enginemetrics.Config{Interval: cfg.EngineMetricsInterval,
+			Endpoints: func() []string { return a.Fleet.View().Addrs() },
+			Needed:    func() bool { return a.Picker.NeedsEngineMetrics() },
+			Logger:    log, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		engines = a.EngineMetrics
+	}
 	p, err := picker.New(picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
 		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
+		Engines: engines,
 	})
 	if err != nil {
 		return nil, err
@@ -253,6 +272,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	a.goServe("metrics HTTP", func() error { return a.httpSrv.Serve(a.metricsLis) })
 	a.wg.Go(func() { a.health.run(ctx, a.Fleet) })
+	if a.EngineMetrics != nil {
+		a.wg.Go(func() { a.EngineMetrics.Run(ctx) })
+	}
 	if a.CacheAlarm != nil {
 		a.wg.Go(func() { a.runCacheAlarm(ctx, *cfg.CacheAlarm) })
 	}

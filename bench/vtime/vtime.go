@@ -270,6 +270,7 @@ type world struct {
 	engines []*sim.Engine
 	picker  *picker.Picker // nil for the gie arm
 	gie     *gieArm        // the gie arm's router, else nil
+	scr     *scrapeGrid    // the engines' metrics as scraped, when the router reads them; else nil
 	fleet   *fleet.Set
 	index   *lmcache.Index
 	now     time.Duration
@@ -372,20 +373,25 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.gie = &gieArm{p: g, seen: make(map[string]gie.Metrics, len(w.addrs))}
+		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
 		p, err := picker.New(picker.Options{
-			Fleet:  set,
-			Policy: arm.Policy,
-			Params: params,
-			Cache:  w.cacheView(w.cfg.CacheSource),
-			Now:    func() time.Time { return epoch.Add(w.now) },
+			Fleet:   set,
+			Policy:  arm.Policy,
+			Params:  params,
+			Cache:   w.cacheView(w.cfg.CacheSource),
+			Now:     func() time.Time { return epoch.Add(w.now) },
+			Engines: engineView{w},
 		})
 		if err != nil {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.picker = p
+		if p.NeedsEngineMetrics() {
+			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
+		}
 	}
 	for i := range w.addrs {
 		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
@@ -522,8 +528,8 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 		if open == 0 && !w.anyBusy() {
 			// Drain sample events past the window, if any remain.
 			w.events = w.events[:0]
-			if w.gie != nil {
-				w.gie.due = false
+			if w.scr != nil {
+				w.scr.due = false
 			}
 		}
 	}
@@ -553,6 +559,9 @@ func (w *world) send(ctx context.Context, p *pending) error {
 		Path:      "/v1/completions",
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
+	}
+	if w.scr != nil {
+		w.scrapeBeforePick()
 	}
 	stale, unheld := w.staleFallback(ctx, p.req.Tokens)
 	if stale != "" {

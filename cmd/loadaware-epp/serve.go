@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"io"
 	"log/slog"
 	"math"
@@ -32,6 +33,7 @@ type options struct {
 	certPath                          string
 	endpoints                         string
 	policy                            string
+	refreshMetrics                    time.Duration
 	beta                              float64
 	sessionKey                        string
 	maxEndpoints                      int
@@ -71,7 +73,7 @@ type options struct {
 // gieFlags are flags GIE's Helm chart passes to its picker. A drop-in image must accept
 // them; the ones we do not implement yet are logged at start.
 var gieFlags = []string{"config-file", "tracing", "ha-enable-leader-election", "metrics-endpoint-auth", "kube-config",
-	"model-server-metrics-port", "model-server-metrics-path", "model-server-metrics-scheme", "refresh-metrics-interval",
+	"model-server-metrics-port", "model-server-metrics-path", "model-server-metrics-scheme",
 	"refresh-prometheus-metrics-interval", "total-queued-requests-metric", "kv-cache-usage-percentage-metric"}
 
 func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
@@ -87,6 +89,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port); or discover them with --pool-name or --endpoint-selector")
 	o.kube.RegisterFlags(fs)
 	fs.StringVar(&o.policy, "policy", "loadaware", "routing policy: "+strings.Join(scoring.Names, ", "))
+	fs.DurationVar(&o.refreshMetrics, "refresh-metrics-interval", enginemetrics.DefaultInterval, "how often each engine's /metrics (running, waiting, KV usage) is scraped while the policy reads them (gie-default, llmd-*); GIE's flag and default; 0 disables")
 	beta := 1.0
 	if v := getenv("LOADAWARE_BETA"); v != "" {
 		beta = math.NaN() // checked below: the env value must parse
@@ -243,6 +246,13 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
+	}
+	if o.refreshMetrics < 0 {
+		return app.Config{}, o, fmt.Errorf("--refresh-metrics-interval %v: use a positive duration (GIE's default is %v), or 0 to disable scraping", o.refreshMetrics, enginemetrics.DefaultInterval)
+	}
+	cfg.EngineMetricsInterval = o.refreshMetrics
+	if o.refreshMetrics == 0 {
+		cfg.EngineMetricsInterval = -1
 	}
 	if cfg.Replicas, cfg.StateFile, err = o.rep.config(lm != nil); err != nil {
 		return app.Config{}, o, err

@@ -252,6 +252,27 @@ type Booking struct {
 	clock func() time.Time // nil: no pace measured
 	first atomic.Int64     // unix nanoseconds of the first token; 0 before
 	l     Listener         // nil: none
+	hook  Hook             // nil: none
+}
+
+// Hook hears one booking's move to decode and its release, each at most once, from the
+// call that does it (Booking.SetHook). It must be fast and must not block.
+type Hook interface {
+	Decoding()
+	Released()
+}
+
+// SetHook makes h hear this booking's Decoding and Release from now on. It is not
+// synchronised with them: set it before the booking is handed to whoever calls them.
+func (b *Booking) SetHook(h Hook) { b.hook = h }
+
+// TakeHook removes the booking's hook and returns it (nil when none), so that it can be
+// moved to another booking of the same request before this one is released. Like SetHook,
+// it must not race with Decoding or Release.
+func (b *Booking) TakeHook() Hook {
+	h := b.hook
+	b.hook = nil
+	return h
 }
 
 // Addr is the booked endpoint.
@@ -268,6 +289,9 @@ func (b *Booking) Decoding() {
 		}
 		if b.l != nil {
 			b.l.Decoding(b.ep.addr)
+		}
+		if b.hook != nil {
+			b.hook.Decoding()
 		}
 	}
 }
@@ -292,6 +316,9 @@ func (b *Booking) Release() bool {
 			b.ep.moved(-1)
 			if b.l != nil {
 				b.l.Released(b.ep.addr, st == inDecode)
+			}
+			if b.hook != nil {
+				b.hook.Released()
 			}
 			return true
 		}

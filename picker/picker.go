@@ -189,6 +189,7 @@ type Picker struct {
 	scratch sync.Pool   // *pickScratch, for the work before the lock
 	ranking rankScratch // guarded by decide
 	usable  atomic.Pointer[usableView]
+	ledger  *ledger // requests in flight with their sizes, for the policies that read them
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
@@ -226,7 +227,7 @@ func New(opts Options) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache)}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), ledger: newLedger()}
 	if opts.LargeTokenizations > 0 {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
@@ -263,6 +264,7 @@ func (p *Picker) NeedsEngineMetrics() bool {
 func (p *Picker) Forget(keep []string) {
 	p.state.Forget(keep)
 	p.metrics.share.forget(keep)
+	p.ledger.forget(keep)
 }
 
 // PeerBooked records in the routing history a request another replica of this picker
@@ -429,6 +431,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	var ranked []scoring.Ranked
 	var i int
 	var b *fleet.Booking
+	sizes := scoring.ReadsInFlightSizes(act.cfg.Policy)
+	var hashes []uint64 // the prompt's block hashes, when sizes
 	if lp, ok := act.policy.(*scoring.LoadAware); ok && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
 		// Over the whole view, or the view less a few unusable endpoints, ranking the
 		// holders and the least loaded others is enough (scoring.LoadAware.Leaders): the
@@ -454,9 +458,20 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 				rs.cands[i].Engine = p.opts.Engines.Engine(rs.cands[i].Addr, now)
 			}
 		}
+		if sizes {
+			hashes = blockHashes(tokens)
+			for i := range rs.cands {
+				c := &rs.cands[i]
+				c.InFlightPrefill, c.ActiveBlocks, c.NewBlocks = p.ledger.view(c.Addr, hashes)
+			}
+		}
 		in.Candidates, in.Sorted = rs.cands, placed // placed: in the view's order, which is address order
 		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)
 		p.metrics.rankWhole.Inc()
+	}
+	if b != nil && sizes {
+		m := min(max(ranked[i].Matched, 0), len(tokens))
+		b.SetHook(p.ledger.add(b.Addr(), hashes, len(tokens)-m))
 	}
 	if b != nil {
 		d.Booking = b
@@ -605,7 +620,7 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 func usesCache(policy string) bool {
 	switch policy {
 	case "loadaware", "kvaware",
-		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "latencyaware":
+		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "latencyaware", "llmd-sticky":
 		return true
 	}
 	return false

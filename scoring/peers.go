@@ -23,11 +23,15 @@ const (
 	aibrixStdDevFactor = 1 // AIBrix AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR
 
 	weightQueue  = 2.0 // queue-scorer (GIE default profile; llm-d precise guide)
+	weightKV     = 2.0 // kv-cache-utilization-scorer (both)
 	weightPrefix = 3.0 // prefix-cache-scorer / precise-prefix-cache-scorer
-	// The kv-cache-utilization-scorer (weight 2 in both) is left out: see GIEDefault.
 
-	dynamoBlockSize     = 16  // Dynamo's KV block, in tokens
+	dynamoBlockSize     = 16  // Dynamo's KV block, in tokens (the engine's; vLLM's default)
 	dynamoOverlapWeight = 1.0 // Dynamo --kv-overlap-score-weight
+
+	llmdAffinity       = 0.80    // prefix-cache-affinity-filter affinityThreshold (optimized-baseline guide)
+	llmdTokenGate      = 286720  // prefix-cache-affinity-filter maxTokensInFlightPenalty (optimized-baseline guide)
+	llmdQueueThreshold = 4194304 // token-load-scorer queueThresholdTokens default
 )
 
 // matchFraction is the share of the prompt an endpoint holds, in [0, 1].
@@ -78,30 +82,46 @@ func winnerFirst(rs []Ranked, addr, reason string) []Ranked {
 }
 
 // SGLangCacheAware is SGLang's router policy cache_aware (sgl-project/sglang,
-// sgl-router/src/policies/cache_aware.rs, CacheAwarePolicy::select_worker; defaults from
-// the router's --cache-threshold 0.3, --balance-abs-threshold 64, --balance-rel-threshold
-// 1.5). The fleet counts as imbalanced when the most loaded endpoint has more than 64
-// requests over the least loaded AND more than 1.5 times its load; then the least loaded
-// wins (ReasonImbalance). Otherwise the endpoint with the longest matched prefix wins if
-// that match covers more than 0.3 of the prompt (ReasonBestMatch); below that the least
-// loaded wins (ReasonLowMatch).
+// sgl-model-gateway/src/policies/cache_aware.rs, CacheAwarePolicy::select_worker, formerly
+// sgl-router/src/policies/cache_aware.rs; defaults from the router's --cache-threshold 0.3,
+// --balance-abs-threshold 64, --balance-rel-threshold 1.5). The fleet counts as imbalanced
+// when the most loaded endpoint has more than BalanceAbs requests over the least loaded
+// AND more than BalanceRel times its load; then the least loaded wins (ReasonImbalance).
+// Otherwise the endpoint with the longest matched prefix wins if that match covers more
+// than CacheThreshold of the prompt (ReasonBestMatch); below that the least loaded wins
+// (ReasonLowMatch). Zero fields take the defaults.
 //
-// Stand-ins: load is the picker's in-flight count (SGLang counts the requests it has
-// outstanding on each worker, the same quantity). The match is the cache index's matched
-// tokens over the prompt's tokens, where SGLang matches characters in its own router-side
-// radix tree. On a low match SGLang picks the worker whose tree is smallest; the picker
-// has no tree, so the least loaded stands in, as the project's policy spec states. Ties
-// go to the smallest address; SGLang takes the first in its own order.
-type SGLangCacheAware struct{}
+// Stand-ins: load is the picker's in-flight count (SGLang's Worker::load, the requests the
+// router has outstanding on each worker: the same quantity). The match is the cache index's
+// matched tokens over the prompt's tokens, where SGLang matches characters in its own
+// router-side radix tree of the prompts it routed. On a low match the version read routes
+// to the least loaded worker (its doc comment still says the smallest tree; the picker has
+// no tree, and the least loaded is what the code does). Ties go to the smallest address;
+// SGLang takes the first in its own order.
+type SGLangCacheAware struct {
+	BalanceAbs     int
+	BalanceRel     float64
+	CacheThreshold float64
+}
 
 // Name implements Policy.
 func (SGLangCacheAware) Name() string { return "sglang-cache-aware" }
 
 // Rank implements Policy. In the match branch the ranking is by match, then address; in
 // the load branches by in-flight, then address.
-func (SGLangCacheAware) Rank(in Input) []Ranked {
+func (p SGLangCacheAware) Rank(in Input) []Ranked {
+	abs, rel, cache := p.BalanceAbs, p.BalanceRel, p.CacheThreshold
+	if abs == 0 {
+		abs = sglangBalanceAbs
+	}
+	if rel == 0 {
+		rel = sglangBalanceRel
+	}
+	if cache == 0 {
+		cache = sglangCacheThreshold
+	}
 	lo, hi := loadRange(in.Candidates)
-	if hi-lo > sglangBalanceAbs && float64(hi) > sglangBalanceRel*float64(lo) {
+	if hi-lo > abs && float64(hi) > rel*float64(lo) {
 		return withBenefit(leastLoad(in, ReasonImbalance), in.PromptTokens)
 	}
 	rs := withBenefit(base(in, ReasonBestMatch), in.PromptTokens)
@@ -110,7 +130,7 @@ func (SGLangCacheAware) Rank(in Input) []Ranked {
 		rs[i].Score = rs[i].Benefit
 		best = max(best, rs[i].Benefit)
 	}
-	if best > sglangCacheThreshold {
+	if best > cache {
 		sortByScore(in, rs)
 		return rs
 	}
@@ -179,54 +199,63 @@ func (AIBrixPrefixCache) Rank(in Input) []Ranked {
 }
 
 // queueScores is the Gateway API Inference Extension's queue-scorer
-// (kubernetes-sigs/gateway-api-inference-extension, pkg/epp/scheduling/framework/plugins/
-// scorer/queue.go, QueueScorer.Score): (maxQ - q) / (maxQ - minQ), and 1 for everyone when
-// all queues are equal. q is the in-flight count here (see GIEDefault).
+// (kubernetes-sigs/gateway-api-inference-extension v1.5.0, pkg/epp/scheduling/framework/
+// plugins/scorer/queue.go, QueueScorer.Score): (maxQ - q) / (maxQ - minQ), and 1 for
+// everyone when all queues are equal, where q is the engine's scraped
+// vllm:num_requests_waiting (Candidate.Engine.Waiting; an engine not yet scraped reads 0,
+// as GIE's metrics of a new pod do).
 func queueScores(cs []Candidate) []float64 {
-	lo, hi := loadRange(cs)
+	lo, hi := 0, 0
+	for i, c := range cs {
+		if i == 0 || c.Engine.Waiting < lo {
+			lo = c.Engine.Waiting
+		}
+		if i == 0 || c.Engine.Waiting > hi {
+			hi = c.Engine.Waiting
+		}
+	}
 	out := make([]float64, len(cs))
 	for i, c := range cs {
 		if hi == lo {
 			out[i] = 1
 			continue
 		}
-		out[i] = float64(hi-c.InFlight) / float64(hi-lo)
+		out[i] = float64(hi-c.Engine.Waiting) / float64(hi-lo)
 	}
 	return out
 }
 
-// weighted ranks by weightQueue x queue score + weightPrefix x prefix[i], highest first,
-// ties to the smallest address.
+// weighted ranks by weightQueue x queue score + weightKV x (1 - KV usage) + weightPrefix x
+// prefix[i], highest first, ties to the smallest address. The KV usage is the scraped
+// vllm:kv_cache_usage_perc (0 when not known, as GIE reads a pod it has not scraped).
 func weighted(in Input, prefix []float64) []Ranked {
 	q := queueScores(in.Candidates)
 	rs := withBenefit(base(in, ReasonWeighted), in.PromptTokens)
 	for i := range rs {
-		rs[i].Score = weightQueue*q[i] + weightPrefix*prefix[i]
+		kv := 1 - min(max(in.Candidates[i].Engine.KVUsage, 0), 1)
+		rs[i].Score = weightQueue*q[i] + weightKV*kv + weightPrefix*prefix[i]
 	}
 	sortByScore(in, rs)
 	return rs
 }
 
 // GIEDefault is the Gateway API Inference Extension's default scheduling profile
-// (kubernetes-sigs/gateway-api-inference-extension: queue-scorer, kv-cache-utilization-scorer
-// and prefix-cache-scorer under pkg/epp/scheduling/framework/plugins/, weights 2, 2 and 3,
-// then max-score-picker):
+// (kubernetes-sigs/gateway-api-inference-extension v1.5.0, pkg/epp/config/loader/defaults.go:
+// queue-scorer, kv-cache-utilization-scorer and prefix-cache-scorer, weights 2, 2 and 3,
+// then max-score-picker), fed the signals GIE reads:
 //
 //	score(s) = 2 x (maxQ - q(s)) / (maxQ - minQ)     (1 when all queues are equal)
-//	         + 2 x (1 - kv_utilization(s))
+//	         + 2 x (1 - kv_usage(s))
 //	         + 3 x matched(s) / prompt_tokens
 //
-// Highest score wins (ReasonWeighted).
+// q is the engine's vllm:num_requests_waiting and kv_usage its vllm:kv_cache_usage_perc, both
+// as last scraped (Candidate.Engine; the picker scrapes at GIE's default 50 ms refresh). Highest
+// score wins (ReasonWeighted).
 //
-// Stand-ins: q is the picker's in-flight count, since the picker sees no engine's waiting
-// queue; it is a stronger load signal than vLLM's waiting queue, which stays empty until an
-// engine saturates. The KV-utilization term is omitted: the picker has no KV-utilization
-// signal, and omitting it scores every endpoint alike on that term (adding a constant
-// changes no ranking). Deriving it from in-flight would count the same load signal twice
-// (in effect load x4 against prefix x3); deriving it from in-flight x prompt tokens would
-// invent every other request's length. The prefix fraction is the cache index's matched
-// tokens over the prompt's tokens, where GIE matches hashed blocks in its own router-side
-// table. max-score-picker breaks ties at random; here the smallest address wins.
+// Stand-ins: the prefix fraction is the cache index's matched tokens over the prompt's
+// tokens, where GIE matches hashed 64-character blocks in its own router-side table of the
+// prompts it routed (the bench's `gie` arm runs GIE's own code with that table).
+// max-score-picker breaks ties at random; here the smallest address wins.
 type GIEDefault struct{}
 
 // Name implements Policy.
@@ -250,11 +279,13 @@ func (GIEDefault) Rank(in Input) []Ranked {
 // same, 0 for an endpoint that holds none. So the shortest holder scores like a non-holder
 // whenever holders differ.
 //
-//	score(s) = 3 x precise(s) + 2 x queue(s) [+ 2 x (1 - kv_utilization(s)), omitted]
+//	score(s) = 3 x precise(s) + 2 x queue(s) + 2 x (1 - kv_usage(s))
 //
-// Highest score wins (ReasonWeighted). Stand-ins as GIEDefault: in-flight for the queue,
-// the KV-utilization term omitted, ties to the smallest address. Matched tokens stand in
-// for matched blocks (same normalization: the ratio of differences is unchanged).
+// queue and kv_usage as GIEDefault (scraped vllm:num_requests_waiting and
+// vllm:kv_cache_usage_perc). Highest score wins (ReasonWeighted). The precise scorer reads
+// the engines' KV events, as the picker's cache index does; matched tokens stand in for
+// matched blocks (same normalization: the ratio of differences is unchanged). Ties to the
+// smallest address.
 type LLMDPrecise struct{}
 
 // Name implements Policy.
@@ -292,23 +323,24 @@ func (LLMDPrecise) Rank(in Input) []Ranked {
 }
 
 // DynamoKV is NVIDIA Dynamo's KV router cost (ai-dynamo/dynamo,
-// lib/llm/src/kv_router/scheduler.rs, DefaultWorkerSelector::select_worker; defaults
+// lib/llm/src/kv_router/scheduler.rs, DefaultWorkerSelector::select_worker, over the
+// per-worker account of lib/llm/src/kv_router/sequence.rs, ActiveSequences; defaults
 // --kv-overlap-score-weight 1, --router-temperature 0, i.e. no softmax sampling):
 //
-//	prefill_blocks(s) = (prompt_tokens - matched(s)) / 16        (fractional, as upstream)
-//	decode_blocks(s)  = (inflight(s) + 1) x ceil(prompt_tokens / 16)
+//	prefill_blocks(s) = (prompt_tokens - 16 x floor(matched(s)/16) + queued_prefill(s)) / 16
+//	decode_blocks(s)  = new_blocks(s) + active_blocks(s)
 //	cost(s)           = 1 x prefill_blocks(s) + decode_blocks(s)
 //
-// Lowest cost wins (ReasonLowestCost), ties to the smallest address. Upstream divides the
-// uncached tokens by the block size in floating point, so no ceiling is applied to them.
-//
-// Stand-ins: Dynamo counts each worker's active KV blocks (every in-flight request's
-// prompt and generated tokens) plus this request's blocks. The picker books requests, not
-// their sizes, so each in-flight request is taken to be as long as this prompt; the +1 is
-// this request's own blocks (a constant shift, kept so the cost reads as upstream's). The
-// worker's queued prefill tokens, which upstream adds to the prefill term, are unknown and
-// left out. A request without token ids counts as one block, so the load term still
-// spreads it.
+// Lowest cost wins (ReasonLowestCost), ties to the smallest address (upstream breaks ties
+// by tree size, then at random). active_blocks is the number of distinct 16-token blocks of
+// the prompts the router has in flight on the worker, a block shared by several requests
+// counted once; new_blocks the prompt's full blocks not among them; queued_prefill the
+// uncached prompt tokens of the worker's requests not yet past their first token
+// (Candidate.ActiveBlocks, NewBlocks, InFlightPrefill: the picker keeps this account as
+// Dynamo's router does, adding a request when it routes it, dropping its prefill tokens at
+// its first token and its blocks when it ends). The prefill term is fractional, as
+// upstream's division in floating point. The match is the cache index's (Dynamo's indexer
+// reads the engines' KV events too).
 type DynamoKV struct{}
 
 // Name implements Policy.
@@ -316,14 +348,103 @@ func (DynamoKV) Name() string { return "dynamo-kv" }
 
 // Rank implements Policy. Score is -cost.
 func (DynamoKV) Rank(in Input) []Ranked {
-	reqBlocks := max((in.PromptTokens+dynamoBlockSize-1)/dynamoBlockSize, 1)
 	rs := withBenefit(base(in, ReasonLowestCost), in.PromptTokens)
 	for i := range rs {
-		uncached := in.PromptTokens - min(max(rs[i].Matched, 0), in.PromptTokens)
-		prefill := float64(uncached) / dynamoBlockSize
-		decode := float64((rs[i].InFlight + 1) * reqBlocks)
+		c := in.Candidates[i]
+		overlap := min(max(c.Matched, 0), in.PromptTokens) / dynamoBlockSize * dynamoBlockSize
+		prefill := float64(in.PromptTokens-overlap+max(c.InFlightPrefill, 0)) / dynamoBlockSize
+		decode := float64(max(c.NewBlocks, 0) + max(c.ActiveBlocks, 0))
 		rs[i].Score = -(dynamoOverlapWeight*prefill + decode)
 	}
 	sortByScore(in, rs)
 	return rs
+}
+
+// LLMDSticky is llm-d's "sticky until saturated" profile, the scheduling profile of its
+// optimized-baseline guide (llm-d/llm-d, guides/optimized-baseline/router/
+// optimized-baseline.values.yaml): the prefix-cache-affinity-filter (llm-d/llm-d-router,
+// pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/plugin.go: affinityThreshold
+// 0.80, maxTokensInFlightPenalty 286720, the TTFT gate off) and then the token-load-scorer
+// (.../scheduling/scorer/tokenload: 1 - min(1, tokens / 4194304)), max-score picker.
+//
+// The filter keeps the sticky endpoints, those holding at least 0.80 of the prompt, unless
+// there are none, or the least loaded sticky endpoint has more than 286720 in-flight tokens
+// over the least loaded other one (then all stay: ReasonUnstuck). Among those kept, the
+// fewest in-flight tokens wins (ReasonSticky when narrowed, ReasonTokenLoad when not).
+// In-flight tokens are llm-d's inflight-load-producer's: the uncached prompt tokens of the
+// requests routed to the endpoint, released at their first response chunk
+// (Candidate.InFlightPrefill, kept by the picker as llm-d does). The share held is the cache
+// index's matched tokens over the prompt's, where llm-d's approx-prefix-cache-producer
+// matches hashed blocks in a router-side table of the prompts it routed.
+//
+// Ties: llm-d's max-score picker chooses at random, and ties are the rule here (every idle
+// endpoint scores 1); ties go by a hash of the decision time and the address, which spreads
+// them like a random choice and repeats in virtual time.
+type LLMDSticky struct {
+	TokenGate int // maxTokensInFlightPenalty; 0: the guide's 286720
+}
+
+// Name implements Policy.
+func (LLMDSticky) Name() string { return "llmd-sticky" }
+
+// Rank implements Policy. Score is the token-load score; the endpoints the filter dropped
+// follow the kept ones, ranked alike, with their scores less 1.
+func (p LLMDSticky) Rank(in Input) []Ranked {
+	gate := p.TokenGate
+	if gate == 0 {
+		gate = llmdTokenGate
+	}
+	sticky := make([]bool, len(in.Candidates))
+	bestSticky, bestOther, nSticky := math.MaxInt, math.MaxInt, 0
+	for i, c := range in.Candidates {
+		tokens := max(c.InFlightPrefill, 0)
+		if in.PromptTokens > 0 && matchFraction(c, in.PromptTokens) >= llmdAffinity {
+			sticky[i] = true
+			nSticky++
+			bestSticky = min(bestSticky, tokens)
+		} else {
+			bestOther = min(bestOther, tokens)
+		}
+	}
+	reason := ReasonSticky
+	switch {
+	case nSticky == 0:
+		reason = ReasonTokenLoad
+	case nSticky < len(in.Candidates) && bestSticky-bestOther > gate:
+		reason = ReasonUnstuck
+	}
+	rs := withBenefit(base(in, reason), in.PromptTokens)
+	tie := make(map[string]uint64, len(rs))
+	for i := range rs {
+		rs[i].Score = 1 - min(1, float64(max(in.Candidates[i].InFlightPrefill, 0))/llmdQueueThreshold)
+		if reason == ReasonSticky && !sticky[i] {
+			rs[i].Score--
+		}
+		tie[rs[i].Addr] = tieHash(in.Now.UnixNano(), rs[i].Addr)
+	}
+	slices.SortFunc(rs, func(a, b Ranked) int {
+		if a.Score != b.Score {
+			return cmp.Compare(b.Score, a.Score)
+		}
+		if ta, tb := tie[a.Addr], tie[b.Addr]; ta != tb {
+			return cmp.Compare(ta, tb)
+		}
+		return strings.Compare(a.Addr, b.Addr)
+	})
+	return rs
+}
+
+// tieHash mixes a decision time and an address into a tie-break key (FNV-1a, then a
+// splitmix finalizer).
+func tieHash(now int64, addr string) uint64 {
+	h := uint64(14695981039346656037) ^ uint64(now)
+	h *= 1099511628211
+	for i := 0; i < len(addr); i++ {
+		h ^= uint64(addr[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return h
 }

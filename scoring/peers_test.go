@@ -2,8 +2,10 @@ package scoring
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // peerCase is one decision of a peer policy. wantOrder is a full ranking ("a:1,b:1") or,
@@ -116,68 +118,154 @@ func TestAIBrixPrefixCache(t *testing.T) {
 	})
 }
 
+// scraped gives c engine metrics as a scrape shows them.
+func scraped(c Candidate, waiting int, kv float64) Candidate {
+	c.Engine = EngineMetrics{Known: true, Waiting: waiting, KVUsage: kv}
+	return c
+}
+
+// sized gives c the picker's account of its requests in flight.
+func sized(c Candidate, prefill, active, fresh int) Candidate {
+	c.InFlightPrefill, c.ActiveBlocks, c.NewBlocks = prefill, active, fresh
+	return c
+}
+
 func TestGIEDefault(t *testing.T) {
 	runPeerCases(t, "gie-default", []peerCase{
-		{name: "equal loads score 1 on queue each: the prefix decides", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 500, 0, 2), cand("b:1", 1000, 1, 2)},
-			wantOrder: "b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{5, 3.5}},
-		{name: "a full hit at the highest load still beats an idle cold endpoint (3 against 2)", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 1000, 0, 4), cand("b:1", 0, -1, 0), cand("c:1", 0, -1, 2)},
-			wantOrder: "a:1,b:1,c:1", wantReason: ReasonWeighted, wantScore: []float64{3, 2, 1}},
-		{name: "a half hit at the highest load loses to an idle cold endpoint", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 500, 0, 4), cand("b:1", 0, -1, 0)},
-			wantOrder: "b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{2, 1.5}},
-		{name: "a 2/3 hit at the highest load ties an idle cold endpoint: smaller address (the hit)", prompt: 300,
-			cands:     []Candidate{cand("a:1", 200, 0, 4), cand("b:1", 0, -1, 0)},
-			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{2, 2}},
-		{name: "the same tie goes to the cold endpoint when its address is smaller", prompt: 300,
-			cands:     []Candidate{cand("b:1", 200, 0, 4), cand("a:1", 0, -1, 0)},
-			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{2, 2}},
-		{name: "the queue score is min-max normalized", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 0, -1, 10), cand("b:1", 0, -1, 6), cand("c:1", 0, -1, 2)},
-			wantOrder: "c:1,b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{2, 1, 0}},
+		// GIE v1.5.0's own scorer tests, combined: queuedepth/queue_test.go "Different queue
+		// sizes" (10, 5, 0 score 0, 0.5, 1) and kvcacheutilization/kvcache_utilization_test.go
+		// "Different KV cache utilization" (0.8, 0.5, 0 score 0.2, 0.5, 1), weights 2 and 2.
+		{name: "GIE's queue and KV scorer tests, weighted", prompt: 1000,
+			cands:     []Candidate{scraped(cand("a:1", 0, -1, 0), 10, 0.8), scraped(cand("b:1", 0, -1, 0), 5, 0.5), scraped(cand("c:1", 0, -1, 0), 0, 0)},
+			wantOrder: "c:1,b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{4, 2, 0.4}},
+		{name: "equal queues (GIE's 'Same queue sizes': 1 each): the prefix decides", prompt: 1000,
+			cands:     []Candidate{scraped(cand("a:1", 500, 0, 2), 5, 0.5), scraped(cand("b:1", 1000, 1, 2), 5, 0.5)},
+			wantOrder: "b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{6, 4.5}},
+		{name: "in-flight is not read: the engines' queues are", prompt: 1000,
+			cands:     []Candidate{scraped(cand("a:1", 0, -1, 9), 0, 0.2), scraped(cand("b:1", 0, -1, 0), 3, 0.2)},
+			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{3.6, 1.6}},
+		{name: "a full hit leaves only when its KV usage is more than 0.5 above the other's", prompt: 1000,
+			cands:     []Candidate{scraped(cand("a:1", 1000, 0, 4), 0, 0.9), scraped(cand("b:1", 0, -1, 0), 0, 0.3)},
+			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{5.2, 3.4}},
+		{name: "no scrape yet reads as idle, as GIE's metrics of a new pod: the prefix decides", prompt: 1000,
+			cands:     []Candidate{cand("a:1", 0, -1, 0), cand("b:1", 300, 0, 7)},
+			wantOrder: "b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{4.9, 4}},
+		{name: "ties go to the smallest address", prompt: 300,
+			cands:     []Candidate{scraped(cand("b:1", 0, -1, 0), 1, 0.5), scraped(cand("a:1", 0, -1, 0), 1, 0.5)},
+			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{3, 3}},
 	})
 }
 
 func TestLLMDPrecise(t *testing.T) {
 	runPeerCases(t, "llmd-precise", []peerCase{
 		{name: "holders are min-max normalized: the shorter holder scores like a non-holder", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 900, 0, 1), cand("b:1", 300, 1, 1), cand("c:1", 0, -1, 1)},
-			wantOrder: "a:1,b:1,c:1", wantReason: ReasonWeighted, wantScore: []float64{5, 2, 2}},
+			cands:     []Candidate{scraped(cand("a:1", 900, 0, 1), 0, 0.5), scraped(cand("b:1", 300, 1, 1), 0, 0.5), scraped(cand("c:1", 0, -1, 1), 0, 0.5)},
+			wantOrder: "a:1,b:1,c:1", wantReason: ReasonWeighted, wantScore: []float64{6, 3, 3}},
 		{name: "a lone holder scores 1 however little it holds", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 16, 0, 0), cand("b:1", 0, -1, 0)},
-			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{5, 2}},
-		{name: "holders matching the same all score 1: the queue decides", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 500, 0, 3), cand("b:1", 500, 1, 1), cand("c:1", 0, -1, 0)},
-			wantOrder: "b:1,a:1,c:1", wantReason: ReasonWeighted},
-		{name: "the busiest full holder beats idle non-holders (3 against 2)", prompt: 1000,
-			cands:     []Candidate{cand("a:1", 1000, 0, 3), cand("b:1", 0, -1, 0), cand("c:1", 0, -1, 0)},
-			wantOrder: "a:1,b:1,c:1", wantReason: ReasonWeighted, wantScore: []float64{3, 2, 2}},
-		{name: "nobody holds the prompt: the queue alone, ties by address", prompt: 1000,
-			cands:     []Candidate{cand("b:1", 0, -1, 0), cand("a:1", 0, -1, 0), cand("c:1", 0, -1, 2)},
-			wantOrder: "a:1,b:1,c:1", wantReason: ReasonWeighted, wantScore: []float64{2, 2, 0}},
+			cands:     []Candidate{scraped(cand("a:1", 16, 0, 0), 0, 0), scraped(cand("b:1", 0, -1, 0), 0, 0)},
+			wantOrder: "a:1,b:1", wantReason: ReasonWeighted, wantScore: []float64{7, 4}},
+		{name: "holders matching the same all score 1: the waiting queue decides", prompt: 1000,
+			cands:     []Candidate{scraped(cand("a:1", 500, 0, 1), 4, 0), scraped(cand("b:1", 500, 1, 3), 2, 0), scraped(cand("c:1", 0, -1, 0), 0, 0)},
+			wantOrder: "b:1,a:1,c:1", wantReason: ReasonWeighted, wantScore: []float64{6, 5, 4}},
+		{name: "a full holder with the longest queue and a cache 0.6 fuller loses to an idle non-holder", prompt: 1000,
+			cands:     []Candidate{scraped(cand("a:1", 1000, 0, 3), 6, 0.7), scraped(cand("b:1", 0, -1, 0), 0, 0.1)},
+			wantOrder: "b:1,a:1", wantReason: ReasonWeighted, wantScore: []float64{3.8, 3.6}},
 	})
 }
 
 func TestDynamoKV(t *testing.T) {
 	runPeerCases(t, "dynamo-kv", []peerCase{
-		{name: "a full hit with one in flight ties a cold idle endpoint (200 blocks each): smaller address", prompt: 1600,
-			cands:     []Candidate{cand("a:1", 1600, 0, 1), cand("b:1", 0, -1, 0)},
-			wantOrder: "a:1,b:1", wantReason: ReasonLowestCost, wantScore: []float64{-200, -200}},
-		{name: "the same tie goes to the cold endpoint when its address is smaller", prompt: 1600,
-			cands:     []Candidate{cand("b:1", 1600, 0, 1), cand("a:1", 0, -1, 0)},
-			wantOrder: "a:1,b:1", wantReason: ReasonLowestCost, wantScore: []float64{-200, -200}},
-		{name: "one uncached block more tips it to the cold endpoint", prompt: 1600,
-			cands:     []Candidate{cand("a:1", 1584, 0, 1), cand("b:1", 0, -1, 0)},
+		// Dynamo's own test of ActiveSequences (lib/llm/src/kv_router/sequence.rs,
+		// test_multiworker_sequences): workers holding blocks [0 1 2], [3 4] and [0 1 2 3],
+		// asked for [0 1], have 3, 4 and 4 potential blocks; their prefill tokens are 12, 8
+		// and 16 (no overlap, 4-token blocks). Here in 16-token blocks: the same potential
+		// blocks, and 48, 32 and 64 queued prefill tokens; the prompt is those two blocks.
+		{name: "Dynamo's potential-blocks test as costs", prompt: 32,
+			cands:     []Candidate{sized(cand("w0:1", 0, -1, 1), 48, 3, 0), sized(cand("w1:1", 0, -1, 1), 32, 2, 2), sized(cand("w2:1", 0, -1, 1), 64, 4, 0)},
+			wantOrder: "w0:1,w1:1,w2:1", wantReason: ReasonLowestCost, wantScore: []float64{-8, -8, -10}},
+		{name: "shared blocks count once: a busy worker holding the prompt's blocks is cheap", prompt: 1600,
+			cands:     []Candidate{sized(cand("a:1", 1600, 0, 5), 0, 100, 0), sized(cand("b:1", 0, -1, 0), 0, 0, 100)},
+			wantOrder: "a:1,b:1", wantReason: ReasonLowestCost, wantScore: []float64{-100, -200}},
+		{name: "other requests' queued prefill tips it to the idle worker", prompt: 1600,
+			cands:     []Candidate{sized(cand("a:1", 1600, 0, 5), 1616, 100, 0), sized(cand("b:1", 0, -1, 0), 0, 0, 100)},
 			wantOrder: "b:1,a:1", wantReason: ReasonLowestCost, wantScore: []float64{-200, -201}},
-		{name: "uncached tokens count in fractions of a block, no ceiling", prompt: 1600,
-			cands:     []Candidate{cand("a:1", 1584, 0, 0), cand("b:1", 1592, 1, 0)},
-			wantOrder: "b:1,a:1", wantReason: ReasonLowestCost, wantScore: []float64{-100.5, -101}},
-		{name: "matched beyond the prompt gives no extra credit", prompt: 32,
-			cands:     []Candidate{cand("a:1", 256, 0, 0), cand("b:1", 32, 1, 0)},
-			wantOrder: "a:1,b:1", wantReason: ReasonLowestCost, wantScore: []float64{-2, -2}},
-		{name: "no token ids: one block per request, so the least loaded wins", prompt: 0,
-			cands:     []Candidate{cand("a:1", 0, -1, 2), cand("b:1", 0, -1, 1)},
-			wantOrder: "b:1,a:1", wantReason: ReasonLowestCost, wantScore: []float64{-2, -3}},
+		{name: "the overlap counts in whole blocks, the rest in fractions of one", prompt: 1600,
+			// a: 1590 matched is 99 blocks (1584 tokens): (1600 - 1584) / 16 = 1; b: 1592 is 99 too.
+			cands:     []Candidate{sized(cand("a:1", 1590, 0, 0), 8, 0, 100), sized(cand("b:1", 1592, 1, 0), 0, 0, 100)},
+			wantOrder: "b:1,a:1", wantReason: ReasonLowestCost, wantScore: []float64{-101, -101.5}},
+		{name: "in-flight requests without their sizes are not read", prompt: 32,
+			cands:     []Candidate{sized(cand("a:1", 0, -1, 9), 0, 0, 2), sized(cand("b:1", 0, -1, 0), 0, 0, 2)},
+			wantOrder: "a:1,b:1", wantReason: ReasonLowestCost, wantScore: []float64{-4, -4}},
 	})
+}
+
+func TestLLMDSticky(t *testing.T) {
+	runPeerCases(t, "llmd-sticky", []peerCase{
+		// llm-d's own filter tests (prefixcacheaffinity/plugin_test.go): TestFilter_NarrowToSticky
+		// (scores 0.90, 0.85, 0.10 keep two) ...
+		{name: "narrowed to the endpoints holding 0.80: the fewer in-flight tokens of those wins", prompt: 100,
+			cands:     []Candidate{sized(cand("a:1", 90, 0, 0), 100, 0, 0), sized(cand("b:1", 85, 1, 0), 120, 0, 0), sized(cand("c:1", 10, 2, 0), 50, 0, 0)},
+			wantOrder: "a:1,b:1,c:1", wantReason: ReasonSticky},
+		// ... and TestFilter_NoStickyEndpoints (0.10, 0.20, 0.50 keep all).
+		{name: "nobody holds 0.80: the fewest in-flight tokens of all", prompt: 100,
+			cands:     []Candidate{sized(cand("a:1", 10, 0, 0), 30, 0, 0), sized(cand("b:1", 20, 1, 0), 20, 0, 0), sized(cand("c:1", 50, 2, 0), 10, 0, 0)},
+			wantOrder: "c:1,b:1,a:1", wantReason: ReasonTokenLoad},
+		{name: "exactly 0.80 is sticky", prompt: 100,
+			cands:     []Candidate{sized(cand("a:1", 80, 0, 0), 4000, 0, 0), sized(cand("b:1", 0, -1, 0), 0, 0, 0)},
+			wantOrder: "a:1", wantReason: ReasonSticky},
+		{name: "holders 286720 tokens busier than the idlest other: still sticky", prompt: 100,
+			cands:     []Candidate{sized(cand("a:1", 100, 0, 0), 286720, 0, 0), sized(cand("b:1", 0, -1, 0), 0, 0, 0)},
+			wantOrder: "a:1", wantReason: ReasonSticky},
+		{name: "one token more breaks it: the fewest in-flight tokens of all", prompt: 100,
+			cands:     []Candidate{sized(cand("a:1", 100, 0, 0), 286721, 0, 0), sized(cand("b:1", 0, -1, 0), 0, 0, 0)},
+			wantOrder: "b:1", wantReason: ReasonUnstuck},
+	})
+}
+
+// The configurable thresholds reproduce the peers' own tests at their settings.
+func TestPeerUpstreamSettings(t *testing.T) {
+	rank := func(p Policy, prompt int, cs ...Candidate) []Ranked {
+		return p.Rank(Input{PromptTokens: prompt, Now: t0, Candidates: cs})
+	}
+	// SGLang, cache_aware.rs test_cache_aware_with_imbalanced_load: cache threshold 0.5,
+	// balance 5 and 2.0; worker 1 at load 20, worker 2 at 0, worker 1 holding the text:
+	// worker 2, whatever the cache.
+	rs := rank(SGLangCacheAware{BalanceAbs: 5, BalanceRel: 2, CacheThreshold: 0.5}, 4, cand("w1:1", 4, 0, 20), cand("w2:1", 0, -1, 0))
+	if rs[0].Addr != "w2:1" || rs[0].Reason != ReasonImbalance {
+		t.Errorf("SGLang imbalanced-load test: %s (%s), want w2:1 (imbalance)", rs[0].Addr, rs[0].Reason)
+	}
+	// At the defaults (64, 1.5) the same loads are balanced: the holder wins.
+	rs = rank(SGLangCacheAware{}, 4, cand("w1:1", 4, 0, 20), cand("w2:1", 0, -1, 0))
+	if rs[0].Addr != "w1:1" || rs[0].Reason != ReasonBestMatch {
+		t.Errorf("SGLang at the defaults: %s (%s), want w1:1 (best-match)", rs[0].Addr, rs[0].Reason)
+	}
+	// llm-d, TestFilter_InFlightTokenPenaltyBreaksStickiness (penalty 100: a at 0.90 with
+	// 500 tokens, b at 0.10 with 50: both kept) and ...WithinThreshold (penalty 1000: a alone).
+	rs = rank(LLMDSticky{TokenGate: 100}, 100, sized(cand("a:1", 90, 0, 0), 500, 0, 0), sized(cand("b:1", 10, 1, 0), 50, 0, 0))
+	if rs[0].Addr != "b:1" || rs[0].Reason != ReasonUnstuck {
+		t.Errorf("llm-d penalty 100: %s (%s), want b:1 (unstuck)", rs[0].Addr, rs[0].Reason)
+	}
+	rs = rank(LLMDSticky{TokenGate: 1000}, 100, sized(cand("a:1", 90, 0, 0), 500, 0, 0), sized(cand("b:1", 10, 1, 0), 50, 0, 0))
+	if rs[0].Addr != "a:1" || rs[0].Reason != ReasonSticky {
+		t.Errorf("llm-d penalty 1000: %s (%s), want a:1 (sticky)", rs[0].Addr, rs[0].Reason)
+	}
+}
+
+// llm-d's picker breaks the constant ties of idle endpoints at random; the re-statement's
+// tie-break spreads them and repeats for the same decision time.
+func TestLLMDStickyTiesSpread(t *testing.T) {
+	p := LLMDSticky{}
+	cs := []Candidate{cand("a:1", 0, -1, 0), cand("b:1", 0, -1, 0), cand("c:1", 0, -1, 0)}
+	won := map[string]int{}
+	for i := range 30 {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		first := p.Rank(Input{PromptTokens: 100, Now: now, Candidates: slices.Clone(cs)})[0].Addr
+		if again := p.Rank(Input{PromptTokens: 100, Now: now, Candidates: slices.Clone(cs)})[0].Addr; again != first {
+			t.Fatalf("the same decision time chose %s, then %s", first, again)
+		}
+		won[first]++
+	}
+	if len(won) != 3 {
+		t.Fatalf("30 tied decisions went to %v; want all three endpoints used", won)
+	}
 }

@@ -35,6 +35,12 @@ type Candidate struct {
 	// DecodePace is the endpoint's recent mean decode duration (first token to end); 0
 	// when not measured.
 	DecodePace time.Duration
+	// The picker's own account of its requests in flight on the endpoint, with their sizes
+	// (what Dynamo's and llm-d's routers keep per worker). Filled only for policies that read
+	// it (ReadsInFlightSizes); 0 otherwise.
+	InFlightPrefill int // uncached prompt tokens of requests not yet past their first token
+	ActiveBlocks    int // distinct 16-token KV blocks of the prompts in flight, a shared block counted once
+	NewBlocks       int // this prompt's full blocks that are not among ActiveBlocks
 	// Engine is what the endpoint's own /metrics said when last scraped. It is filled only
 	// for policies that read it (ReadsEngineMetrics); the zero value means not known (no
 	// scrape has succeeded, or nobody scrapes).
@@ -131,17 +137,31 @@ const (
 	ReasonHoldersBusy = "holders-busy"   // aibrix: every holder above mean + 1 sigma: fewest in flight
 	ReasonWeighted    = "weighted-score" // gie-default, llmd-precise: highest weighted sum of scorers
 	ReasonLowestCost  = "lowest-cost"    // dynamo-kv: lowest prefill + decode block cost
+	ReasonSticky      = "sticky"         // llmd-sticky: narrowed to the endpoints holding 0.80 of the prompt, then fewest in-flight tokens
+	ReasonUnstuck     = "unstuck"        // llmd-sticky: the holders' in-flight tokens broke the stickiness: fewest in-flight tokens of all
+	ReasonTokenLoad   = "token-load"     // llmd-sticky: nobody holds 0.80 of the prompt: fewest in-flight tokens
 )
 
 // Names of the policies New knows, in the order the CLI lists them.
 var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session",
-	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "prefixaware", "latencyaware"}
+	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "prefixaware", "latencyaware",
+	"llmd-sticky"}
 
 // ReadsEngineMetrics reports whether the policy called name reads Candidate.Engine (the
 // engines' scraped vLLM metrics): the caller scrapes and fills them only for these.
 func ReadsEngineMetrics(name string) bool {
 	switch name {
 	case "gie-default", "llmd-precise":
+		return true
+	}
+	return false
+}
+
+// ReadsInFlightSizes reports whether the policy called name reads Candidate.InFlightPrefill,
+// ActiveBlocks and NewBlocks: the caller keeps that account only for these.
+func ReadsInFlightSizes(name string) bool {
+	switch name {
+	case "dynamo-kv", "llmd-sticky":
 		return true
 	}
 	return false
@@ -186,6 +206,8 @@ func New(name string, p Params, state *State) (Policy, error) {
 		return DynamoKV{}, nil
 	case "llmd-precise":
 		return LLMDPrecise{}, nil
+	case "llmd-sticky":
+		return LLMDSticky{}, nil
 	case "prefixaware":
 		return &PrefixAware{state: state}, nil
 	case "latencyaware":

@@ -160,8 +160,9 @@ var DefaultBetas = []float64{0, 0.5, 1, 2}
 // DefaultArms returns every policy scoring knows (scoring.Names, in its
 // order) except "session", which needs a session key the workloads do not
 // carry, with loadaware expanded into one arm per DefaultBetas
-// ("loadaware-b0" ... "loadaware-b2"). Policies added to scoring appear here
-// by themselves.
+// ("loadaware-b0" ... "loadaware-b2"), and then the gie arm (GIE v1.5.0's own
+// scheduler, experiment.PolicyGIE). Policies added to scoring appear here by
+// themselves.
 func DefaultArms() []experiment.Arm {
 	var out []experiment.Arm
 	for _, name := range scoring.Names {
@@ -176,7 +177,7 @@ func DefaultArms() []experiment.Arm {
 		}
 		out = append(out, experiment.Arm{Name: name, Policy: name, Beta: scoring.DefaultParams().Beta})
 	}
-	return out
+	return append(out, experiment.Arm{Name: experiment.PolicyGIE, Policy: experiment.PolicyGIE})
 }
 
 // publishedCell is the embedded capture's cell whose seeds the published

@@ -30,13 +30,13 @@ func TestDefaultArmsFollowScoringNames(t *testing.T) {
 			t.Errorf("policy %s: in the arms = %v, want %v", p, policies[p], p != "session")
 		}
 	}
-	for _, want := range []string{"loadaware-b0", "loadaware-b0.5", "loadaware-b1", "loadaware-b2", "kvaware", "roundrobin"} {
+	for _, want := range []string{"loadaware-b0", "loadaware-b0.5", "loadaware-b1", "loadaware-b2", "kvaware", "roundrobin", "gie", "llmd-sticky"} {
 		if !names[want] {
 			t.Errorf("no arm %s in %v", want, names)
 		}
 	}
-	if got, want := len(arms), len(scoring.Names)-1+len(DefaultBetas)-1; got != want {
-		t.Errorf("%d arms, want %d (every policy but session, loadaware once per beta)", got, want)
+	if got, want := len(arms), len(scoring.Names)-1+len(DefaultBetas)-1+1; got != want {
+		t.Errorf("%d arms, want %d (every policy but session, loadaware once per beta, gie)", got, want)
 	}
 	cfg := experiment.DefaultConfig()
 	cfg.Arms = arms

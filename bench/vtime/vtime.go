@@ -303,6 +303,7 @@ type pending struct {
 	sent    time.Duration
 	engine  int
 	booking *fleet.Booking // nil until the router's statistics show the request
+	hook    fleet.Hook     // the booking's hook while the statistics lag, moved to the booking made after it
 	sim     sim.Request
 	errText string
 
@@ -332,6 +333,10 @@ func (w *world) book(p *pending) error {
 		return fmt.Errorf("vtime: book %s: %w", w.addrs[p.engine], err)
 	}
 	p.booking = b
+	if p.hook != nil {
+		b.SetHook(p.hook)
+		p.hook = nil
+	}
 	if p.decoding {
 		b.Decoding()
 	}
@@ -597,7 +602,10 @@ func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error 
 	p.booking = booking
 	if booking != nil && w.router.StatsLag > 0 {
 		// The published router counts the request only once its lookup has
-		// returned: decisions within the lag do not see it.
+		// returned: decisions within the lag do not see it. A peer's own
+		// account of its requests (the booking's hook) is kept at once, as
+		// the peer keeps it when it routes: it moves to the later booking.
+		p.hook = booking.TakeHook()
 		booking.Release()
 		p.booking = nil
 		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})

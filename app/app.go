@@ -67,7 +67,7 @@ type Config struct {
 	Health             HealthConfig        // passive and active endpoint health
 
 	// EngineMetricsInterval is how often the engines' /metrics are scraped while the policy
-	// reads them (scoring.ReadsEngineMetrics); 0: enginemetrics.DefaultInterval (GIE's 50 ms);
+	// reads them (scoring.NeedsEngineMetrics); 0: enginemetrics.DefaultInterval (GIE's 50 ms);
 	// negative: never (those policies then see no engine metrics).
 	EngineMetricsInterval time.Duration
 

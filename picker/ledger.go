@@ -15,7 +15,7 @@ const ledgerBlock = 16
 // distinct KV blocks of its active requests, a block shared by several counted once, and
 // the uncached prompt tokens of those not yet prefilled) and what llm-d's
 // inflight-load-producer keeps (uncached prompt tokens until the first response chunk).
-// It is filled only for the policies that read it (scoring.ReadsInFlightSizes).
+// It is filled only for the policies that read it (scoring.NeedsInFlightSizes).
 type ledger struct {
 	mu  sync.Mutex
 	eps map[string]*account

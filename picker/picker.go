@@ -162,7 +162,7 @@ type Options struct {
 	Registerer         prometheus.Registerer // nil: metrics are not registered
 
 	// Engines gives each candidate's scraped vLLM metrics to the policies that read them
-	// (scoring.ReadsEngineMetrics); nil: they see none (scoring.EngineMetrics's zero value).
+	// (scoring.NeedsEngineMetrics); nil: they see none (scoring.EngineMetrics's zero value).
 	Engines EngineView
 }
 
@@ -173,9 +173,12 @@ type Config struct {
 }
 
 type active struct {
-	cfg    Config
-	params scoring.Params
-	policy scoring.Policy
+	cfg       Config
+	params    scoring.Params
+	policy    scoring.Policy
+	needs     scoring.Needs
+	tokenless scoring.TokenlessRanker // nil: Rank also ranks requests without token ids
+	leaders   scoring.LeaderRanker    // nil: the policy ranks every candidate
 }
 
 // Picker makes routing decisions. It is safe for concurrent use.
@@ -250,14 +253,17 @@ func (p *Picker) SetConfig(c Config) error {
 	if err != nil {
 		return err
 	}
-	p.active.Store(&active{cfg: c, params: params, policy: pol})
+	a := &active{cfg: c, params: params, policy: pol, needs: pol.Needs()}
+	a.tokenless, _ = pol.(scoring.TokenlessRanker)
+	a.leaders, _ = pol.(scoring.LeaderRanker)
+	p.active.Store(a)
 	return nil
 }
 
 // NeedsEngineMetrics reports whether the policy in force reads the engines' scraped
-// metrics (scoring.ReadsEngineMetrics): a scraper need run only while it does.
+// metrics (scoring.NeedsEngineMetrics): a scraper need run only while it does.
 func (p *Picker) NeedsEngineMetrics() bool {
-	return scoring.ReadsEngineMetrics(p.active.Load().cfg.Policy)
+	return p.active.Load().needs&scoring.NeedsEngineMetrics != 0
 }
 
 // Forget drops the routing history of endpoints not in keep (they left the fleet).
@@ -349,7 +355,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 
 	var tokens []uint32
 	d.Tokens = "not-needed"
-	if usesCache(act.cfg.Policy) {
+	cached := act.needs&scoring.NeedsCache != 0
+	if cached {
 		tokens, d.Tokens, d.Note = p.tokens(ctx, r, cands)
 	} else if len(r.Tokens) > 0 {
 		tokens, d.Tokens = r.Tokens, "request"
@@ -364,7 +371,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
 	held, useHeld := sc.held[:0], false
-	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
+	if len(tokens) > 0 && cached {
 		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
 			var err error
 			if uv != nil { // the view less a few: cheaper to name those
@@ -397,10 +404,10 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	p.decide.Lock()
 	now := p.opts.Now()
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now}
-	switch act.cfg.Policy {
-	case "latencyaware":
+	if act.needs&scoring.NeedsPrefixKey != 0 {
 		in.PrefixKey = prefixKey(tokens)
-	case "prefixaware":
+	}
+	if act.needs&scoring.NeedsPrompt != 0 {
 		in.Prompt = r.Prompt
 		if in.Prompt == "" {
 			in.Prompt = string(r.ChatBody) // stand-in for upstream's joined message contents
@@ -415,8 +422,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	in.Top = keep + 1
 	rank := func(in scoring.Input) []scoring.Ranked {
-		if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
-			return scoring.LoadOnly(in) // nothing to look up: the load term alone
+		if len(tokens) == 0 && act.tokenless != nil {
+			return act.tokenless.RankTokenless(in) // nothing to look up
 		}
 		return act.policy.Rank(in)
 	}
@@ -431,11 +438,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	var ranked []scoring.Ranked
 	var i int
 	var b *fleet.Booking
-	sizes := scoring.ReadsInFlightSizes(act.cfg.Policy)
+	sizes := act.needs&scoring.NeedsInFlightSizes != 0
 	var hashes []uint64 // the prompt's block hashes, when sizes
-	if lp, ok := act.policy.(*scoring.LoadAware); ok && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
+	if lp := act.leaders; lp != nil && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
 		// Over the whole view, or the view less a few unusable endpoints, ranking the
-		// holders and the least loaded others is enough (scoring.LoadAware.Leaders): the
+		// holders and the least loaded others is enough (scoring.LeaderRanker): the
 		// decision reads the loads of those only.
 		if rs.leaders(lp, view, held, uv, &in) {
 			// Past a refused booking (the winner left the set since the view) the leaders'
@@ -453,7 +460,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if b == nil {
 		rs.fill(p.opts.Fleet, view, cands, sc.idx, placed)
 		applyMatches(rs.cands, cands, matches, held, useHeld)
-		if p.opts.Engines != nil && scoring.ReadsEngineMetrics(act.cfg.Policy) {
+		if p.opts.Engines != nil && act.needs&scoring.NeedsEngineMetrics != 0 {
 			for i := range rs.cands {
 				rs.cands[i].Engine = p.opts.Engines.Engine(rs.cands[i].Addr, now)
 			}
@@ -613,17 +620,6 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 		return nil, "none", "tokenizing failed (" + err.Error() + "): routed on load alone"
 	}
 	return ids, "tokenizer", ""
-}
-
-// usesCache reports whether policy reads the cache: then the prompt is tokenized and looked
-// up. The cache-blind policies (roundrobin, leastload, session) skip both.
-func usesCache(policy string) bool {
-	switch policy {
-	case "loadaware", "kvaware",
-		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "latencyaware", "llmd-sticky":
-		return true
-	}
-	return false
 }
 
 func errorKind(err error) string {

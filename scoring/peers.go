@@ -107,6 +107,9 @@ type SGLangCacheAware struct {
 // Name implements Policy.
 func (SGLangCacheAware) Name() string { return "sglang-cache-aware" }
 
+// Needs implements Policy.
+func (SGLangCacheAware) Needs() Needs { return NeedsCache }
+
 // Rank implements Policy. In the match branch the ranking is by match, then address; in
 // the load branches by in-flight, then address.
 func (p SGLangCacheAware) Rank(in Input) []Ranked {
@@ -156,6 +159,9 @@ type AIBrixPrefixCache struct{}
 
 // Name implements Policy.
 func (AIBrixPrefixCache) Name() string { return "aibrix-prefix-cache" }
+
+// Needs implements Policy.
+func (AIBrixPrefixCache) Needs() Needs { return NeedsCache }
 
 // Rank implements Policy.
 func (AIBrixPrefixCache) Rank(in Input) []Ranked {
@@ -261,6 +267,9 @@ type GIEDefault struct{}
 // Name implements Policy.
 func (GIEDefault) Name() string { return "gie-default" }
 
+// Needs implements Policy.
+func (GIEDefault) Needs() Needs { return NeedsCache | NeedsEngineMetrics }
+
 // Rank implements Policy.
 func (GIEDefault) Rank(in Input) []Ranked {
 	prefix := make([]float64, len(in.Candidates))
@@ -290,6 +299,9 @@ type LLMDPrecise struct{}
 
 // Name implements Policy.
 func (LLMDPrecise) Name() string { return "llmd-precise" }
+
+// Needs implements Policy.
+func (LLMDPrecise) Needs() Needs { return NeedsCache | NeedsEngineMetrics }
 
 // Rank implements Policy.
 func (LLMDPrecise) Rank(in Input) []Ranked {
@@ -346,6 +358,9 @@ type DynamoKV struct{}
 // Name implements Policy.
 func (DynamoKV) Name() string { return "dynamo-kv" }
 
+// Needs implements Policy.
+func (DynamoKV) Needs() Needs { return NeedsCache | NeedsInFlightSizes }
+
 // Rank implements Policy. Score is -cost.
 func (DynamoKV) Rank(in Input) []Ranked {
 	rs := withBenefit(base(in, ReasonLowestCost), in.PromptTokens)
@@ -386,6 +401,9 @@ type LLMDSticky struct {
 
 // Name implements Policy.
 func (LLMDSticky) Name() string { return "llmd-sticky" }
+
+// Needs implements Policy.
+func (LLMDSticky) Needs() Needs { return NeedsCache | NeedsInFlightSizes }
 
 // Rank implements Policy. Score is the token-load score; the endpoints the filter dropped
 // follow the kept ones, ranked alike, with their scores less 1.

@@ -21,6 +21,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -37,12 +38,12 @@ type Candidate struct {
 	DecodePace time.Duration
 	// The picker's own account of its requests in flight on the endpoint, with their sizes
 	// (what Dynamo's and llm-d's routers keep per worker). Filled only for policies that read
-	// it (ReadsInFlightSizes); 0 otherwise.
+	// it (NeedsInFlightSizes); 0 otherwise.
 	InFlightPrefill int // uncached prompt tokens of requests not yet past their first token
 	ActiveBlocks    int // distinct 16-token KV blocks of the prompts in flight, a shared block counted once
 	NewBlocks       int // this prompt's full blocks that are not among ActiveBlocks
 	// Engine is what the endpoint's own /metrics said when last scraped. It is filled only
-	// for policies that read it (ReadsEngineMetrics); the zero value means not known (no
+	// for policies that read it (NeedsEngineMetrics); the zero value means not known (no
 	// scrape has succeeded, or nobody scrapes).
 	Engine EngineMetrics
 }
@@ -115,7 +116,57 @@ type Ranked struct {
 // Policy ranks candidates. See the package comment for the contract.
 type Policy interface {
 	Name() string
+	// Needs says which signals beyond the candidates' loads the policy reads; a caller
+	// may leave the others out of Input (zero) and save their cost.
+	Needs() Needs
 	Rank(Input) []Ranked
+}
+
+// Needs is the set of signals a policy reads beyond the candidates' loads (addresses,
+// in-flight, prefill and decode counts, decode pace, which every policy gets).
+type Needs uint8
+
+const (
+	// NeedsCache: the prompt's token count (Input.PromptTokens) and each candidate's
+	// cache match (Candidate.Matched, HolderRank); the caller tokenizes the prompt and
+	// looks it up.
+	NeedsCache Needs = 1 << iota
+	// NeedsPrefixKey: Input.PrefixKey, the hash of the prompt's first chunk of tokens.
+	NeedsPrefixKey
+	// NeedsPrompt: Input.Prompt, the prompt text.
+	NeedsPrompt
+	// NeedsBeta: the policy weighs its load term by Params.Beta (an explanation shows it).
+	NeedsBeta
+	// NeedsEngineMetrics: each candidate's scraped vLLM metrics (Candidate.Engine); the
+	// caller scrapes the engines while such a policy is in force.
+	NeedsEngineMetrics
+	// NeedsInFlightSizes: the caller's account of its requests in flight with their sizes
+	// (Candidate.InFlightPrefill, ActiveBlocks, NewBlocks); the caller keeps it only for
+	// such a policy.
+	NeedsInFlightSizes
+)
+
+// TokenlessRanker is a Policy that ranks a request without token ids (Input.PromptTokens
+// 0, nothing matched) otherwise than its Rank would. A caller that has no token ids for a
+// request calls RankTokenless instead of Rank; the contract is Rank's.
+type TokenlessRanker interface {
+	RankTokenless(Input) []Ranked
+}
+
+// LeaderRanker is a Policy that can rank a fleet from its leaders alone: the endpoints
+// holding part of the prompt and the least loaded others (see LoadAware.Leaders, which
+// states the contract). A caller that can find those cheaply over a large fleet ranks
+// them only.
+type LeaderRanker interface {
+	Leaders(Input) int
+	RanksLeaders(Population) bool
+}
+
+// TermsExplainer is a Policy whose rankings carry terms of its own beside the common
+// ones (Ranked's matched, in-flight, relative load and score): AppendTerms appends r's,
+// as " name=value" pairs, for an explanation.
+type TermsExplainer interface {
+	AppendTerms(b []byte, r Ranked) []byte
 }
 
 // Reasons a decision can give. They label the decision metrics, so the set is closed.
@@ -146,26 +197,6 @@ const (
 var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session",
 	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "prefixaware", "latencyaware",
 	"llmd-sticky"}
-
-// ReadsEngineMetrics reports whether the policy called name reads Candidate.Engine (the
-// engines' scraped vLLM metrics): the caller scrapes and fills them only for these.
-func ReadsEngineMetrics(name string) bool {
-	switch name {
-	case "gie-default", "llmd-precise":
-		return true
-	}
-	return false
-}
-
-// ReadsInFlightSizes reports whether the policy called name reads Candidate.InFlightPrefill,
-// ActiveBlocks and NewBlocks: the caller keeps that account only for these.
-func ReadsInFlightSizes(name string) bool {
-	switch name {
-	case "dynamo-kv", "llmd-sticky":
-		return true
-	}
-	return false
-}
 
 // Params are the tunables of the policies. Zero values are not defaults: use DefaultParams.
 type Params struct {
@@ -215,6 +246,22 @@ func New(name string, p Params, state *State) (Policy, error) {
 	}
 	return nil, fmt.Errorf("unknown policy %q: use one of %s", name, strings.Join(Names, ", "))
 }
+
+// Describe returns the policy called name with the default parameters, for what it
+// declares (Needs, the optional interfaces), not to rank with: every call returns the same
+// one, whose State is its own. It returns nil for an unknown name.
+func Describe(name string) Policy { return described()[name] }
+
+var described = sync.OnceValue(func() map[string]Policy {
+	m := make(map[string]Policy, len(Names))
+	state := NewState()
+	for _, name := range Names {
+		if p, err := New(name, DefaultParams(), state); err == nil { // New knows every name of Names
+			m[name] = p
+		}
+	}
+	return m
+})
 
 // ValidateBeta reports whether beta is a usable load weight (finite, 0 <= beta <= 100).
 func ValidateBeta(beta float64) error {

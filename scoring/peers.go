@@ -7,11 +7,13 @@ import (
 	"strings"
 )
 
-// Peer policies: other projects' published routing rules, re-stated over the signals this
-// picker has (matched prefix, in-flight count), so the bench can run every known idea on
-// the same fleet. Each doc comment cites its source and names every stand-in; where the
-// source breaks ties at random, ties here go to the smallest address so runs reproduce.
-// docs/decisions/1300-peer-policies.md gives the reasons for each stand-in.
+// Peer policies: other projects' published routing rules, re-stated over the signals each
+// reads (the matched prefix, the router's in-flight count, the engines' scraped waiting queue
+// and KV usage, the router's own account of its requests' blocks and prefill tokens), so the
+// bench can run every known idea on the same fleet. Each doc comment cites its source and
+// names every stand-in; where the source breaks ties at random, ties here go to the smallest
+// address so runs reproduce (llmd-sticky: see there). docs/decisions/1300-peer-policies.md
+// and 1350-peers-real-inputs.md give the reasons.
 
 // Defaults of the peers, as their sources publish them.
 const (

@@ -269,3 +269,19 @@ func TestLLMDStickyTiesSpread(t *testing.T) {
 		t.Fatalf("30 tied decisions went to %v; want all three endpoints used", won)
 	}
 }
+
+// AIBrix's own end-to-end test of its prefix-cache router (pkg/plugins/gateway/algorithms/
+// prefix_cache_test.go, Test_PrefixCacheE2E), its decisions at the request counts it sets.
+func TestAIBrixUpstreamE2E(t *testing.T) {
+	runPeerCases(t, "aibrix-prefix-cache", []peerCase{
+		{name: "prefix match, load balanced: the cached pod", prompt: 8,
+			cands:     []Candidate{cand("p1:1", 0, -1, 0), cand("p2:1", 0, -1, 0), cand("p3:1", 0, -1, 1), cand("p4:1", 8, 0, 1)},
+			wantOrder: "p4:1", wantReason: ReasonBestMatch},
+		{name: "prefix match, the holder above mean + sigma: a least-request pod, not the holder", prompt: 4,
+			cands:     []Candidate{cand("p1:1", 0, -1, 0), cand("p2:1", 0, -1, 0), cand("p3:1", 0, -1, 1), cand("p4:1", 4, 0, 2)},
+			wantOrder: "p1:1", wantReason: ReasonHoldersBusy},
+		{name: "a running gap of 9: the least-request pod whatever the match", prompt: 8,
+			cands:     []Candidate{cand("p1:1", 0, -1, 0), cand("p2:1", 4, 1, 9), cand("p3:1", 0, -1, 1), cand("p4:1", 8, 0, 2)},
+			wantOrder: "p1:1", wantReason: ReasonImbalance},
+	})
+}

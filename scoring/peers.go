@@ -93,6 +93,15 @@ func winnerFirst(rs []Ranked, addr, reason string) []Ranked {
 // than CacheThreshold of the prompt (ReasonBestMatch); below that the least loaded wins
 // (ReasonLowMatch). Zero fields take the defaults.
 //
+// WorkerQueueLimit is the router's --worker-queue-limit (sgl-project/sglang pull request
+// 39168): an endpoint whose engine already has that many requests waiting (scraped
+// vllm:num_requests_waiting, Candidate.Engine) leaves the cache-affinity candidates; the
+// request goes to the endpoint with the longest match among the others if that match still
+// clears the threshold, else to the least loaded endpoint that is not queueing
+// (ReasonQueueGated); an endpoint whose queue is not known is admitted, and when every
+// endpoint is gated the least loaded of all wins. 0 leaves the gate off, as a router started
+// without the flag.
+//
 // Stand-ins: load is the picker's in-flight count (SGLang's Worker::load, the requests the
 // router has outstanding on each worker: the same quantity). The match is the cache index's
 // matched tokens over the prompt's tokens, where SGLang matches characters in its own
@@ -101,16 +110,28 @@ func winnerFirst(rs []Ranked, addr, reason string) []Ranked {
 // no tree, and the least loaded is what the code does). Ties go to the smallest address;
 // SGLang takes the first in its own order.
 type SGLangCacheAware struct {
-	BalanceAbs     int
-	BalanceRel     float64
-	CacheThreshold float64
+	BalanceAbs       int
+	BalanceRel       float64
+	CacheThreshold   float64
+	WorkerQueueLimit int
 }
 
 // Name implements Policy.
 func (SGLangCacheAware) Name() string { return "sglang-cache-aware" }
 
-// Needs implements Policy.
-func (SGLangCacheAware) Needs() Needs { return NeedsCache }
+// Needs implements Policy: the engines' metrics too when the queue gate is on.
+func (p SGLangCacheAware) Needs() Needs {
+	if p.WorkerQueueLimit > 0 {
+		return NeedsCache | NeedsEngineMetrics
+	}
+	return NeedsCache
+}
+
+// admits is the queue gate: an engine with fewer than limit requests waiting, or whose
+// queue is not known.
+func (p SGLangCacheAware) admits(c Candidate) bool {
+	return p.WorkerQueueLimit <= 0 || !c.Engine.Known || c.Engine.Waiting < p.WorkerQueueLimit
+}
 
 // Rank implements Policy. In the match branch the ranking is by match, then address; in
 // the load branches by in-flight, then address.
@@ -130,16 +151,43 @@ func (p SGLangCacheAware) Rank(in Input) []Ranked {
 		return withBenefit(leastLoad(in, ReasonImbalance), in.PromptTokens)
 	}
 	rs := withBenefit(base(in, ReasonBestMatch), in.PromptTokens)
-	best := 0.0
+	best, bestAdmitted, gated, admitted := 0.0, 0.0, false, 0
 	for i := range rs {
 		rs[i].Score = rs[i].Benefit
 		best = max(best, rs[i].Benefit)
+		if p.admits(in.Candidates[i]) {
+			bestAdmitted = max(bestAdmitted, rs[i].Benefit)
+			admitted++
+		} else if rs[i].Benefit > cache {
+			gated = true
+		}
 	}
-	if best > cache {
+	if best <= cache {
+		return withBenefit(leastLoad(in, ReasonLowMatch), in.PromptTokens)
+	}
+	if !gated || admitted == 0 {
 		sortByScore(in, rs)
 		return rs
 	}
-	return withBenefit(leastLoad(in, ReasonLowMatch), in.PromptTokens)
+	// The queue gate: the gated endpoints rank after the admitted ones.
+	for i := range rs {
+		if !p.admits(in.Candidates[i]) {
+			rs[i].Score -= 2
+		}
+	}
+	if bestAdmitted > cache {
+		sortByScore(in, rs)
+		return rs
+	}
+	rs = withBenefit(base(in, ReasonQueueGated), in.PromptTokens) // in candidate order
+	for i := range rs {
+		rs[i].Score = -float64(rs[i].InFlight)
+		if !p.admits(in.Candidates[i]) {
+			rs[i].Score -= math.MaxInt32
+		}
+	}
+	sortByScore(in, rs)
+	return rs
 }
 
 // AIBrixPrefixCache is AIBrix's prefix-cache routing algorithm (vllm-project/aibrix,

@@ -285,3 +285,33 @@ func TestAIBrixUpstreamE2E(t *testing.T) {
 			wantOrder: "p1:1", wantReason: ReasonImbalance},
 	})
 }
+
+// SGLang's --worker-queue-limit (pull request 39168) as its description states it: an engine
+// with the limit or more waiting leaves the cache-affinity candidates (the boundary is <), an
+// unknown queue admits, the request goes to another holder of the prefix, else to the least
+// loaded engine that is not queueing.
+func TestSGLangWorkerQueueLimit(t *testing.T) {
+	p := SGLangCacheAware{WorkerQueueLimit: 4}
+	if p.Needs()&NeedsEngineMetrics == 0 || (SGLangCacheAware{}).Needs()&NeedsEngineMetrics != 0 {
+		t.Fatal("the gate needs the engines' metrics, and only the gate")
+	}
+	for _, tc := range []struct {
+		name      string
+		cands     []Candidate
+		want, why string
+	}{
+		{"3 waiting is under the limit: the holder", []Candidate{scraped(cand("a:1", 900, 0, 5), 3, 0), scraped(cand("b:1", 0, -1, 0), 0, 0)}, "a:1", ReasonBestMatch},
+		{"4 waiting is at the limit: gated, the other holder of the prefix", []Candidate{scraped(cand("a:1", 900, 0, 5), 4, 0), scraped(cand("b:1", 800, 1, 7), 0, 0), scraped(cand("c:1", 0, -1, 0), 0, 0)}, "b:1", ReasonBestMatch},
+		{"no other holder: the least loaded engine that is not queueing", []Candidate{scraped(cand("a:1", 900, 0, 5), 4, 0), scraped(cand("b:1", 0, -1, 3), 6, 0), scraped(cand("c:1", 0, -1, 4), 0, 0)}, "c:1", ReasonQueueGated},
+		{"an unknown queue admits", []Candidate{cand("a:1", 900, 0, 5), scraped(cand("b:1", 0, -1, 0), 0, 0)}, "a:1", ReasonBestMatch},
+		{"every engine queueing: the holder, as without the gate", []Candidate{scraped(cand("a:1", 900, 0, 5), 9, 0), scraped(cand("b:1", 0, -1, 0), 5, 0)}, "a:1", ReasonBestMatch},
+		{"a low match is not cache-affinity traffic: the least loaded", []Candidate{scraped(cand("a:1", 100, 0, 1), 0, 0), scraped(cand("b:1", 0, -1, 0), 9, 0)}, "b:1", ReasonLowMatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := p.Rank(Input{PromptTokens: 1000, Now: t0, Candidates: tc.cands})
+			if len(rs) != len(tc.cands) || rs[0].Addr != tc.want || rs[0].Reason != tc.why {
+				t.Fatalf("ranked %+v; want %s first (%s)", rs, tc.want, tc.why)
+			}
+		})
+	}
+}

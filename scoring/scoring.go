@@ -188,6 +188,7 @@ const (
 	ReasonHoldersBusy = "holders-busy"   // aibrix: every holder above mean + 1 sigma: fewest in flight
 	ReasonWeighted    = "weighted-score" // gie-default, llmd-precise: highest weighted sum of scorers
 	ReasonLowestCost  = "lowest-cost"    // dynamo-kv: lowest prefill + decode block cost
+	ReasonQueueGated  = "queue-gated"    // sglang with --worker-queue-limit: every holder's engine is queueing: the least loaded that is not
 	ReasonSticky      = "sticky"         // llmd-sticky: narrowed to the endpoints holding 0.80 of the prompt, then fewest in-flight tokens
 	ReasonUnstuck     = "unstuck"        // llmd-sticky: the holders' in-flight tokens broke the stickiness: fewest in-flight tokens of all
 	ReasonTokenLoad   = "token-load"     // llmd-sticky: nobody holds 0.80 of the prompt: fewest in-flight tokens

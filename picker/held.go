@@ -153,7 +153,7 @@ func (rs *rankScratch) leaders(lp *scoring.LoadAware, view *fleet.View, held []H
 
 // maxBenefitLevels is how many distinct matched lengths among a prompt's holders
 // holderLeaders sorts out; with more, every holder is a candidate. A prompt of c chunks
-// has at most c + 1 (the last chunk may be partial), and holders usually share a few.
+// (the last may be partial) has at most c, and holders usually share a few.
 const maxBenefitLevels = 16
 
 // benefitLevel is the holders of one matched length (min(Matched, prompt tokens)) that can
@@ -178,8 +178,8 @@ func (a heldLeader) before(b heldLeader) bool {
 
 // holderLeaders returns, per matched length among held (loads[j] the load of held[j], place
 // its place in the view), the n holders of that length that can lead loadaware's ranking,
-// or nil when that would not leave fewer candidates than held (too few holders, or more
-// than maxBenefitLevels lengths). Loadaware scores a holder by min(Matched, prompt) less a
+// or nil when every holder should be a candidate: there are 2n or fewer (nothing worth
+// sorting out), or more than maxBenefitLevels lengths. Loadaware scores a holder by min(Matched, prompt) less a
 // term that grows with its load and is the same for every endpoint at one load (the
 // argument of scoring.LoadAware.Leaders, under the same RanksLeaders condition), so among
 // holders of one length an endpoint can be among the first n of the ranking only if fewer

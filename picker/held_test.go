@@ -354,3 +354,55 @@ func TestLeadersDecideAsTheWholeFleetWithSomeEjected(t *testing.T) {
 		}
 	}
 }
+
+// holderLeaders keeps, per matched length (capped at the prompt), the n least loaded
+// holders, smaller places first on equal loads; it leaves every holder a candidate (nil)
+// when there are 2n or fewer, or more lengths than it sorts out.
+func TestHolderLeaders(t *testing.T) {
+	type kept struct{ Matched, Load, Place int }
+	holders := func(n int, f func(i int) kept) ([]Held, []int) {
+		var held []Held
+		var loads []int
+		for i := range n {
+			k := f(i)
+			held = append(held, Held{Endpoint: k.Place, CacheMatch: CacheMatch{Matched: k.Matched}})
+			loads = append(loads, k.Load)
+		}
+		return held, loads
+	}
+	for _, c := range []struct {
+		name   string
+		n      int
+		prompt int
+		each   func(i int) kept
+		count  int
+		want   [][]kept // per level, in order; nil: every holder a candidate
+	}{
+		{"too few to sort", 3, 1000, func(i int) kept { return kept{256, i, i} }, 6, nil},
+		{"one length, ties to the smaller place", 2, 1000, func(i int) kept { return kept{256, 5 - i%3, 10 - i} }, 9,
+			[][]kept{{{256, 3, 2}, {256, 3, 5}}}},
+		{"lengths past the prompt are one length", 2, 300, func(i int) kept { return kept{256 * (1 + i%3), i, i} }, 9,
+			[][]kept{{{256, 0, 0}, {256, 3, 3}}, {{300, 1, 1}, {300, 2, 2}}}},
+		{"more lengths than it sorts out", 1, 1 << 20, func(i int) kept { return kept{1 + i, 0, i} }, maxBenefitLevels + 1, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			held, loads := holders(c.count, c.each)
+			var rs rankScratch
+			got := rs.holderLeaders(held, loads, func(e int) int { return e }, c.prompt, c.n)
+			var out [][]kept
+			for _, l := range got {
+				var ks []kept
+				for _, e := range l.best {
+					if held[e.held].Endpoint != int(e.place) || loads[e.held] != e.load {
+						t.Fatalf("entry %+v does not name its holder", e)
+					}
+					ks = append(ks, kept{l.matched, e.load, int(e.place)})
+				}
+				out = append(out, ks)
+			}
+			if d := cmp.Diff(c.want, out); d != "" {
+				t.Fatalf("kept (-want +got):\n%s", d)
+			}
+		})
+	}
+}

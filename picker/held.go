@@ -177,13 +177,12 @@ func (a heldLeader) before(b heldLeader) bool {
 }
 
 // holderLeaders returns, per matched length among held (loads[j] the load of held[j], place
-// its place in the view), the n holders of that length that can lead loadaware's ranking,
-// or nil when every holder should be a candidate: there are 2n or fewer (nothing worth
-// sorting out), or more than maxBenefitLevels lengths. Loadaware scores a holder by min(Matched, prompt) less a
-// term that grows with its load and is the same for every endpoint at one load (the
-// argument of scoring.LoadAware.Leaders, under the same RanksLeaders condition), so among
-// holders of one length an endpoint can be among the first n of the ranking only if fewer
-// than n of them come before it in load, then address. The levels' memory is rs's.
+// its place in the view), the n holders of that length that can lead the ranking, or nil
+// when every holder should be a candidate: there are 2n or fewer (nothing worth sorting
+// out), or more than maxBenefitLevels lengths. A scoring.LeaderRanker promises that among
+// holders of one length (min(Matched, prompt)) only the n least loaded, then smallest
+// address, can lead (see scoring.LoadAware.Leaders): loadaware's benefit is the same for
+// them and its load term orders them. The levels' memory is rs's.
 func (rs *rankScratch) holderLeaders(held []Held, loads []int, place func(int) int, prompt, n int) []benefitLevel {
 	if len(held) <= 2*n {
 		return nil

@@ -57,6 +57,19 @@ func (sc *lookupScratch) enter(iv *instView, add bool) int {
 	return len(sc.cands) - 1
 }
 
+// extend credits run more chunks to the candidates contiguous through chunk from-1 (those
+// holding from chunks): the chunks from, from+1, ... had the same holders as chunk from-1.
+func (sc *lookupScratch) extend(from, run int) {
+	if run == 0 {
+		return
+	}
+	for j := range sc.cands {
+		if c := &sc.cands[j]; int(c.chunks) == from {
+			c.chunks += int32(run)
+		}
+	}
+}
+
 func (ix *Index) getScratch() *lookupScratch {
 	sc := ix.scratch.Get().(*lookupScratch)
 	sc.walk++
@@ -113,6 +126,10 @@ func (ix *Index) walk(sc *lookupScratch, keys []int64, promptTokens int) {
 	walked := 0 // keys some candidate still held
 	slack, clock := ix.touchSlack(), ix.tick.Load()
 	var stale uint64 // keys (of the first 64) whose use stamp is older than slack
+	// A run of chunks held by the same holders as the chunk before it (a shared prefix
+	// usually is) is counted, not walked: whoever was contiguous at its start stays so
+	// through it, and is credited once when it ends (sc.extend).
+	run, lastAlive := 0, 0
 	for i, k := range keys {
 		var used uint32
 		sc.prev, sc.holders = sc.holders, sc.prev
@@ -123,15 +140,11 @@ func (ix *Index) walk(sc *lookupScratch, keys []int64, promptTokens int) {
 		alive := 0
 		switch {
 		case i > 0 && slices.Equal(sc.holders, sc.prev):
-			// The same holders as the chunk before (a shared prefix usually is): whoever
-			// was still contiguous stays so, without resolving the holders again.
-			for j := range sc.cands {
-				if c := &sc.cands[j]; int(c.chunks) == i {
-					c.chunks++
-					alive++
-				}
-			}
+			run++
+			alive = lastAlive
 		default:
+			sc.extend(i-run, run)
+			run = 0
 			for _, s := range sc.holders {
 				iv := v.get(s)
 				if iv == nil {
@@ -155,8 +168,9 @@ func (ix *Index) walk(sc *lookupScratch, keys []int64, promptTokens int) {
 		if alive == 0 {
 			break
 		}
-		walked = i + 1
+		walked, lastAlive = i+1, alive
 	}
+	sc.extend(walked-run, run)
 	if stale != 0 && len(sc.cands) > 0 {
 		ix.renew(keys[:walked], stale)
 	}

@@ -54,6 +54,7 @@ type rankScratch struct {
 	heldAt []int32          // place in cands -> 1 + index in held; zero between decisions
 	srcs   []string         // sources' memory: the source of each kept entry; empty between decisions
 	least  fleet.LeastQuery // leaders' question to the fleet, its memory reused
+	levels []benefitLevel   // holderLeaders' memory
 }
 
 // fill makes rs.cands the candidates' loads, with no cache credit: read through the view
@@ -127,9 +128,19 @@ func (rs *rankScratch) leaders(lp scoring.LeaderRanker, view *fleet.View, held [
 		return false
 	}
 	rs.cands = rs.cands[:0]
-	for j, h := range held {
-		rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[place(h.Endpoint)], InFlight: q.Loads[j],
-			Matched: h.Matched, HolderRank: h.HolderRank})
+	if g := rs.holderLeaders(held, q.Loads, place, in.PromptTokens, q.N); g != nil {
+		for _, l := range g {
+			for _, e := range l.best {
+				h := held[e.held]
+				rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[e.place], InFlight: e.load,
+					Matched: h.Matched, HolderRank: h.HolderRank})
+			}
+		}
+	} else {
+		for j, h := range held {
+			rs.cands = append(rs.cands, scoring.Candidate{Addr: addrs[place(h.Endpoint)], InFlight: q.Loads[j],
+				Matched: h.Matched, HolderRank: h.HolderRank})
+		}
 	}
 	loads := q.Loads[len(held)+len(out):]
 	for k, i := range q.Places {
@@ -138,6 +149,78 @@ func (rs *rankScratch) leaders(lp scoring.LeaderRanker, view *fleet.View, held [
 	// Holders come in the cache's order, not the view's.
 	in.Candidates, in.Fleet, in.Sorted = rs.cands, pop, false
 	return true
+}
+
+// maxBenefitLevels is how many distinct matched lengths among a prompt's holders
+// holderLeaders sorts out; with more, every holder is a candidate. A prompt of c chunks
+// (the last may be partial) has at most c, and holders usually share a few.
+const maxBenefitLevels = 16
+
+// benefitLevel is the holders of one matched length (min(Matched, prompt tokens)) that can
+// lead loadaware's ranking: the n least loaded of them, smaller places first on equal
+// loads, in that order.
+type benefitLevel struct {
+	matched int
+	best    []heldLeader
+}
+
+// heldLeader is a holder as holderLeaders keeps it.
+type heldLeader struct {
+	load  int   // requests in flight
+	place int32 // in the view (address order)
+	held  int32 // index in held
+}
+
+// before reports whether a leads b: fewer in flight, then the smaller place (address).
+func (a heldLeader) before(b heldLeader) bool {
+	return a.load < b.load || (a.load == b.load && a.place < b.place)
+}
+
+// holderLeaders returns, per matched length among held (loads[j] the load of held[j], place
+// its place in the view), the n holders of that length that can lead the ranking, or nil
+// when every holder should be a candidate: there are 2n or fewer (nothing worth sorting
+// out), or more than maxBenefitLevels lengths. A scoring.LeaderRanker promises that among
+// holders of one length (min(Matched, prompt)) only the n least loaded, then smallest
+// address, can lead (see scoring.LoadAware.Leaders): loadaware's benefit is the same for
+// them and its load term orders them. The levels' memory is rs's.
+func (rs *rankScratch) holderLeaders(held []Held, loads []int, place func(int) int, prompt, n int) []benefitLevel {
+	if len(held) <= 2*n {
+		return nil
+	}
+	levels := rs.levels[:0]
+	defer func() { rs.levels = levels[:0] }()
+	for j, h := range held {
+		m := min(h.Matched, prompt)
+		k := 0
+		for k < len(levels) && levels[k].matched != m {
+			k++
+		}
+		if k == len(levels) {
+			if k == maxBenefitLevels {
+				return nil
+			}
+			if k < cap(levels) {
+				levels = levels[:k+1]
+				levels[k].matched, levels[k].best = m, levels[k].best[:0]
+			} else {
+				levels = append(levels, benefitLevel{matched: m, best: make([]heldLeader, 0, n)})
+			}
+		}
+		l := &levels[k]
+		e := heldLeader{load: loads[j], place: int32(place(h.Endpoint)), held: int32(j)}
+		if len(l.best) == n && !e.before(l.best[n-1]) {
+			continue
+		}
+		if len(l.best) < n {
+			l.best = append(l.best, e)
+		} else {
+			l.best[n-1] = e
+		}
+		for i := len(l.best) - 1; i > 0 && l.best[i].before(l.best[i-1]); i-- {
+			l.best[i], l.best[i-1] = l.best[i-1], l.best[i]
+		}
+	}
+	return levels
 }
 
 // usableView is a fleet view less the endpoints unusable at one moment. Its slices are

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -137,6 +138,75 @@ func TestLeadersDecideAsTheWholeFleet(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// Holders of different lengths of the prompt: the leaders' path keeps, of each length, only
+// the least loaded holders (holderLeaders), and decides as the dense path does, whether the
+// longest holders are idle or the busiest, for every number of endpoints kept and with an
+// explanation's longer list.
+func TestLeadersAmongHoldersOfManyLengths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, c := range []struct {
+		n, every, lengths int
+		busyLongest       bool
+	}{
+		{600, 3, 7, false},
+		{600, 3, 7, true},
+		{900, 2, 3, true},
+		{300, 1, 1, false},
+	} {
+		bf := newBenchFleet(t, c.n, 1)
+		keys := bf.index.ChunkKeys(bf.tokens)
+		for i, a := range bf.fleet.View().Addrs() {
+			held := 0
+			if i%c.every == 0 {
+				held = 1 + (i/c.every)%c.lengths*len(keys)/c.lengths
+				held = min(held, len(keys))
+			}
+			if i == 0 {
+				held = 0 // the benchmark fleet's own holder: made to hold nothing here
+			}
+			var ops []lmcache.KVOp
+			for j, k := range keys {
+				op := lmcache.OpEvict
+				if j < held {
+					op = lmcache.OpAdmit
+				}
+				ops = append(ops, lmcache.KVOp{Op: op, Key: k})
+			}
+			if err := bf.index.Apply(lmcache.BatchedKVOperationMsg{InstanceID: fmt.Sprint("vllm-", i), Location: "LocalCPUBackend", Operations: ops}, benchNow); err != nil {
+				t.Fatal(err)
+			}
+			busy := rng.IntN(5)
+			if c.busyLongest && held == len(keys) {
+				busy = 10 + rng.IntN(4)
+			}
+			for range busy {
+				if _, err := bf.fleet.Book(a); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, maxEndpoints := range []int{1, 3, 20} {
+			t.Run(fmt.Sprintf("endpoints=%d/every=%d/lengths=%d/busy-longest=%v/max-endpoints=%d", c.n, c.every, c.lengths, c.busyLongest, maxEndpoints), func(t *testing.T) {
+				reg := prometheus.NewPedanticRegistry()
+				opts := func(cv CacheView, reg prometheus.Registerer) Options {
+					return Options{Fleet: bf.fleet, Cache: cv, MaxEndpoints: maxEndpoints, Params: scoring.Params{Beta: 0.3, KVThreshold: 2000}, Registerer: reg}
+				}
+				leaders := newPicker(t, opts(LMCacheView{Index: bf.index}, reg))
+				dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, nil))
+				for i := range 6 {
+					req := Request{Tokens: bf.tokens[:256*(2+i%5)+i], Explain: i%2 == 1}
+					if d := decideBoth(t, dense, leaders, req); d != "" {
+						t.Fatalf("decision %d differs (-whole +leaders):\n%s", i, d)
+					}
+				}
+				if got := testutil.ToFloat64(leaders.metrics.rankings.WithLabelValues("leaders")); got != 6 {
+					t.Fatalf("%v of 6 decisions ranked the leaders only", got)
+				}
+			})
 		}
 	}
 }
@@ -282,5 +352,57 @@ func TestLeadersDecideAsTheWholeFleetWithSomeEjected(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// holderLeaders keeps, per matched length (capped at the prompt), the n least loaded
+// holders, smaller places first on equal loads; it leaves every holder a candidate (nil)
+// when there are 2n or fewer, or more lengths than it sorts out.
+func TestHolderLeaders(t *testing.T) {
+	type kept struct{ Matched, Load, Place int }
+	holders := func(n int, f func(i int) kept) ([]Held, []int) {
+		var held []Held
+		var loads []int
+		for i := range n {
+			k := f(i)
+			held = append(held, Held{Endpoint: k.Place, CacheMatch: CacheMatch{Matched: k.Matched}})
+			loads = append(loads, k.Load)
+		}
+		return held, loads
+	}
+	for _, c := range []struct {
+		name   string
+		n      int
+		prompt int
+		each   func(i int) kept
+		count  int
+		want   [][]kept // per level, in order; nil: every holder a candidate
+	}{
+		{"too few to sort", 3, 1000, func(i int) kept { return kept{256, i, i} }, 6, nil},
+		{"one length, ties to the smaller place", 2, 1000, func(i int) kept { return kept{256, 5 - i%3, 10 - i} }, 9,
+			[][]kept{{{256, 3, 2}, {256, 3, 5}}}},
+		{"lengths past the prompt are one length", 2, 300, func(i int) kept { return kept{256 * (1 + i%3), i, i} }, 9,
+			[][]kept{{{256, 0, 0}, {256, 3, 3}}, {{300, 1, 1}, {300, 2, 2}}}},
+		{"more lengths than it sorts out", 1, 1 << 20, func(i int) kept { return kept{1 + i, 0, i} }, maxBenefitLevels + 1, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			held, loads := holders(c.count, c.each)
+			var rs rankScratch
+			got := rs.holderLeaders(held, loads, func(e int) int { return e }, c.prompt, c.n)
+			var out [][]kept
+			for _, l := range got {
+				var ks []kept
+				for _, e := range l.best {
+					if held[e.held].Endpoint != int(e.place) || loads[e.held] != e.load {
+						t.Fatalf("entry %+v does not name its holder", e)
+					}
+					ks = append(ks, kept{l.matched, e.load, int(e.place)})
+				}
+				out = append(out, ks)
+			}
+			if d := cmp.Diff(c.want, out); d != "" {
+				t.Fatalf("kept (-want +got):\n%s", d)
+			}
+		})
 	}
 }

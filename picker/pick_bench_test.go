@@ -121,23 +121,31 @@ func benchPickLMCache(b *testing.B, into bool) {
 
 // timeEach runs op once per iteration on a locked OS thread, after a collection, and
 // reports the calls' wall-clock (p50-ns, p99-ns) and thread CPU time (p50-cpu-ns,
-// p99-cpu-ns) quantiles. op returns what to do after its timing (nil: nothing).
+// p99-cpu-ns) quantiles and, on Linux, the share of calls during which the thread took a
+// page fault (faulted-%): a share near or over 1% puts the fault's cost in the p99.
+// op returns what to do after its timing (nil: nothing).
 func timeEach(b *testing.B, op func() func()) {
 	b.Helper()
 	lat := make([]time.Duration, 0, 1<<16)
 	cpu := make([]time.Duration, 0, 1<<16)
+	faulted := 0
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	runtime.GC()
+	warmUp(op)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
+		f0, faultsOK := threadFaults()
 		c0, cpuOK := threadCPU()
 		t := time.Now()
 		after := op()
 		lat = append(lat, time.Since(t))
 		if c1, _ := threadCPU(); cpuOK {
 			cpu = append(cpu, c1-c0)
+		}
+		if f1, _ := threadFaults(); faultsOK && f1 > f0 {
+			faulted++
 		}
 		if after != nil {
 			after()
@@ -146,6 +154,29 @@ func timeEach(b *testing.B, op func() func()) {
 	reportQuantiles(b, lat, "")
 	if len(cpu) > 0 {
 		reportQuantiles(b, cpu, "-cpu")
+	}
+	if _, ok := threadFaults(); ok {
+		b.ReportMetric(100*float64(faulted)/float64(len(lat)), "faulted-%")
+	}
+}
+
+// warmUp runs op untimed until the collector has finished two cycles since it began (or
+// for one second at most), so that the timed calls find the heap as a running server's is:
+// grown to its goal, its pages touched and reused. Timed from a fresh heap instead, every
+// call that allocates a new page takes that page's first fault (faulted-%).
+func warmUp(op func() func()) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	cycles, deadline := ms.NumGC+2, time.Now().Add(time.Second)
+	for i := 0; ; i++ {
+		if after := op(); after != nil {
+			after()
+		}
+		if i%256 == 255 {
+			if runtime.ReadMemStats(&ms); ms.NumGC >= cycles || time.Now().After(deadline) {
+				return
+			}
+		}
 	}
 }
 

@@ -207,7 +207,9 @@ func (p *LoadAware) Rank(in Input) []Ranked {
 // set to fleet, puts the same endpoints first, in the same order, as ranking every
 // endpoint would, for as many as in.Top promises. An endpoint holding nothing scores by
 // its load alone, lower for more load, so it can lead only if fewer than Leaders(in)
-// others holding nothing come before it.
+// others holding nothing come before it. The same holds among the holders of one matched
+// length (min(Matched, PromptTokens)): their benefit is one, so of them only the Leaders(in)
+// least loaded, then smallest address, need be ranked.
 func (p *LoadAware) Leaders(in Input) int { return in.prefix() }
 
 // RanksLeaders is false when beta is so small beside fleet's mean load (beta 0 included)

@@ -234,18 +234,32 @@ func TestLoadAwareLeadersLeadAsTheWholeFleet(t *testing.T) {
 					}
 				}
 				slices.SortStableFunc(others, func(a, b Candidate) int { return cmp.Compare(a.InFlight, b.InFlight) })
-				sub := whole
-				sub.Candidates = append(held, others[:n]...)
-				r.Shuffle(len(sub.Candidates), func(i, j int) { sub.Candidates[i], sub.Candidates[j] = sub.Candidates[j], sub.Candidates[i] })
-				sub.Sorted, sub.Fleet = false, fleet
-				got := p.Rank(sub)
-				k := min(top+1, sortedPrefix)
-				if len(got) < k || !slices.Equal(got[:k], want[:k]) {
-					d := 0
-					for d < min(len(got), k) && got[d] == want[d] {
-						d++
+				// The holders all, and (the contract's second part) of each matched length
+				// only the n least loaded, then smallest address.
+				byLength := map[int][]Candidate{}
+				for _, c := range held { // in address order
+					m := min(c.Matched, in.PromptTokens)
+					byLength[m] = append(byLength[m], c)
+				}
+				var leading []Candidate
+				for _, cs := range byLength {
+					slices.SortStableFunc(cs, func(a, b Candidate) int { return cmp.Compare(a.InFlight, b.InFlight) })
+					leading = append(leading, cs[:min(n, len(cs))]...)
+				}
+				for _, hs := range [][]Candidate{held, leading} {
+					sub := whole
+					sub.Candidates = append(slices.Clone(hs), others[:n]...)
+					r.Shuffle(len(sub.Candidates), func(i, j int) { sub.Candidates[i], sub.Candidates[j] = sub.Candidates[j], sub.Candidates[i] })
+					sub.Sorted, sub.Fleet = false, fleet
+					got := p.Rank(sub)
+					k := min(top+1, sortedPrefix)
+					if len(got) < k || !slices.Equal(got[:k], want[:k]) {
+						d := 0
+						for d < min(len(got), k) && got[d] == want[d] {
+							d++
+						}
+						t.Fatalf("beta %v, %d holders (%d ranked), Top %d: the leaders' ranking (%d entries) differs from the whole fleet's at entry %d of %d: %v\nwant %v", beta, holders, len(hs), top, len(got), d, k, got[min(d, len(got)-1)], want[d])
 					}
-					t.Fatalf("beta %v, %d holders, Top %d: the leaders' ranking (%d entries) differs from the whole fleet's at entry %d of %d: %v\nwant %v", beta, holders, top, len(got), d, k, got[min(d, len(got)-1)], want[d])
 				}
 			}
 		}

@@ -153,9 +153,9 @@ type TokenlessRanker interface {
 	RankTokenless(Input) []Ranked
 }
 
-// LeaderRanker is a Policy that can rank a fleet from its leaders alone: the endpoints
-// holding part of the prompt and the least loaded others (see LoadAware.Leaders, which
-// states the contract). A caller that can find those cheaply over a large fleet ranks
+// LeaderRanker is a Policy that can rank a fleet from its leaders alone: of the endpoints
+// holding part of the prompt, the least loaded of each matched length, and the least
+// loaded others (see LoadAware.Leaders, which states the contract). A caller that can find those cheaply over a large fleet ranks
 // them only.
 type LeaderRanker interface {
 	Leaders(Input) int

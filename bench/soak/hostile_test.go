@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/bench/extload"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	zmq "github.com/pebbe/zmq4"
@@ -37,6 +39,41 @@ import (
 type targets struct {
 	GRPC, Metrics, LMCachePull, Gateway string
 	Clients                             string // LOADAWARE_SOAK_HOSTILE: names, comma-separated; "" for all
+	CPUs                                []int  // the CPUs their own process runs on (pinSoak); nil: any
+}
+
+// pinSoak pins the soak's processes apart when LOADAWARE_SOAK_PIN=1 (with
+// LOADAWARE_SOAK_HOSTILE_PROCESS=own): the test's process (picker, gateway, engines, steady
+// clients) on the last CPU it may use, alone, with GOMAXPROCS 1 (a picker in a one-core
+// pod), and the hostile clients' process on the others, so that their sending takes none of
+// its CPU (decision 1151). It returns the hostile clients' CPUs, nil when not pinning, and
+// undoes the pinning when t ends.
+func pinSoak(t *testing.T) []int {
+	if os.Getenv("LOADAWARE_SOAK_PIN") != "1" {
+		return nil
+	}
+	if os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") != "own" {
+		t.Fatal("LOADAWARE_SOAK_PIN=1 pins the hostile clients' process apart from the picker's: set LOADAWARE_SOAK_HOSTILE_PROCESS=own too")
+	}
+	cpus, err := extload.CPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpus) < 2 {
+		t.Fatalf("LOADAWARE_SOAK_PIN=1 needs two CPUs or more; this process may use %v", cpus)
+	}
+	restore, err := extload.Pin(cpus[len(cpus)-1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := runtime.GOMAXPROCS(1)
+	t.Cleanup(func() {
+		runtime.GOMAXPROCS(procs)
+		if err := restore(); err != nil {
+			t.Errorf("give the soak's threads back their CPUs: %v", err)
+		}
+	})
+	return cpus[:len(cpus)-1]
 }
 
 func (tg targets) on(name string) bool {
@@ -142,6 +179,12 @@ func TestSoakHostile(t *testing.T) {
 	var tg targets
 	if err := json.Unmarshal([]byte(spec), &tg); err != nil {
 		t.Fatalf("%s=%q: %v", childEnv, spec, err)
+	}
+	if tg.CPUs != nil {
+		if _, err := extload.Pin(tg.CPUs); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GOMAXPROCS(len(tg.CPUs))
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -68,6 +68,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Skip("set LOADAWARE_SOAK=5m (make soak) to run the sustained hostile-input run")
 	}
+	hostileCPUs := pinSoak(t)
 	var addrs []string
 	for range 2 {
 		// A tenth of the calibrated step times: about 6 ms a steady request, engine time
@@ -140,7 +141,7 @@ func TestSoak(t *testing.T) {
 	hostileFrom := time.Since(begin)
 	rtHostile := readRuntime()
 	hostile := startHostile(ctx, t, targets{GRPC: a.GRPCAddr(), Metrics: a.MetricsAddr(), LMCachePull: a.LMCachePullAddr(),
-		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE")})
+		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE"), CPUs: hostileCPUs})
 	var samples []sample
 	every := min(5*time.Second, d/6)
 	tick := time.NewTicker(every)
@@ -174,6 +175,9 @@ func TestSoak(t *testing.T) {
 	where, alsoHostile := "The hostile clients ran in the test's process (LOADAWARE_SOAK_HOSTILE_PROCESS=own: in their own).", ", hostile clients"
 	if os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") == "own" {
 		where, alsoHostile = "The hostile clients ran in a process of their own (LOADAWARE_SOAK_HOSTILE_PROCESS=own).", ""
+		if hostileCPUs != nil {
+			where += fmt.Sprintf(" Pinned (LOADAWARE_SOAK_PIN=1): the test's process on one CPU alone with GOMAXPROCS 1, the hostile clients on CPUs %v.", hostileCPUs)
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)

@@ -457,7 +457,7 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 	var windowEnd time.Duration
 	if measure {
 		w.pending = ps
-		w.samples = w.samples[:0]
+		w.samples = nil // a new slice: the runs already returned keep theirs
 		windowEnd = start + reqs[len(reqs)-1].SendAt
 		w.push(event{at: start, kind: evSample})
 	}

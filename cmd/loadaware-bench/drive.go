@@ -120,11 +120,9 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return fail("%v", err)
 		}
-		var bar drive.Progress
-		if *progress {
-			bar = drive.Bar(stderr, "drive "+arm.label)
-		}
-		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar)
+		bar := newProgressBar(stderr, "drive "+arm.label, *progress)
+		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar.UpdateFailed)
+		bar.finish()
 		stopScrape()
 		for _, sm := range sums {
 			fmt.Fprintf(stdout, "%s seed %d: TTFT p95 %v s, imbalance %v\n", arm.label, sm.Seed, sm.TTFTP95, sm.Imbalance)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loadaware/loadaware-epp/bench/extload"
+	"github.com/loadaware/loadaware-epp/bench/openai"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/gctune"
 )
@@ -255,7 +256,7 @@ func extloadRun(ctx context.Context, c extloadConfig, stdout, stderr io.Writer) 
 		}
 		defer feed.close()
 	}
-	req := extload.Request{Path: extproc.PathCompletions, Body: completionBody(c.bodyBytes, c.prompt == "ids"),
+	req := extload.Request{Path: extproc.PathCompletions, Body: openai.PaddedCompletion(c.bodyBytes, c.prompt == "ids"),
 		ResponseBody: []byte("data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n")}
 	perWindow := c.warmup + c.duration
 	fmt.Fprintf(stdout, "extload: %d-byte /v1/completions bodies (%s prompt), one ext_proc stream per request, full-duplex as Envoy;\n", len(req.Body), c.prompt)

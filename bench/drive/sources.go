@@ -2,7 +2,6 @@ package drive
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -101,8 +100,8 @@ func Metrics(ctx context.Context, c *http.Client, engines []string, prom string,
 	return func(start, end time.Time) (map[string][]capture.Series, error) {
 		stop()
 		s.ScrapeOnce(ctx, time.Now())
-		for e, err := range s.Errors() {
-			return nil, fmt.Errorf("scrape %s: %v", e, err)
+		for _, err := range s.Errors() {
+			return nil, err // it names the engine's URL
 		}
 		return s.Series(), nil
 	}, stop, nil

@@ -53,27 +53,26 @@ func ServerMain(ctx context.Context, name string, args []string, stdin io.Reader
 			return fail("%v", err)
 		}
 	}
-	if *profile != "" {
-		f, err := os.Create(*profile)
+	for _, r := range []struct {
+		path, what string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{*profile, "the CPU profile", pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{*traceTo, "the execution trace", trace.Start, trace.Stop},
+	} {
+		if r.path == "" {
+			continue
+		}
+		f, err := os.Create(r.path)
 		if err != nil {
 			return fail("%v", err)
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fail("start the CPU profile: %v", err)
+		if err := r.start(f); err != nil {
+			return fail("start %s: %v", r.what, err)
 		}
-		defer pprof.StopCPUProfile()
-	}
-	if *traceTo != "" {
-		f, err := os.Create(*traceTo)
-		if err != nil {
-			return fail("%v", err)
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return fail("start the execution trace: %v", err)
-		}
-		defer trace.Stop()
+		defer r.stop()
 	}
 	var start func(context.Context) (string, func() error, error)
 	switch *kind {

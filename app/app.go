@@ -45,6 +45,7 @@ type Config struct {
 	Beta         float64  // loadaware's beta (used as given: 0 is a valid beta)
 	SessionKey   string   // default "x-user-id"
 	MaxEndpoints int      // default 1
+	BaseModels   []string // the engines' served model names; another model names a LoRA adapter (picker.Options.BaseModels)
 	MaxBodyBytes int64    // default extproc.DefaultMaxBodySize
 	BodyMode     extproc.BodyMode
 	OmitScores   bool // leave the candidates' scores and the reason out of the dynamic metadata
@@ -182,7 +183,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	a.obs.view, a.obs.tokenizer = cfg.Cache, cfg.Tokenizer
 	p, err := picker.New(picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
-		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
+		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, BaseModels: cfg.BaseModels, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err

@@ -167,7 +167,7 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 		if err != nil {
 			return st.immediate(typev3.StatusCode_BadRequest, "BadRequest", err.Error())
 		}
-		req.Model, req.Prompt, req.Tokens = b.Model, b.Prompt, b.Tokens
+		req.Model, req.Prompt, req.Tokens, req.CacheSalt = b.Model, b.Prompt, b.Tokens, b.CacheSalt
 		if b.Chat {
 			req.ChatBody = body
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,7 +54,8 @@ const KeptRanked = 8
 type Request struct {
 	RequestID string
 	Path      string   // "/v1/completions", "/v1/chat/completions", or other
-	Model     string   // the body's "model"
+	Model     string   // the body's "model"; a LoRA adapter's name when it is not a base model (Options.BaseModels)
+	CacheSalt string   // the body's "cache_salt"; empty: none
 	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing)
 	Prompt    string   // completion prompt text
 	ChatBody  []byte   // raw chat request body, for chat requests
@@ -140,6 +142,10 @@ type Options struct {
 	Observer     Observer       // nil: none
 	Health       HealthView     // nil: every endpoint is a candidate
 	MaxEndpoints int            // length of the fallback list; default 1
+	// BaseModels are the engines' served model names. A request whose Model is none of
+	// them names a LoRA adapter (as vLLM resolves it) and is matched only against that
+	// adapter's blocks (KeyedView). Empty: every request is for the base model.
+	BaseModels []string
 	// MaxPromptBytes bounds the text or chat body handed to the Tokenizer; a larger prompt
 	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
 	// means no bound.
@@ -175,9 +181,10 @@ type Picker struct {
 	active  atomic.Pointer[active]
 	decide  sync.Mutex // held for load snapshot + rank + book
 	metrics *metrics
-	source  string      // the cache view's name, for the cache-share metrics
-	scratch sync.Pool   // *pickScratch, for the work before the lock
-	ranking rankScratch // guarded by decide
+	source  string          // the cache view's name, for the cache-share metrics
+	base    map[string]bool // Options.BaseModels
+	scratch sync.Pool       // *pickScratch, for the work before the lock
+	ranking rankScratch     // guarded by decide
 	usable  atomic.Pointer[usableView]
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
@@ -216,7 +223,7 @@ func New(opts Options) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache)}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), base: baseModels(opts.BaseModels)}
 	if opts.LargeTokenizations > 0 {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
@@ -346,8 +353,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
 	held, useHeld := sc.held[:0], false
+	key := p.cacheKey(r)
+	kv, keyed := p.opts.Cache.(KeyedView)
+	keyed = keyed && key != (kvindex.Key{})
 	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
-		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
+		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed && !keyed {
 			var err error
 			if uv != nil { // the view less a few: cheaper to name those
 				held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Except: uv.out}, held)
@@ -362,7 +372,13 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 				useHeld = true
 			}
 		} else {
-			ms, err := p.opts.Cache.Match(ctx, tokens, cands)
+			var ms []CacheMatch
+			var err error
+			if keyed {
+				ms, err = kv.MatchKey(ctx, tokens, key, cands)
+			} else {
+				ms, err = p.opts.Cache.Match(ctx, tokens, cands)
+			}
 			switch {
 			case err != nil:
 				p.metrics.cacheErrors.Inc()
@@ -381,7 +397,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now}
 	switch act.cfg.Policy {
 	case "latencyaware":
-		in.PrefixKey = prefixKey(tokens)
+		in.PrefixKey = prefixKey(tokens, key)
 	case "prefixaware":
 		in.Prompt = r.Prompt
 		if in.Prompt == "" {
@@ -607,8 +623,10 @@ func joinNote(a, b string) string {
 	return a + "; " + b
 }
 
-// prefixKey hashes the prompt's first chunk (up to 256 token ids); 0 for no tokens.
-func prefixKey(tokens []uint32) uint64 {
+// prefixKey hashes the prompt's first chunk (up to 256 token ids) and, when not the
+// zero key, its adapter and salt (the same prompt under two adapters shares no cache);
+// 0 for no tokens.
+func prefixKey(tokens []uint32, k kvindex.Key) uint64 {
 	if len(tokens) == 0 {
 		return 0
 	}
@@ -617,7 +635,38 @@ func prefixKey(tokens []uint32) uint64 {
 		h ^= uint64(t)
 		h *= 1099511628211
 	}
+	if k != (kvindex.Key{}) {
+		for _, s := range [2]string{k.Adapter, k.Salt} {
+			for i := 0; i < len(s); i++ {
+				h ^= uint64(s[i])
+				h *= 1099511628211
+			}
+			h ^= 0xff // separates the adapter from the salt
+			h *= 1099511628211
+		}
+	}
 	return h | 1
+}
+
+// cacheKey is what, besides its tokens, names r's cached blocks: its adapter (a Model
+// that is not a base model, when Options.BaseModels are known) and its salt.
+func (p *Picker) cacheKey(r Request) kvindex.Key {
+	k := kvindex.Key{Salt: r.CacheSalt}
+	if len(p.base) > 0 && r.Model != "" && !p.base[r.Model] {
+		k.Adapter = r.Model
+	}
+	return k
+}
+
+func baseModels(names []string) map[string]bool {
+	if len(names) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }
 
 // candidate is an endpoint's load as a policy sees it, before its cache match is applied.

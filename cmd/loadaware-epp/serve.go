@@ -42,6 +42,7 @@ type options struct {
 	logLevel, logFormat               string
 	bindAddress                       string
 	tokenizer, model                  string
+	baseModels                        string
 	tokenizerFromEngine               bool
 	engineTimeout                     time.Duration
 	gcPercent                         int
@@ -103,6 +104,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.adminToken, "admin-token", getenv("LOADAWARE_ADMIN_TOKEN"), "bearer token that allows POST /admin/config (env LOADAWARE_ADMIN_TOKEN); empty: changes refused")
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer.json or model directory of the served model (tokenizes prompts exactly as vLLM)")
 	fs.StringVar(&o.model, "model", "", "served model ORG/NAME: its tokenizer is looked up in the HuggingFace cache when --tokenizer is not given")
+	fs.StringVar(&o.baseModels, "base-models", "", "the engines' served model names (vLLM --served-model-name), comma-separated: a request whose model is none of them names a LoRA adapter and is credited only with that adapter's cached blocks (needs --kv-events-extra-keys); empty: every request is for the base model")
 	fs.BoolVar(&o.tokenizerFromEngine, "tokenizer-from-engine", false, "ask the engines' POST /tokenize for prompts the local tokenizer cannot reproduce (or for all, with no local tokenizer)")
 	fs.DurationVar(&o.engineTimeout, "tokenize-timeout", 2*time.Second, "timeout of one engine /tokenize call")
 	fs.IntVar(&o.lmPull, "lmcache-pull-port", 9000, "LMCache controller PULL port the engines' workers push cache events to; 0 disables the controller")
@@ -240,6 +242,7 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		SecureServing: o.secure, CertPath: o.certPath, Endpoints: eps, Policy: o.policy, Beta: o.beta,
 		SessionKey: o.sessionKey, MaxEndpoints: o.maxEndpoints, MaxBodyBytes: o.maxBodyBytes, BodyMode: mode,
 		AdminToken: o.adminToken, LMCache: lm, OmitScores: !o.endpointScores, CacheSource: source, KVEvents: kv,
+		BaseModels: splitList(o.baseModels),
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
@@ -254,6 +257,17 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		return app.Config{}, o, err
 	}
 	return cfg, o, nil
+}
+
+// splitList is a comma-separated flag's items, trimmed, empty ones dropped.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -195,6 +195,9 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	if st.generatedID {
 		set = append(set, setHeader(RequestIDHeader, st.requestID))
 	}
+	if rank, ok := d.Rank(); ok {
+		set = append(set, setHeader(RankHeader, strconv.Itoa(rank)))
+	}
 	c := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}
 	resp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}

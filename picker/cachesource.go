@@ -35,8 +35,13 @@ type KeyedView interface {
 }
 
 // KVEventsView is the CacheView backed by the index of vLLM's KV cache events: blocks
-// are credited to the endpoint whose engine published them.
-type KVEventsView struct{ Index *kvindex.Index }
+// are credited to the endpoint whose engine published them. With Ranks > 1 (the
+// engines' data-parallel size behind one port) a match names the rank that holds the
+// prefix (CacheMatch.PinRank), so the request can be pinned to it.
+type KVEventsView struct {
+	Index *kvindex.Index
+	Ranks int
+}
 
 // Match implements CacheView.
 func (v KVEventsView) Match(ctx context.Context, tokens []uint32, endpoints []string) ([]CacheMatch, error) {
@@ -53,6 +58,9 @@ func (v KVEventsView) MatchKey(_ context.Context, tokens []uint32, k kvindex.Key
 	out := make([]CacheMatch, len(ms))
 	for i, m := range ms {
 		out[i] = CacheMatch{Matched: m.Matched, HolderRank: m.HolderRank, Source: SourceVLLMEvents}
+		if v.Ranks > 1 && m.Rank >= 0 {
+			out[i].PinRank = m.Rank + 1
+		}
 	}
 	return out, nil
 }

@@ -23,11 +23,11 @@ func TestLongest(t *testing.T) {
 		err  bool
 	}{
 		{"the longer prefix per endpoint wins; the first view on a tie", Longest{lm, ev},
-			[]CacheMatch{{512, 0, SourceLMCache}, {96, 0, SourceVLLMEvents}, {0, -1, ""}}, false},
+			[]CacheMatch{{512, 0, SourceLMCache, 0}, {96, 0, SourceVLLMEvents, 0}, {0, -1, "", 0}}, false},
 		{"a failing view is left out", Longest{failingCache{}, ev},
-			[]CacheMatch{{512, 1, SourceVLLMEvents}, {96, 0, SourceVLLMEvents}, {0, -1, ""}}, false},
+			[]CacheMatch{{512, 1, SourceVLLMEvents, 0}, {96, 0, SourceVLLMEvents, 0}, {0, -1, "", 0}}, false},
 		{"every view failing is an error", Longest{failingCache{}, failingCache{}}, nil, true},
-		{"no views: nothing held", Longest{}, []CacheMatch{{0, -1, ""}, {0, -1, ""}, {0, -1, ""}}, false},
+		{"no views: nothing held", Longest{}, []CacheMatch{{0, -1, "", 0}, {0, -1, "", 0}, {0, -1, "", 0}}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

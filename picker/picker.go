@@ -76,13 +76,23 @@ type Decision struct {
 	Note         string            // why the decision had less information than usual, if it did
 	Sources      map[string]string // endpoint -> the cache source of its match, for the endpoints of Ranked matched by a named source; filled only for its readers, the explanation (Request.Explain) and the debug log, else empty
 	Booking      *fleet.Booking
+	// PinRank is 1 + the data-parallel rank behind the winner that holds its credited
+	// prefix, which the request should be pinned to (vLLM's x-data-parallel-rank); 0:
+	// none (no ranks behind the endpoint, or none holds the prompt). See Rank.
+	PinRank int
 }
+
+// Rank is the data-parallel rank to pin the request to, if any (PinRank).
+func (d *Decision) Rank() (int, bool) { return d.PinRank - 1, d.PinRank > 0 }
 
 // CacheMatch is how much of a prompt one endpoint holds.
 type CacheMatch struct {
 	Matched    int    // contiguous prefix, in tokens
 	HolderRank int    // order in which it stored the prompt's first chunk; -1 if it did not
 	Source     string // the cache source that matched ("lmcache", "vllm-events"); "" when unnamed
+	// PinRank is 1 + the data-parallel rank behind the endpoint that holds Matched, for a
+	// view that tells an endpoint's ranks apart (KVEventsView.Ranks > 1); 0: not known.
+	PinRank int
 }
 
 // CacheView reports, for a prompt's token ids, what each endpoint holds.
@@ -460,6 +470,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 			d.Candidates = in.Fleet.Endpoints - i
 		}
 		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
+		if matches != nil {
+			if at := placeOf(cands, b.Addr()); at >= 0 && matches[at].Matched > 0 {
+				d.PinRank = matches[at].PinRank
+			}
+		}
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvindex"
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -156,6 +157,11 @@ type Options struct {
 	// them names a LoRA adapter (as vLLM resolves it) and is matched only against that
 	// adapter's blocks (KeyedView). Empty: every request is for the base model.
 	BaseModels []string
+	// Adapters, when set, says which LoRA adapters each endpoint runs (lora.Table); a
+	// request for an adapter then counts AdapterCost more requests in flight on the
+	// endpoints that would have to load it. nil: adapters are not weighed.
+	Adapters    AdapterView
+	AdapterCost AdapterCost
 	// MaxPromptBytes bounds the text or chat body handed to the Tokenizer; a larger prompt
 	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
 	// means no bound.
@@ -170,6 +176,22 @@ type Options struct {
 	Now                func() time.Time
 	Logger             *slog.Logger
 	Registerer         prometheus.Registerer // nil: metrics are not registered
+}
+
+// AdapterView tells what an endpoint's adapter slots mean for a request for adapter
+// (lora.Table does, from vLLM's vllm:lora_requests_info).
+type AdapterView interface {
+	State(endpoint, adapter string) lora.State
+}
+
+// AdapterCost is the residency term: how many requests in flight (in prefill) an
+// endpoint's load counts extra for a request whose adapter it is not running, when it
+// has a free adapter slot (the adapter is activated first) and when every slot is taken
+// (the request waits until one adapter's requests have all finished). An endpoint
+// running the adapter, or of unknown state, counts none. The zero AdapterCost turns the
+// term off.
+type AdapterCost struct {
+	FreeSlot, SlotsFull int
 }
 
 // Config is the part of the configuration that can change at run time.
@@ -439,7 +461,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	var ranked []scoring.Ranked
 	var i int
 	var b *fleet.Booking
-	if lp, ok := act.policy.(*scoring.LoadAware); ok && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
+	adapterTerm := key.Adapter != "" && p.opts.Adapters != nil && p.opts.AdapterCost != (AdapterCost{})
+	if lp, ok := act.policy.(*scoring.LoadAware); ok && !adapterTerm && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
 		// Over the whole view, or the view less a few unusable endpoints, ranking the
 		// holders and the least loaded others is enough (scoring.LoadAware.Leaders): the
 		// decision reads the loads of those only.
@@ -459,6 +482,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if b == nil {
 		rs.fill(p.opts.Fleet, view, cands, sc.idx, placed)
 		applyMatches(rs.cands, cands, matches, held, useHeld)
+		if adapterTerm {
+			p.adapterLoads(rs.cands, key.Adapter)
+		}
 		in.Candidates, in.Sorted = rs.cands, placed // placed: in the view's order, which is address order
 		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)
 		p.metrics.rankWhole.Inc()
@@ -671,6 +697,22 @@ func (p *Picker) cacheKey(r Request) kvindex.Key {
 		k.Adapter = r.Model
 	}
 	return k
+}
+
+// adapterLoads adds the residency term (AdapterCost) to the loads of the candidates that
+// would have to load adapter.
+func (p *Picker) adapterLoads(cs []scoring.Candidate, adapter string) {
+	for i := range cs {
+		var n int
+		switch p.opts.Adapters.State(cs[i].Addr, adapter) {
+		case lora.FreeSlot:
+			n = p.opts.AdapterCost.FreeSlot
+		case lora.SlotsFull:
+			n = p.opts.AdapterCost.SlotsFull
+		}
+		cs[i].InFlight += n
+		cs[i].Prefill += n
+	}
 }
 
 func baseModels(names []string) map[string]bool {

@@ -194,6 +194,10 @@ type AdapterCost struct {
 	FreeSlot, SlotsFull int
 }
 
+// DefaultAdapterCost is the residency term the lora tournament profile chose
+// (docs/decisions/0820).
+var DefaultAdapterCost = AdapterCost{FreeSlot: 4, SlotsFull: 16}
+
 // Config is the part of the configuration that can change at run time.
 type Config struct {
 	Policy string  `json:"policy"`

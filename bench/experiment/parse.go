@@ -13,7 +13,8 @@ import (
 // ParseArms reads a list of arms as the commands' -arms flag takes it: "all"
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)
 // or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
-// (the arm gie, virtual time only).
+// (the arm gie, virtual time only). A policy arm's name may end in
+// ResidencySuffix: the arm then weighs the engines' LoRA adapters.
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return DefaultArms(), nil
@@ -37,6 +38,17 @@ func ParseArms(s string) ([]Arm, error) {
 }
 
 func parseArm(item string) (Arm, error) {
+	if base, ok := strings.CutSuffix(item, ResidencySuffix); ok {
+		arm, err := parseArm(base)
+		switch {
+		case err != nil:
+			return Arm{}, err
+		case arm.Policy == PolicyGIE || arm.Residency:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once, to a policy of ours (GIE's scheduler has its own LoRA affinity)", item, ResidencySuffix)
+		}
+		arm.Name, arm.Residency = arm.Name+ResidencySuffix, true
+		return arm, nil
+	}
 	for _, a := range DefaultArms() {
 		if a.Name == item {
 			return a, nil

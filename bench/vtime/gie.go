@@ -11,11 +11,6 @@ import (
 // --refresh-metrics-interval): how often its data layer scrapes each engine.
 const gieRefresh = 50 * time.Millisecond
 
-// gieModel is the model name the gie arm's requests carry (GIE's request
-// parser requires one; with no InferenceObjectives or rewrites it only passes
-// through).
-const gieModel = "sim"
-
 // gieArm is the gie arm's router: GIE's own scheduler (bench/peers/gie) and
 // the engines' metrics as its scraper last saw them.
 type gieArm struct {
@@ -34,6 +29,7 @@ func (w *world) scrape() {
 		g.seen[w.addrs[i]] = gie.Metrics{
 			Waiting: m.Waiting, Running: m.Running, KVCacheUsage: min(max(m.KVUsage, 0), 1),
 			CacheBlockSize: c.BlockSize, CacheNumBlocks: c.Blocks(),
+			MaxLoRA: m.MaxLoRAs, RunningAdapters: m.RunningAdapters, WaitingAdapters: m.WaitingAdapters,
 		}
 	}
 	g.last, g.scraped = w.now, true
@@ -66,7 +62,10 @@ func (w *world) pickGIE(p *pending) (string, error) {
 		w.push(event{at: g.last + gieRefresh, kind: evScrape})
 		g.due = true
 	}
-	d, err := g.p.Pick(gie.CompletionRequest(requestID(p), gieModel, p.req.Text), g.seen)
+	// The model (GIE's request parser requires one; with no InferenceObjectives or
+	// rewrites it passes through) is the adapter's name for an adapter's request,
+	// which GIE's LoRA affinity scorer looks for among the engines' adapters.
+	d, err := g.p.Pick(gie.CompletionRequest(requestID(p), modelOf(p.req), p.req.Text), g.seen)
 	if err != nil {
 		return "", err
 	}

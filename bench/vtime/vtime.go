@@ -23,6 +23,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
 )
@@ -273,6 +274,9 @@ type world struct {
 	fleet   *fleet.Set
 	index   *lmcache.Index
 	now     time.Duration
+	// adapters is what the engines' vllm:lora_requests_info says after each step, for
+	// the arms that weigh adapter residency; nil otherwise.
+	adapters *lora.Table
 
 	events  eventQueue
 	seq     uint64
@@ -375,13 +379,20 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
-		p, err := picker.New(picker.Options{
-			Fleet:  set,
-			Policy: arm.Policy,
-			Params: params,
-			Cache:  w.cacheView(w.cfg.CacheSource),
-			Now:    func() time.Time { return epoch.Add(w.now) },
-		})
+		opts := picker.Options{
+			Fleet:      set,
+			Policy:     arm.Policy,
+			Params:     params,
+			Cache:      w.cacheView(w.cfg.CacheSource),
+			BaseModels: []string{baseModel},
+			Now:        func() time.Time { return epoch.Add(w.now) },
+		}
+		w.adapters = nil
+		if arm.Residency {
+			w.adapters = &lora.Table{}
+			opts.Adapters, opts.AdapterCost = w.adapters, w.cfg.AdapterCost
+		}
+		p, err := picker.New(opts)
 		if err != nil {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
@@ -551,6 +562,7 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	preq := picker.Request{
 		RequestID: requestID(p),
 		Path:      "/v1/completions",
+		Model:     modelOf(p.req),
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
 	}
@@ -593,7 +605,7 @@ func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error 
 		p.booking = nil
 		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
 	}
-	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
+	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens, Adapter: p.req.Adapter}
 	if w.kv != nil {
 		w.kv.learn(p.req.Tokens, w.hasher.ChunkKeys(p.req.Tokens))
 	}
@@ -616,6 +628,10 @@ func (w *world) kick(i int) {
 func (w *world) finishStep(i int) (int, error) {
 	out := w.engines[i].Finish()
 	at := epoch.Add(w.now)
+	if w.adapters != nil {
+		m := w.engines[i].Metrics()
+		w.adapters.Set(w.addrs[i], lora.Info{MaxLoRA: m.MaxLoRAs, Running: m.RunningAdapters, Waiting: m.WaitingAdapters})
+	}
 	if w.kv != nil {
 		w.kv.apply(w.addrs[i], out.KV)
 	}
@@ -652,6 +668,18 @@ func (w *world) finishStep(i int) (int, error) {
 		}
 	}
 	return len(out.Finished), nil
+}
+
+// baseModel is the served model name of the simulated engines: a request for
+// an adapter names the adapter instead (vLLM's OpenAI server resolves "model").
+const baseModel = "sim"
+
+// modelOf is the "model" r is sent with.
+func modelOf(r workload.Request) string {
+	if r.Adapter != "" {
+		return r.Adapter
+	}
+	return baseModel
 }
 
 // pause idles the fleet for gap after the client has received every

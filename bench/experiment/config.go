@@ -32,7 +32,8 @@ type Arm struct {
 	Policy string  // a scoring policy name, or PolicyGIE
 	Beta   float64 // loadaware's load weight
 	// Residency weighs the engines' LoRA adapters (picker.Options.Adapters, with
-	// Config.AdapterCost); its name ends in ResidencySuffix.
+	// Config.AdapterCost; for PolicyGIE, GIE's lora-affinity-scorer); its name ends
+	// in ResidencySuffix.
 	Residency bool
 }
 

@@ -14,7 +14,8 @@ import (
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)
 // or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
 // (the arm gie, virtual time only). A policy arm's name may end in
-// ResidencySuffix: the arm then weighs the engines' LoRA adapters.
+// ResidencySuffix: the arm then weighs the engines' LoRA adapters (gie+residency:
+// GIE's default profile plus its lora-affinity-scorer).
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return DefaultArms(), nil
@@ -43,8 +44,8 @@ func parseArm(item string) (Arm, error) {
 		switch {
 		case err != nil:
 			return Arm{}, err
-		case arm.Policy == PolicyGIE || arm.Residency:
-			return Arm{}, fmt.Errorf("arm %q: %s applies once, to a policy of ours (GIE's scheduler has its own LoRA affinity)", item, ResidencySuffix)
+		case arm.Residency:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once", item, ResidencySuffix)
 		}
 		arm.Name, arm.Residency = arm.Name+ResidencySuffix, true
 		return arm, nil

@@ -25,7 +25,7 @@ func TestParseArms(t *testing.T) {
 		{"gie,kvaware", []Arm{{Name: "gie", Policy: PolicyGIE}, {Name: "kvaware", Policy: "kvaware"}}, ""},
 		{"loadaware-b1+residency,latencyaware+residency", []Arm{{Name: "loadaware-b1+residency", Policy: "loadaware", Beta: 1, Residency: true},
 			{Name: "latencyaware+residency", Policy: "latencyaware", Beta: 1, Residency: true}}, ""},
-		{"gie+residency", nil, "applies once, to a policy of ours"},
+		{"gie+residency", []Arm{{Name: "gie+residency", Policy: PolicyGIE, Residency: true}}, ""},
 		{"kvaware+residency+residency", nil, "applies once"},
 		{"fast+residency", nil, `unknown policy "fast"`},
 		{"gie:1", nil, `unknown policy "gie"`},

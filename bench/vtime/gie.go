@@ -11,6 +11,31 @@ import (
 // --refresh-metrics-interval): how often its data layer scrapes each engine.
 const gieRefresh = 50 * time.Millisecond
 
+// gieLoRAConfig is the gie+residency arm's profile: GIE v1.5.0's default
+// (queue and KV-cache utilization scorers at weight 2, prefix cache at 3) plus
+// its lora-affinity-scorer, which GIE ships opt-in, at weight 2.
+const gieLoRAConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: lora-affinity-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: lora-affinity-scorer
+    weight: 2
+  - pluginRef: max-score-picker
+`
+
 // gieArm is the gie arm's router: GIE's own scheduler (bench/peers/gie) and
 // the engines' metrics as its scraper last saw them.
 type gieArm struct {

@@ -371,7 +371,11 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 	}
 	w.policy = arm.Policy
 	if arm.Policy == experiment.PolicyGIE {
-		g, err := gie.New(w.addrs, gie.Config{Seed: seed})
+		gc := gie.Config{Seed: seed}
+		if arm.Residency {
+			gc.PickerConfig = gieLoRAConfig
+		}
+		g, err := gie.New(w.addrs, gc)
 		if err != nil {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}

@@ -3,6 +3,8 @@ package picker
 import (
 	"strconv"
 	"strings"
+
+	"github.com/loadaware/loadaware-epp/scoring"
 )
 
 // maxExplained bounds the candidates listed in an explanation (a header must stay small).
@@ -14,7 +16,7 @@ const maxExplained = 32
 func (d Decision) Explain() string {
 	var b strings.Builder
 	b.WriteString("policy=" + d.Policy)
-	if d.Policy == "loadaware" || d.Policy == "latencyaware" {
+	if pol := scoring.Describe(d.Policy); pol != nil && pol.Needs()&scoring.NeedsBeta != 0 {
 		b.WriteString(" beta=" + strconv.FormatFloat(d.Beta, 'g', -1, 64))
 	}
 	if len(d.Endpoints) > 0 {
@@ -36,6 +38,7 @@ func (d Decision) Explain() string {
 func (d Decision) candidates(limit int) string {
 	var b strings.Builder
 	shown := len(d.Ranked)
+	terms := scoring.Describe(d.Policy)
 	if limit > 0 {
 		shown = min(shown, limit)
 	}
@@ -50,9 +53,8 @@ func (d Decision) candidates(limit int) string {
 		b.WriteString(" inflight=" + strconv.Itoa(r.InFlight) +
 			" rel_load=" + strconv.FormatFloat(r.RelativeLoad, 'f', 3, 64) +
 			" score=" + strconv.FormatFloat(r.Score, 'f', 3, 64))
-		if d.Policy == "latencyaware" {
-			b.WriteString(" load=" + strconv.FormatFloat(r.Load, 'f', 2, 64) +
-				" affinity=" + strconv.FormatFloat(r.Affinity, 'f', 1, 64))
+		if te, ok := terms.(scoring.TermsExplainer); ok {
+			b.Write(te.AppendTerms(nil, r))
 		}
 	}
 	if more := max(d.Candidates, len(d.Ranked)) - shown; more > 0 {

@@ -79,15 +79,15 @@ func (rs *rankScratch) fill(set *fleet.Set, view *fleet.View, cands []string, id
 	}
 }
 
-// leaders makes in's candidates those that can lead loadaware's ranking of the whole
+// leaders makes in's candidates those that can lead lp's ranking of the whole
 // view, or of the view less uv's unusable endpoints when uv is not nil (the holders in
 // held, by place in the view or in uv.cands, and the least loaded others: see
-// scoring.LoadAware.Leaders), and sets in.Fleet to that population; it reports false, leaving
+// scoring.LeaderRanker), and sets in.Fleet to that population; it reports false, leaving
 // in as it was, when the view is no longer current or the policy cannot rank on its
 // leaders alone. It reads the loads of the leaders only, from the fleet's load order, all
 // as of one instant. The candidates carry what loadaware reads: address, in-flight count
 // and match (no prefill, decode or pace).
-func (rs *rankScratch) leaders(lp *scoring.LoadAware, view *fleet.View, held []Held, uv *usableView, in *scoring.Input) bool {
+func (rs *rankScratch) leaders(lp scoring.LeaderRanker, view *fleet.View, held []Held, uv *usableView, in *scoring.Input) bool {
 	addrs := view.Addrs()
 	place := func(e int) int { // a held entry's place in the view
 		if uv == nil {

@@ -205,9 +205,12 @@ type Config struct {
 }
 
 type active struct {
-	cfg    Config
-	params scoring.Params
-	policy scoring.Policy
+	cfg       Config
+	params    scoring.Params
+	policy    scoring.Policy
+	needs     scoring.Needs
+	tokenless scoring.TokenlessRanker // nil: Rank also ranks requests without token ids
+	leaders   scoring.LeaderRanker    // nil: the policy ranks every candidate
 }
 
 // Picker makes routing decisions. It is safe for concurrent use.
@@ -282,7 +285,10 @@ func (p *Picker) SetConfig(c Config) error {
 	if err != nil {
 		return err
 	}
-	p.active.Store(&active{cfg: c, params: params, policy: pol})
+	a := &active{cfg: c, params: params, policy: pol, needs: pol.Needs()}
+	a.tokenless, _ = pol.(scoring.TokenlessRanker)
+	a.leaders, _ = pol.(scoring.LeaderRanker)
+	p.active.Store(a)
 	return nil
 }
 
@@ -374,7 +380,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 
 	var tokens []uint32
 	d.Tokens = "not-needed"
-	if usesCache(act.cfg.Policy) {
+	cached := act.needs&scoring.NeedsCache != 0
+	if cached {
 		tokens, d.Tokens, d.Note = p.tokens(ctx, r, cands)
 	} else if len(r.Tokens) > 0 {
 		tokens, d.Tokens = r.Tokens, "request"
@@ -392,7 +399,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	key := p.cacheKey(r)
 	kv, keyed := p.opts.Cache.(KeyedView)
 	keyed = keyed && key != (kvindex.Key{})
-	if len(tokens) > 0 && usesCache(act.cfg.Policy) {
+	if len(tokens) > 0 && cached {
 		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed && !keyed {
 			var err error
 			if uv != nil { // the view less a few: cheaper to name those
@@ -431,10 +438,10 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	p.decide.Lock()
 	now := p.opts.Now()
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now}
-	switch act.cfg.Policy {
-	case "latencyaware":
+	if act.needs&scoring.NeedsPrefixKey != 0 {
 		in.PrefixKey = prefixKey(tokens, key)
-	case "prefixaware":
+	}
+	if act.needs&scoring.NeedsPrompt != 0 {
 		in.Prompt = r.Prompt
 		if in.Prompt == "" {
 			in.Prompt = string(r.ChatBody) // stand-in for upstream's joined message contents
@@ -449,8 +456,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	in.Top = keep + 1
 	rank := func(in scoring.Input) []scoring.Ranked {
-		if len(tokens) == 0 && act.cfg.Policy == "loadaware" {
-			return scoring.LoadOnly(in) // nothing to look up: the load term alone
+		if len(tokens) == 0 && act.tokenless != nil {
+			return act.tokenless.RankTokenless(in) // nothing to look up
 		}
 		return act.policy.Rank(in)
 	}
@@ -466,9 +473,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	var i int
 	var b *fleet.Booking
 	adapterTerm := key.Adapter != "" && p.opts.Adapters != nil && p.opts.AdapterCost != (AdapterCost{})
-	if lp, ok := act.policy.(*scoring.LoadAware); ok && !adapterTerm && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
+	if lp := act.leaders; lp != nil && !adapterTerm && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
 		// Over the whole view, or the view less a few unusable endpoints, ranking the
-		// holders and the least loaded others is enough (scoring.LoadAware.Leaders): the
+		// holders and the least loaded others is enough (scoring.LeaderRanker): the
 		// decision reads the loads of those only.
 		if rs.leaders(lp, view, held, uv, &in) {
 			// Past a refused booking (the winner left the set since the view) the leaders'
@@ -638,17 +645,6 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 		return nil, "none", "tokenizing failed (" + err.Error() + "): routed on load alone"
 	}
 	return ids, "tokenizer", ""
-}
-
-// usesCache reports whether policy reads the cache: then the prompt is tokenized and looked
-// up. The cache-blind policies (roundrobin, leastload, session) skip both.
-func usesCache(policy string) bool {
-	switch policy {
-	case "loadaware", "kvaware",
-		"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "latencyaware":
-		return true
-	}
-	return false
 }
 
 func errorKind(err error) string {

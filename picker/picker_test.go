@@ -143,18 +143,6 @@ func TestPickFollowsThePolicyAndBooks(t *testing.T) {
 	}
 }
 
-func TestUsesCacheCoversEveryPolicy(t *testing.T) {
-	blind := map[string]bool{"roundrobin": true, "leastload": true, "session": true, "prefixaware": true}
-	for _, name := range scoring.Names {
-		if got, want := usesCache(name), !blind[name]; got != want {
-			t.Errorf("usesCache(%q) = %v, want %v", name, got, want)
-		}
-	}
-	if usesCache("fastest") {
-		t.Error("an unknown policy should not use the cache")
-	}
-}
-
 func TestConcurrentPicksDoNotHerd(t *testing.T) {
 	for _, policy := range []string{"leastload", "loadaware"} {
 		t.Run(policy, func(t *testing.T) {

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -64,6 +65,17 @@ const (
 
 // Name implements Policy.
 func (*LatencyAware) Name() string { return "latencyaware" }
+
+// Needs implements Policy.
+func (*LatencyAware) Needs() Needs { return NeedsCache | NeedsPrefixKey | NeedsBeta }
+
+// AppendTerms implements TermsExplainer: the weighted load and the affinity credit.
+func (*LatencyAware) AppendTerms(b []byte, r Ranked) []byte {
+	b = append(b, " load="...)
+	b = strconv.AppendFloat(b, r.Load, 'f', 2, 64)
+	b = append(b, " affinity="...)
+	return strconv.AppendFloat(b, r.Affinity, 'f', 1, 64)
+}
 
 // Rank implements Policy.
 func (p *LatencyAware) Rank(in Input) []Ranked {

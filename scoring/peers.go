@@ -97,6 +97,9 @@ type SGLangCacheAware struct{}
 // Name implements Policy.
 func (SGLangCacheAware) Name() string { return "sglang-cache-aware" }
 
+// Needs implements Policy.
+func (SGLangCacheAware) Needs() Needs { return NeedsCache }
+
 // Rank implements Policy. In the match branch the ranking is by match, then address; in
 // the load branches by in-flight, then address.
 func (SGLangCacheAware) Rank(in Input) []Ranked {
@@ -136,6 +139,9 @@ type AIBrixPrefixCache struct{}
 
 // Name implements Policy.
 func (AIBrixPrefixCache) Name() string { return "aibrix-prefix-cache" }
+
+// Needs implements Policy.
+func (AIBrixPrefixCache) Needs() Needs { return NeedsCache }
 
 // Rank implements Policy.
 func (AIBrixPrefixCache) Rank(in Input) []Ranked {
@@ -232,6 +238,9 @@ type GIEDefault struct{}
 // Name implements Policy.
 func (GIEDefault) Name() string { return "gie-default" }
 
+// Needs implements Policy.
+func (GIEDefault) Needs() Needs { return NeedsCache }
+
 // Rank implements Policy.
 func (GIEDefault) Rank(in Input) []Ranked {
 	prefix := make([]float64, len(in.Candidates))
@@ -259,6 +268,9 @@ type LLMDPrecise struct{}
 
 // Name implements Policy.
 func (LLMDPrecise) Name() string { return "llmd-precise" }
+
+// Needs implements Policy.
+func (LLMDPrecise) Needs() Needs { return NeedsCache }
 
 // Rank implements Policy.
 func (LLMDPrecise) Rank(in Input) []Ranked {
@@ -313,6 +325,9 @@ type DynamoKV struct{}
 
 // Name implements Policy.
 func (DynamoKV) Name() string { return "dynamo-kv" }
+
+// Needs implements Policy.
+func (DynamoKV) Needs() Needs { return NeedsCache }
 
 // Rank implements Policy. Score is -cost.
 func (DynamoKV) Rank(in Input) []Ranked {

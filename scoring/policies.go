@@ -9,6 +9,9 @@ type LeastLoad struct{}
 // Name implements Policy.
 func (LeastLoad) Name() string { return "leastload" }
 
+// Needs implements Policy.
+func (LeastLoad) Needs() Needs { return 0 }
+
 // Rank implements Policy: score = -in-flight.
 func (LeastLoad) Rank(in Input) []Ranked { return leastLoad(in, ReasonLeastLoad) }
 
@@ -30,6 +33,9 @@ type RoundRobin struct{ state *State }
 
 // Name implements Policy.
 func (*RoundRobin) Name() string { return "roundrobin" }
+
+// Needs implements Policy.
+func (*RoundRobin) Needs() Needs { return 0 }
 
 // Rank implements Policy. The ranking is the address order rotated to the current
 // position, so fallbacks are the endpoints that would come next.
@@ -56,6 +62,9 @@ type Session struct{ state *State }
 // Name implements Policy.
 func (*Session) Name() string { return "session" }
 
+// Needs implements Policy.
+func (*Session) Needs() Needs { return 0 }
+
 // Rank implements Policy.
 func (p *Session) Rank(in Input) []Ranked { return p.state.fallback(in) }
 
@@ -70,6 +79,9 @@ type KVAware struct {
 
 // Name implements Policy.
 func (*KVAware) Name() string { return "kvaware" }
+
+// Needs implements Policy.
+func (*KVAware) Needs() Needs { return NeedsCache }
 
 // Rank implements Policy.
 func (p *KVAware) Rank(in Input) []Ranked {
@@ -118,6 +130,13 @@ type LoadAware struct {
 
 // Name implements Policy.
 func (*LoadAware) Name() string { return "loadaware" }
+
+// Needs implements Policy.
+func (*LoadAware) Needs() Needs { return NeedsCache | NeedsBeta }
+
+// RankTokenless implements TokenlessRanker: with no token ids to look up, the load term
+// alone (LoadOnly), not the session route or QPS fallback Rank takes when nothing matches.
+func (*LoadAware) RankTokenless(in Input) []Ranked { return LoadOnly(in) }
 
 // Rank implements Policy.
 func (p *LoadAware) Rank(in Input) []Ranked {

@@ -19,6 +19,9 @@ type PrefixAware struct{ state *State }
 // Name implements Policy.
 func (*PrefixAware) Name() string { return "prefixaware" }
 
+// Needs implements Policy.
+func (*PrefixAware) Needs() Needs { return NeedsPrompt }
+
 // ReasonPrefixMatch: prefixaware chose among the endpoints that served the longest
 // matching text prefix; ReasonNoPrefix: nothing matched, chosen among all candidates.
 const (

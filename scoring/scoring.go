@@ -21,6 +21,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -92,7 +93,50 @@ type Ranked struct {
 // Policy ranks candidates. See the package comment for the contract.
 type Policy interface {
 	Name() string
+	// Needs says which signals beyond the candidates' loads the policy reads; a caller
+	// may leave the others out of Input (zero) and save their cost.
+	Needs() Needs
 	Rank(Input) []Ranked
+}
+
+// Needs is the set of signals a policy reads beyond the candidates' loads (addresses,
+// in-flight, prefill and decode counts, decode pace, which every policy gets).
+type Needs uint8
+
+const (
+	// NeedsCache: the prompt's token count (Input.PromptTokens) and each candidate's
+	// cache match (Candidate.Matched, HolderRank); the caller tokenizes the prompt and
+	// looks it up.
+	NeedsCache Needs = 1 << iota
+	// NeedsPrefixKey: Input.PrefixKey, the hash of the prompt's first chunk of tokens.
+	NeedsPrefixKey
+	// NeedsPrompt: Input.Prompt, the prompt text.
+	NeedsPrompt
+	// NeedsBeta: the policy weighs its load term by Params.Beta (an explanation shows it).
+	NeedsBeta
+)
+
+// TokenlessRanker is a Policy that ranks a request without token ids (Input.PromptTokens
+// 0, nothing matched) otherwise than its Rank would. A caller that has no token ids for a
+// request calls RankTokenless instead of Rank; the contract is Rank's.
+type TokenlessRanker interface {
+	RankTokenless(Input) []Ranked
+}
+
+// LeaderRanker is a Policy that can rank a fleet from its leaders alone: the endpoints
+// holding part of the prompt and the least loaded others (see LoadAware.Leaders, which
+// states the contract). A caller that can find those cheaply over a large fleet ranks
+// them only.
+type LeaderRanker interface {
+	Leaders(Input) int
+	RanksLeaders(Population) bool
+}
+
+// TermsExplainer is a Policy whose rankings carry terms of its own beside the common
+// ones (Ranked's matched, in-flight, relative load and score): AppendTerms appends r's,
+// as " name=value" pairs, for an explanation.
+type TermsExplainer interface {
+	AppendTerms(b []byte, r Ranked) []byte
 }
 
 // Reasons a decision can give. They label the decision metrics, so the set is closed.
@@ -166,6 +210,22 @@ func New(name string, p Params, state *State) (Policy, error) {
 	}
 	return nil, fmt.Errorf("unknown policy %q: use one of %s", name, strings.Join(Names, ", "))
 }
+
+// Describe returns the policy called name with the default parameters, for what it
+// declares (Needs, the optional interfaces), not to rank with: every call returns the same
+// one, whose State is its own. It returns nil for an unknown name.
+func Describe(name string) Policy { return described()[name] }
+
+var described = sync.OnceValue(func() map[string]Policy {
+	m := make(map[string]Policy, len(Names))
+	state := NewState()
+	for _, name := range Names {
+		if p, err := New(name, DefaultParams(), state); err == nil { // New knows every name of Names
+			m[name] = p
+		}
+	}
+	return m
+})
 
 // ValidateBeta reports whether beta is a usable load weight (finite, 0 <= beta <= 100).
 func ValidateBeta(beta float64) error {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,7 +47,10 @@ type Config struct {
 	SessionKey   string   // default "x-user-id"
 	MaxEndpoints int      // default 1
 	BaseModels   []string // the engines' served model names; another model names a LoRA adapter (picker.Options.BaseModels)
-	MaxBodyBytes int64    // default extproc.DefaultMaxBodySize
+	// AdapterCost is the LoRA residency term (picker.Options.AdapterCost), read from the
+	// engines' vllm:lora_requests_info through the engine-metrics scrape; zero: off.
+	AdapterCost  picker.AdapterCost
+	MaxBodyBytes int64 // default extproc.DefaultMaxBodySize
 	BodyMode     extproc.BodyMode
 	OmitScores   bool // leave the candidates' scores and the reason out of the dynamic metadata
 
@@ -65,6 +69,11 @@ type Config struct {
 	ConnReadBurst      int64               // bytes above ConnReadRate at once; 0: DefaultConnReadBurst
 	MaxMessageBytes    int                 // largest ext_proc message received; 0: DefaultMaxMessageBytes
 	Health             HealthConfig        // passive and active endpoint health
+
+	// EngineMetricsInterval is how often the engines' /metrics are scraped while the policy
+	// reads them (scoring.ReadsEngineMetrics); 0: enginemetrics.DefaultInterval (GIE's 50 ms);
+	// negative: never (those policies then see no engine metrics).
+	EngineMetricsInterval time.Duration
 
 	ImbalanceWindow   time.Duration // default 60s
 	ImbalanceInterval time.Duration // default 250ms
@@ -120,8 +129,9 @@ type App struct {
 	gate                           *replica.Gate        // nil unless the index is shared or persisted
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
-	connRate                       *connRate         // nil: ext_proc reads are not rate-limited
-	CacheAlarm                     *cachealarm.Watch // nil without CacheAlarm
+	connRate                       *connRate              // nil: ext_proc reads are not rate-limited
+	CacheAlarm                     *cachealarm.Watch      // nil without CacheAlarm
+	EngineMetrics                  *enginemetrics.Scraper // nil when EngineMetricsInterval is negative
 	obs                            *observed
 
 	cancel context.CancelFunc
@@ -181,10 +191,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	params.Beta = cfg.Beta
 	cfg.Observer = a.observer(cfg.Observer)
 	a.obs.view, a.obs.tokenizer = cfg.Cache, cfg.Tokenizer
-	p, err := picker.New(picker.Options{
+	var engines picker.EngineView
+	if cfg.EngineMetricsInterval >= 0 {
+		a.EngineMetrics, err = enginemetrics.New(enginemetrics.Config{Interval: cfg.EngineMetricsInterval,
+			Endpoints: func() []string { return a.Fleet.View().Addrs() },
+			Needed:    func() bool { return a.Picker.NeedsEngineMetrics() },
+			Logger:    log, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		engines = a.EngineMetrics
+	}
+	popts := picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
 		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, BaseModels: cfg.BaseModels, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
-	})
+		Engines: engines, AdapterCost: cfg.AdapterCost,
+	}
+	if a.EngineMetrics != nil && cfg.AdapterCost != (picker.AdapterCost{}) {
+		popts.Adapters = a.EngineMetrics
+	}
+	p, err := picker.New(popts)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +280,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	a.goServe("metrics HTTP", func() error { return a.httpSrv.Serve(a.metricsLis) })
 	a.wg.Go(func() { a.health.run(ctx, a.Fleet) })
+	if a.EngineMetrics != nil {
+		a.wg.Go(func() { a.EngineMetrics.Run(ctx) })
+	}
 	if a.CacheAlarm != nil {
 		a.wg.Go(func() { a.runCacheAlarm(ctx, *cfg.CacheAlarm) })
 	}

@@ -143,6 +143,12 @@ type UnhealthyLister interface {
 	Unhealthy(now time.Time) []string
 }
 
+// EngineView reports an endpoint's vLLM metrics as last scraped, aged at now
+// (enginemetrics.Scraper). It must be fast and safe for concurrent use.
+type EngineView interface {
+	Engine(addr string, now time.Time) scoring.EngineMetrics
+}
+
 // Options configure a Picker.
 type Options struct {
 	Fleet        *fleet.Set
@@ -176,6 +182,10 @@ type Options struct {
 	Now                func() time.Time
 	Logger             *slog.Logger
 	Registerer         prometheus.Registerer // nil: metrics are not registered
+
+	// Engines gives each candidate's scraped vLLM metrics to the policies that read them
+	// (scoring.ReadsEngineMetrics); nil: they see none (scoring.EngineMetrics's zero value).
+	Engines EngineView
 }
 
 // AdapterView tells what an endpoint's adapter slots mean for a request for adapter
@@ -290,6 +300,13 @@ func (p *Picker) SetConfig(c Config) error {
 	a.leaders, _ = pol.(scoring.LeaderRanker)
 	p.active.Store(a)
 	return nil
+}
+
+// NeedsEngineMetrics reports whether the policy in force reads the engines' scraped
+// metrics (scoring.ReadsEngineMetrics): a scraper need run only while it does.
+func (p *Picker) NeedsEngineMetrics() bool {
+	return scoring.ReadsEngineMetrics(p.active.Load().cfg.Policy) ||
+		(p.opts.Adapters != nil && len(p.base) > 0 && p.opts.AdapterCost != (AdapterCost{}))
 }
 
 // Forget drops the routing history of endpoints not in keep (they left the fleet).
@@ -495,6 +512,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		applyMatches(rs.cands, cands, matches, held, useHeld)
 		if adapterTerm {
 			p.adapterLoads(rs.cands, key.Adapter)
+		}
+		if p.opts.Engines != nil && scoring.ReadsEngineMetrics(act.cfg.Policy) {
+			for i := range rs.cands {
+				rs.cands[i].Engine = p.opts.Engines.Engine(rs.cands[i].Addr, now)
+			}
 		}
 		in.Candidates, in.Sorted = rs.cands, placed // placed: in the view's order, which is address order
 		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)

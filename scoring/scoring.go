@@ -36,6 +36,23 @@ type Candidate struct {
 	// DecodePace is the endpoint's recent mean decode duration (first token to end); 0
 	// when not measured.
 	DecodePace time.Duration
+	// Engine is what the endpoint's own /metrics said when last scraped. It is filled only
+	// for policies that read it (ReadsEngineMetrics); the zero value means not known (no
+	// scrape has succeeded, or nobody scrapes).
+	Engine EngineMetrics
+}
+
+// EngineMetrics is one endpoint's vLLM metrics as a scraper last saw them, under vLLM's
+// meanings. Known is false in the zero value: then every other field is meaningless, and a
+// policy must not read a zero queue or usage from it.
+type EngineMetrics struct {
+	Known   bool
+	Running int     // vllm:num_requests_running: requests in the engine's running batch
+	Waiting int     // vllm:num_requests_waiting: requests queued in the engine, not yet scheduled
+	KVUsage float64 // vllm:kv_cache_usage_perc: share of the GPU KV blocks in use, 0..1
+	// Age is how long before the decision the scrape was taken: the staleness of the
+	// three numbers above (0 up to the scraper's interval in steady state).
+	Age time.Duration
 }
 
 // Input is everything a policy sees of one request.
@@ -163,6 +180,16 @@ const (
 // Names of the policies New knows, in the order the CLI lists them.
 var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session",
 	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "prefixaware", "latencyaware"}
+
+// ReadsEngineMetrics reports whether the policy called name reads Candidate.Engine (the
+// engines' scraped vLLM metrics): the caller scrapes and fills them only for these.
+func ReadsEngineMetrics(name string) bool {
+	switch name {
+	case "gie-default", "llmd-precise":
+		return true
+	}
+	return false
+}
 
 // Params are the tunables of the policies. Zero values are not defaults: use DefaultParams.
 type Params struct {

@@ -102,12 +102,18 @@ type job struct {
 	arrived time.Duration // model time the driver received it
 }
 
-// latencies are the engine-side histograms vLLM exports, as count and sum (seconds):
-// vllm:time_to_first_token_seconds (arrival to first token) and
-// vllm:request_prefill_time_seconds (first admission to first token). Written by the driver.
+// latencies are the engine-side request histograms vLLM exports, with vLLM's buckets:
+// vllm:time_to_first_token_seconds (arrival to first token), vllm:request_prefill_time_seconds
+// (first admission to first token), vllm:request_queue_time_seconds (arrival to first
+// admission), vllm:inter_token_latency_seconds (between consecutive output tokens) and
+// vllm:e2e_request_latency_seconds (arrival to last token). Written by the driver.
 type latencies struct {
-	ttftCount, prefillCount atomic.Int64
-	ttftSum, prefillSum     atomic.Int64 // nanoseconds
+	ttft, prefill, queue, itl, e2e *histogram
+}
+
+func newLatencies() latencies {
+	return latencies{ttft: newHistogram(ttftBuckets), prefill: newHistogram(requestBuckets),
+		queue: newHistogram(requestBuckets), itl: newHistogram(itlBuckets), e2e: newHistogram(requestBuckets)}
 }
 
 // StartEngine starts an engine and serves it until Close. With a PullAddr, its LMCache
@@ -150,7 +156,7 @@ func StartEngine(cfg EngineConfig) (_ *Engine, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{
-		cfg: cfg, model: model, log: log, ingress: modelCfg.IngressLatency,
+		cfg: cfg, model: model, log: log, ingress: modelCfg.IngressLatency, lat: newLatencies(),
 		base: cfg.Clock, submit: make(chan *job), quit: make(chan struct{}), drained: make(chan struct{}),
 	}
 	e.lis = cfg.Listener
@@ -301,11 +307,12 @@ func (e *Engine) drive() {
 			}
 			e.kv.publish(out.KV, e.log)
 			for _, r := range out.Tokens {
-				if len(r.TokenTimes) == 1 { // its first token: what vLLM's histograms observe
-					e.lat.ttftCount.Add(1)
-					e.lat.ttftSum.Add(int64(r.TokenTimes[0] - jobs[r].arrived))
-					e.lat.prefillCount.Add(1)
-					e.lat.prefillSum.Add(int64(r.TokenTimes[0] - r.AdmittedAt))
+				if n := len(r.TokenTimes); n == 1 { // its first token
+					e.lat.ttft.observe(r.TokenTimes[0] - jobs[r].arrived)
+					e.lat.prefill.observe(r.TokenTimes[0] - r.AdmittedAt)
+					e.lat.queue.observe(r.AdmittedAt - jobs[r].arrived)
+				} else {
+					e.lat.itl.observe(r.TokenTimes[n-1] - r.TokenTimes[n-2])
 				}
 				select {
 				case jobs[r].token <- struct{}{}: // buffered for MaxTokens tokens, the most the model produces
@@ -314,6 +321,7 @@ func (e *Engine) drive() {
 				}
 			}
 			for _, r := range out.Finished {
+				e.lat.e2e.observe(r.TokenTimes[len(r.TokenTimes)-1] - jobs[r].arrived)
 				close(jobs[r].token)
 				delete(jobs, r)
 			}

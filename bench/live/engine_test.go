@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/loadaware/loadaware-epp/bench/sim"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	zmq "github.com/pebbe/zmq4"
 )
@@ -236,10 +237,42 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 		"vllm:prefix_cache_queries_total": 1200, "vllm:prefix_cache_hits_total": 592, "vllm:num_preemptions_total": 0,
 		// Two first tokens observed; the CPU tier holds the prompt once (600 tokens of KV).
 		"vllm:time_to_first_token_seconds": 2, "vllm:request_prefill_time_seconds": 2,
-		"lmcache:local_cache_usage": float64(600 * sim.DefaultConfig().KVBytesPerToken()),
+		"vllm:request_queue_time_seconds": 2, "vllm:e2e_request_latency_seconds": 2,
+		"vllm:inter_token_latency_seconds": 0, // one output token each: no gap between tokens
+		"vllm:cache_config_info":           1,
+		"lmcache:local_cache_usage":        float64(600 * sim.DefaultConfig().KVBytesPerToken()),
 	}
+	if lora := m["vllm:lora_requests_info"]; lora < 1e9 { // a unix time, as vLLM sets it
+		t.Errorf("vllm:lora_requests_info = %v; want the time its adapter lists last changed", lora)
+	}
+	delete(m, "vllm:lora_requests_info")
 	if diff := cmp.Diff(want, m); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	// A scraper reads the page as a vLLM engine's; the histograms have vLLM's buckets; the
+	// info gauges carry their labels.
+	page, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if r, err := enginemetrics.Parse(text); err != nil || r != (enginemetrics.Reading{}) {
+		t.Errorf("enginemetrics.Parse = %+v, %v; want an idle engine read without error", r, err)
+	}
+	c := sim.DefaultConfig()
+	for _, line := range []string{
+		`vllm:time_to_first_token_seconds_bucket{model_name="` + DefaultModelName + `",le="0.001"} 0`,
+		`vllm:time_to_first_token_seconds_bucket{model_name="` + DefaultModelName + `",le="2560"} 2`,
+		`vllm:time_to_first_token_seconds_bucket{model_name="` + DefaultModelName + `",le="+Inf"} 2`,
+		`vllm:e2e_request_latency_seconds_bucket{model_name="` + DefaultModelName + `",le="7680"} 2`,
+		`vllm:inter_token_latency_seconds_bucket{model_name="` + DefaultModelName + `",le="80"} 0`,
+		fmt.Sprintf(`vllm:cache_config_info{block_size="%d",enable_prefix_caching="True",num_gpu_blocks="%d"} 1`, c.BlockSize, c.Blocks()),
+		`vllm:lora_requests_info{max_lora="0",running_lora_adapters="",waiting_lora_adapters=""} `,
+	} {
+		if !strings.Contains(string(text), line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
 	}
 	if r, err := http.Get(base + "/health"); err != nil || r.StatusCode != http.StatusOK {
 		t.Errorf("/health: %v %v", r, err)

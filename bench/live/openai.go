@@ -344,12 +344,21 @@ func (e *Engine) metricsHandler(w http.ResponseWriter, _ *http.Request) {
 	metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", float64(m.PrefixQueries))
 	metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", float64(m.PrefixHits))
 	metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", float64(m.Preemptions))
-	histogram := func(name, help string, count, sumNanos int64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
-		fmt.Fprintf(&b, "%s_bucket{model_name=%q,le=\"+Inf\"} %d\n%s_sum%s %v\n%s_count%s %d\n", name, e.cfg.ModelName, count, name, label, float64(sumNanos)/1e9, name, label, count)
-	}
-	histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", e.lat.ttftCount.Load(), e.lat.ttftSum.Load())
-	histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", e.lat.prefillCount.Load(), e.lat.prefillSum.Load())
+	inner := fmt.Sprintf("model_name=%q", e.cfg.ModelName)
+	e.lat.ttft.write(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", inner)
+	e.lat.prefill.write(&b, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", inner)
+	e.lat.queue.write(&b, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", inner)
+	e.lat.itl.write(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", inner)
+	e.lat.e2e.write(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", inner)
+	// vLLM's info gauges: the labels carry the information. The simulated engine serves no
+	// LoRA adapter (running and waiting lists empty, max_lora 0); vLLM sets the LoRA gauge's
+	// value to the time its adapter lists last changed (here: the engine start), the cache
+	// gauge's to 1.
+	c := e.model.Config()
+	fmt.Fprintf(&b, "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n"+
+		"vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} %v\n", float64(e.epoch.UnixNano())/1e9)
+	fmt.Fprintf(&b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"+
+		"vllm:cache_config_info{block_size=\"%d\",enable_prefix_caching=\"True\",num_gpu_blocks=\"%d\"} 1\n", c.BlockSize, c.Blocks())
 	metric("lmcache:local_cache_usage", "gauge", "Bytes of KV held by LMCache's local CPU backend.", float64(m.CPUTokens)*float64(e.model.Config().KVBytesPerToken()))
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = io.WriteString(w, b.String())

@@ -83,8 +83,8 @@ func TestGIEArmScrapesOnGIERefreshGrid(t *testing.T) {
 	if _, err := w.pickGIE(req(0)); err != nil {
 		t.Fatal(err)
 	}
-	if w.gie.last != 100*time.Millisecond || !w.gie.due || w.events.Len() != 1 || w.events[0].kind != evScrape || w.events[0].at != 150*time.Millisecond {
-		t.Fatalf("after a pick at 120ms: last scrape %v, due %v, events %v; want the 100ms scrape and one due at 150ms", w.gie.last, w.gie.due, w.events)
+	if w.scr.last != 100*time.Millisecond || !w.scr.due || w.events.Len() != 1 || w.events[0].kind != evScrape || w.events[0].at != 150*time.Millisecond {
+		t.Fatalf("after a pick at 120ms: last scrape %v, due %v, events %v; want the 100ms scrape and one due at 150ms", w.scr.last, w.scr.due, w.events)
 	}
 	// Load engine 0: one step's gauges show its requests.
 	e := w.engines[0]
@@ -104,8 +104,8 @@ func TestGIEArmScrapesOnGIERefreshGrid(t *testing.T) {
 	if _, err := w.pickGIE(req(1)); err != nil {
 		t.Fatal(err)
 	}
-	if s := w.gie.seen[w.addrs[0]]; s.Running+s.Waiting != 0 || w.gie.last != 100*time.Millisecond {
-		t.Fatalf("at 130ms GIE sees engine 0 as %+v (scraped %v); want the idle 100ms scrape", s, w.gie.last)
+	if s := w.gie.seen[w.addrs[0]]; s.Running+s.Waiting != 0 || w.scr.last != 100*time.Millisecond {
+		t.Fatalf("at 130ms GIE sees engine 0 as %+v (scraped %v); want the idle 100ms scrape", s, w.scr.last)
 	}
 	w.now = 150 * time.Millisecond
 	w.onScrape(1)

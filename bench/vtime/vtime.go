@@ -271,11 +271,12 @@ type world struct {
 	engines []*sim.Engine
 	picker  *picker.Picker // nil for the gie arm
 	gie     *gieArm        // the gie arm's router, else nil
+	scr     *scrapeGrid    // the engines' metrics as scraped, when the router reads them; else nil
 	fleet   *fleet.Set
 	index   *lmcache.Index
 	now     time.Duration
-	// adapters is what the engines' vllm:lora_requests_info says after each step, for
-	// the arms that weigh adapter residency; nil otherwise.
+	// adapters is what the engines' vllm:lora_requests_info said at the last scrape
+	// (scrapeGrid), for the arms that weigh adapter residency; nil otherwise.
 	adapters *lora.Table
 
 	events  eventQueue
@@ -380,6 +381,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.gie = &gieArm{p: g, seen: make(map[string]gie.Metrics, len(w.addrs))}
+		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
@@ -390,6 +392,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			Cache:      w.cacheView(w.cfg.CacheSource),
 			BaseModels: []string{baseModel},
 			Now:        func() time.Time { return epoch.Add(w.now) },
+			Engines:    engineView{w},
 		}
 		w.adapters = nil
 		if arm.Residency {
@@ -401,6 +404,9 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.picker = p
+		if p.NeedsEngineMetrics() || arm.Residency {
+			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
+		}
 	}
 	for i := range w.addrs {
 		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
@@ -537,8 +543,8 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 		if open == 0 && !w.anyBusy() {
 			// Drain sample events past the window, if any remain.
 			w.events = w.events[:0]
-			if w.gie != nil {
-				w.gie.due = false
+			if w.scr != nil {
+				w.scr.due = false
 			}
 		}
 	}
@@ -569,6 +575,9 @@ func (w *world) send(ctx context.Context, p *pending) error {
 		Model:     modelOf(p.req),
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
+	}
+	if w.scr != nil {
+		w.scrapeBeforePick()
 	}
 	stale, unheld := w.staleFallback(ctx, p.req.Tokens)
 	if stale != "" {
@@ -632,10 +641,6 @@ func (w *world) kick(i int) {
 func (w *world) finishStep(i int) (int, error) {
 	out := w.engines[i].Finish()
 	at := epoch.Add(w.now)
-	if w.adapters != nil {
-		m := w.engines[i].Metrics()
-		w.adapters.Set(w.addrs[i], lora.Info{MaxLoRA: m.MaxLoRAs, Running: m.RunningAdapters, Waiting: m.WaitingAdapters})
-	}
 	if w.kv != nil {
 		w.kv.apply(w.addrs[i], out.KV)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"io"
 	"log/slog"
 	"math"
@@ -32,6 +33,7 @@ type options struct {
 	certPath                          string
 	endpoints                         string
 	policy                            string
+	refreshMetrics                    time.Duration
 	beta                              float64
 	sessionKey                        string
 	maxEndpoints                      int
@@ -43,6 +45,7 @@ type options struct {
 	bindAddress                       string
 	tokenizer, model                  string
 	baseModels                        string
+	loraCost                          string
 	tokenizerFromEngine               bool
 	engineTimeout                     time.Duration
 	gcPercent                         int
@@ -72,7 +75,7 @@ type options struct {
 // gieFlags are flags GIE's Helm chart passes to its picker. A drop-in image must accept
 // them; the ones we do not implement yet are logged at start.
 var gieFlags = []string{"config-file", "tracing", "ha-enable-leader-election", "metrics-endpoint-auth", "kube-config",
-	"model-server-metrics-port", "model-server-metrics-path", "model-server-metrics-scheme", "refresh-metrics-interval",
+	"model-server-metrics-port", "model-server-metrics-path", "model-server-metrics-scheme",
 	"refresh-prometheus-metrics-interval", "total-queued-requests-metric", "kv-cache-usage-percentage-metric"}
 
 func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
@@ -88,6 +91,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port); or discover them with --pool-name or --endpoint-selector")
 	o.kube.RegisterFlags(fs)
 	fs.StringVar(&o.policy, "policy", "loadaware", "routing policy: "+strings.Join(scoring.Names, ", "))
+	fs.DurationVar(&o.refreshMetrics, "refresh-metrics-interval", enginemetrics.DefaultInterval, "how often each engine's /metrics (running, waiting, KV usage) is scraped while the policy reads them (gie-default, llmd-*); GIE's flag and default; 0 disables")
 	beta := 1.0
 	if v := getenv("LOADAWARE_BETA"); v != "" {
 		beta = math.NaN() // checked below: the env value must parse
@@ -105,6 +109,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer.json or model directory of the served model (tokenizes prompts exactly as vLLM)")
 	fs.StringVar(&o.model, "model", "", "served model ORG/NAME: its tokenizer is looked up in the HuggingFace cache when --tokenizer is not given")
 	fs.StringVar(&o.baseModels, "base-models", "", "the engines' served model names (vLLM --served-model-name), comma-separated: a request whose model is none of them names a LoRA adapter and is credited only with that adapter's cached blocks (needs --kv-events-extra-keys); empty: every request is for the base model")
+	fs.StringVar(&o.loraCost, "lora-residency-cost", fmt.Sprintf("%d,%d", picker.DefaultAdapterCost.FreeSlot, picker.DefaultAdapterCost.SlotsFull), "FREE,FULL: requests in flight an engine counts extra for a LoRA adapter's request (--base-models) when it does not run the adapter and has a free adapter slot (FREE) or none (FULL), from the engines' vllm:lora_requests_info (scraped every --refresh-metrics-interval); 0,0 turns the term off")
 	fs.BoolVar(&o.tokenizerFromEngine, "tokenizer-from-engine", false, "ask the engines' POST /tokenize for prompts the local tokenizer cannot reproduce (or for all, with no local tokenizer)")
 	fs.DurationVar(&o.engineTimeout, "tokenize-timeout", 2*time.Second, "timeout of one engine /tokenize call")
 	fs.IntVar(&o.lmPull, "lmcache-pull-port", 9000, "LMCache controller PULL port the engines' workers push cache events to; 0 disables the controller")
@@ -244,8 +249,18 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		AdminToken: o.adminToken, LMCache: lm, OmitScores: !o.endpointScores, CacheSource: source, KVEvents: kv,
 		BaseModels: splitList(o.baseModels),
 	}
+	if cfg.AdapterCost, err = parseAdapterCost(o.loraCost); err != nil {
+		return app.Config{}, o, err
+	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
+	}
+	if o.refreshMetrics < 0 {
+		return app.Config{}, o, fmt.Errorf("--refresh-metrics-interval %v: use a positive duration (GIE's default is %v), or 0 to disable scraping", o.refreshMetrics, enginemetrics.DefaultInterval)
+	}
+	cfg.EngineMetricsInterval = o.refreshMetrics
+	if o.refreshMetrics == 0 {
+		cfg.EngineMetricsInterval = -1
 	}
 	if cfg.Replicas, cfg.StateFile, err = o.rep.config(lm != nil); err != nil {
 		return app.Config{}, o, err
@@ -257,6 +272,17 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		return app.Config{}, o, err
 	}
 	return cfg, o, nil
+}
+
+// parseAdapterCost reads --lora-residency-cost: FREE,FULL, two counts of at least 0.
+func parseAdapterCost(s string) (picker.AdapterCost, error) {
+	free, full, ok := strings.Cut(s, ",")
+	a, err1 := strconv.Atoi(strings.TrimSpace(free))
+	b, err2 := strconv.Atoi(strings.TrimSpace(full))
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < 0 || a > 1000 || b > 1000 {
+		return picker.AdapterCost{}, fmt.Errorf("--lora-residency-cost %q: use FREE,FULL, two request counts 0-1000 (default %d,%d; 0,0 turns the term off)", s, picker.DefaultAdapterCost.FreeSlot, picker.DefaultAdapterCost.SlotsFull)
+	}
+	return picker.AdapterCost{FreeSlot: a, SlotsFull: b}, nil
 }
 
 // splitList is a comma-separated flag's items, trimmed, empty ones dropped.

@@ -1,0 +1,113 @@
+// Package enginemetrics scrapes each engine's vLLM /metrics page at an interval and serves
+// the last scrape to routing decisions: running and waiting requests and KV-cache usage,
+// with the scrape's age. It is the picker's copy of what a GIE-style endpoint picker's data
+// layer reads (GIE refreshes every 50 ms by default). Scraping happens only while the
+// active policy reads engine metrics (Config.Needed).
+package enginemetrics
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/loadaware/loadaware-epp/lora"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The metrics read, under vLLM's names. vLLM before v0.10 named the KV usage
+// vllm:gpu_cache_usage_perc; either is accepted, the newer first.
+const (
+	metricRunning    = "vllm:num_requests_running"
+	metricWaiting    = "vllm:num_requests_waiting"
+	metricKVUsage    = "vllm:kv_cache_usage_perc"
+	metricKVUsageOld = "vllm:gpu_cache_usage_perc"
+)
+
+var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, lora.Metric}
+
+// maxCount bounds a request count read from a page: anything larger is not a count.
+const maxCount = 1e9
+
+// Reading is one page's values.
+type Reading struct {
+	Running int     // vllm:num_requests_running, summed over its label sets
+	Waiting int     // vllm:num_requests_waiting, summed over its label sets
+	KVUsage float64 // vllm:kv_cache_usage_perc (or gpu_cache_usage_perc), the largest of its label sets, 0..1
+	// LoRA is vllm:lora_requests_info's series set last (lora.Latest); LoRAKnown is false
+	// when the page has no parsable one (an engine without --enable-lora).
+	LoRA      lora.Info
+	LoRAKnown bool
+}
+
+// Parse reads a Prometheus text page as vLLM serves it. It picks the sample lines of the
+// metrics it reads and parses those with the pinned expfmt parser (a whole vLLM page costs
+// that parser thousands of allocations; see decision 1500). Running and waiting are summed
+// over label sets (one per model, or per data-parallel engine); the KV usage is the largest
+// (the fullest engine behind the address decides whether it can take more). It fails,
+// naming the metric and what to check, when a line is not in the text format, when one of
+// the three is missing, or when a value is out of range (counts 0..1e9, usage 0..1).
+func Parse(page []byte) (Reading, error) {
+	var lines []byte
+	for line := range bytes.Lines(page) {
+		for _, name := range picked {
+			if rest, ok := bytes.CutPrefix(line, []byte(name)); ok && len(rest) > 0 && (rest[0] == ' ' || rest[0] == '{') {
+				lines = append(lines, line...)
+				if lines[len(lines)-1] != '\n' {
+					lines = append(lines, '\n')
+				}
+				break
+			}
+		}
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(lines))
+	if err != nil {
+		return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %w", err)
+	}
+	var r Reading
+	for _, f := range []struct {
+		name string
+		into *int
+	}{{metricRunning, &r.Running}, {metricWaiting, &r.Waiting}} {
+		ms := fams[f.name].GetMetric()
+		if len(ms) == 0 {
+			return Reading{}, fmt.Errorf("enginemetrics: engine /metrics has no %s: is this a vLLM engine's /metrics (its API port)?", f.name)
+		}
+		total := 0.0
+		for _, m := range ms {
+			v := m.GetUntyped().GetValue()
+			if !(v >= 0 && v <= maxCount) {
+				return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %s value %v is not a request count", f.name, v)
+			}
+			total += v
+		}
+		if total > maxCount {
+			return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %s sums to %v, not a request count", f.name, total)
+		}
+		*f.into = int(total + 0.5)
+	}
+	kv := fams[metricKVUsage].GetMetric()
+	if len(kv) == 0 {
+		kv = fams[metricKVUsageOld].GetMetric()
+	}
+	if len(kv) == 0 {
+		return Reading{}, fmt.Errorf("enginemetrics: engine /metrics has neither %s nor %s: upgrade the engine to a vLLM that exports KV-cache usage", metricKVUsage, metricKVUsageOld)
+	}
+	for _, m := range kv {
+		v := m.GetUntyped().GetValue()
+		if !(v >= 0 && v <= 1) {
+			return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: KV-cache usage %v is outside 0..1 (vLLM exports a fraction)", v)
+		}
+		r.KVUsage = max(r.KVUsage, v)
+	}
+	var series []lora.Series
+	for _, m := range fams[lora.Metric].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		series = append(series, lora.Series{Labels: labels, Value: m.GetUntyped().GetValue()})
+	}
+	r.LoRA, r.LoRAKnown = lora.Latest(series)
+	return r, nil
+}

@@ -1,0 +1,199 @@
+package enginemetrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/loadaware/loadaware-epp/lora"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/scoring"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultInterval is GIE's default metrics refresh interval (its --refresh-metrics-interval,
+// 50 ms): a peer policy fed at this interval sees engines as GIE's own data layer does.
+const DefaultInterval = 50 * time.Millisecond
+
+// Bounds of one scrape round.
+const (
+	maxPageBytes  = 4 << 20 // one engine's /metrics page
+	maxConcurrent = 16      // scrapes in flight at once
+	minTimeout    = 100 * time.Millisecond
+	maxTimeout    = 2 * time.Second
+)
+
+// Config configures a Scraper.
+type Config struct {
+	// Interval between scrape rounds; 0 means DefaultInterval. A round that outlasts it
+	// delays the next (rounds never overlap).
+	Interval time.Duration
+	// Endpoints lists the addresses (host:port) to scrape; called once per round.
+	Endpoints func() []string
+	// Needed reports whether anything reads the metrics now (the active policy does); a
+	// round is skipped when it says false. nil means always.
+	Needed     func() bool
+	Client     *http.Client // nil: a client of its own
+	Now        func() time.Time
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics are not registered
+}
+
+type sample struct {
+	r  Reading
+	at time.Time
+}
+
+// Scraper keeps the last successful scrape of every endpoint. Engine is safe for concurrent
+// use with Run.
+type Scraper struct {
+	cfg     Config
+	mu      sync.RWMutex
+	last    map[string]sample
+	scrapes *prometheus.CounterVec // by outcome
+}
+
+// New checks cfg and returns a Scraper; Run starts it.
+func New(cfg Config) (*Scraper, error) {
+	if cfg.Interval < 0 {
+		return nil, fmt.Errorf("enginemetrics: interval %v is negative: use a positive duration such as %v", cfg.Interval, DefaultInterval)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Endpoints == nil {
+		return nil, errors.New("enginemetrics: Config.Endpoints is nil")
+	}
+	if cfg.Needed == nil {
+		cfg.Needed = func() bool { return true }
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Scraper{cfg: cfg, last: make(map[string]sample),
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_engine_metrics_scrapes_total",
+			Help: "Scrapes of the engines' /metrics for the policies that read vLLM's running, waiting and KV-usage gauges, by outcome (ok, error)."}, []string{"outcome"})}
+	s.scrapes.WithLabelValues("ok")
+	s.scrapes.WithLabelValues("error")
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.scrapes); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Interval is the time between scrape rounds.
+func (s *Scraper) Interval() time.Duration { return s.cfg.Interval }
+
+// Run scrapes every Interval until ctx ends, skipping rounds while Needed says false.
+func (s *Scraper) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if s.cfg.Needed() {
+			s.Round(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Round scrapes every endpoint once (at most 16 at a time), keeps each success, and forgets
+// the endpoints no longer listed. A failed scrape keeps the endpoint's previous sample, which
+// ages.
+func (s *Scraper) Round(ctx context.Context) {
+	addrs := s.cfg.Endpoints()
+	timeout := min(max(2*s.cfg.Interval, minTimeout), maxTimeout)
+	slots := make(chan struct{}, maxConcurrent)
+	var wg sync.WaitGroup
+	for _, addr := range addrs {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r, err := s.scrapeOne(ctx, addr, timeout)
+			if err != nil {
+				s.scrapes.WithLabelValues("error").Inc()
+				s.cfg.Logger.Debug("enginemetrics: scrape failed", "endpoint", addr, "err", err)
+				return
+			}
+			s.scrapes.WithLabelValues("ok").Inc()
+			at := s.cfg.Now()
+			s.mu.Lock()
+			s.last[addr] = sample{r: r, at: at}
+			s.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	keep := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		keep[a] = true
+	}
+	s.mu.Lock()
+	for a := range s.last {
+		if !keep[a] {
+			delete(s.last, a)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *Scraper) scrapeOne(ctx context.Context, addr string, timeout time.Duration) (Reading, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return Reading{}, err
+	}
+	resp, err := s.cfg.Client.Do(req)
+	if err != nil {
+		return Reading{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Reading{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	page, err := io.ReadAll(io.LimitReader(resp.Body, maxPageBytes))
+	if err != nil {
+		return Reading{}, err
+	}
+	return Parse(page)
+}
+
+// State implements picker.AdapterView: what addr's adapter slots, at its last successful
+// scrape, mean for a request for adapter (lora.Unknown without one, or without the gauge).
+func (s *Scraper) State(addr, adapter string) lora.State {
+	s.mu.RLock()
+	v, ok := s.last[addr]
+	s.mu.RUnlock()
+	if !ok || !v.r.LoRAKnown {
+		return lora.Unknown
+	}
+	return v.r.LoRA.State(adapter)
+}
+
+// Engine returns addr's last successful scrape, aged at now; the zero value (not Known)
+// when it has none.
+func (s *Scraper) Engine(addr string, now time.Time) scoring.EngineMetrics {
+	s.mu.RLock()
+	v, ok := s.last[addr]
+	s.mu.RUnlock()
+	if !ok {
+		return scoring.EngineMetrics{}
+	}
+	return scoring.EngineMetrics{Known: true, Running: v.r.Running, Waiting: v.r.Waiting, KVUsage: v.r.KVUsage,
+		Age: max(now.Sub(v.at), 0)}
+}

@@ -1,0 +1,166 @@
+package enginemetrics
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/lora"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// engine serves a /metrics page with the given running count, or 500 when fail is set.
+type engine struct {
+	running atomic.Int64
+	fail    atomic.Bool
+	hits    chan struct{}
+}
+
+func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e.hits != nil {
+		select {
+		case e.hits <- struct{}{}:
+		default:
+		}
+	}
+	if r.URL.Path != "/metrics" || e.fail.Load() {
+		http.Error(w, "no", http.StatusInternalServerError)
+		return
+	}
+	w.Write([]byte("vllm:num_requests_running " + itoa(e.running.Load()) + "\nvllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc 0.75\n"))
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func addr(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+func TestRoundAgesAndForgets(t *testing.T) {
+	a, b := &engine{}, &engine{}
+	a.running.Store(3)
+	sa, sb := httptest.NewServer(a), httptest.NewServer(b)
+	defer sa.Close()
+	defer sb.Close()
+	now := time.Unix(1000, 0)
+	list := []string{addr(sa), addr(sb)}
+	reg := prometheus.NewRegistry()
+	s, err := New(Config{Endpoints: func() []string { return list }, Now: func() time.Time { return now }, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Engine(addr(sa), now); got.Known {
+		t.Fatalf("before any round: %+v; want not known", got)
+	}
+	b.fail.Store(true)
+	s.Round(context.Background())
+	got := s.Engine(addr(sa), now.Add(30*time.Millisecond))
+	if !got.Known || got.Running != 3 || got.Waiting != 2 || got.KVUsage != 0.75 || got.Age != 30*time.Millisecond {
+		t.Fatalf("engine a after a round, read 30ms later: %+v; want running 3, waiting 2, usage 0.75, age 30ms", got)
+	}
+	if got := s.Engine(addr(sb), now); got.Known {
+		t.Fatalf("engine b answered 500: %+v; want not known", got)
+	}
+	if ok, bad := testutil.ToFloat64(s.scrapes.WithLabelValues("ok")), testutil.ToFloat64(s.scrapes.WithLabelValues("error")); ok != 1 || bad != 1 {
+		t.Fatalf("scrapes ok %v error %v; want 1 and 1", ok, bad)
+	}
+	// a fails now: its last sample stays and ages.
+	a.fail.Store(true)
+	now = now.Add(time.Second)
+	s.Round(context.Background())
+	if got := s.Engine(addr(sa), now); !got.Known || got.Running != 3 || got.Age != time.Second {
+		t.Fatalf("engine a after a failed round: %+v; want the old sample aged 1s", got)
+	}
+	// a leaves the list: forgotten.
+	list = list[1:]
+	s.Round(context.Background())
+	if got := s.Engine(addr(sa), now); got.Known {
+		t.Fatalf("engine a after leaving: %+v; want not known", got)
+	}
+}
+
+func TestRunSkipsWhileNotNeeded(t *testing.T) {
+	e := &engine{hits: make(chan struct{}, 1)}
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	var needed atomic.Bool
+	asked := make(chan struct{})
+	s, err := New(Config{Interval: time.Millisecond, Endpoints: func() []string { return []string{addr(srv)} },
+		Needed: func() bool {
+			n := needed.Load()
+			if !n {
+				asked <- struct{}{}
+			}
+			return n
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	for range 5 { // five rounds asked and declined
+		<-asked
+	}
+	select {
+	case <-e.hits:
+		t.Fatal("scraped while not needed")
+	default:
+	}
+	needed.Store(true)
+	for hit := false; !hit; { // scraped once needed (a round may have asked just before)
+		select {
+		case <-asked:
+		case <-e.hits:
+			hit = true
+		}
+	}
+	cancel()
+	<-done
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := New(Config{Interval: -time.Second, Endpoints: func() []string { return nil }}); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("negative interval: %v", err)
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("no endpoints func: no error")
+	}
+	s, err := New(Config{Endpoints: func() []string { return nil }})
+	if err != nil || s.Interval() != DefaultInterval {
+		t.Fatalf("default interval: %v, %v; want %v", s, err, DefaultInterval)
+	}
+}
+
+// TestStateReadsLoRAInfo: the scraper answers adapter residency from each engine's last
+// page: known with vllm:lora_requests_info, unknown without it or before a scrape.
+func TestStateReadsLoRAInfo(t *testing.T) {
+	withLoRA := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n" +
+			`vllm:lora_requests_info{max_lora="1",running_lora_adapters="sql",waiting_lora_adapters=""} 1.8e+09` + "\n"))
+	})
+	sl, sp := httptest.NewServer(withLoRA), httptest.NewServer(&engine{})
+	defer sl.Close()
+	defer sp.Close()
+	list := []string{addr(sl), addr(sp)}
+	s, err := New(Config{Endpoints: func() []string { return list }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.State(addr(sl), "sql"); got != lora.Unknown {
+		t.Fatalf("before a scrape: %v", got)
+	}
+	s.Round(context.Background())
+	for _, c := range []struct {
+		addr, adapter string
+		want          lora.State
+	}{{addr(sl), "sql", lora.Active}, {addr(sl), "chat", lora.SlotsFull}, {addr(sp), "sql", lora.Unknown}} {
+		if got := s.State(c.addr, c.adapter); got != c.want {
+			t.Errorf("State(%s, %s) = %v, want %v", c.addr, c.adapter, got, c.want)
+		}
+	}
+}

@@ -46,7 +46,11 @@ type Config struct {
 	Beta         float64  // loadaware's beta (used as given: 0 is a valid beta)
 	SessionKey   string   // default "x-user-id"
 	MaxEndpoints int      // default 1
-	MaxBodyBytes int64    // default extproc.DefaultMaxBodySize
+	BaseModels   []string // the engines' served model names; another model names a LoRA adapter (picker.Options.BaseModels)
+	// AdapterCost is the LoRA residency term (picker.Options.AdapterCost), read from the
+	// engines' vllm:lora_requests_info through the engine-metrics scrape; zero: off.
+	AdapterCost  picker.AdapterCost
+	MaxBodyBytes int64 // default extproc.DefaultMaxBodySize
 	BodyMode     extproc.BodyMode
 	OmitScores   bool // leave the candidates' scores and the reason out of the dynamic metadata
 
@@ -198,11 +202,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		}
 		engines = a.EngineMetrics
 	}
-	p, err := picker.New(picker.Options{
+	popts := picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
-		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
-		Engines: engines,
-	})
+		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, BaseModels: cfg.BaseModels, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
+		Engines: engines, AdapterCost: cfg.AdapterCost,
+	}
+	if a.EngineMetrics != nil && cfg.AdapterCost != (picker.AdapterCost{}) {
+		popts.Adapters = a.EngineMetrics
+	}
+	p, err := picker.New(popts)
 	if err != nil {
 		return nil, err
 	}

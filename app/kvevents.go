@@ -40,7 +40,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, OnBatch: a.onKVBatch, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
 		return err
 	}
-	var view picker.CacheView = picker.KVEventsView{Index: a.KVEventsIndex}
+	var view picker.CacheView = picker.KVEventsView{Index: a.KVEventsIndex, Ranks: c.Ranks}
 	if cfg.CacheSource == picker.SourceBoth {
 		view = picker.Longest{picker.LMCacheView{Index: a.LMCacheIndex}, view}
 	}

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -22,7 +23,7 @@ const (
 	metricKVUsageOld = "vllm:gpu_cache_usage_perc"
 )
 
-var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld}
+var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, lora.Metric}
 
 // maxCount bounds a request count read from a page: anything larger is not a count.
 const maxCount = 1e9
@@ -32,6 +33,10 @@ type Reading struct {
 	Running int     // vllm:num_requests_running, summed over its label sets
 	Waiting int     // vllm:num_requests_waiting, summed over its label sets
 	KVUsage float64 // vllm:kv_cache_usage_perc (or gpu_cache_usage_perc), the largest of its label sets, 0..1
+	// LoRA is vllm:lora_requests_info's series set last (lora.Latest); LoRAKnown is false
+	// when the page has no parsable one (an engine without --enable-lora).
+	LoRA      lora.Info
+	LoRAKnown bool
 }
 
 // Parse reads a Prometheus text page as vLLM serves it. It picks the sample lines of the
@@ -95,5 +100,14 @@ func Parse(page []byte) (Reading, error) {
 		}
 		r.KVUsage = max(r.KVUsage, v)
 	}
+	var series []lora.Series
+	for _, m := range fams[lora.Metric].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		series = append(series, lora.Series{Labels: labels, Value: m.GetUntyped().GetValue()})
+	}
+	r.LoRA, r.LoRAKnown = lora.Latest(series)
 	return r, nil
 }

@@ -1,8 +1,11 @@
 package enginemetrics
 
 import (
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/loadaware/loadaware-epp/lora"
 )
 
 // page is a vLLM v0.11-style /metrics excerpt with the three gauges and neighbours whose
@@ -32,6 +35,10 @@ func TestParse(t *testing.T) {
 			Reading{Running: 1, KVUsage: 0.125}, ""},
 		{"newer name wins over the older", "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1",
 			Reading{Running: 1, KVUsage: 0.1}, ""},
+		{"LoRA info: the series set last", "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n" +
+			"vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"old\",waiting_lora_adapters=\"\"} 1.7e+09\n" +
+			"vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql,chat\",waiting_lora_adapters=\"math\"} 1.8e+09\n",
+			Reading{Running: 1, LoRAKnown: true, LoRA: lora.Info{MaxLoRA: 2, Running: []string{"chat", "sql"}, Waiting: []string{"math"}}}, ""},
 		{"no running", "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n", Reading{}, "no vllm:num_requests_running"},
 		{"no waiting", "vllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n", Reading{}, "no vllm:num_requests_waiting"},
 		{"no usage", "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n", Reading{}, "neither vllm:kv_cache_usage_perc"},
@@ -49,7 +56,7 @@ func TestParse(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("Parse = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/lora"
 	"io"
 	"log/slog"
 	"net/http"
@@ -170,6 +171,18 @@ func (s *Scraper) scrapeOne(ctx context.Context, addr string, timeout time.Durat
 		return Reading{}, err
 	}
 	return Parse(page)
+}
+
+// State implements picker.AdapterView: what addr's adapter slots, at its last successful
+// scrape, mean for a request for adapter (lora.Unknown without one, or without the gauge).
+func (s *Scraper) State(addr, adapter string) lora.State {
+	s.mu.RLock()
+	v, ok := s.last[addr]
+	s.mu.RUnlock()
+	if !ok || !v.r.LoRAKnown {
+		return lora.Unknown
+	}
+	return v.r.LoRA.State(adapter)
 }
 
 // Engine returns addr's last successful scrape, aged at now; the zero value (not Known)

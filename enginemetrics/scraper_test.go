@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -132,5 +133,34 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	s, err := New(Config{Endpoints: func() []string { return nil }})
 	if err != nil || s.Interval() != DefaultInterval {
 		t.Fatalf("default interval: %v, %v; want %v", s, err, DefaultInterval)
+	}
+}
+
+// TestStateReadsLoRAInfo: the scraper answers adapter residency from each engine's last
+// page: known with vllm:lora_requests_info, unknown without it or before a scrape.
+func TestStateReadsLoRAInfo(t *testing.T) {
+	withLoRA := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n" +
+			`vllm:lora_requests_info{max_lora="1",running_lora_adapters="sql",waiting_lora_adapters=""} 1.8e+09` + "\n"))
+	})
+	sl, sp := httptest.NewServer(withLoRA), httptest.NewServer(&engine{})
+	defer sl.Close()
+	defer sp.Close()
+	list := []string{addr(sl), addr(sp)}
+	s, err := New(Config{Endpoints: func() []string { return list }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.State(addr(sl), "sql"); got != lora.Unknown {
+		t.Fatalf("before a scrape: %v", got)
+	}
+	s.Round(context.Background())
+	for _, c := range []struct {
+		addr, adapter string
+		want          lora.State
+	}{{addr(sl), "sql", lora.Active}, {addr(sl), "chat", lora.SlotsFull}, {addr(sp), "sql", lora.Unknown}} {
+		if got := s.State(c.addr, c.adapter); got != c.want {
+			t.Errorf("State(%s, %s) = %v, want %v", c.addr, c.adapter, got, c.want)
+		}
 	}
 }

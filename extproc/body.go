@@ -21,6 +21,9 @@ type Body struct {
 	Prompt string   // completions: the (first) prompt as text
 	Tokens []uint32 // completions: the (first) prompt as token ids
 	Chat   bool     // a chat completion: the picker gets the raw body
+	// CacheSalt is the body's "cache_salt" (vLLM's per-request prefix cache isolation,
+	// folded into the first block's hash); empty when absent or null.
+	CacheSalt string
 }
 
 // BadRequestError is a client error in the body; its message names the problem.
@@ -35,11 +38,12 @@ func badRequest(format string, args ...any) error {
 // ParseBody reads an OpenAI request body for path (the path without its query). Every
 // body must be a JSON object with a "model". /v1/completions needs "prompt": a string, a
 // list of strings, a list of token ids or a list of lists of token ids (routing uses the
-// first prompt). /v1/chat/completions needs a non-empty "messages" list. Errors are
+// first prompt). /v1/chat/completions needs a non-empty "messages" list. A "cache_salt",
+// when present and not null, must be a non-empty string, as vLLM requires. Errors are
 // *BadRequestError with a sentence a client can act on.
 //
 // It accepts and refuses exactly the bodies encoding/json's Unmarshal into a struct of the
-// three fields would (keys matched case-insensitively, the last of a repeated key winning),
+// four fields would (keys matched case-insensitively, the last of a repeated key winning),
 // in one pass over the bytes and without reflection; only a refused body is handed to
 // encoding/json again, for its description of what is wrong.
 func ParseBody(path string, body []byte) (Body, error) {
@@ -61,6 +65,12 @@ func ParseBody(path string, body []byte) (Body, error) {
 		return Body{}, badRequest("\"model\" must be a non-empty string")
 	}
 	b.Model = string(unquote(s.model))
+	if s.salt != nil && string(s.salt) != "null" {
+		if s.salt[0] != '"' || len(s.salt) == 2 {
+			return Body{}, badRequest("\"cache_salt\" must be a non-empty string when given (vLLM refuses any other)")
+		}
+		b.CacheSalt = string(unquote(s.salt))
+	}
 	switch path {
 	case PathCompletions:
 		if err := s.prompt.fill(&b); err != nil {

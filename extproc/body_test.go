@@ -57,6 +57,11 @@ func TestParseBody(t *testing.T) {
 		{"strings decode escapes and invalid UTF-8", PathCompletions, "{\"model\":\"m\\u00e9\\ud83d\\ude00\\ud800\xff\",\"prompt\":\"\\n\"}", Body{Model: "mé😀\uFFFD\uFFFD", Prompt: "\n"}, ""},
 		{"10,001 nested lists are refused as encoding/json does", PathCompletions, `{"model":"m","x":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`, Body{}, "exceeded max depth"},
 		{"10,000 nested containers are accepted", PathCompletions, `{"model":"m","prompt":"x","x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`, Body{Model: "m", Prompt: "x"}, ""},
+		{"a cache_salt is kept", PathChatCompletions, `{"model":"m","messages":[1],"cache_salt":"tenant-a"}`, Body{Model: "m", Chat: true, CacheSalt: "tenant-a"}, ""},
+		{"a null cache_salt is none", PathCompletions, `{"model":"m","prompt":"x","cache_salt":null}`, Body{Model: "m", Prompt: "x"}, ""},
+		{"cache_salt matches case-insensitively, escapes decoded", PathCompletions, `{"model":"m","prompt":"x","Cache_Salt":"a\u00e9"}`, Body{Model: "m", Prompt: "x", CacheSalt: "aé"}, ""},
+		{"an empty cache_salt is refused, as vLLM does", PathCompletions, `{"model":"m","prompt":"x","cache_salt":""}`, Body{}, "cache_salt"},
+		{"a cache_salt not a string is refused", PathCompletions, `{"model":"m","prompt":"x","cache_salt":5}`, Body{}, "non-empty string when given"},
 		{"chat without messages", PathChatCompletions, `{"model":"m"}`, Body{}, "needs \"messages\""},
 		{"chat with empty messages", PathChatCompletions, `{"model":"m","messages":[]}`, Body{}, "is empty"},
 		{"chat messages not a list", PathChatCompletions, `{"model":"m","messages":"hi"}`, Body{}, "must be a list"},
@@ -93,7 +98,8 @@ func FuzzParseBody(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"model":null}`, `[]`, `"x"`, `null`, `{"model":"m","prompt":[1e30]}`, `{"model":"m","prompt":[ 1 ,2.0, 3e0]}`, `{"model":"m","prompt":[[1,2],[3]]}`,
 		`{"MODEL":"m","Prompt":[1],"prompt":"\u00e9\ud800x"}`, `{"mod\u0065l":"m","pr\u006fmpt":["a",null,1]}`, `{"model":"m","prompt":[[1,"]"]]}`,
 		`{"model":"m","prompt":[-0, 0.5e1, 01]}`, `{"model":"m","messages":[ ],"x":{"a":[true,false,null]}}`, "{\"model\":\"\xff\",\"prompt\":\"\xe2\x82\"}",
-		`{"model":"m","prompt":[4294967295, 10000000000e-5]}`, `{"model":"m"} x`, `{"model":"m",}`, `{"model":"m","prompt":[1,]}`} {
+		`{"model":"m","prompt":[4294967295, 10000000000e-5]}`, `{"model":"m"} x`, `{"model":"m",}`, `{"model":"m","prompt":[1,]}`,
+		`{"model":"m","prompt":"x","cache_salt":"s"}`, `{"model":"m","CACHE_SALT":["s"]}`, `{"model":"m","cache_salt":""}`} {
 		f.Add(PathCompletions, []byte(s))
 		f.Add(PathChatCompletions, []byte(s))
 	}

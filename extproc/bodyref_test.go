@@ -14,6 +14,7 @@ func referenceParseBody(path string, body []byte) (Body, error) {
 		Model    json.RawMessage `json:"model"`
 		Prompt   json.RawMessage `json:"prompt"`
 		Messages json.RawMessage `json:"messages"`
+		Salt     json.RawMessage `json:"cache_salt"`
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Body{}, badRequest("the request body is empty: send a JSON object with \"model\"")
@@ -34,6 +35,11 @@ func referenceParseBody(path string, body []byte) (Body, error) {
 	}
 	if err := json.Unmarshal(req.Model, &b.Model); err != nil || b.Model == "" {
 		return Body{}, badRequest("\"model\" must be a non-empty string")
+	}
+	if !refIsNull(req.Salt) {
+		if err := json.Unmarshal(req.Salt, &b.CacheSalt); err != nil || b.CacheSalt == "" {
+			return Body{}, badRequest("\"cache_salt\" must be a non-empty string when given (vLLM refuses any other)")
+		}
 	}
 	switch path {
 	case PathCompletions:

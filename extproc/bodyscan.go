@@ -4,7 +4,7 @@ import "bytes"
 
 // This file is the body parser's one pass over the bytes: it validates the whole document
 // exactly as encoding/json does (the validator is jsonscan.go) and, on the way, keeps what
-// ParseBody reads: the spans of the top-level "model" and "messages" values and the shape of
+// ParseBody reads: the spans of the top-level "model", "messages" and "cache_salt" values and the shape of
 // "prompt" with its first token-id list already decoded. Top-level keys match as
 // encoding/json matches them to struct fields: an exact match, else a case-insensitive one
 // (bytes.EqualFold, after unescaping); the last occurrence of a key wins.
@@ -38,6 +38,7 @@ type scan struct {
 	object   bool   // the document is an object
 	model    []byte // the last top-level "model" value, nil if none
 	messages []byte // the last top-level "messages" value, nil if none
+	salt     []byte // the last top-level "cache_salt" value, nil if none
 	prompt   prompt
 }
 
@@ -62,6 +63,7 @@ const (
 	fieldModel
 	fieldPrompt
 	fieldMessages
+	fieldCacheSalt
 )
 
 // topObject reads the document's object, keeping the fields ParseBody reads.
@@ -94,6 +96,11 @@ func (s *scan) topObject() bool {
 				return false
 			}
 			s.messages = s.b[start:s.i]
+		case fieldCacheSalt:
+			if !s.value(1) {
+				return false
+			}
+			s.salt = s.b[start:s.i]
 		default:
 			if !s.value(1) {
 				return false
@@ -120,7 +127,7 @@ func (s *scan) topObject() bool {
 var fieldNames = [...]struct {
 	name string
 	id   int
-}{{"model", fieldModel}, {"prompt", fieldPrompt}, {"messages", fieldMessages}}
+}{{"model", fieldModel}, {"prompt", fieldPrompt}, {"messages", fieldMessages}, {"cache_salt", fieldCacheSalt}}
 
 // field names the struct field encoding/json would store a top-level key in.
 func field(key []byte) int {

@@ -167,7 +167,7 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 		if err != nil {
 			return st.immediate(typev3.StatusCode_BadRequest, "BadRequest", err.Error())
 		}
-		req.Model, req.Prompt, req.Tokens = b.Model, b.Prompt, b.Tokens
+		req.Model, req.Prompt, req.Tokens, req.CacheSalt = b.Model, b.Prompt, b.Tokens, b.CacheSalt
 		if b.Chat {
 			req.ChatBody = body
 		}
@@ -194,6 +194,9 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	set := []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}
 	if st.generatedID {
 		set = append(set, setHeader(RequestIDHeader, st.requestID))
+	}
+	if rank, ok := d.Rank(); ok {
+		set = append(set, setHeader(RankHeader, strconv.Itoa(rank)))
 	}
 	c := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}
 	resp := &extprocv3.ProcessingResponse{

@@ -31,13 +31,17 @@ import (
 
 // Names of the GIE protocol.
 const (
-	DestinationHeader  = "x-gateway-destination-endpoint"
-	SubsetHint         = "x-gateway-destination-endpoint-subset"
-	LBNamespace        = "envoy.lb"
-	SubsetNamespace    = "envoy.lb.subset_hint"
-	RequestIDHeader    = "x-request-id"
-	ExplainHeader      = "x-loadaware-explain"
-	DecisionHeader     = "x-loadaware-decision"
+	DestinationHeader = "x-gateway-destination-endpoint"
+	SubsetHint        = "x-gateway-destination-endpoint-subset"
+	LBNamespace       = "envoy.lb"
+	SubsetNamespace   = "envoy.lb.subset_hint"
+	RequestIDHeader   = "x-request-id"
+	ExplainHeader     = "x-loadaware-explain"
+	DecisionHeader    = "x-loadaware-decision"
+	// RankHeader pins a request to one data-parallel rank of the engine behind the
+	// endpoint: vLLM's OpenAI server reads X-data-parallel-rank on completions and chat
+	// (serving_engine.py _get_data_parallel_rank) and skips its own rank balancing.
+	RankHeader         = "x-data-parallel-rank"
 	MaxStreamedChunk   = 62000 // bytes per StreamedBodyResponse
 	DefaultMaxBodySize = 16 << 20
 )

@@ -43,6 +43,9 @@ type harnessOpts struct {
 	maxEps    int
 	scores    bool   // emit the scores and the reason in the dynamic metadata
 	cfg       Config // Limits, Explain, AdminToken, OnResponse
+	cache     picker.CacheView
+	policy    string   // default leastload
+	base      []string // picker.Options.BaseModels
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -51,7 +54,10 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.endpoints != nil {
 		f.Update(o.endpoints)
 	}
-	p, err := picker.New(picker.Options{Fleet: f, Policy: "leastload", MaxEndpoints: o.maxEps})
+	if o.policy == "" {
+		o.policy = "leastload"
+	}
+	p, err := picker.New(picker.Options{Fleet: f, Policy: o.policy, MaxEndpoints: o.maxEps, Cache: o.cache, BaseModels: o.base})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -773,11 +773,41 @@ func TestChartFlagsExist(t *testing.T) {
 		{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true"},
 		{"--set", "mode=selector", "--set", "engines.endpoints={10.0.0.1:8000}"},
 		{"--set", "cacheSource=both", "--set", "kvEvents.replayPort=5558", "--set", "kvEvents.topic=kv@"},
+		{"--set", "cacheSource=vllm-events", "--set", "kvEvents.extraKeys=true", "--set", "baseModels={qwen}"},
 	} {
 		r := render(t, release, args...)
 		for name := range pickerArgs(t, get[appsv1.Deployment](r, "Deployment", picker)) {
 			if !defined[name] {
 				t.Errorf("the chart passes --%s (values %v), which loadaware-epp serve does not define", name, args)
+			}
+		}
+	}
+}
+
+// TestChartKVEventsValues: the KV events values reach the picker's flags as given, the
+// defaults being the binary's, and the base models only when set.
+func TestChartKVEventsValues(t *testing.T) {
+	tests := []struct {
+		args []string
+		want map[string]string // flag -> value; "" absent
+	}{
+		{[]string{"--set", "cacheSource=vllm-events"}, map[string]string{"kv-events-medium-credit": "GPU=1,CPU=1,DISK=0.5,STORAGE=0.5",
+			"kv-events-remote": "refuse", "kv-events-extra-keys": "false", "kv-events-replay-timeout": "2s", "kv-events-dp-size": "1", "base-models": ""}},
+		{[]string{"--set", "cacheSource=both", "--set", "kvEvents.mediumCredit=GPU=1\\,STORAGE=0.25", "--set", "kvEvents.remote=credit",
+			"--set", "kvEvents.extraKeys=true", "--set", "kvEvents.dpSize=4", "--set", "kvEvents.replayTimeout=5s", "--set", "baseModels={qwen,llama}"},
+			map[string]string{"kv-events-medium-credit": "GPU=1,STORAGE=0.25", "kv-events-remote": "credit", "kv-events-extra-keys": "true",
+				"kv-events-replay-timeout": "5s", "kv-events-dp-size": "4", "base-models": "qwen,llama"}},
+		{[]string{"--set", "cacheSource=lmcache"}, map[string]string{"kv-events-remote": "", "kv-events-extra-keys": ""}},
+	}
+	for _, tc := range tests {
+		args := pickerArgs(t, get[appsv1.Deployment](render(t, release, tc.args...), "Deployment", picker))
+		for name, want := range tc.want {
+			got, ok := args[name]
+			if want == "" && ok {
+				t.Errorf("values %v: --%s=%s given, want none", tc.args, name, got)
+			}
+			if want != "" && got != want {
+				t.Errorf("values %v: --%s=%q, want %q", tc.args, name, got, want)
 			}
 		}
 	}

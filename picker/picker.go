@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/kvindex"
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,7 +55,8 @@ const KeptRanked = 8
 type Request struct {
 	RequestID string
 	Path      string   // "/v1/completions", "/v1/chat/completions", or other
-	Model     string   // the body's "model"
+	Model     string   // the body's "model"; a LoRA adapter's name when it is not a base model (Options.BaseModels)
+	CacheSalt string   // the body's "cache_salt"; empty: none
 	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing)
 	Prompt    string   // completion prompt text
 	ChatBody  []byte   // raw chat request body, for chat requests
@@ -74,13 +77,23 @@ type Decision struct {
 	Note         string            // why the decision had less information than usual, if it did
 	Sources      map[string]string // endpoint -> the cache source of its match, for the endpoints of Ranked matched by a named source; filled only for its readers, the explanation (Request.Explain) and the debug log, else empty
 	Booking      *fleet.Booking
+	// PinRank is 1 + the data-parallel rank behind the winner that holds its credited
+	// prefix, which the request should be pinned to (vLLM's x-data-parallel-rank); 0:
+	// none (no ranks behind the endpoint, or none holds the prompt). See Rank.
+	PinRank int
 }
+
+// Rank is the data-parallel rank to pin the request to, if any (PinRank).
+func (d *Decision) Rank() (int, bool) { return d.PinRank - 1, d.PinRank > 0 }
 
 // CacheMatch is how much of a prompt one endpoint holds.
 type CacheMatch struct {
 	Matched    int    // contiguous prefix, in tokens
 	HolderRank int    // order in which it stored the prompt's first chunk; -1 if it did not
 	Source     string // the cache source that matched ("lmcache", "vllm-events"); "" when unnamed
+	// PinRank is 1 + the data-parallel rank behind the endpoint that holds Matched, for a
+	// view that tells an endpoint's ranks apart (KVEventsView.Ranks > 1); 0: not known.
+	PinRank int
 }
 
 // CacheView reports, for a prompt's token ids, what each endpoint holds.
@@ -146,6 +159,15 @@ type Options struct {
 	Observer     Observer       // nil: none
 	Health       HealthView     // nil: every endpoint is a candidate
 	MaxEndpoints int            // length of the fallback list; default 1
+	// BaseModels are the engines' served model names. A request whose Model is none of
+	// them names a LoRA adapter (as vLLM resolves it) and is matched only against that
+	// adapter's blocks (KeyedView). Empty: every request is for the base model.
+	BaseModels []string
+	// Adapters, when set, says which LoRA adapters each endpoint runs (lora.Table); a
+	// request for an adapter then counts AdapterCost more requests in flight on the
+	// endpoints that would have to load it. nil: adapters are not weighed.
+	Adapters    AdapterView
+	AdapterCost AdapterCost
 	// MaxPromptBytes bounds the text or chat body handed to the Tokenizer; a larger prompt
 	// is routed on load alone (noted, counted). 0 means DefaultMaxPromptBytes; negative
 	// means no bound.
@@ -165,6 +187,26 @@ type Options struct {
 	// (scoring.NeedsEngineMetrics); nil: they see none (scoring.EngineMetrics's zero value).
 	Engines EngineView
 }
+
+// AdapterView tells what an endpoint's adapter slots mean for a request for adapter
+// (lora.Table does, from vLLM's vllm:lora_requests_info).
+type AdapterView interface {
+	State(endpoint, adapter string) lora.State
+}
+
+// AdapterCost is the residency term: how many requests in flight (in prefill) an
+// endpoint's load counts extra for a request whose adapter it is not running, when it
+// has a free adapter slot (the adapter is activated first) and when every slot is taken
+// (the request waits until one adapter's requests have all finished). An endpoint
+// running the adapter, or of unknown state, counts none. The zero AdapterCost turns the
+// term off.
+type AdapterCost struct {
+	FreeSlot, SlotsFull int
+}
+
+// DefaultAdapterCost is the residency term the lora tournament profile chose
+// (docs/decisions/0820).
+var DefaultAdapterCost = AdapterCost{FreeSlot: 4, SlotsFull: 16}
 
 // Config is the part of the configuration that can change at run time.
 type Config struct {
@@ -188,9 +230,10 @@ type Picker struct {
 	active  atomic.Pointer[active]
 	decide  sync.Mutex // held for load snapshot + rank + book
 	metrics *metrics
-	source  string      // the cache view's name, for the cache-share metrics
-	scratch sync.Pool   // *pickScratch, for the work before the lock
-	ranking rankScratch // guarded by decide
+	source  string          // the cache view's name, for the cache-share metrics
+	base    map[string]bool // Options.BaseModels
+	scratch sync.Pool       // *pickScratch, for the work before the lock
+	ranking rankScratch     // guarded by decide
 	usable  atomic.Pointer[usableView]
 	ledger  *ledger // requests in flight with their sizes, for the policies that read them
 
@@ -230,7 +273,7 @@ func New(opts Options) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), ledger: newLedger()}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), base: baseModels(opts.BaseModels), ledger: newLedger()}
 	if opts.LargeTokenizations > 0 {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
@@ -263,7 +306,8 @@ func (p *Picker) SetConfig(c Config) error {
 // NeedsEngineMetrics reports whether the policy in force reads the engines' scraped
 // metrics (scoring.NeedsEngineMetrics): a scraper need run only while it does.
 func (p *Picker) NeedsEngineMetrics() bool {
-	return p.active.Load().needs&scoring.NeedsEngineMetrics != 0
+	return p.active.Load().needs&scoring.NeedsEngineMetrics != 0 ||
+		(p.opts.Adapters != nil && len(p.base) > 0 && p.opts.AdapterCost != (AdapterCost{}))
 }
 
 // Forget drops the routing history of endpoints not in keep (they left the fleet).
@@ -371,8 +415,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	}
 	var matches []CacheMatch // aligned with cands; nil: no cache information, or see held
 	held, useHeld := sc.held[:0], false
+	key := p.cacheKey(r)
+	kv, keyed := p.opts.Cache.(KeyedView)
+	keyed = keyed && key != (kvindex.Key{})
 	if len(tokens) > 0 && cached {
-		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed {
+		if hm, ok := p.opts.Cache.(HeldMatcher); ok && placed && !keyed {
 			var err error
 			if uv != nil { // the view less a few: cheaper to name those
 				held, err = hm.MatchHeld(ctx, tokens, Candidates{All: view.Addrs(), Except: uv.out}, held)
@@ -387,7 +434,13 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 				useHeld = true
 			}
 		} else {
-			ms, err := p.opts.Cache.Match(ctx, tokens, cands)
+			var ms []CacheMatch
+			var err error
+			if keyed {
+				ms, err = kv.MatchKey(ctx, tokens, key, cands)
+			} else {
+				ms, err = p.opts.Cache.Match(ctx, tokens, cands)
+			}
 			switch {
 			case err != nil:
 				p.metrics.cacheErrors.Inc()
@@ -405,7 +458,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	now := p.opts.Now()
 	in := scoring.Input{PromptTokens: len(tokens), Session: r.Session, Now: now}
 	if act.needs&scoring.NeedsPrefixKey != 0 {
-		in.PrefixKey = prefixKey(tokens)
+		in.PrefixKey = prefixKey(tokens, key)
 	}
 	if act.needs&scoring.NeedsPrompt != 0 {
 		in.Prompt = r.Prompt
@@ -440,7 +493,8 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	var b *fleet.Booking
 	sizes := act.needs&scoring.NeedsInFlightSizes != 0
 	var hashes []uint64 // the prompt's block hashes, when sizes
-	if lp := act.leaders; lp != nil && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
+	adapterTerm := key.Adapter != "" && p.opts.Adapters != nil && p.opts.AdapterCost != (AdapterCost{})
+	if lp := act.leaders; lp != nil && !adapterTerm && useHeld && (sc.idx == nil || uv != nil) && placed && p.opts.Fleet.View() == view && anyMatched(held) {
 		// Over the whole view, or the view less a few unusable endpoints, ranking the
 		// holders and the least loaded others is enough (scoring.LeaderRanker): the
 		// decision reads the loads of those only.
@@ -460,6 +514,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if b == nil {
 		rs.fill(p.opts.Fleet, view, cands, sc.idx, placed)
 		applyMatches(rs.cands, cands, matches, held, useHeld)
+		if adapterTerm {
+			p.adapterLoads(rs.cands, key.Adapter)
+		}
 		if p.opts.Engines != nil && act.needs&scoring.NeedsEngineMetrics != 0 {
 			for i := range rs.cands {
 				rs.cands[i].Engine = p.opts.Engines.Engine(rs.cands[i].Addr, now)
@@ -487,6 +544,11 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 			d.Candidates = in.Fleet.Endpoints - i
 		}
 		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
+		if matches != nil {
+			if at := placeOf(cands, b.Addr()); at >= 0 && matches[at].Matched > 0 {
+				d.PinRank = matches[at].PinRank
+			}
+		}
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
 	}
@@ -639,8 +701,10 @@ func joinNote(a, b string) string {
 	return a + "; " + b
 }
 
-// prefixKey hashes the prompt's first chunk (up to 256 token ids); 0 for no tokens.
-func prefixKey(tokens []uint32) uint64 {
+// prefixKey hashes the prompt's first chunk (up to 256 token ids) and, when not the
+// zero key, its adapter and salt (the same prompt under two adapters shares no cache);
+// 0 for no tokens.
+func prefixKey(tokens []uint32, k kvindex.Key) uint64 {
 	if len(tokens) == 0 {
 		return 0
 	}
@@ -649,7 +713,54 @@ func prefixKey(tokens []uint32) uint64 {
 		h ^= uint64(t)
 		h *= 1099511628211
 	}
+	if k != (kvindex.Key{}) {
+		for _, s := range [2]string{k.Adapter, k.Salt} {
+			for i := 0; i < len(s); i++ {
+				h ^= uint64(s[i])
+				h *= 1099511628211
+			}
+			h ^= 0xff // separates the adapter from the salt
+			h *= 1099511628211
+		}
+	}
 	return h | 1
+}
+
+// cacheKey is what, besides its tokens, names r's cached blocks: its adapter (a Model
+// that is not a base model, when Options.BaseModels are known) and its salt.
+func (p *Picker) cacheKey(r Request) kvindex.Key {
+	k := kvindex.Key{Salt: r.CacheSalt}
+	if len(p.base) > 0 && r.Model != "" && !p.base[r.Model] {
+		k.Adapter = r.Model
+	}
+	return k
+}
+
+// adapterLoads adds the residency term (AdapterCost) to the loads of the candidates that
+// would have to load adapter.
+func (p *Picker) adapterLoads(cs []scoring.Candidate, adapter string) {
+	for i := range cs {
+		var n int
+		switch p.opts.Adapters.State(cs[i].Addr, adapter) {
+		case lora.FreeSlot:
+			n = p.opts.AdapterCost.FreeSlot
+		case lora.SlotsFull:
+			n = p.opts.AdapterCost.SlotsFull
+		}
+		cs[i].InFlight += n
+		cs[i].Prefill += n
+	}
+}
+
+func baseModels(names []string) map[string]bool {
+	if len(names) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }
 
 // candidate is an endpoint's load as a policy sees it, before its cache match is applied.

@@ -31,7 +31,15 @@ type Arm struct {
 	Name   string  // label in tables and files, e.g. "loadaware-b1"
 	Policy string  // a scoring policy name, or PolicyGIE
 	Beta   float64 // loadaware's load weight
+	// Residency weighs the engines' LoRA adapters (picker.Options.Adapters, with
+	// Config.AdapterCost; for PolicyGIE, GIE's lora-affinity-scorer); its name ends
+	// in ResidencySuffix.
+	Residency bool
 }
+
+// ResidencySuffix ends the name of an arm that weighs adapter residency
+// ("loadaware-b1+residency").
+const ResidencySuffix = "+residency"
 
 // PolicyGIE is the bench-only arm that routes with GIE v1.5.0's own scheduler
 // (bench/peers/gie) instead of our picker. It is not a scoring policy: only
@@ -57,19 +65,20 @@ func DefaultArms() []Arm {
 type Config struct {
 	Workload       workload.Config
 	Engine         sim.Config
-	Engines        int             // simulated engines (GPUs)
-	Slowdowns      []float64       // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
-	HostDelays     []time.Duration // per-engine extra host time per step (overrides Engine.HostDelay); missing entries use Engine.HostDelay
-	Arms           []Arm           //
-	Seeds          []uint64        // one measured run per arm and seed
-	Protocol       string          // ProtocolPublished (one fleet per arm, seeds back to back) or ProtocolPerSeed
-	SeedGap        time.Duration   // published protocol: idle time between a seed's last completion and the next seed's first send
-	Warmup         int             // per-seed protocol: requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
-	SampleInterval time.Duration   // how often each engine's running count is sampled
-	HashSeed       string          // the engines' PYTHONHASHSEED, for LMCache chunk keys
-	Router         Router          // the router and data path in front of the engines
-	CacheSource    string          // what the picker learns the engines' caches from: picker.SourceLMCache (default when empty), SourceVLLMEvents or SourceBoth
-	Workers        int             // runs in parallel; 0 = GOMAXPROCS
+	Engines        int                // simulated engines (GPUs)
+	Slowdowns      []float64          // per-engine step-time factor (overrides Engine.Slowdown); missing entries use Engine.Slowdown
+	HostDelays     []time.Duration    // per-engine extra host time per step (overrides Engine.HostDelay); missing entries use Engine.HostDelay
+	Arms           []Arm              //
+	Seeds          []uint64           // one measured run per arm and seed
+	Protocol       string             // ProtocolPublished (one fleet per arm, seeds back to back) or ProtocolPerSeed
+	SeedGap        time.Duration      // published protocol: idle time between a seed's last completion and the next seed's first send
+	Warmup         int                // per-seed protocol: requests run (and discarded) before each measured seed, from a seed-derived warm-up seed
+	SampleInterval time.Duration      // how often each engine's running count is sampled
+	HashSeed       string             // the engines' PYTHONHASHSEED, for LMCache chunk keys
+	Router         Router             // the router and data path in front of the engines
+	CacheSource    string             // what the picker learns the engines' caches from: picker.SourceLMCache (default when empty), SourceVLLMEvents or SourceBoth
+	AdapterCost    picker.AdapterCost // the residency term of the arms with Residency
+	Workers        int                // runs in parallel; 0 = GOMAXPROCS
 }
 
 // The protocols a sweep can follow.

@@ -13,7 +13,9 @@ import (
 // ParseArms reads a list of arms as the commands' -arms flag takes it: "all"
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)
 // or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
-// (the arm gie, virtual time only).
+// (the arm gie, virtual time only). A policy arm's name may end in
+// ResidencySuffix: the arm then weighs the engines' LoRA adapters (gie+residency:
+// GIE's default profile plus its lora-affinity-scorer).
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return DefaultArms(), nil
@@ -37,6 +39,17 @@ func ParseArms(s string) ([]Arm, error) {
 }
 
 func parseArm(item string) (Arm, error) {
+	if base, ok := strings.CutSuffix(item, ResidencySuffix); ok {
+		arm, err := parseArm(base)
+		switch {
+		case err != nil:
+			return Arm{}, err
+		case arm.Residency:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once", item, ResidencySuffix)
+		}
+		arm.Name, arm.Residency = arm.Name+ResidencySuffix, true
+		return arm, nil
+	}
 	for _, a := range DefaultArms() {
 		if a.Name == item {
 			return a, nil

@@ -257,7 +257,7 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 	}
 	text, _ := io.ReadAll(page.Body)
 	page.Body.Close()
-	if r, err := enginemetrics.Parse(text); err != nil || r != (enginemetrics.Reading{}) {
+	if r, err := enginemetrics.Parse(text); err != nil || !cmp.Equal(r, enginemetrics.Reading{LoRAKnown: true}) {
 		t.Errorf("enginemetrics.Parse = %+v, %v; want an idle engine read without error", r, err)
 	}
 	c := sim.DefaultConfig()

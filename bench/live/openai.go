@@ -350,13 +350,14 @@ func (e *Engine) metricsHandler(w http.ResponseWriter, _ *http.Request) {
 	e.lat.queue.write(&b, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", inner)
 	e.lat.itl.write(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", inner)
 	e.lat.e2e.write(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", inner)
-	// vLLM's info gauges: the labels carry the information. The simulated engine serves no
-	// LoRA adapter (running and waiting lists empty, max_lora 0); vLLM sets the LoRA gauge's
-	// value to the time its adapter lists last changed (here: the engine start), the cache
-	// gauge's to 1.
+	// vLLM's info gauges: the labels carry the information. The LoRA gauge names the
+	// simulated engine's slots and the adapters of its running and waiting requests (none,
+	// max_lora 0, without MaxLoRAs); vLLM sets its value to the time it was set (here one
+	// series only: the engine start), the cache gauge's to 1.
 	c := e.model.Config()
 	fmt.Fprintf(&b, "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n"+
-		"vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} %v\n", float64(e.epoch.UnixNano())/1e9)
+		"vllm:lora_requests_info{max_lora=\"%d\",running_lora_adapters=%q,waiting_lora_adapters=%q} %v\n",
+		m.MaxLoRAs, strings.Join(m.RunningAdapters, ","), strings.Join(m.WaitingAdapters, ","), float64(e.epoch.UnixNano())/1e9)
 	fmt.Fprintf(&b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"+
 		"vllm:cache_config_info{block_size=\"%d\",enable_prefix_caching=\"True\",num_gpu_blocks=\"%d\"} 1\n", c.BlockSize, c.Blocks())
 	metric("lmcache:local_cache_usage", "gauge", "Bytes of KV held by LMCache's local CPU backend.", float64(m.CPUTokens)*float64(e.model.Config().KVBytesPerToken()))

@@ -44,6 +44,13 @@ type Config struct {
 	MaxBatchedTokens int // token budget per step (max_num_batched_tokens, 2048)
 	MaxNumSeqs       int // running-sequence cap (max_num_seqs, 256)
 
+	// LoRA (vLLM --enable-lora): MaxLoRAs adapters run at once (max_loras; 0: no
+	// adapters served), and activating an adapter into a GPU slot costs
+	// AdapterLoad (docs/decisions/0820: a rank-16 adapter of every linear layer
+	// of Qwen2.5-3B is 60 MB, 5 ms over the PCIe rate below).
+	MaxLoRAs    int
+	AdapterLoad time.Duration
+
 	// LMCache CPU offload.
 	CPUTierBytes  int64   // LocalCPUBackend size (4 GiB)
 	ChunkSize     int     // LMCache chunk_size (256)
@@ -137,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if c.CPUTierBytes < 0 {
 		return fmt.Errorf("sim: CPUTierBytes %d is negative: use 0 to disable the CPU tier", c.CPUTierBytes)
+	}
+	if c.MaxLoRAs < 0 || c.AdapterLoad < 0 {
+		return fmt.Errorf("sim: MaxLoRAs %d and AdapterLoad %v must not be negative", c.MaxLoRAs, c.AdapterLoad)
 	}
 	if c.StepOverhead < 0 || c.SeqOverhead < 0 || c.AdmitOverhead < 0 || c.AdmitSeqCost < 0 || c.IngressLatency < 0 || c.HostDelay < 0 || c.OutputCost < 0 {
 		return fmt.Errorf("sim: overheads and latencies must not be negative")

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -16,6 +17,7 @@ type Request struct {
 	ID        string
 	Tokens    []uint32 // prompt token ids
 	MaxTokens int      // output tokens to generate (no early stop: temperature 0, ignore EOS)
+	Adapter   string   // the LoRA adapter the request runs under; "" for the base model
 
 	// Results.
 	TokenTimes   []time.Duration // when each output token was produced
@@ -62,13 +64,19 @@ func (r *Request) tokenAt(i int) uint64 {
 	return 1<<32 | mix(r.uid, uint64(i))
 }
 
-// blockHash returns the content hash of full block i, chained on block i-1.
+// blockHash returns the content hash of full block i, chained on block i-1;
+// block 0 is chained on the adapter's name, as vLLM folds the LoRA name into
+// every block's hash (extra keys), so blocks are shared only within an adapter.
 func (r *Request) blockHash(i, blockSize int) uint64 {
 	for len(r.hashes) <= i {
 		j := len(r.hashes)
 		h := uint64(0x6a09e667f3bcc908)
 		if j > 0 {
 			h = r.hashes[j-1]
+		} else {
+			for k := 0; k < len(r.Adapter); k++ {
+				h = mix(h, uint64(r.Adapter[k]))
+			}
 		}
 		for t := j * blockSize; t < (j+1)*blockSize; t++ {
 			h = mix(h, r.tokenAt(t))
@@ -113,6 +121,14 @@ type Metrics struct {
 	Preemptions   int64   // vllm:num_preemptions_total
 	Steps         int64
 	CPUTokens     int64 // tokens held by the LMCache CPU tier
+
+	// vllm:lora_requests_info's labels: max_lora and the adapters of the running and
+	// waiting requests, as the last step left them (sorted); AdapterLoads counts
+	// adapters activated into a GPU slot.
+	MaxLoRAs        int
+	RunningAdapters []string
+	WaitingAdapters []string
+	AdapterLoads    int64
 }
 
 // ErrTooLong is returned by Add for a request that can never fit the KV pool.
@@ -139,6 +155,8 @@ type Engine struct {
 	batch                                   []scheduled
 	stats                                   Metrics
 	out                                     Outcome
+	slots                                   []string // adapters in the GPU's LoRA slots, least recently used first
+	gaugeAdapters                           [2][]string
 }
 
 type scheduled struct {
@@ -173,6 +191,9 @@ func (e *Engine) Add(r *Request) error {
 	if r.MaxTokens < 1 || len(r.Tokens) == 0 {
 		return fmt.Errorf("sim: request %q has %d prompt tokens and max_tokens %d: need at least one of each", r.ID, len(r.Tokens), r.MaxTokens)
 	}
+	if r.Adapter != "" && e.cfg.MaxLoRAs == 0 {
+		return fmt.Errorf("sim: request %q is for adapter %q but the engine serves none (MaxLoRAs 0): set MaxLoRAs, as vLLM needs --enable-lora", r.ID, r.Adapter)
+	}
 	if len(r.Tokens)+r.MaxTokens > e.cfg.Blocks()*e.cfg.BlockSize {
 		return fmt.Errorf("%w: %d prompt + %d output tokens, pool %d tokens", ErrTooLong, len(r.Tokens), r.MaxTokens, e.cfg.Blocks()*e.cfg.BlockSize)
 	}
@@ -197,6 +218,8 @@ func (e *Engine) Metrics() Metrics {
 	m.Waiting = e.gaugeWaiting
 	m.KVUsage = float64(e.pool.used()) / float64(len(e.pool.blocks))
 	m.CPUTokens = e.cpu.used
+	m.MaxLoRAs = e.cfg.MaxLoRAs
+	m.RunningAdapters, m.WaitingAdapters = e.gaugeAdapters[0], e.gaugeAdapters[1]
 	return m
 }
 
@@ -274,5 +297,20 @@ func (e *Engine) Finish() Outcome {
 	}
 	e.batch = e.batch[:0]
 	e.gaugeRunning, e.gaugeWaiting = len(e.running), e.stepWaiting
+	if e.cfg.MaxLoRAs > 0 {
+		e.gaugeAdapters = [2][]string{adapters(e.running), adapters(e.waiting)}
+	}
 	return e.out
+}
+
+// adapters returns the distinct adapters of rs, sorted (nil when none).
+func adapters(rs []*Request) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Adapter != "" {
+			out = append(out, r.Adapter)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

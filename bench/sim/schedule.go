@@ -1,6 +1,9 @@
 package sim
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // schedule builds the next step the way vLLM V1's scheduler does and returns
 // its duration. Running requests come first, in order: each gets its next
@@ -11,11 +14,16 @@ import "time"
 // first served while the token budget, the sequence cap and the free blocks
 // allow: each reuses its longest cached prefix of full blocks, loads the
 // contiguous chunks the CPU tier holds beyond that, and prefills the rest in
-// chunks. The head of the queue blocks the rest when it does not fit.
+// chunks. The head of the queue blocks the rest when it does not fit. A
+// request for an adapter that is not among the running requests' while
+// MaxLoRAs adapters run is passed over (vLLM V1: "Scheduling would exceed
+// max_loras, skip"), keeping its place; admitting an adapter that is not in a
+// GPU slot activates it there first (AdapterLoad, the least recently used
+// slot evicted).
 func (e *Engine) schedule(now time.Duration) time.Duration {
 	bs := e.cfg.BlockSize
 	budget := e.cfg.MaxBatchedTokens
-	var loaded, stored, admitted int
+	var loaded, stored, admitted, activated int
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
@@ -37,8 +45,17 @@ func (e *Engine) schedule(now time.Duration) time.Duration {
 		stored += e.storeCost(r, r.computed+n)
 		budget -= n
 	}
-	for !preempted && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
-		r := e.waiting[0]
+	var live []string // adapters of the running requests
+	if e.cfg.MaxLoRAs > 0 {
+		live = adapters(e.running)
+	}
+	skipped := 0 // waiting requests passed over for want of an adapter slot, kept at the head
+	for !preempted && len(e.waiting) > skipped && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		r := e.waiting[skipped]
+		if r.Adapter != "" && !slices.Contains(live, r.Adapter) && len(live) >= e.cfg.MaxLoRAs {
+			skipped++
+			continue
+		}
 		nt := r.numTokens()
 		// GPU prefix cache: full blocks, leaving at least one token to compute.
 		var hits []int32
@@ -72,7 +89,13 @@ func (e *Engine) schedule(now time.Duration) time.Duration {
 		if need > e.pool.free-freeHits {
 			break
 		}
-		e.waiting = e.waiting[1:]
+		e.waiting = slices.Delete(e.waiting, skipped, skipped+1)
+		if r.Adapter != "" && !slices.Contains(live, r.Adapter) {
+			live = append(live, r.Adapter)
+		}
+		if r.Adapter != "" && e.activate(r.Adapter) {
+			activated++
+		}
 		for _, id := range hits {
 			e.pool.touch(id)
 		}
@@ -95,7 +118,30 @@ func (e *Engine) schedule(now time.Duration) time.Duration {
 		stored += e.storeCost(r, r.computed+n)
 		budget -= n
 	}
-	return e.stepCost(loaded, stored, admitted)
+	return e.stepCost(loaded, stored, admitted) + time.Duration(float64(activated)*float64(e.cfg.AdapterLoad)*e.cfg.Slowdown)
+}
+
+// activate puts adapter in a GPU LoRA slot, most recently used, and reports
+// whether it had to be loaded (it was in none). A full set of slots gives up
+// its least recently used adapter that no running request needs; the
+// scheduler never runs more adapters than there are slots, so there is one.
+func (e *Engine) activate(adapter string) bool {
+	if i := slices.Index(e.slots, adapter); i >= 0 {
+		e.slots = append(slices.Delete(e.slots, i, i+1), adapter)
+		return false
+	}
+	if len(e.slots) >= e.cfg.MaxLoRAs {
+		inUse := adapters(e.running)
+		for i, a := range e.slots {
+			if _, busy := slices.BinarySearch(inUse, a); !busy || a == adapter {
+				e.slots = slices.Delete(e.slots, i, i+1)
+				break
+			}
+		}
+	}
+	e.slots = append(e.slots, adapter)
+	e.stats.AdapterLoads++
+	return true
 }
 
 // grow makes r hold blocks for its first tokens tokens; false when the pool is

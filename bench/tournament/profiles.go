@@ -14,6 +14,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/replay"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
@@ -87,6 +88,34 @@ func Profiles() []Profile {
 	}
 }
 
+// ExtraProfiles returns the profiles run only when named (SelectProfiles):
+// those of features the default profiles do not exercise.
+//
+//   - lora: the published prompts on the fleet4 engines serving 8 LoRA
+//     adapters, prefix k belonging to adapter k mod 8 (so the adapters'
+//     popularity follows the prefixes' Zipf 0.9: 23% of the requests for the
+//     first, 9% for the last), each engine running at most LoRASlots adapters
+//     at once and activating one in AdapterLoad (docs/decisions/0820).
+func ExtraProfiles() []Profile {
+	lora := scaled(experiment.DefaultConfig(), []float64{1, 1.3, 1, 1.3})
+	lora.Router = experiment.EnvoyRouter()
+	lora.Workload.Adapters = LoRAAdapters
+	lora.Workload.Rate = LoRARate
+	lora.Engine.MaxLoRAs, lora.Engine.AdapterLoad = LoRASlots, LoRAAdapterLoad
+	lora.AdapterCost = picker.DefaultAdapterCost
+	return []Profile{
+		{Name: "lora", About: fmt.Sprintf("the published prompts for %d LoRA adapters (prefix k is adapter k mod %d) at %g req/s on the fleet4 engines, each running at most %d adapters at once", LoRAAdapters, LoRAAdapters, LoRARate, LoRASlots), Fleet: lora},
+	}
+}
+
+// The lora profile's fleet and load (docs/decisions/0820).
+const (
+	LoRAAdapters    = 8
+	LoRASlots       = 2                    // vLLM --max-loras
+	LoRAAdapterLoad = 5 * time.Millisecond // a rank-16 adapter of every linear layer, 60 MB over PCIe
+	LoRARate        = 16.0                 // req/s on the four engines
+)
+
 // The rates of the profiles whose prompts cost more prefill than the
 // published one (docs/decisions/1311-tournament-profiles.md says how they
 // were chosen).
@@ -126,14 +155,24 @@ func ProfileNames() []string {
 	return out
 }
 
-// SelectProfiles returns the default profiles named in names (in that order);
-// an empty list selects them all. Unknown or repeated names are an error that
-// lists the known ones.
+// ExtraNames lists the extra profiles' names.
+func ExtraNames() []string {
+	var out []string
+	for _, p := range ExtraProfiles() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// SelectProfiles returns the profiles named in names (in that order), among
+// the default and the extra ones; an empty list selects the default ones.
+// Unknown or repeated names are an error that lists the known ones.
 func SelectProfiles(names []string) ([]Profile, error) {
 	all := Profiles()
 	if len(names) == 0 {
 		return all, nil
 	}
+	all = append(all, ExtraProfiles()...)
 	var out []Profile
 	seen := map[string]bool{}
 	for _, n := range names {
@@ -148,7 +187,7 @@ func SelectProfiles(names []string) ([]Profile, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown profile %q: use %s", n, strings.Join(ProfileNames(), ", "))
+			return nil, fmt.Errorf("unknown profile %q: use %s", n, strings.Join(append(ProfileNames(), ExtraNames()...), ", "))
 		}
 	}
 	return out, nil

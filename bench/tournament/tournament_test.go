@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/loadaware/loadaware-epp/picker"
 	"math"
 	"slices"
 	"strings"
@@ -353,5 +354,26 @@ func TestGIENote(t *testing.T) {
 				t.Fatalf("gieNote = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestExtraProfilesRunWhenNamed: the lora profile is selected by name only, with its
+// adapters, slots and residency cost set.
+func TestExtraProfilesRunWhenNamed(t *testing.T) {
+	for _, p := range Profiles() {
+		if p.Name == "lora" {
+			t.Fatal("the lora profile is in the default set")
+		}
+	}
+	ps, err := SelectProfiles([]string{"lora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ps[0].Fleet
+	if f.Workload.Adapters != LoRAAdapters || f.Engine.MaxLoRAs != LoRASlots || f.Engines != 4 || f.AdapterCost == (picker.AdapterCost{}) {
+		t.Fatalf("lora profile %+v", f)
+	}
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,10 +6,30 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/peers/gie"
 )
 
-// gieModel is the model name the gie arm's requests carry (GIE's request
-// parser requires one; with no InferenceObjectives or rewrites it only passes
-// through).
-const gieModel = "sim"
+// gieLoRAConfig is the gie+residency arm's profile: GIE v1.5.0's default
+// (queue and KV-cache utilization scorers at weight 2, prefix cache at 3) plus
+// its lora-affinity-scorer, which GIE ships opt-in, at weight 2.
+const gieLoRAConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: lora-affinity-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: lora-affinity-scorer
+    weight: 2
+  - pluginRef: max-score-picker
+`
 
 // gieArm is the gie arm's router: GIE's own scheduler (bench/peers/gie) and
 // the engines' metrics as its scraper last saw them (the world's scrapeGrid,
@@ -27,6 +47,7 @@ func (g *gieArm) fill(w *world) {
 		g.seen[w.addrs[i]] = gie.Metrics{
 			Waiting: m.Waiting, Running: m.Running, KVCacheUsage: min(max(m.KVUsage, 0), 1),
 			CacheBlockSize: c.BlockSize, CacheNumBlocks: c.Blocks(),
+			MaxLoRA: m.MaxLoRAs, RunningAdapters: m.RunningAdapters, WaitingAdapters: m.WaitingAdapters,
 		}
 	}
 }
@@ -35,7 +56,10 @@ func (g *gieArm) fill(w *world) {
 // refresh grid (multiples of scrapeEvery).
 func (w *world) pickGIE(p *pending) (string, error) {
 	w.scrapeBeforePick()
-	d, err := w.gie.p.Pick(gie.CompletionRequest(requestID(p), gieModel, p.req.Text), w.gie.seen)
+	// The model (GIE's request parser requires one; with no InferenceObjectives or
+	// rewrites it passes through) is the adapter's name for an adapter's request,
+	// which GIE's LoRA affinity scorer looks for among the engines' adapters.
+	d, err := w.gie.p.Pick(gie.CompletionRequest(requestID(p), modelOf(p.req), p.req.Text), w.gie.seen)
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/peers/gie"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
@@ -124,6 +125,25 @@ func TestGIEArmScrapesOnGIERefreshGrid(t *testing.T) {
 	for i := range 6 {
 		if err := w.gieDone(fmt.Sprintf("req-%d", i)); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestGIELoRAConfig: the gie+residency arm's profile is GIE's default plus the
+// lora-affinity-scorer.
+func TestGIELoRAConfig(t *testing.T) {
+	p, err := gie.New([]string{"10.0.0.1:8000", "10.0.0.2:8000"}, gie.Config{PickerConfig: gieLoRAConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	weights := map[string]float64{}
+	for _, pl := range p.Pipeline().Profile {
+		weights[pl.Type] = pl.Weight
+	}
+	for typ, w := range map[string]float64{"queue-scorer": 2, "kv-cache-utilization-scorer": 2, "prefix-cache-scorer": 3, "lora-affinity-scorer": 2} {
+		if weights[typ] != w {
+			t.Errorf("%s weight %v, want %v (pipeline %v)", typ, weights[typ], w, p.Pipeline())
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/enginemetrics"
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
@@ -31,6 +32,11 @@ func (w *world) scrape() {
 		g.seen[i] = e.Metrics()
 	}
 	g.last, g.scraped = w.now, true
+	if w.adapters != nil {
+		for i, m := range g.seen {
+			w.adapters.Set(w.addrs[i], lora.Info{MaxLoRA: m.MaxLoRAs, Running: m.RunningAdapters, Waiting: m.WaitingAdapters})
+		}
+	}
 	if w.gie != nil {
 		w.gie.fill(w)
 	}

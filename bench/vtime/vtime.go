@@ -23,6 +23,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/scoring"
 )
@@ -270,6 +271,9 @@ type world struct {
 	fleet   *fleet.Set
 	index   *lmcache.Index
 	now     time.Duration
+	// adapters is what the engines' vllm:lora_requests_info said at the last scrape
+	// (scrapeGrid), for the arms that weigh adapter residency; nil otherwise.
+	adapters *lora.Table
 
 	events  eventQueue
 	seq     uint64
@@ -369,7 +373,11 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 	}
 	w.policy = arm.Policy
 	if arm.Policy == experiment.PolicyGIE {
-		g, err := gie.New(w.addrs, gie.Config{Seed: seed})
+		gc := gie.Config{Seed: seed}
+		if arm.Residency {
+			gc.PickerConfig = gieLoRAConfig
+		}
+		g, err := gie.New(w.addrs, gc)
 		if err != nil {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
@@ -378,19 +386,26 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
-		p, err := picker.New(picker.Options{
-			Fleet:   set,
-			Policy:  arm.Policy,
-			Params:  params,
-			Cache:   w.cacheView(w.cfg.CacheSource),
-			Now:     func() time.Time { return epoch.Add(w.now) },
-			Engines: engineView{w},
-		})
+		opts := picker.Options{
+			Fleet:      set,
+			Policy:     arm.Policy,
+			Params:     params,
+			Cache:      w.cacheView(w.cfg.CacheSource),
+			BaseModels: []string{baseModel},
+			Now:        func() time.Time { return epoch.Add(w.now) },
+			Engines:    engineView{w},
+		}
+		w.adapters = nil
+		if arm.Residency {
+			w.adapters = &lora.Table{}
+			opts.Adapters, opts.AdapterCost = w.adapters, w.cfg.AdapterCost
+		}
+		p, err := picker.New(opts)
 		if err != nil {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.picker = p
-		if p.NeedsEngineMetrics() {
+		if p.NeedsEngineMetrics() || arm.Residency {
 			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
 		}
 	}
@@ -558,6 +573,7 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	preq := picker.Request{
 		RequestID: requestID(p),
 		Path:      "/v1/completions",
+		Model:     modelOf(p.req),
 		Tokens:    p.req.Tokens,
 		Prompt:    p.req.Text,
 	}
@@ -606,7 +622,7 @@ func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error 
 		p.booking = nil
 		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
 	}
-	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens}
+	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens, Adapter: p.req.Adapter}
 	if w.kv != nil {
 		w.kv.learn(p.req.Tokens, w.hasher.ChunkKeys(p.req.Tokens))
 	}
@@ -665,6 +681,18 @@ func (w *world) finishStep(i int) (int, error) {
 		}
 	}
 	return len(out.Finished), nil
+}
+
+// baseModel is the served model name of the simulated engines: a request for
+// an adapter names the adapter instead (vLLM's OpenAI server resolves "model").
+const baseModel = "sim"
+
+// modelOf is the "model" r is sent with.
+func modelOf(r workload.Request) string {
+	if r.Adapter != "" {
+		return r.Adapter
+	}
+	return baseModel
 }
 
 // pause idles the fleet for gap after the client has received every

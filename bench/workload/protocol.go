@@ -41,6 +41,9 @@ func Warmup(cfg Config, pool *Pool, pass int) ([]Request, error) {
 	for i := range out {
 		tag := warmupTag(pass, i)
 		r := Request{Index: i, PrefixID: i, MaxTokens: WarmupMaxTokens}
+		if cfg.Adapters > 0 {
+			r.Adapter = AdapterName(i % cfg.Adapters)
+		}
 		head := pool.tokens[i]
 		r.Tokens = make([]uint32, 0, len(head)+1+len(tag))
 		r.Tokens = append(r.Tokens, head...)
@@ -80,6 +83,9 @@ func Replay(cfg Config, pool *Pool, seed uint64, prefixIDs []int, sendAt []time.
 		head := pool.tokens[id]
 		sufText, suf := fill(suffixTag(i), cfg.SuffixTokens, rng)
 		r := Request{Index: i, PrefixID: id, SendAt: sendAt[i], MaxTokens: cfg.MaxTokens, PrefixTokens: len(head)}
+		if cfg.Adapters > 0 {
+			r.Adapter = AdapterName(id % cfg.Adapters)
+		}
 		r.Text = pool.texts[id] + "\n" + sufText
 		r.Tokens = make([]uint32, 0, len(head)+1+len(suf))
 		r.Tokens = append(r.Tokens, head...)

@@ -61,6 +61,11 @@ type Config struct {
 
 	// Groups (groups profile; see generateGroups).
 	PromptsPerGroup int // prompts per group, each the group's system prompt (a pool prefix) and a question of SuffixTokens
+
+	// Adapters (shared profile): 0 = every request is for the base model; else prefix k
+	// belongs to LoRA adapter k mod Adapters (AdapterName), so each adapter has its own
+	// prompts and the adapters' popularity follows the prefixes' Zipf law.
+	Adapters int
 }
 
 // DefaultConfig returns the published workload: 500 requests per seed at
@@ -118,6 +123,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Turns, "turns", c.Turns, "chat profile: requests per session")
 	fs.DurationVar(&c.ThinkTime, "think-time", c.ThinkTime, "chat profile: mean time between a session's turns (open loop: each uniform in 0.5-1.5x)")
 	fs.IntVar(&c.UserTokens, "user-tokens", c.UserTokens, "chat profile: tokens of each user message, tag included")
+	fs.IntVar(&c.Adapters, "adapters", c.Adapters, "shared profile: LoRA adapters the requests are for (prefix k belongs to adapter k mod this); 0: the base model only")
 	fs.IntVar(&c.PromptsPerGroup, "prompts-per-group", c.PromptsPerGroup, "groups profile: prompts per group, each the group's system prompt (-prefix-tokens) and its own question (-suffix-tokens)")
 }
 
@@ -132,6 +138,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workload: -rate %v: need a positive finite rate in requests per second", c.Rate)
 	case c.MaxTokens < 1:
 		return fmt.Errorf("workload: -max-tokens %d: need at least 1", c.MaxTokens)
+	case c.Adapters < 0 || c.Adapters > 999 || (c.Adapters > 0 && c.Profile != ProfileShared):
+		return fmt.Errorf("workload: -adapters %d: use 0, or 1..999 with the %q profile", c.Adapters, ProfileShared)
 	}
 	if err := c.validateBursts(); err != nil {
 		return err
@@ -178,7 +186,11 @@ type Request struct {
 	Tokens       []uint32      // prompt token ids, one per text piece
 	PrefixTokens int           // leading tokens that belong to the prefix
 	MaxTokens    int           // completion tokens to request
+	Adapter      string        // the LoRA adapter the request is for (its "model"); "" for the base model
 }
+
+// AdapterName is the name of LoRA adapter i of a workload with Adapters set.
+func AdapterName(i int) string { return fmt.Sprintf("lora-%d", i) }
 
 // Pool is the fixed set of shared prefixes.
 type Pool struct {
@@ -291,6 +303,9 @@ func Generate(cfg Config, pool *Pool, seed uint64) ([]Request, error) {
 			r.PrefixID = zipfDraw(cdf, rng)
 			headText, head = pool.texts[r.PrefixID], pool.tokens[r.PrefixID]
 			suffixLen = cfg.SuffixTokens
+			if cfg.Adapters > 0 {
+				r.Adapter = AdapterName(r.PrefixID % cfg.Adapters)
+			}
 		} else {
 			r.PrefixID = -1
 			headText, head = fill(novelTag(seed, i), cfg.NovelPrefixTokens, rng)

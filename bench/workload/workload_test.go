@@ -301,3 +301,39 @@ func BenchmarkGenerateSeed(b *testing.B) {
 		}
 	}
 }
+
+// TestAdaptersFollowThePrefixes: with Adapters, each request is for the adapter owning
+// its prefix (k mod Adapters), the same requests otherwise; without, none has one.
+func TestAdaptersFollowThePrefixes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Requests = 200
+	plain, err := Generate(cfg, nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Adapters = 8
+	lora, err := Generate(cfg, nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i, r := range lora {
+		if plain[i].Adapter != "" {
+			t.Fatalf("request %d of a workload without adapters is for %q", i, plain[i].Adapter)
+		}
+		if want := AdapterName(r.PrefixID % 8); r.Adapter != want {
+			t.Fatalf("request %d (prefix %d) is for %q, want %q", i, r.PrefixID, r.Adapter, want)
+		}
+		if r.PrefixID != plain[i].PrefixID || r.SendAt != plain[i].SendAt {
+			t.Fatalf("request %d differs beyond its adapter", i)
+		}
+		seen[r.Adapter]++
+	}
+	if len(seen) != 8 || seen[AdapterName(0)] <= seen[AdapterName(7)] {
+		t.Fatalf("adapter counts %v: want all 8, the first the most popular", seen)
+	}
+	cfg.Profile = ProfileNovel
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("adapters with the novel profile must be refused")
+	}
+}

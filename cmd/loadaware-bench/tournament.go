@@ -28,8 +28,8 @@ func init() {
 func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tournament", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	profiles := fs.String("profiles", "all", "profiles, comma-separated: all, or any of "+strings.Join(tournament.ProfileNames(), ", "))
-	arms := fs.String("arms", "all", "arms, comma-separated: all (every policy but session, loadaware at beta 0, 0.5, 1 and 2, and gie), or names as in sweep (kvaware, loadaware-b1, a policy, policy:beta, gie)")
+	profiles := fs.String("profiles", "all", "profiles, comma-separated: all, or any of "+strings.Join(tournament.ProfileNames(), ", ")+"; run only when named: "+strings.Join(tournament.ExtraNames(), ", "))
+	arms := fs.String("arms", "all", "arms, comma-separated: all (every policy but session, loadaware at beta 0, 0.5, 1 and 2, and gie), or names as in sweep (kvaware, loadaware-b1, a policy, policy:beta, gie), a policy's ending in +residency to weigh the engines' LoRA adapters")
 	seeds := fs.String("seeds", "1-20", "seeds, the same for every profile and arm: N, A-B or a comma-separated list (the published profile has the measured seeds 1-20)")
 	out := fs.String("out", "tournament.md", "markdown report; the summary figure goes beside it (same name, .png)")
 	jsonOut := fs.String("json", "", "also write every seed's metrics as JSON to this file")

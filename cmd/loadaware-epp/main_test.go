@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/picker"
 	"net"
 	"net/http"
 	"strings"
@@ -45,6 +46,8 @@ func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
 		{"stray argument", []string{ok, "extra"}, env(), `unexpected argument "extra"`},
 		{"unknown flag", []string{ok, "--speed", "9"}, env(), "run loadaware-epp serve -h"},
 		{"lmcache key format", []string{ok, "--lmcache-key-format", "v9"}, env(), "--lmcache-key-format"},
+		{"lora cost not two counts", []string{ok, "--lora-residency-cost", "4"}, env(), "use FREE,FULL"},
+		{"lora cost negative", []string{ok, "--lora-residency-cost", "1,-2"}, env(), "--lora-residency-cost"},
 		{"lmcache allow", []string{ok, "--lmcache-allow-from", "everyone"}, env(), "--lmcache-allow-from"},
 		{"lmcache chunk size", []string{ok, "--lmcache-chunk-size", "0"}, env(), "--lmcache-chunk-size"},
 		{"lmcache port", []string{ok, "--lmcache-pull-port", "99999"}, env(), "--lmcache-pull-port 99999 is not a port"},
@@ -93,6 +96,9 @@ func TestParseDefaultsAndPrecedence(t *testing.T) {
 			}
 			if cfg.Beta != tt.wantBeta {
 				t.Fatalf("beta %v, want %v", cfg.Beta, tt.wantBeta)
+			}
+			if cfg.AdapterCost != picker.DefaultAdapterCost || cfg.BaseModels != nil {
+				t.Fatalf("LoRA defaults: cost %+v, base models %v", cfg.AdapterCost, cfg.BaseModels)
 			}
 			if cfg.GRPCAddr != ":9002" || cfg.HealthAddr != ":9003" || cfg.MetricsAddr != ":9090" || !cfg.SecureServing ||
 				cfg.Policy != "loadaware" || cfg.MaxEndpoints != 1 {

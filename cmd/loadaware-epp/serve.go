@@ -44,6 +44,8 @@ type options struct {
 	logLevel, logFormat               string
 	bindAddress                       string
 	tokenizer, model                  string
+	baseModels                        string
+	loraCost                          string
 	tokenizerFromEngine               bool
 	engineTimeout                     time.Duration
 	gcPercent                         int
@@ -106,6 +108,8 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.adminToken, "admin-token", getenv("LOADAWARE_ADMIN_TOKEN"), "bearer token that allows POST /admin/config (env LOADAWARE_ADMIN_TOKEN); empty: changes refused")
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer.json or model directory of the served model (tokenizes prompts exactly as vLLM)")
 	fs.StringVar(&o.model, "model", "", "served model ORG/NAME: its tokenizer is looked up in the HuggingFace cache when --tokenizer is not given")
+	fs.StringVar(&o.baseModels, "base-models", "", "the engines' served model names (vLLM --served-model-name), comma-separated: a request whose model is none of them names a LoRA adapter and is credited only with that adapter's cached blocks (needs --kv-events-extra-keys); empty: every request is for the base model")
+	fs.StringVar(&o.loraCost, "lora-residency-cost", fmt.Sprintf("%d,%d", picker.DefaultAdapterCost.FreeSlot, picker.DefaultAdapterCost.SlotsFull), "FREE,FULL: requests in flight an engine counts extra for a LoRA adapter's request (--base-models) when it does not run the adapter and has a free adapter slot (FREE) or none (FULL), from the engines' vllm:lora_requests_info (scraped every --refresh-metrics-interval); 0,0 turns the term off")
 	fs.BoolVar(&o.tokenizerFromEngine, "tokenizer-from-engine", false, "ask the engines' POST /tokenize for prompts the local tokenizer cannot reproduce (or for all, with no local tokenizer)")
 	fs.DurationVar(&o.engineTimeout, "tokenize-timeout", 2*time.Second, "timeout of one engine /tokenize call")
 	fs.IntVar(&o.lmPull, "lmcache-pull-port", 9000, "LMCache controller PULL port the engines' workers push cache events to; 0 disables the controller")
@@ -243,6 +247,10 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		SecureServing: o.secure, CertPath: o.certPath, Endpoints: eps, Policy: o.policy, Beta: o.beta,
 		SessionKey: o.sessionKey, MaxEndpoints: o.maxEndpoints, MaxBodyBytes: o.maxBodyBytes, BodyMode: mode,
 		AdminToken: o.adminToken, LMCache: lm, OmitScores: !o.endpointScores, CacheSource: source, KVEvents: kv,
+		BaseModels: splitList(o.baseModels),
+	}
+	if cfg.AdapterCost, err = parseAdapterCost(o.loraCost); err != nil {
+		return app.Config{}, o, err
 	}
 	if o.healthPort == 0 {
 		cfg.HealthAddr = "-"
@@ -264,6 +272,28 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 		return app.Config{}, o, err
 	}
 	return cfg, o, nil
+}
+
+// parseAdapterCost reads --lora-residency-cost: FREE,FULL, two counts of at least 0.
+func parseAdapterCost(s string) (picker.AdapterCost, error) {
+	free, full, ok := strings.Cut(s, ",")
+	a, err1 := strconv.Atoi(strings.TrimSpace(free))
+	b, err2 := strconv.Atoi(strings.TrimSpace(full))
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < 0 || a > 1000 || b > 1000 {
+		return picker.AdapterCost{}, fmt.Errorf("--lora-residency-cost %q: use FREE,FULL, two request counts 0-1000 (default %d,%d; 0,0 turns the term off)", s, picker.DefaultAdapterCost.FreeSlot, picker.DefaultAdapterCost.SlotsFull)
+	}
+	return picker.AdapterCost{FreeSlot: a, SlotsFull: b}, nil
+}
+
+// splitList is a comma-separated flag's items, trimmed, empty ones dropped.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func parseLevel(s string) (slog.Level, error) {

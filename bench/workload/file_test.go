@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,27 @@ func TestParseFile(t *testing.T) {
 		{name: "not an object", in: "- 1\n- 2\n", want: "want an object"},
 		{name: "invalid result", in: "requests: 0\n", want: "-requests 0"},
 		{name: "not yaml", in: "rate: [\n", want: "not JSON or YAML"},
+		{name: "ladder as a list", in: "ladder: [3, 10, 15.5]\n", check: func(f File) bool {
+			return len(f.Ladder) == 3 && f.Ladder[0] == 3 && f.Ladder[2] == 15.5
+		}},
+		{name: "ladder as a string", in: "ladder: 3, 10\n", check: func(f File) bool { return len(f.Ladder) == 2 && f.Ladder[1] == 10 }},
+		{name: "no ladder", in: "rate: 3\n", check: func(f File) bool { return f.Ladder == nil && f.Fleet.Engines == 0 && f.Fleet.Slowdowns == nil }},
+		{name: "ladder not ascending", in: "ladder: [3, 3]\n", want: "must ascend"},
+		{name: "ladder with zero", in: "ladder: [0, 3]\n", want: "positive finite"},
+		{name: "ladder empty", in: "ladder: []\n", want: "empty"},
+		{name: "ladder of words", in: "ladder: [fast]\n", want: `"fast" is not a number`},
+		{name: "ladder of lists", in: "ladder: [[1]]\n", want: "a list of numbers"},
+		{name: "fleet", in: "engines: 4\nslowdowns: [1, 1.3, 1, 1.3]\nkv-pool-tokens: 50000\n", check: func(f File) bool {
+			return f.Fleet.Engines == 4 && len(f.Fleet.Slowdowns) == 4 && f.Fleet.Slowdowns[1] == 1.3 && f.Fleet.KVPoolTokens == 50000
+		}},
+		{name: "slowdowns as a string", in: "slowdowns: 1, 1.5\n", check: func(f File) bool { return len(f.Fleet.Slowdowns) == 2 && f.Fleet.Slowdowns[1] == 1.5 }},
+		{name: "engines zero", in: "engines: 0\n", want: "1..250"},
+		{name: "engines fraction", in: "engines: 2.5\n", want: "whole number"},
+		{name: "engines too many", in: "engines: 251\n", want: "1..250"},
+		{name: "slowdown negative", in: "slowdowns: [1, -1]\n", want: "positive and finite"},
+		{name: "more slowdowns than engines", in: "engines: 1\nslowdowns: [1, 1.3]\n", want: "2 factors for 1 engines"},
+		{name: "kv pool zero", in: "kv-pool-tokens: 0\n", want: "at least 1"},
+		{name: "unknown key lists fleet keys", in: "gpus: 2\n", want: "engines, slowdowns, kv-pool-tokens"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,11 +97,25 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("rate: 3\nprofile: groups\n"))
 	f.Add([]byte(`{"requests": 1, "max-tokens": 1}`))
 	f.Add([]byte("name: [x]\n"))
+	f.Add([]byte("ladder: [3, 10]\nengines: 4\nslowdowns: 1, 1.3\nkv-pool-tokens: 9\n"))
+	f.Add([]byte(`{"ladder": "1,2", "slowdowns": [1, 2, 3], "engines": 2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := ParseFile(strings.NewReader(string(b)), DefaultConfig())
 		if err == nil {
 			if verr := got.Config.Validate(); verr != nil {
 				t.Fatalf("ParseFile accepted a config that does not validate: %v", verr)
+			}
+			if got.Ladder != nil && checkLadder(got.Ladder) != nil {
+				t.Fatalf("ParseFile accepted the ladder %v", got.Ladder)
+			}
+			fl := got.Fleet
+			if fl.Engines < 0 || fl.Engines > MaxEngines || fl.KVPoolTokens < 0 || (fl.Engines > 0 && len(fl.Slowdowns) > fl.Engines) {
+				t.Fatalf("ParseFile accepted the fleet %+v", fl)
+			}
+			for _, x := range fl.Slowdowns {
+				if !(x > 0) || math.IsInf(x, 0) {
+					t.Fatalf("ParseFile accepted the slowdown %v", x)
+				}
 			}
 		}
 	})

@@ -1,9 +1,11 @@
 package workload
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +186,29 @@ func TestResolve(t *testing.T) {
 	}
 	if _, err := Resolve("no-such-workload"); err == nil || !strings.Contains(err.Error(), names[0]) {
 		t.Fatalf("an unknown name gave %v; want the shipped names listed", err)
+	}
+}
+
+// The llm-d precise-prefix design of experiments ships whole: one file per
+// workload cell of its factorial, num_groups {40, 60} x system_prompt_len
+// {8,000, 5,000, 1,000}, each 32 prompts a group, 256-token questions and
+// outputs, and the published 2-20 QPS ladder.
+func TestLLMDPreciseDoECells(t *testing.T) {
+	ladder := []float64{2, 5, 8, 10, 12, 15, 20}
+	for _, g := range []int{40, 60} {
+		for _, s := range []int{8000, 5000, 1000} {
+			name := fmt.Sprintf("llmd-precise-doe-%dx%dk", g, s/1000)
+			f, err := Resolve(name)
+			if err != nil {
+				t.Fatalf("cell %s: %v", name, err)
+			}
+			c := f.Config
+			if f.Name != name || c.Profile != ProfileGroups || c.Prefixes != g || c.PromptsPerGroup != 32 || c.PrefixTokens != s || c.SuffixTokens != 256 || c.MaxTokens != 256 {
+				t.Errorf("%s: %+v", name, c)
+			}
+			if !slices.Equal(f.Ladder, ladder) {
+				t.Errorf("%s: ladder %v, want %v", name, f.Ladder, ladder)
+			}
+		}
 	}
 }

@@ -43,3 +43,21 @@ func TestFileProfileFleet(t *testing.T) {
 		})
 	}
 }
+
+// The fleet line of a conversations workload names its distributions, not
+// one output length.
+func TestFleetTextConversations(t *testing.T) {
+	f, err := workload.Resolve("inference-perf-reasoning")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := FleetText(FileProfile(f))
+	for _, want := range []string{"from 10 conversations", "answers exponential min=500 max=32000 mean=8000 std=6500 tokens", "turns fixed mean=1", "32768-token context"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("fleet text %q has no %q", got, want)
+		}
+	}
+	if strings.Contains(got, "output tokens") {
+		t.Errorf("fleet text %q names one output length", got)
+	}
+}

@@ -101,6 +101,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("name: [x]\n"))
 	f.Add([]byte("ladder: [3, 10]\nengines: 4\nslowdowns: 1, 1.3\nkv-pool-tokens: 9\n"))
 	f.Add([]byte(`{"ladder": "1,2", "slowdowns": [1, 2, 3], "engines": 2}`))
+	f.Add([]byte("profile: conversations\nprefixes: 1\nprefix-tokens: 250\nturn-count: fixed mean=1\noutput-tokens: exponential min=500 max=32000 mean=8000\nrate: 0.05\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := ParseFile(strings.NewReader(string(b)), DefaultConfig())
 		if err == nil {
@@ -140,15 +141,23 @@ func TestShippedProfilesGenerateTheirParameters(t *testing.T) {
 				t.Fatal(err)
 			}
 			groups := map[int]bool{}
+			capped := 0
 			for i, r := range reqs {
 				groups[r.PrefixID] = true
-				if r.MaxTokens != c.MaxTokens {
+				if r.MaxTokens != c.MaxTokens && c.Profile != ProfileConversations {
 					t.Fatalf("request %d asks for %d tokens, the file %d", i, r.MaxTokens, c.MaxTokens)
 				}
 				switch c.Profile {
 				case ProfileShared, ProfileGroups:
 					if len(r.Tokens) != c.PrefixTokens+1+c.SuffixTokens {
 						t.Fatalf("request %d has %d tokens, want %d + 1 + %d", i, len(r.Tokens), c.PrefixTokens, c.SuffixTokens)
+					}
+				case ProfileConversations:
+					if len(r.Tokens)+r.MaxTokens > c.Context || r.MaxTokens < 1 || float64(r.MaxTokens) > c.OutputTokens.Max {
+						t.Fatalf("request %d: %d prompt + %d answer tokens, context %d, answers up to %g", i, len(r.Tokens), r.MaxTokens, c.Context, c.OutputTokens.Max)
+					}
+					if r.Capped {
+						capped++
 					}
 				case ProfileChat:
 					if len(r.Tokens) < c.PrefixTokens+c.UserTokens || len(r.Tokens) > c.PrefixTokens+c.Turns*(c.UserTokens+c.MaxTokens)+2*c.Turns {
@@ -158,6 +167,9 @@ func TestShippedProfilesGenerateTheirParameters(t *testing.T) {
 			}
 			if len(groups) > c.Prefixes || (c.Profile == ProfileGroups && len(reqs) >= 2*c.Prefixes*c.PromptsPerGroup && len(groups) != c.Prefixes) {
 				t.Fatalf("%d groups in the seed, the file has %d", len(groups), c.Prefixes)
+			}
+			if c.Profile == ProfileConversations && !strings.Contains(f.Notes, fmt.Sprintf("%d of the seed's %d requests", capped, len(reqs))) {
+				t.Errorf("seed 1 cuts %d of %d requests to the context: the notes must say \"%d of the seed's %d requests\"", capped, len(reqs), capped, len(reqs))
 			}
 			span := (reqs[len(reqs)-1].SendAt - reqs[0].SendAt).Seconds()
 			if rate := float64(len(reqs)-1) / span; rate < 0.75*c.Rate || rate > 1.25*c.Rate {

@@ -34,6 +34,7 @@ var columns = []struct {
 	{capture.ReqS, "req/s", 2},
 	{capture.ImbalanceKey, "imbalance", 3},
 	{HitRateKey, "hit rate", 3},
+	{ReuseKey, "prompt reuse", 3},
 	{capture.Errors, "errors", 0},
 }
 

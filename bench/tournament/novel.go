@@ -41,12 +41,25 @@ func TraceEngines(name string, speedup float64) (int, bool) {
 	return n, ok && speedup == 1
 }
 
-// FileProfile is a workload file as a profile named after it, on the
-// calibrated 2-engine fleet behind Envoy.
+// FileProfile is a workload file as a profile named after it behind Envoy,
+// on the fleet the file asks for: the calibrated 2-engine fleet (step-time
+// factors 1 and 1.3) with the file's engines, slowdowns and KV pool put in.
+// With engines and no slowdowns, the calibrated factors that fit are kept
+// (a 1-engine fleet is the fast engine alone) and the rest are 1.
 func FileProfile(f workload.File) Profile {
 	fleet := experiment.DefaultConfig()
 	fleet.Router = experiment.EnvoyRouter()
 	fleet.Workload = f.Config
+	if n := f.Fleet.Engines; n > 0 {
+		fleet.Engines = n
+		fleet.Slowdowns = fleet.Slowdowns[:min(n, len(fleet.Slowdowns))]
+	}
+	if f.Fleet.Slowdowns != nil {
+		fleet.Slowdowns = f.Fleet.Slowdowns
+	}
+	if f.Fleet.KVPoolTokens > 0 {
+		fleet.Engine.KVPoolTokens = f.Fleet.KVPoolTokens
+	}
 	about := "the workload file " + f.Name
 	if f.Source != "" {
 		about += " (" + strings.TrimRight(f.Source, ". ") + ")"

@@ -74,7 +74,7 @@ func Profiles() []Profile {
 	long := base()
 	long.Workload.Prefixes, long.Workload.PrefixTokens, long.Workload.PrefixTokensMax = LongPrefixes, 8192, 32768
 	long.Workload.Rate, long.Workload.Requests = LongRate, LongRequests
-	return []Profile{
+	return append([]Profile{
 		{Name: "published", About: "the published workload replayed: the measured seeds' prefix sequences and send offsets (the gen2 kvaware cell) on the calibrated 2-engine fleet", Fleet: published, Replayed: true},
 		{Name: "rate20", About: "the published workload generated at 20 req/s", Fleet: rate(20)},
 		{Name: "rate24", About: "the published workload generated at 24 req/s", Fleet: rate(24)},
@@ -85,7 +85,30 @@ func Profiles() []Profile {
 		{Name: "novel", About: fmt.Sprintf("every prompt unique (2,048 + 32 tokens) at %g req/s: the cache path's cost with no benefit", NovelRate), Fleet: novel},
 		{Name: "chat", About: fmt.Sprintf("multi-turn chat sessions at %g req/s whose prompts grow turn by turn: a system prompt from the published pool, each turn adding the reply and a new user message", ChatRate), Fleet: chat},
 		{Name: "long", About: fmt.Sprintf("long shared prefixes: %d prefixes of 8k-32k tokens at %g req/s", LongPrefixes, LongRate), Fleet: long},
+	}, shippedProfiles()...)
+}
+
+// DefaultWorkloads are the shipped workload files (the public suites) the
+// default tournament runs after its own profiles, each on its file's fleet
+// (docs/decisions/1553-public-suites-in-the-default-tournament.md). The
+// code-generation catalog is left out: its 32k-token prompts cost more than
+// all the others together.
+var DefaultWorkloads = []string{"b2b-saas-high-cache", "b2b-saas-low-cache", "llmd-precise-doe-60x8k", "aibrix-prefix-repetition",
+	"dynamo-prefix-ratio-0.5", "prodstack-multi-round-qa", "inference-perf-reasoning"}
+
+// shippedProfiles returns DefaultWorkloads as profiles. The files are
+// embedded and their tests parse every one, so a failure here is a broken
+// build, not bad input.
+func shippedProfiles() []Profile {
+	out := make([]Profile, len(DefaultWorkloads))
+	for i, name := range DefaultWorkloads {
+		f, err := workload.Resolve(name)
+		if err != nil {
+			panic(fmt.Sprintf("tournament: the shipped workload %s does not load: %v", name, err))
+		}
+		out[i] = FileProfile(f)
 	}
+	return out
 }
 
 // ExtraProfiles returns the profiles run only when named (SelectProfiles):

@@ -34,6 +34,7 @@ var columns = []struct {
 	{capture.ReqS, "req/s", 2},
 	{capture.ImbalanceKey, "imbalance", 3},
 	{HitRateKey, "hit rate", 3},
+	{ReuseKey, "prompt reuse", 3},
 	{capture.Errors, "errors", 0},
 }
 
@@ -237,14 +238,20 @@ func FleetText(p Profile) string {
 	case wl.Profile == workload.ProfileChat:
 		load = fmt.Sprintf("%d requests per seed at %g req/s in sessions of %d turns %v apart (open loop), system prompts from %d prefixes of %s tokens (Zipf %g), %d-token user messages",
 			wl.Requests, wl.Rate, wl.Turns, wl.ThinkTime, wl.Prefixes, prefixText(wl), wl.ZipfS, wl.UserTokens)
+	case wl.Profile == workload.ProfileConversations:
+		load = fmt.Sprintf("%d requests per seed at %g req/s from %d conversations (open loop; shared system prompts: %d of %s tokens), dynamic system prompt %s tokens, turns %s, input %s tokens, answers %s tokens, tool latency %s s, cut to a %d-token context",
+			wl.Requests, wl.Rate, wl.Conversations, wl.Prefixes, prefixText(wl), wl.SystemTokens, wl.TurnCount, wl.InputTokens, wl.OutputTokens, wl.ToolLatency, wl.Context)
 	default:
 		load = fmt.Sprintf("%d requests per seed at %g req/s, %d prefixes of %s tokens (Zipf %g)", wl.Requests, wl.Rate, wl.Prefixes, prefixText(wl), wl.ZipfS)
 	}
 	if wl.BurstEvery > 0 {
 		load += fmt.Sprintf(", bursts of %v at %gx the base rate every %v", wl.BurstLen, wl.BurstFactor, wl.BurstEvery)
 	}
-	if p.Trace != nil {
+	switch {
+	case p.Trace != nil:
 		return fmt.Sprintf("%s. Workload: %s, the trace's output tokens.", fleet, load)
+	case wl.Profile == workload.ProfileConversations:
+		return fmt.Sprintf("%s. Workload: %s.", fleet, load)
 	}
 	return fmt.Sprintf("%s. Workload: %s, %d output tokens.", fleet, load, wl.MaxTokens)
 }

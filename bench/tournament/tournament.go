@@ -56,13 +56,19 @@ const GoodputSLO = 0.150
 // capture.SeedMetrics (and Cell.SeedMetrics for the imbalance); GoodputKey by
 // capture.Goodput; HitRateKey by Cell.SeedFacts.
 const (
-	GoodputKey = "goodput_150ms"
-	HitRateKey = "hit_rate"
+	GoodputKey   = "goodput_150ms"
+	HitRateKey   = "hit_rate"
+	InputTokSKey = "input_tok_s" // prompt tokens of the ok requests per second, over req_s's window (inputTokS)
+	// ReuseKey is the share of the seed's prompt tokens the engines did not
+	// compute at each request's first admission (promptReuse): comparable
+	// with a trace's reuse ceiling, unlike HitRateKey, which is vLLM's
+	// counters and counts every admission attempt again.
+	ReuseKey = "prompt_reuse"
 )
 
 // Metrics are the per-seed metrics the tournament reports, in report order.
-var Metrics = []string{capture.TTFTP50, capture.TTFTP95, capture.TTFTP99, capture.ITLP95, GoodputKey, capture.ReqS,
-	capture.ImbalanceKey, HitRateKey, capture.Errors}
+var Metrics = []string{capture.TTFTP50, capture.TTFTP90, capture.TTFTP95, capture.TTFTP99, capture.ITLP95, GoodputKey, capture.ReqS,
+	InputTokSKey, capture.ImbalanceKey, HitRateKey, ReuseKey, capture.Errors}
 
 // RankMetric is the metric arms are ranked and tested on.
 const RankMetric = capture.TTFTP95
@@ -251,7 +257,8 @@ func seedResults(name string, cr vtime.CellResult) (ArmResult, error) {
 	}
 	out := ArmResult{Arm: cr.Arm}
 	for i, s := range cell.Seeds {
-		m := map[string]float64{GoodputKey: capture.Goodput(s.Requests, GoodputSLO), HitRateKey: facts[i].HitRate}
+		m := map[string]float64{GoodputKey: capture.Goodput(s.Requests, GoodputSLO), HitRateKey: facts[i].HitRate, InputTokSKey: inputTokS(s.Requests),
+			ReuseKey: promptReuse(cr.Runs[i].Rows)}
 		for _, k := range Metrics {
 			if v, ok := ms[i][k]; ok {
 				m[k] = v
@@ -260,4 +267,42 @@ func seedResults(name string, cr vtime.CellResult) (ArmResult, error) {
 		out.Seeds = append(out.Seeds, SeedResult{Seed: uint64(s.Seed), Metrics: m})
 	}
 	return out, nil
+}
+
+// inputTokS is the prompt tokens of the ok rows per second, over the window
+// capture.SeedMetrics takes req_s over (earliest send over all rows to the
+// latest completion over ok rows): the input throughput llm-d reports beside
+// TTFT. It is NaN when that window is empty.
+func inputTokS(rows []capture.Request) float64 {
+	first, last := math.Inf(1), math.Inf(-1)
+	var tokens float64
+	for _, r := range rows {
+		first = math.Min(first, r.Send)
+		if !r.OK {
+			continue
+		}
+		last = math.Max(last, r.Send+r.E2E)
+		tokens += float64(r.PromptTokens)
+	}
+	if !(last > first) {
+		return math.NaN()
+	}
+	return tokens / (last - first)
+}
+
+// promptReuse is the share of the prompt tokens of rows that the engines did
+// not compute when each request was first admitted: its GPU prefix-cache hit
+// plus what LMCache loaded from the CPU tier (experiment.Row's CachedTokens
+// and LoadedTokens). Each request counts once, however often it was queried
+// while waiting or recomputed after a preemption. NaN with no prompt token.
+func promptReuse(rows []experiment.Row) float64 {
+	var prompt, reused int64
+	for _, r := range rows {
+		prompt += int64(r.PromptTokens)
+		reused += int64(r.CachedTokens + r.LoadedTokens)
+	}
+	if prompt == 0 {
+		return math.NaN()
+	}
+	return float64(reused) / float64(prompt)
 }

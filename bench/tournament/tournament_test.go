@@ -82,7 +82,8 @@ func TestSelectProfiles(t *testing.T) {
 }
 
 func TestProfilesAreValidAndBehindEnvoy(t *testing.T) {
-	want := []string{"published", "rate20", "rate24", "burst", "fleet4", "fleet8", "smallcache", "novel", "chat", "long"}
+	want := []string{"published", "rate20", "rate24", "burst", "fleet4", "fleet8", "smallcache", "novel", "chat", "long",
+		"b2b-saas-high-cache", "b2b-saas-low-cache", "llmd-precise-doe-60x8k", "aibrix-prefix-repetition", "dynamo-prefix-ratio-0.5", "prodstack-multi-round-qa", "inference-perf-reasoning"}
 	if got := ProfileNames(); !slices.Equal(got, want) {
 		t.Fatalf("profiles %v, want %v", got, want)
 	}

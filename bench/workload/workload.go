@@ -31,6 +31,9 @@ const (
 	ProfileNovel  = "novel"  // every prompt unique: the cache path's cost with no benefit
 	ProfileChat   = "chat"   // multi-turn sessions: a system prompt from the pool, prompts growing turn by turn
 	ProfileGroups = "groups" // inference-perf's shared_prefix: groups x prompts per group, sent in turn (see generateGroups)
+	// ProfileConversations is inference-perf's conversation_replay: multi-turn
+	// conversations with drawn lengths and tool latencies (see conversations.go).
+	ProfileConversations = "conversations"
 )
 
 // Config is every parameter of the workload. DefaultConfig is the published
@@ -66,6 +69,14 @@ type Config struct {
 	// belongs to LoRA adapter k mod Adapters (AdapterName), so each adapter has its own
 	// prompts and the adapters' popularity follows the prefixes' Zipf law.
 	Adapters int
+	// Conversations (conversations profile; see conversations.go).
+	Conversations int  // conversations, each sending its turns in order
+	SystemTokens  Dist // tokens of each conversation's dynamic system prompt, after its shared one (a pool prefix)
+	TurnCount     Dist // turns per conversation
+	InputTokens   Dist // tokens of each turn's user input
+	OutputTokens  Dist // tokens of each turn's answer (max_tokens)
+	ToolLatency   Dist // seconds between a conversation's turns, besides the fixed wait that sets the rate
+	Context       int  // the engines' context, tokens: a longer prompt plus answer is cut (conversations profile)
 }
 
 // DefaultConfig returns the published workload: 500 requests per seed at
@@ -92,6 +103,14 @@ func DefaultConfig() Config {
 		ThinkTime:         8 * time.Second,
 		UserTokens:        96,
 		PromptsPerGroup:   5,
+		// inference-perf's code-generation catalog (conversations.go).
+		Conversations: 40,
+		SystemTokens:  Dist{Kind: DistLognormal, Min: 10000, Max: 990000, Mean: 160000, Std: 233600},
+		TurnCount:     Dist{Kind: DistLognormal, Min: 1, Max: 3000, Mean: 540, Std: 48600},
+		InputTokens:   Dist{Kind: DistLognormal, Min: 100, Max: 10000, Mean: 1500, Std: 1200},
+		OutputTokens:  Dist{Kind: DistLognormal, Min: 50, Max: 10000, Mean: 425, Std: 825},
+		ToolLatency:   Dist{Kind: DistLognormal, Min: 1, Max: 100, Mean: 15, Std: 55},
+		Context:       32768,
 	}
 }
 
@@ -99,13 +118,13 @@ func DefaultConfig() Config {
 // prefix pool (the shared and chat profiles): the published warm-up warms
 // that pool.
 func (c Config) HasPool() bool {
-	return c.Profile == ProfileShared || c.Profile == ProfileChat || c.Profile == ProfileGroups
+	return c.Profile == ProfileShared || c.Profile == ProfileChat || c.Profile == ProfileGroups || c.Profile == ProfileConversations
 }
 
 // RegisterFlags registers one flag per field on fs, with c's current values
 // as defaults; parsing fs writes into c.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Profile, "profile", c.Profile, "workload profile: shared (published prefixes, Zipf), novel (every prompt unique), chat (multi-turn sessions on a system prompt from the pool) or groups (inference-perf shared_prefix: -prefixes groups x -prompts-per-group prompts, sent in turn)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "workload profile: shared (published prefixes, Zipf), novel (every prompt unique), chat (multi-turn sessions on a system prompt from the pool), groups (inference-perf shared_prefix: -prefixes groups x -prompts-per-group prompts, sent in turn) or conversations (inference-perf conversation_replay: -conversations with drawn lengths and tool latencies)")
 	fs.IntVar(&c.Requests, "requests", c.Requests, "requests per seed")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "open-loop Poisson arrival rate, requests per second")
 	fs.IntVar(&c.Prefixes, "prefixes", c.Prefixes, "distinct shared prefixes in the pool")
@@ -125,13 +144,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.UserTokens, "user-tokens", c.UserTokens, "chat profile: tokens of each user message, tag included")
 	fs.IntVar(&c.Adapters, "adapters", c.Adapters, "shared profile: LoRA adapters the requests are for (prefix k belongs to adapter k mod this); 0: the base model only")
 	fs.IntVar(&c.PromptsPerGroup, "prompts-per-group", c.PromptsPerGroup, "groups profile: prompts per group, each the group's system prompt (-prefix-tokens) and its own question (-suffix-tokens)")
+	fs.IntVar(&c.Conversations, "conversations", c.Conversations, "conversations profile: conversations, each sending its turns in order (its shared system prompt a pool prefix)")
+	fs.Var(distFlag{&c.SystemTokens}, "system-tokens", `conversations profile: tokens of each conversation's dynamic system prompt, a distribution such as "lognormal min=10000 max=990000 mean=160000 std=233600" (kinds fixed, uniform, normal, lognormal, exponential)`)
+	fs.Var(distFlag{&c.TurnCount}, "turn-count", "conversations profile: turns per conversation, a distribution")
+	fs.Var(distFlag{&c.InputTokens}, "input-tokens", "conversations profile: tokens of each turn's user input, a distribution")
+	fs.Var(distFlag{&c.OutputTokens}, "output-tokens", "conversations profile: tokens of each turn's answer (max_tokens), a distribution")
+	fs.Var(distFlag{&c.ToolLatency}, "tool-latency", "conversations profile: seconds between a conversation's turns besides the wait that sets -rate, a distribution")
+	fs.IntVar(&c.Context, "context", c.Context, "conversations profile: the engines' context in tokens; a longer prompt plus answer is cut (answer to half the context, then the prompt's tail) and counted")
 }
 
 // Validate reports the first unusable parameter, saying what to pass instead.
 func (c Config) Validate() error {
 	switch {
-	case c.Profile != ProfileShared && c.Profile != ProfileNovel && c.Profile != ProfileChat && c.Profile != ProfileGroups:
-		return fmt.Errorf("workload: unknown profile %q: use %q, %q, %q or %q", c.Profile, ProfileShared, ProfileNovel, ProfileChat, ProfileGroups)
+	case c.Profile != ProfileShared && c.Profile != ProfileNovel && c.Profile != ProfileChat && c.Profile != ProfileGroups && c.Profile != ProfileConversations:
+		return fmt.Errorf("workload: unknown profile %q: use %q, %q, %q, %q or %q", c.Profile, ProfileShared, ProfileNovel, ProfileChat, ProfileGroups, ProfileConversations)
 	case c.Requests < 1:
 		return fmt.Errorf("workload: -requests %d: need at least 1", c.Requests)
 	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
@@ -159,8 +185,11 @@ func (c Config) Validate() error {
 		case c.Profile == ProfileGroups && (c.PromptsPerGroup < 1 || c.Prefixes*c.PromptsPerGroup > 1000000):
 			return fmt.Errorf("workload: -prompts-per-group %d: need 1 or more, and at most 1,000,000 prompts in all (-prefixes x -prompts-per-group)", c.PromptsPerGroup)
 		}
-		if c.Profile == ProfileChat {
+		switch c.Profile {
+		case ProfileChat:
 			return c.validateChat()
+		case ProfileConversations:
+			return c.validateConversations()
 		}
 		return nil
 	}
@@ -187,6 +216,7 @@ type Request struct {
 	PrefixTokens int           // leading tokens that belong to the prefix
 	MaxTokens    int           // completion tokens to request
 	Adapter      string        // the LoRA adapter the request is for (its "model"); "" for the base model
+	Capped       bool          // the prompt or its completion was cut to fit the context (conversations profile)
 }
 
 // AdapterName is the name of LoRA adapter i of a workload with Adapters set.
@@ -290,6 +320,8 @@ func Generate(cfg Config, pool *Pool, seed uint64) ([]Request, error) {
 		return generateChat(cfg, pool, cdf, rng), nil
 	case ProfileGroups:
 		return generateGroups(cfg, pool, seed, rng), nil
+	case ProfileConversations:
+		return generateConversations(cfg, pool, rng), nil
 	}
 	reqs := make([]Request, cfg.Requests)
 	var t float64

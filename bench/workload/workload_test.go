@@ -267,13 +267,17 @@ func TestRegisterFlags(t *testing.T) {
 	args := []string{"-profile", "novel", "-requests", "7", "-rate", "2.5", "-prefixes", "9", "-zipf", "1.1",
 		"-prefix-tokens", "100", "-suffix-tokens", "20", "-novel-prefix-tokens", "300", "-novel-suffix-tokens", "12",
 		"-max-tokens", "8", "-pool-seed", "5", "-prefix-tokens-max", "200", "-burst-every", "20s", "-burst-len", "2s", "-burst-factor", "4",
-		"-turns", "3", "-think-time", "5s", "-user-tokens", "40", "-prompts-per-group", "6"}
+		"-turns", "3", "-think-time", "5s", "-user-tokens", "40", "-prompts-per-group", "6",
+		"-conversations", "3", "-system-tokens", "fixed mean=9", "-turn-count", "uniform min=1 max=4", "-input-tokens", "normal min=1 max=9 mean=5 std=1",
+		"-output-tokens", "exponential min=1 max=99 mean=9", "-tool-latency", "lognormal min=1 max=5 mean=2 std=3", "-context", "9000"}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{Profile: ProfileNovel, Requests: 7, Rate: 2.5, Prefixes: 9, ZipfS: 1.1, PrefixTokens: 100,
 		SuffixTokens: 20, NovelPrefixTokens: 300, NovelSuffixTokens: 12, MaxTokens: 8, PoolSeed: 5, PrefixTokensMax: 200,
-		BurstEvery: 20 * time.Second, BurstLen: 2 * time.Second, BurstFactor: 4, Turns: 3, ThinkTime: 5 * time.Second, UserTokens: 40, PromptsPerGroup: 6}
+		BurstEvery: 20 * time.Second, BurstLen: 2 * time.Second, BurstFactor: 4, Turns: 3, ThinkTime: 5 * time.Second, UserTokens: 40, PromptsPerGroup: 6,
+		Conversations: 3, SystemTokens: Fixed(9), TurnCount: Dist{Kind: DistUniform, Min: 1, Max: 4}, InputTokens: Dist{Kind: DistNormal, Min: 1, Max: 9, Mean: 5, Std: 1},
+		OutputTokens: Dist{Kind: DistExponential, Min: 1, Max: 99, Mean: 9}, ToolLatency: Dist{Kind: DistLognormal, Min: 1, Max: 5, Mean: 2, Std: 3}, Context: 9000}
 	if c != want {
 		t.Fatalf("parsed %+v, want %+v", c, want)
 	}

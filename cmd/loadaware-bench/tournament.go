@@ -36,10 +36,11 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "cells (profile x arm) simulated in parallel (results do not depend on it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	var src profileSource
-	fs.StringVar(&src.workload, "workload", "", "run this workload instead of -profiles: a workload file (JSON or YAML) or a shipped profile ("+strings.Join(workload.ShippedProfiles(), ", ")+"), as one profile named after it on the calibrated 2-engine fleet")
+	fs.StringVar(&src.workload, "workload", "", "run this workload instead of -profiles: a workload file (JSON or YAML) or a shipped profile ("+strings.Join(workload.ShippedProfiles(), ", ")+"), as one profile named after it on the file's fleet (its engines, slowdowns and kv-pool-tokens keys; unset, the calibrated 2-engine fleet)")
 	fs.StringVar(&src.trace, "trace", "", "run this Mooncake trace instead of -profiles: a file or "+strings.Join(trace.Names(), ", ")+", as one profile named after it whose -windows are the seeds; -engines defaults to the measured fleet of an embedded trace at -speedup 1 and is required otherwise")
 	fs.IntVar(&src.windows, "windows", 0, "with -trace: cut the trace into this many consecutive equal windows, the paired seeds 1..N")
 	fs.Float64Var(&src.speedup, "speedup", 1, "with -trace: divides the trace's clock (2 sends twice as fast)")
+	ladder := fs.String("ladder", "", "with -workload: the knee report instead of the tournament: run the workload at every rate of a ladder, published (the file's ladder key, scaled to the fleet's measured capacity when it exceeds it) or R1,R2,... req/s, and report TTFT p90 and input tokens/s against offered load per arm (-out; -json holds one profile per rate)")
 	sample := fs.Duration("sample-interval", tournament.DefaultSampleInterval, "how often the engines' running counts and cache counters are sampled (imbalance, hit rate)")
 	scratch := experiment.DefaultConfig()
 	var of overrideFlags
@@ -63,6 +64,9 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "loadaware-bench tournament: -out is empty: name the markdown report, e.g. -out tournament.md")
 		return 2
 	}
+	if *ladder != "" {
+		return runLadder(ctx, cfg, src.workload, *ladder, *out, *jsonOut, *quiet, args, stdout, stderr)
+	}
 	bar := newProgressBar(stderr, "tournament", !*quiet)
 	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
 	start := time.Now()
@@ -79,6 +83,65 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fmt.Fprintf(stdout, "%d cells (%d profiles x %d arms x %d seeds) in %.1f s with %d workers\nreport: %s\n",
 		len(cfg.Profiles)*len(cfg.Arms), len(cfg.Profiles), len(cfg.Arms), len(cfg.Seeds), wall.Seconds(), cfg.Workers, *out)
+	return 0
+}
+
+// runLadder is -ladder: the knee report of the one -workload profile in cfg.
+// It measures the fleet's capacity (tournament.Capacity, offered the larger
+// of CapacityOverload times the profile's rate and the published ladder's
+// top), chooses the rates, runs the arms at each and writes the report.
+func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, jsonOut string, quiet bool, args []string, stdout, stderr io.Writer) int {
+	fail := func(code int, err error) int {
+		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
+		return code
+	}
+	if wl == "" {
+		return fail(2, errors.New("-ladder runs one workload's rates: pass -workload FILE|NAME too"))
+	}
+	f, err := workload.Resolve(wl)
+	if err != nil {
+		return fail(2, fmt.Errorf("-workload: %w", err))
+	}
+	k := tournament.Knee{Name: cfg.Profiles[0].Name, Source: f.Source}
+	var given []float64
+	if ladder == "published" {
+		if f.Ladder == nil {
+			return fail(2, fmt.Errorf("-ladder published: the workload %s has no ladder key: add one to the file or pass -ladder R1,R2,... req/s", k.Name))
+		}
+		k.Published = f.Ladder
+	} else if given, err = parseFloats(ladder); err != nil || len(given) == 0 || !slices.IsSorted(given) || slices.ContainsFunc(given, func(x float64) bool { return !(x > 0) }) {
+		return fail(2, fmt.Errorf("-ladder %q: use published or ascending positive rates in req/s, e.g. 0.1,0.2,0.4", ladder))
+	}
+	prof := cfg.Profiles[0]
+	k.Offered = tournament.CapacityOverload * prof.Fleet.Workload.Rate
+	if k.Published != nil {
+		k.Offered = max(k.Offered, k.Published[len(k.Published)-1])
+	}
+	start := time.Now()
+	if k.Capacity, err = tournament.Capacity(ctx, prof, k.Offered, cfg.SampleInterval); err != nil {
+		return fail(1, fmt.Errorf("-ladder: measuring the fleet's capacity: %w", err))
+	}
+	k.Rates, k.Scale = given, 1
+	if k.Published != nil {
+		k.Rates, k.Scale = tournament.ScaleLadder(k.Published, k.Capacity)
+	}
+	cfg.Profiles = tournament.LadderProfiles(prof, k.Rates)
+	if err := cfg.Validate(); err != nil {
+		return fail(2, err)
+	}
+	bar := newProgressBar(stderr, "ladder", !quiet)
+	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
+	res, err := tournament.Run(ctx, cfg)
+	bar.finish()
+	if err != nil {
+		return fail(1, err)
+	}
+	wall := time.Since(start)
+	if err := tournament.WriteKneeFiles(res, k, out, jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
+		return fail(1, err)
+	}
+	fmt.Fprintf(stdout, "ladder of %d rates x %d arms x %d seeds (capacity %.3g req/s) in %.1f s with %d workers\nreport: %s\n",
+		len(k.Rates), len(cfg.Arms), len(cfg.Seeds), k.Capacity, wall.Seconds(), cfg.Workers, out)
 	return 0
 }
 

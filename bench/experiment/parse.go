@@ -10,10 +10,14 @@ import (
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
+// RecommendedPolicy is the policy the README's "Which policy" paragraph recommends;
+// the arm "recommended" is it at the default beta. A test holds the two together.
+const RecommendedPolicy = "loadaware"
+
 // ParseArms reads a list of arms as the commands' -arms flag takes it: "all"
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)
-// or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
-// (the arm gie, virtual time only).
+// or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), PolicyGIE
+// (the arm gie, virtual time only), or "recommended" (RecommendedPolicy).
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return DefaultArms(), nil
@@ -37,6 +41,9 @@ func ParseArms(s string) ([]Arm, error) {
 }
 
 func parseArm(item string) (Arm, error) {
+	if item == "recommended" {
+		item = RecommendedPolicy
+	}
 	for _, a := range DefaultArms() {
 		if a.Name == item {
 			return a, nil

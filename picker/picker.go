@@ -551,6 +551,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		}
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)
+		if act.needs&scoring.NeedsUncached != 0 {
+			p.state.Uncached(b.Addr(), max(in.PromptTokens-max(ranked[i].Matched, 0), 0))
+		}
 	}
 	if r.Explain || p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 		d.Sources = rs.sources(d.Sources, d.Ranked, cands, matches, held, useHeld)

@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// BenchmarkPickPolicy compares one decision of latencyaware with loadaware's on the same
+// BenchmarkPickPolicy compares one decision of latencyaware and ttftaware with loadaware's on the same
 // fleet (BenchmarkPickLMCache's: 1,578 token ids, the real LMCache index, 2 holders) at 2
 // and 256 endpoints; each decision's first token arrives and it is released, so the
 // endpoints' paces are measured, as in a running fleet.
 func BenchmarkPickPolicy(b *testing.B) {
 	for _, n := range []int{2, 256} {
-		for _, policy := range []string{"loadaware", "latencyaware"} {
+		for _, policy := range []string{"loadaware", "latencyaware", "ttftaware"} {
 			b.Run(fmt.Sprintf("endpoints=%d/policy=%s", n, policy), func(b *testing.B) {
 				bf := newBenchFleet(b, n, 2)
 				now := benchNow

@@ -14,10 +14,10 @@ import (
 // BenchmarkPickText1578 is one decision for a ~1,578-token text prompt end to end inside
 // the picker: Qwen2.5 tokenizing (warm piece cache: the prompt shares its prefix with the
 // previous ones, as routed traffic does), chunk keys and the LMCache index lookup over 2
-// endpoints holding the prefix, ranking and booking; for loadaware and latencyaware, with
-// the decisions' p50 and p99.
+// endpoints holding the prefix, ranking and booking; for loadaware, latencyaware and (warm)
+// ttftaware, with the decisions' p50 and p99.
 func BenchmarkPickText1578(b *testing.B) {
-	for _, c := range []struct{ cache, policy string }{{"warm", "loadaware"}, {"warm", "latencyaware"}, {"cold", "loadaware"}, {"cold", "latencyaware"}} {
+	for _, c := range []struct{ cache, policy string }{{"warm", "loadaware"}, {"warm", "latencyaware"}, {"warm", "ttftaware"}, {"cold", "loadaware"}, {"cold", "latencyaware"}} {
 		cache := c.cache
 		b.Run("piece-cache="+cache+"/policy="+c.policy, func(b *testing.B) {
 			qwen := loadQwenB(b)

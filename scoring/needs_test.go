@@ -19,6 +19,7 @@ func TestNeedsOfEveryPolicy(t *testing.T) {
 		"prefixaware":         NeedsPrompt,
 		"latencyaware":        NeedsCache | NeedsPrefixKey | NeedsBeta,
 		"llmd-sticky":         NeedsCache | NeedsInFlightSizes,
+		"ttftaware":           NeedsCache | NeedsUncached,
 	}
 	for _, name := range Names {
 		p, err := New(name, DefaultParams(), NewState())
@@ -50,7 +51,7 @@ func TestOptionalInterfaces(t *testing.T) {
 		if want := name == "loadaware"; tokenless != want || leaders != want {
 			t.Errorf("%s: TokenlessRanker %v, LeaderRanker %v; want %v for both", name, tokenless, leaders, want)
 		}
-		if want := name == "latencyaware"; terms != want {
+		if want := name == "latencyaware" || name == "ttftaware"; terms != want {
 			t.Errorf("%s: TermsExplainer %v, want %v", name, terms, want)
 		}
 	}

@@ -111,6 +111,7 @@ type Ranked struct {
 	Reason       string  // why the decision went this way; the same for every entry of one ranking
 	Load         float64 // latencyaware: its weighted load (see LatencyAware); 0 for the others
 	Affinity     float64 // latencyaware: its cold-prefix affinity credit; 0 for the others
+	Estimate     float64 // ttftaware: estimated time to first token, seconds; 0 for the others
 }
 
 // Policy ranks candidates. See the package comment for the contract.
@@ -135,6 +136,9 @@ const (
 	NeedsPrefixKey
 	// NeedsPrompt: Input.Prompt, the prompt text.
 	NeedsPrompt
+	// NeedsUncached: the caller records each booked request's uncached prompt tokens
+	// (PromptTokens - the winner's Matched) with State.Uncached.
+	NeedsUncached
 	// NeedsBeta: the policy weighs its load term by Params.Beta (an explanation shows it).
 	NeedsBeta
 	// NeedsEngineMetrics: each candidate's scraped vLLM metrics (Candidate.Engine); the
@@ -192,12 +196,17 @@ const (
 	ReasonSticky      = "sticky"         // llmd-sticky: narrowed to the endpoints holding 0.80 of the prompt, then fewest in-flight tokens
 	ReasonUnstuck     = "unstuck"        // llmd-sticky: the holders' in-flight tokens broke the stickiness: fewest in-flight tokens of all
 	ReasonTokenLoad   = "token-load"     // llmd-sticky: nobody holds 0.80 of the prompt: fewest in-flight tokens
+
+	// Reasons of ttftaware (ttftaware.go).
+	ReasonLowestTTFT     = "lowest-ttft"     // the lowest estimated time to first token won
+	ReasonHolderSticky   = "holder-sticky"   // a holder won over a lower estimate: the move's recompute outweighed its queue
+	ReasonFleetSaturated = "fleet-saturated" // every candidate saturated: the least miss won, nothing diverted
 )
 
 // Names of the policies New knows, in the order the CLI lists them.
 var Names = []string{"loadaware", "kvaware", "roundrobin", "leastload", "session",
 	"sglang-cache-aware", "aibrix-prefix-cache", "gie-default", "dynamo-kv", "llmd-precise", "prefixaware", "latencyaware",
-	"llmd-sticky"}
+	"llmd-sticky", "ttftaware"}
 
 // Params are the tunables of the policies. Zero values are not defaults: use DefaultParams.
 type Params struct {
@@ -244,6 +253,8 @@ func New(name string, p Params, state *State) (Policy, error) {
 		return &PrefixAware{state: state}, nil
 	case "latencyaware":
 		return &LatencyAware{Beta: p.Beta, state: state}, nil
+	case "ttftaware":
+		return &TTFTAware{state: state}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q: use one of %s", name, strings.Join(Names, ", "))
 }

@@ -28,6 +28,29 @@ type State struct {
 	recent map[uint64]routed
 	prefix *prefixTrie // prefixaware's, made on first use
 	rng    uint64      // prefixaware's random choices (splitmix64 state)
+	// uncached is ttftaware's mean uncached prompt of the requests booked on each
+	// endpoint lately (Uncached), in tokens.
+	uncached map[string]float64
+}
+
+// UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
+// workload within about that many requests to an endpoint.
+const UncachedMemory = 16
+
+// Uncached records that a request with tokens uncached prompt tokens was booked on addr
+// (ttftaware's history: the work a request in prefill there still holds).
+func (s *State) Uncached(addr string, tokens int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.uncached == nil {
+		s.uncached = map[string]float64{}
+	}
+	m, ok := s.uncached[addr]
+	if !ok {
+		s.uncached[addr] = float64(tokens)
+		return
+	}
+	s.uncached[addr] = m + (float64(tokens)-m)/UncachedMemory
 }
 
 // trie returns prefixaware's trie; s.mu must be held.
@@ -142,6 +165,11 @@ func (s *State) Forget(keep []string) {
 	for a := range s.sent {
 		if !k[a] {
 			delete(s.sent, a)
+		}
+	}
+	for a := range s.uncached {
+		if !k[a] {
+			delete(s.uncached, a)
 		}
 	}
 }

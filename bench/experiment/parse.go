@@ -10,12 +10,17 @@ import (
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
+// RecommendedPolicy is the policy the README's "Which policy" paragraph recommends;
+// the arm "recommended" is it at the default beta. A test holds the two together.
+const RecommendedPolicy = "loadaware"
+
 // ParseArms reads a list of arms as the commands' -arms flag takes it: "all"
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)
 // or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
 // (the arm gie, virtual time only). A policy arm's name may end in
 // ResidencySuffix: the arm then weighs the engines' LoRA adapters (gie+residency:
-// GIE's default profile plus its lora-affinity-scorer).
+// GIE's default profile plus its lora-affinity-scorer), or "recommended"
+// (RecommendedPolicy).
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
 		return DefaultArms(), nil
@@ -39,6 +44,9 @@ func ParseArms(s string) ([]Arm, error) {
 }
 
 func parseArm(item string) (Arm, error) {
+	if item == "recommended" {
+		item = RecommendedPolicy
+	}
 	if base, ok := strings.CutSuffix(item, ResidencySuffix); ok {
 		arm, err := parseArm(base)
 		switch {

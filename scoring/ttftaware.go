@@ -1,0 +1,124 @@
+package scoring
+
+import (
+	"math"
+	"strconv"
+	"time"
+)
+
+// TTFTAware estimates each candidate's time to first token for the request from the
+// engine's physics and picks the lowest, with the two valves the field converged on:
+//
+//		ahead(s)   = prefill(s) x uncached(s)                  prefill tokens queued on s
+//		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - matched(s)
+//		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
+//		est(s)     = (prefill(s) + 1) x AdmitCost + tokens(s) x TokenCost
+//		             + steps(s) x (StepCost + decode(s) x SeqStepCost)
+//		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost   sticky until saturated
+//		           = miss(s) first, est(s) breaking ties           when every candidate is saturated
+//
+//	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
+//	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
+//	    records each with State.Uncached): the work a queued request still holds.
+//	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
+//	    the fleet compute the difference again, work every request queued behind it on the
+//	    new engine waits for; so the move is charged that recompute once more, beyond this
+//	    request's own wait. A holder is left when its queue outweighs the recompute.
+//	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
+//	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
+//	    its next step. When every candidate is saturated nothing is diverted: a move then only
+//	    adds work to a fleet that has none to spare, so the prompt goes where most of it is
+//	    held (its lowest miss), the estimate deciding among equals.
+//
+// The constants are the calibrated A10 engine model's (bench/sim DefaultConfig,
+// docs/bench/simulator.md); none was fitted on a workload. Lowest cost wins; ties go to the
+// smallest address. Scores are -cost in seconds.
+type TTFTAware struct {
+	state *State
+}
+
+// TTFTAware's constants: the engine's physics on the published testbed (Qwen2.5-3B on an
+// NVIDIA A10 under vLLM V1; bench/sim.DefaultConfig).
+const (
+	// TokenCost is one prompt token's prefill compute: 2 x 3.09e9 FLOP at 25% of the A10's
+	// 125 TFLOP/s bf16 peak.
+	TokenCost = 198 * time.Microsecond
+	// AdmitCost is the host time an engine step spends admitting one request (LMCache
+	// lookup, load and save set-up, input preparation).
+	AdmitCost = 25 * time.Millisecond
+	// StepCost is one engine step's fixed time: 6 ms of scheduling, launch and sampling,
+	// and the 6.2 GB of weights read at 480 GB/s (80% of 600 GB/s), 12.9 ms.
+	StepCost = 19 * time.Millisecond
+	// SeqStepCost is what each decoding sequence adds to every step.
+	SeqStepCost = 500 * time.Microsecond
+	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
+	StepTokens = 2048
+)
+
+// Name implements Policy.
+func (*TTFTAware) Name() string { return "ttftaware" }
+
+// Needs implements Policy.
+func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached }
+
+// AppendTerms implements TermsExplainer: the estimated time to first token and the prefill
+// queued ahead, in seconds.
+func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
+	b = append(b, " est_ttft="...)
+	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
+	b = append(b, " queued="...)
+	return strconv.AppendFloat(b, r.Load, 'f', 3, 64)
+}
+
+// Rank implements Policy.
+func (p *TTFTAware) Rank(in Input) []Ranked {
+	rs := base(in, ReasonLowestTTFT)
+	if len(rs) == 0 {
+		return rs
+	}
+	tok, admit := TokenCost.Seconds(), AdmitCost.Seconds()
+	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
+	leastMiss := math.MaxInt
+	saturated := true
+	p.state.mu.Lock()
+	for i, c := range in.Candidates {
+		miss := max(in.PromptTokens-max(min(c.Matched, in.PromptTokens), 0), 0)
+		leastMiss = min(leastMiss, miss)
+		ahead := 0.0
+		if c.Prefill > 0 {
+			ahead = float64(c.Prefill) * p.state.uncached[c.Addr]
+		}
+		saturated = saturated && ahead >= StepTokens
+		tokens := ahead + float64(miss)
+		steps := max(1, math.Ceil(tokens/StepTokens))
+		rs[i].Load = float64(c.Prefill)*admit + ahead*tok
+		rs[i].Estimate = rs[i].Load + admit + float64(miss)*tok + steps*(step+float64(c.Decode)*seq)
+	}
+	p.state.mu.Unlock()
+	best := math.Inf(1) // the lowest estimate
+	for i, c := range in.Candidates {
+		miss := max(in.PromptTokens-max(min(c.Matched, in.PromptTokens), 0), 0)
+		extra := float64(miss - leastMiss)
+		if saturated {
+			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
+		} else {
+			rs[i].Score = -(rs[i].Estimate + extra*tok)
+		}
+		if in.PromptTokens > 0 {
+			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)
+		}
+		best = min(best, rs[i].Estimate)
+	}
+	sortByScore(in, rs)
+	switch {
+	case rs[0].Estimate > best+scoreEpsilon && saturated:
+		label(rs, ReasonFleetSaturated)
+	case rs[0].Estimate > best+scoreEpsilon:
+		label(rs, ReasonHolderSticky)
+	}
+	return rs
+}
+
+// saturatedMiss weighs a token of miss beyond the least when the fleet is saturated: more
+// than any estimate can differ (a day of prefill per token), so the least miss wins.
+const saturatedMiss = 86400.0

@@ -1,0 +1,99 @@
+package scoring
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestTTFTAwareRanking(t *testing.T) {
+	tests := []struct {
+		name       string
+		prompt     int
+		uncached   map[string]int // State.Uncached before the decision
+		cands      []Candidate
+		want       string
+		wantReason string
+		wantEst    float64 // the winner's estimate, seconds; 0: not checked
+	}{
+		{"the holder with a short queue has the lowest estimate", 8000, map[string]int{"a:1": 2000},
+			[]Candidate{lcand("a:1", 8000, 1, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonLowestTTFT,
+			// 1 queued admission + 2,000 queued tokens + own admission + one step
+			0.025 + 2000*198e-6 + 0.025 + 0.019},
+		{"a saturated holder keeps the prompt while its queue is worth less than the move's recompute", 8000, map[string]int{"a:1": 2000},
+			[]Candidate{lcand("a:1", 8000, 4, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonHolderSticky,
+			4*0.025 + 8000*198e-6 + 0.025 + 4*0.019},
+		{"a holder whose queue outweighs the recompute loses", 8000, map[string]int{"a:1": 2000},
+			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", ReasonLowestTTFT,
+			0.025 + 8000*198e-6 + 4*0.019},
+		{"every candidate saturated: nothing is diverted from the holder", 8000, map[string]int{"a:1": 2000, "b:1": 2000},
+			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 2, 0, 0)}, "a:1", ReasonFleetSaturated, 0},
+		{"nobody holds the prompt: the fewest queued and decoding", 1000, nil,
+			[]Candidate{lcand("a:1", 0, 1, 5, 0), lcand("b:1", 0, 0, 2, 0)}, "b:1", ReasonLowestTTFT,
+			0.025 + 1000*198e-6 + 0.019 + 2*0.0005},
+		{"decoding sequences lengthen every step until the first token", 4096, nil,
+			[]Candidate{lcand("a:1", 0, 0, 40, 0), lcand("b:1", 0, 0, 10, 0)}, "b:1", ReasonLowestTTFT,
+			0.025 + 4096*198e-6 + 2*(0.019+10*0.0005)},
+		{"equal everything: the smallest address", 1000, nil,
+			[]Candidate{lcand("b:1", 500, 1, 4, 0), lcand("a:1", 500, 1, 4, 0)}, "a:1", ReasonLowestTTFT, 0},
+		{"a match longer than the prompt counts as the prompt", 100, nil,
+			[]Candidate{lcand("a:1", 5000, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonLowestTTFT, 0.025 + 0.019},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			for a, n := range tt.uncached {
+				st.Uncached(a, n)
+			}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: tt.prompt, Now: t0, Candidates: tt.cands})
+			if len(rs) != len(tt.cands) {
+				t.Fatalf("ranked %d of %d", len(rs), len(tt.cands))
+			}
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+			if tt.wantEst != 0 && math.Abs(rs[0].Estimate-tt.wantEst) > 1e-9 {
+				t.Errorf("winner's estimate %.6f s, want %.6f s", rs[0].Estimate, tt.wantEst)
+			}
+			for i := 1; i < len(rs); i++ {
+				if rs[i].Score > rs[i-1].Score {
+					t.Errorf("not best first: %+v", rs)
+				}
+			}
+		})
+	}
+}
+
+func TestTTFTAwareEmptyAndTerms(t *testing.T) {
+	p := mustNew(t, "ttftaware", DefaultParams(), NewState())
+	if rs := p.Rank(Input{PromptTokens: 10}); len(rs) != 0 {
+		t.Fatalf("no candidates ranked %d", len(rs))
+	}
+	te, ok := p.(TermsExplainer)
+	if !ok {
+		t.Fatal("ttftaware explains no terms")
+	}
+	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05})); got != " est_ttft=0.123 queued=0.050" {
+		t.Errorf("terms %q", got)
+	}
+}
+
+func TestStateUncachedMean(t *testing.T) {
+	st := NewState()
+	st.Uncached("a:1", 1600)
+	if got := st.uncached["a:1"]; got != 1600 {
+		t.Fatalf("first booking: mean %v, want 1600", got)
+	}
+	st.Uncached("a:1", 0)
+	if got, want := st.uncached["a:1"], 1600-1600.0/UncachedMemory; got != want {
+		t.Fatalf("second booking: mean %v, want %v", got, want)
+	}
+	st.Uncached("b:1", 7)
+	st.Forget([]string{"b:1"})
+	if _, ok := st.uncached["a:1"]; ok || st.uncached["b:1"] != 7 {
+		t.Fatalf("Forget kept %v", st.uncached)
+	}
+	if !strings.Contains(strings.Join(Names, ","), "ttftaware") {
+		t.Error("ttftaware is not among the policy names")
+	}
+}

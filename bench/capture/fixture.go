@@ -59,8 +59,8 @@ func WriteCompact(w io.Writer, c Compact) error {
 			ds.OK = ok.String()
 			dc.Seeds = append(dc.Seeds, ds)
 		}
-		dc.SeedMetrics = mapsToDisk(cc.SeedMetrics)
-		dc.Published = mapsToDisk(cc.Published)
+		dc.SeedMetrics = convMaps[num](cc.SeedMetrics)
+		dc.Published = convMaps[num](cc.Published)
 		prom := cc.Prom
 		if len(prom) == 0 && len(cc.Running) > 0 {
 			prom = map[string][]Series{RunningMetric: cc.Running}
@@ -96,8 +96,8 @@ func ReadCompact(r io.Reader) (Compact, error) {
 	c := Compact{Source: d.Source}
 	for _, dc := range d.Cells {
 		cc := CompactCell{Name: dc.Name, Arm: dc.Arm, Beta: dc.Beta, Rate: dc.Rate, Start: dc.Start, End: dc.End,
-			Facts: factsFromDisk(dc.Facts), SeedMetrics: mapsFromDisk(dc.SeedMetrics),
-			Published: mapsFromDisk(dc.Published), Prom: map[string][]Series{}}
+			Facts: factsFromDisk(dc.Facts), SeedMetrics: convMaps[float64](dc.SeedMetrics),
+			Published: convMaps[float64](dc.Published), Prom: map[string][]Series{}}
 		for _, ds := range dc.Seeds {
 			n := len(ds.PrefixID)
 			if len(ds.Send) != n || len(ds.TTFT) != n || len(ds.E2E) != n || len(ds.OK) != n {
@@ -186,16 +186,16 @@ type diskFacts struct {
 
 func factsToDisk(f Facts) diskFacts {
 	return diskFacts{Instances: f.Instances, HitRate: num(f.HitRate), WaitingShare: num(f.WaitingShare),
-		WaitingShareEngine: nums(f.WaitingShareEngine), Preemptions: nums(f.Preemptions),
-		KVUsageMax: nums(f.KVUsageMax), CPUTierBytes: nums(f.CPUTierBytes), RequestShare: nums(f.RequestShare),
-		EngineTTFTMean: nums(f.EngineTTFTMean), PrefillMean: nums(f.PrefillMean)}
+		WaitingShareEngine: conv[num](f.WaitingShareEngine), Preemptions: conv[num](f.Preemptions),
+		KVUsageMax: conv[num](f.KVUsageMax), CPUTierBytes: conv[num](f.CPUTierBytes), RequestShare: conv[num](f.RequestShare),
+		EngineTTFTMean: conv[num](f.EngineTTFTMean), PrefillMean: conv[num](f.PrefillMean)}
 }
 
 func factsFromDisk(d diskFacts) Facts {
 	return Facts{Instances: d.Instances, HitRate: float64(d.HitRate), WaitingShare: float64(d.WaitingShare),
-		WaitingShareEngine: floats(d.WaitingShareEngine), Preemptions: floats(d.Preemptions),
-		KVUsageMax: floats(d.KVUsageMax), CPUTierBytes: floats(d.CPUTierBytes), RequestShare: floats(d.RequestShare),
-		EngineTTFTMean: floats(d.EngineTTFTMean), PrefillMean: floats(d.PrefillMean)}
+		WaitingShareEngine: conv[float64](d.WaitingShareEngine), Preemptions: conv[float64](d.Preemptions),
+		KVUsageMax: conv[float64](d.KVUsageMax), CPUTierBytes: conv[float64](d.CPUTierBytes), RequestShare: conv[float64](d.RequestShare),
+		EngineTTFTMean: conv[float64](d.EngineTTFTMean), PrefillMean: conv[float64](d.PrefillMean)}
 }
 
 // num is a float64 whose JSON form also carries NaN and infinities (as the
@@ -231,51 +231,28 @@ func (n *num) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func nums(v []float64) []num {
+// conv converts a slice between float64 and num (nil stays nil).
+func conv[To, From ~float64](v []From) []To {
 	if v == nil {
 		return nil
 	}
-	out := make([]num, len(v))
+	out := make([]To, len(v))
 	for i, x := range v {
-		out[i] = num(x)
+		out[i] = To(x)
 	}
 	return out
 }
 
-func floats(v []num) []float64 {
-	if v == nil {
-		return nil
-	}
-	out := make([]float64, len(v))
-	for i, x := range v {
-		out[i] = float64(x)
-	}
-	return out
-}
-
-func mapsToDisk(ms []map[string]float64) []map[string]num {
+// convMaps converts a slice of maps between float64 and num values (nil stays nil).
+func convMaps[To, From ~float64](ms []map[string]From) []map[string]To {
 	if ms == nil {
 		return nil
 	}
-	out := make([]map[string]num, len(ms))
+	out := make([]map[string]To, len(ms))
 	for i, m := range ms {
-		out[i] = map[string]num{}
+		out[i] = make(map[string]To, len(m))
 		for k, v := range m {
-			out[i][k] = num(v)
-		}
-	}
-	return out
-}
-
-func mapsFromDisk(ms []map[string]num) []map[string]float64 {
-	if ms == nil {
-		return nil
-	}
-	out := make([]map[string]float64, len(ms))
-	for i, m := range ms {
-		out[i] = map[string]float64{}
-		for k, v := range m {
-			out[i][k] = float64(v)
+			out[i][k] = To(v)
 		}
 	}
 	return out

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sync"
 	"time"
@@ -278,17 +277,4 @@ func (t *tally) add(failed bool) {
 		t.failed++
 	}
 	t.progress(t.done, t.total, t.failed)
-}
-
-// Bar is a Progress that redraws one line on w: the share done, the
-// failures, and the rate of answers.
-func Bar(w io.Writer, label string) Progress {
-	start := time.Now()
-	return func(done, total, failed int) {
-		el := time.Since(start).Seconds()
-		fmt.Fprintf(w, "\r%s: %d/%d requests (%.0f%%), %d failed, %.1f answers/s ", label, done, total, 100*float64(done)/float64(max(total, 1)), failed, float64(done)/max(el, 1e-9))
-		if done == total {
-			fmt.Fprintln(w)
-		}
-	}
 }

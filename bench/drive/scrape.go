@@ -3,7 +3,6 @@ package drive
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -14,9 +13,8 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/promtext"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Scraper reads each engine's /metrics at an interval, as Prometheus would,
@@ -78,27 +76,14 @@ func (s *Scraper) ScrapeOnce(ctx context.Context, now time.Time) {
 	wg.Wait()
 }
 
-func (s *Scraper) read(ctx context.Context, engine string) (map[string]*dto.MetricFamily, error) {
+func (s *Scraper) read(ctx context.Context, engine string) (promtext.Page, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(engine, "/")+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	return p.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
+	return promtext.Get(ctx, s.client, strings.TrimSuffix(engine, "/")+"/metrics")
 }
 
 // add records the vLLM gauges and counters of one scrape (the caller holds mu).
-func (s *Scraper) add(engine string, fams map[string]*dto.MetricFamily, now time.Time) {
+func (s *Scraper) add(engine string, fams promtext.Page, now time.Time) {
 	instance := hostOf(engine)
 	t := float64(now.UnixMilli()) / 1e3
 	for name, f := range fams {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -263,4 +264,22 @@ func truncate(b []byte) string {
 		return string(b[:200]) + "..."
 	}
 	return string(b)
+}
+
+// PaddedCompletion returns the body of a whole (not streamed) one-token completion of at
+// least n bytes (and at most 16 more): its prompt text, or a list of token ids when ids. It is
+// the load generators' request, whose size is what they vary.
+func PaddedCompletion(n int, ids bool) []byte {
+	body := func(prompt any) []byte {
+		b, _ := Request{Model: "load", MaxTokens: 1, Prompt: prompt}.Body()
+		return b
+	}
+	if !ids {
+		return body(strings.Repeat("lorem ipsum ", max(n-len(body("")), 0)/12+1))
+	}
+	toks := make([]int, (max(n-len(body([]int{})), 0)+5)/6) // each id is 5 digits and a comma
+	for i := range toks {
+		toks[i] = 10000 + i%90000
+	}
+	return body(toks)
 }

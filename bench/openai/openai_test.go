@@ -256,3 +256,23 @@ func TestDoStopsWhenTheCallerCancels(t *testing.T) {
 		t.Errorf("a request on a cancelled context: %v", err)
 	}
 }
+
+func TestPaddedCompletionHasTheAskedSize(t *testing.T) {
+	for _, ids := range []bool{false, true} {
+		for _, n := range []int{64, 1000, 8192} {
+			b := PaddedCompletion(n, ids)
+			var v struct {
+				Prompt json.RawMessage `json:"prompt"`
+			}
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatalf("body is not JSON: %v", err)
+			}
+			if len(b) < n || len(b) > n+16 {
+				t.Errorf("PaddedCompletion(%d, ids=%v) has %d bytes", n, ids, len(b))
+			}
+			if isIDs := v.Prompt[0] == '['; isIDs != ids {
+				t.Errorf("PaddedCompletion(%d, ids=%v) prompt starts %q", n, ids, v.Prompt[:1])
+			}
+		}
+	}
+}

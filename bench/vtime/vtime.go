@@ -31,10 +31,7 @@ import (
 // progress (if not nil) after each run with the runs done and the total.
 // It stops early with ctx's error when ctx is cancelled.
 func RunSweep(ctx context.Context, cfg experiment.Config, progress func(done, total int)) (experiment.Results, error) {
-	if err := cfg.Validate(); err != nil {
-		return experiment.Results{}, err
-	}
-	pool, err := workload.NewPool(cfg.Workload)
+	pool, err := validPool(cfg)
 	if err != nil {
 		return experiment.Results{}, err
 	}
@@ -97,10 +94,7 @@ func runArm(ctx context.Context, cfg experiment.Config, pool *workload.Pool, a i
 
 // RunOne runs one arm on one seed.
 func RunOne(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64) (experiment.Run, error) {
-	if err := cfg.Validate(); err != nil {
-		return experiment.Run{}, err
-	}
-	pool, err := workload.NewPool(cfg.Workload)
+	pool, err := validPool(cfg)
 	if err != nil {
 		return experiment.Run{}, err
 	}
@@ -112,13 +106,10 @@ func RunOne(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed
 // warm-up. It is how a test gives virtual time and the live mode the very same
 // requests with send times of its choosing.
 func RunRequests(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64, reqs []workload.Request) (experiment.Run, error) {
-	if err := cfg.Validate(); err != nil {
-		return experiment.Run{}, err
-	}
 	if len(reqs) == 0 {
 		return experiment.Run{}, errors.New("vtime: no requests to run: pass at least one")
 	}
-	pool, err := workload.NewPool(cfg.Workload)
+	pool, err := validPool(cfg)
 	if err != nil {
 		return experiment.Run{}, err
 	}
@@ -135,10 +126,7 @@ func RunRequests(ctx context.Context, cfg experiment.Config, arm experiment.Arm,
 // returns the fleet it leaves: what the live mode starts its engines and its
 // index from. With cfg.Warmup 0 the engines are new and idle at time 0.
 func WarmUp(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64) (experiment.Warm, error) {
-	if err := cfg.Validate(); err != nil {
-		return experiment.Warm{}, err
-	}
-	pool, err := workload.NewPool(cfg.Workload)
+	pool, err := validPool(cfg)
 	if err != nil {
 		return experiment.Warm{}, err
 	}
@@ -148,6 +136,14 @@ func WarmUp(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed
 	}
 	defer w.close()
 	return experiment.Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
+}
+
+// validPool checks cfg and builds its workload's prefix pool.
+func validPool(cfg experiment.Config) (*workload.Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return workload.NewPool(cfg.Workload)
 }
 
 // warmupSeed derives the warm-up workload's seed from the measured seed, so
@@ -468,7 +464,7 @@ func (w *world) play(ctx context.Context, reqs []workload.Request, measure bool)
 	var windowEnd time.Duration
 	if measure {
 		w.pending = ps
-		w.samples = w.samples[:0]
+		w.samples = nil // a new slice: the runs already returned keep theirs
 		windowEnd = start + reqs[len(reqs)-1].SendAt
 		w.push(event{at: start, kind: evSample})
 	}

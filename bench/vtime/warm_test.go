@@ -164,24 +164,45 @@ func TestPublishedWarmupPlacement(t *testing.T) {
 }
 
 // Under the published protocol a seed starts from the fleet the seeds before
-// it left: RunOne of a later seed equals that seed's run in the sweep, and
-// differs from the same seed on a fleet that only had the warm-up.
+// it left: RunOne of every seed equals that seed's run in the sweep (its
+// requests and its engine samples, which the seeds after it must not
+// overwrite), and a later seed differs from the same seed on a fleet that
+// only had the warm-up.
 func TestPublishedSeedsRunBackToBack(t *testing.T) {
 	cfg := small()
 	cfg.Protocol = experiment.ProtocolPublished
+	cfg.Seeds = []uint64{1, 2, 3}
 	res, err := RunSweep(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one, err := RunOne(context.Background(), cfg, cfg.Arms[0], 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wrap := func(r experiment.Run) experiment.Results {
 		return nanFree(experiment.Results{Runs: []experiment.Run{r}})
 	}
-	if !reflect.DeepEqual(wrap(one), wrap(res.Runs[1])) {
-		t.Fatal("RunOne of seed 2 differs from seed 2 of the published sweep")
+	var one experiment.Run
+	for i, seed := range cfg.Seeds {
+		if one, err = RunOne(context.Background(), cfg, cfg.Arms[0], seed); err != nil {
+			t.Fatal(err)
+		}
+		got := res.Runs[i]
+		if len(got.Running) == 0 {
+			t.Fatalf("seed %d of the published sweep has no engine samples", seed)
+		}
+		if !reflect.DeepEqual(got.Running, one.Running) {
+			k := 0
+			for k < min(len(got.Running), len(one.Running)) && reflect.DeepEqual(got.Running[k], one.Running[k]) {
+				k++
+			}
+			t.Errorf("seed %d of the published sweep: engine samples (%d) differ from RunOne's (%d) from sample %d on",
+				seed, len(got.Running), len(one.Running), k)
+		}
+		if !reflect.DeepEqual(wrap(one), wrap(got)) {
+			t.Errorf("RunOne of seed %d differs from seed %d of the published sweep", seed, seed)
+		}
+	}
+	cfg.Seeds = []uint64{1, 2}
+	if one, err = RunOne(context.Background(), cfg, cfg.Arms[0], 2); err != nil {
+		t.Fatal(err)
 	}
 	alone := cfg
 	alone.Seeds = []uint64{2}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/drive"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/openai"
@@ -73,7 +72,12 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail("%v", err)
 	}
-	gen, name, rate, err := driveWorkload(*wl, *traceName, *speedup, *window, *ctxTokens, *requests, *prompt == "text")
+	var src drive.Source
+	if *traceName != "" {
+		src, err = drive.TraceSource(*traceName, *speedup, *window, *ctxTokens, *requests, *prompt == "text")
+	} else {
+		src, err = drive.WorkloadSource(*wl, *requests)
+	}
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -81,7 +85,7 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer cancel()
 	httpc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 	client := &openai.Client{HTTP: httpc, BaseURL: strings.TrimSuffix(*target, "/"), Timeout: *timeout}
-	send := driveSender(client, *model, *prompt == "text")
+	send := drive.OpenAISend(client, *model, *prompt == "text")
 	token := os.Getenv("LOADAWARE_ADMIN_TOKEN")
 	for _, arm := range arms {
 		if *admin != "" {
@@ -100,31 +104,29 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if !cold && len(arms) > 1 {
 			fmt.Fprintf(stderr, "drive: cell %s does not start cold: the engines keep the earlier cells' caches (pass -reset-url)\n", arm.label)
 		}
-		cell := drive.Cell{Dir: filepath.Join(*out, arm.label), Arm: arm.policy, Beta: arm.beta, Rate: rate, SeedGap: *seedGap,
-			Extra: map[string]any{"target": *target, "workload": name, "model": *model, "cold": cold, "tool": "loadaware-bench drive"}}
+		cell := drive.Cell{Dir: filepath.Join(*out, arm.label), Arm: arm.policy, Beta: arm.beta, Rate: src.Rate, SeedGap: *seedGap,
+			Extra: map[string]any{"target": *target, "workload": src.Name, "model": *model, "cold": cold, "tool": "loadaware-bench drive"}}
 		if *warmup > 0 {
-			w, err := gen(0)
+			w, err := src.Seed(0)
 			if err != nil {
 				return fail("warm-up: %v", err)
 			}
 			cell.Warmup = w[:min(*warmup, len(w))]
 		}
 		for _, s := range seeds {
-			reqs, err := gen(s)
+			reqs, err := src.Seed(s)
 			if err != nil {
 				return fail("seed %d: %v", s, err)
 			}
 			cell.Seeds = append(cell.Seeds, drive.Seed{Seed: int(s), Requests: reqs})
 		}
-		metrics, stopScrape, err := driveMetrics(ctx, httpc, *engines, *prom, *scrapeEvery)
+		metrics, stopScrape, err := drive.Metrics(ctx, httpc, strings.Split(*engines, ","), *prom, *scrapeEvery)
 		if err != nil {
 			return fail("%v", err)
 		}
-		var bar drive.Progress
-		if *progress {
-			bar = drive.Bar(stderr, "drive "+arm.label)
-		}
-		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar)
+		bar := newProgressBar(stderr, "drive "+arm.label, *progress)
+		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar.UpdateFailed)
+		bar.finish()
 		stopScrape()
 		for _, sm := range sums {
 			fmt.Fprintf(stdout, "%s seed %d: TTFT p95 %v s, imbalance %v\n", arm.label, sm.Seed, sm.TTFTP95, sm.Imbalance)
@@ -185,86 +187,4 @@ func driveArms(s string, switching bool) ([]driveArm, error) {
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-// driveWorkload returns the seed generator of the workload or trace, its name and offered rate.
-func driveWorkload(wl, traceName string, speedup float64, window time.Duration, ctxTokens, cap int, text bool) (func(seed uint64) ([]workload.Request, error), string, float64, error) {
-	if traceName != "" {
-		tr, err := trace.Load(traceName)
-		if err != nil {
-			return nil, "", 0, err
-		}
-		span := tr.Records[len(tr.Records)-1].At - tr.Records[0].At
-		rate := float64(len(tr.Records)) / max(span.Seconds(), 1) * speedup
-		gen := func(seed uint64) ([]workload.Request, error) {
-			o := trace.Options{Speedup: speedup, MaxRequests: cap, Context: ctxTokens}
-			if window > 0 && seed > 0 {
-				o.Window = trace.Window{From: time.Duration(seed-1) * window, To: time.Duration(seed) * window}
-			}
-			sel, err := trace.Select(tr.Records, o)
-			if err != nil {
-				return nil, err
-			}
-			return workload.FromTrace(sel, text), nil
-		}
-		return gen, tr.Name, rate, nil
-	}
-	f, err := workload.Resolve(wl)
-	if err != nil {
-		return nil, "", 0, err
-	}
-	if cap > 0 {
-		f.Config.Requests = cap
-	}
-	pool, err := workload.NewPool(f.Config)
-	if err != nil {
-		return nil, "", 0, err
-	}
-	return func(seed uint64) ([]workload.Request, error) { return workload.Generate(f.Config, pool, seed) }, f.Name, f.Config.Rate, nil
-}
-
-// driveSender sends each request as a streaming completion through the one client.
-func driveSender(c *openai.Client, model string, text bool) drive.Send {
-	return func(ctx context.Context, r workload.Request) drive.Outcome {
-		req := openai.Request{Model: model, MaxTokens: r.MaxTokens, Stream: true}
-		if text {
-			req.Prompt = r.Text
-		} else {
-			req.Prompt = r.Tokens
-		}
-		resp, err := c.Do(ctx, req)
-		o := drive.Outcome{TTFT: resp.TTFT(), E2E: resp.E2E(), ITLs: resp.ITLs(), PromptTokens: len(r.Tokens), CompletionTokens: resp.CompletionTokens, Err: err}
-		if o.CompletionTokens < 0 {
-			o.CompletionTokens = len(resp.Tokens)
-		}
-		return o
-	}
-}
-
-// driveMetrics starts the engines' scrape (or prepares the Prometheus query) for one cell.
-func driveMetrics(ctx context.Context, c *http.Client, engines, prom string, every time.Duration) (func(start, end time.Time) (map[string][]capture.Series, error), func(), error) {
-	if prom != "" {
-		return func(start, end time.Time) (map[string][]capture.Series, error) {
-			return drive.PrometheusRange(ctx, c, prom, start.Add(-every), end.Add(every), every)
-		}, func() {}, nil
-	}
-	s, err := drive.NewScraper(strings.Split(engines, ","), c)
-	if err != nil {
-		return nil, nil, err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.Run(sctx, every); close(done) }()
-	stop := func() { cancel(); <-done }
-	return func(start, end time.Time) (map[string][]capture.Series, error) {
-		cancel()
-		<-done
-		s.ScrapeOnce(ctx, time.Now())
-		if errs := s.Errors(); len(errs) > 0 {
-			for e, err := range errs {
-				return nil, fmt.Errorf("scrape %s: %v", e, err)
-			}
-		}
-		return s.Series(), nil
-	}, stop, nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/stack"
 )
 
 // TestDriveABThroughTheGateway drives the published workload at a live stack (engines on the
@@ -24,17 +25,17 @@ func TestDriveABThroughTheGateway(t *testing.T) {
 	ctx := context.Background()
 	// Engines 20 times faster than the calibrated A10s: requests overlap, so the running counts
 	// (and the imbalance) are not all zero.
-	s, err := startStack(ctx, stackConfig{engines: 2, policy: "roundrobin", adminToken: "t0ken", slowdown: 0.05})
+	s, err := stack.Start(ctx, stack.Config{Engines: 2, Policy: "roundrobin", AdminToken: "t0ken", Slowdown: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
-	engines := "http://" + s.engines[0].Addr() + ",http://" + s.engines[1].Addr()
-	admin := "http://" + s.app.MetricsAddr()
+	defer s.Close()
+	engines := "http://" + s.Engines[0].Addr() + ",http://" + s.Engines[1].Addr()
+	admin := "http://" + s.App.MetricsAddr()
 	out := filepath.Join(t.TempDir(), "capture")
 	t.Setenv("LOADAWARE_ADMIN_TOKEN", "t0ken")
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"drive", "-target", s.url, "-engines", engines, "-admin", admin, "-arms", "kvaware,loadaware-b0.5",
+	code := run(ctx, []string{"drive", "-target", s.URL, "-engines", engines, "-admin", admin, "-arms", "kvaware,loadaware-b0.5",
 		"-workload", "published", "-seeds", "1-2", "-requests", "12", "-prompt", "ids", "-scrape-every", "20ms",
 		"-seed-gap", "0s", "-progress=false", "-out", out}, &stdout, &stderr)
 	if code != 0 {

@@ -143,13 +143,6 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 	}
 }
 
-func TestExtloadServerRefusesAnUnknownKind(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := runExtloadServer(context.Background(), []string{"-kind", "envoy"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `-kind "envoy"`) {
-		t.Fatalf("exit %d, stderr %q", code, errOut.String())
-	}
-}
-
 func TestExtloadSaysWhenItCannotKeepRecordings(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {

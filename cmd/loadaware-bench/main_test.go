@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -35,40 +33,6 @@ func TestRunDispatchesSubcommands(t *testing.T) {
 				t.Errorf("run(%q) = %d, stdout %q, stderr %q", tc.args, code, out.String(), errOut.String())
 			}
 		})
-	}
-}
-
-func TestGWLoadReportsEveryStep(t *testing.T) {
-	var out, errOut bytes.Buffer
-	args := []string{"-rates", "50,100", "-duration", "200ms", "-sequential", "20", "-prompt", "ids"}
-	if code := runGWLoad(context.Background(), args, &out, &errOut); code != 0 {
-		t.Fatalf("gwload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
-	}
-	for _, want := range []string{`(?m)^\s*sequential\s+20\s+0\s`, `(?m)^\s*50 req/s\s+\d+\s+0\s`, `(?m)^\s*100 req/s\s+\d+\s+0\s`,
-		`in-flight count at the end: 0\.`} {
-		if !regexp.MustCompile(want).MatchString(out.String()) {
-			t.Errorf("gwload output does not match %q:\n%s", want, out.String())
-		}
-	}
-}
-
-func TestCompletionBodyHasTheAskedSize(t *testing.T) {
-	for _, ids := range []bool{false, true} {
-		for _, n := range []int{64, 1000, 8192} {
-			b := completionBody(n, ids)
-			var v struct {
-				Prompt json.RawMessage `json:"prompt"`
-			}
-			if err := json.Unmarshal(b, &v); err != nil {
-				t.Fatalf("body is not JSON: %v", err)
-			}
-			if len(b) < n || len(b) > n+16 {
-				t.Errorf("completionBody(%d, ids=%v) has %d bytes", n, ids, len(b))
-			}
-			if isIDs := v.Prompt[0] == '['; isIDs != ids {
-				t.Errorf("completionBody(%d, ids=%v) prompt starts %q", n, ids, v.Prompt[:1])
-			}
-		}
 	}
 }
 

@@ -1,11 +1,15 @@
-package main
+// Package demo is `loadaware-bench demo`: each arm on a fresh live fleet (two simulated
+// engines on the wall clock, the real picker behind bench/gateway, LMCache events over
+// ZeroMQ) warmed up in virtual time, a short seed of live requests, the comparison, and then
+// the same arms on many seeds in virtual time with paired tests. It drives both bench/live and
+// bench/vtime, which know nothing of each other.
+package demo
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,83 +23,53 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/live"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
-func init() {
-	register(command{name: "demo", summary: "a short live run through the real gateway, ext_proc and ZeroMQ paths (kvaware, loadaware, latencyaware), then the same arms in virtual time", run: runLiveDemo})
+// Config is one demo; the fields are the command's flags.
+type Config struct {
+	Arms     string        // arms run in turn, as sweep -arms names them
+	Requests int           // live requests per arm
+	Rate     float64       // mean arrival rate, requests/s
+	Tokens   int           // output tokens per request
+	Warmup   int           // 0: the published warm-up; N: N random requests instead
+	Seed     uint64        // workload seed, the same requests for every arm
+	Samples  int           // decisions printed per arm
+	VSeeds   int           // seeds of the virtual-time comparison after the live runs (0: none)
+	Timeout  time.Duration // bound on one arm's live requests
+	Progress bool          // progress on stderr
+	Verbose  bool          // the picker's, gateway's and engines' logs on stderr
+	Hold     bool          // keep the last arm's fleet up until ctx ends
+	Cache    string        // the picker's --cache-source
 }
 
-type liveDemoConfig struct {
-	arms     string
-	requests int
-	rate     float64
-	tokens   int
-	warmup   int
-	seed     uint64
-	samples  int
-	vseeds   int
-	timeout  time.Duration
-	progress bool
-	verbose  bool
-	hold     bool
-	cache    string // the picker's --cache-source
-}
-
-// runLiveDemo is `loadaware-bench demo`: each arm on a fresh live fleet (two simulated
-// engines, the calibrated testbed) warmed up in virtual time, then a short seed of live
-// requests; it prints the comparison.
-func runLiveDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var c liveDemoConfig
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.arms, "arms", "kvaware,loadaware-b1,latencyaware", "arms to run in turn (names as in sweep -arms)")
-	fs.IntVar(&c.requests, "requests", 100, "live requests per arm")
-	fs.Float64Var(&c.rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
-	fs.IntVar(&c.tokens, "max-tokens", 64, "output tokens per request")
-	fs.IntVar(&c.warmup, "warmup", 0, "0: the published warm-up (2 passes over the prefixes, 4 at a time, routed by the arm); N: N random requests instead")
-	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same requests for every arm)")
-	fs.IntVar(&c.samples, "samples", 2, "decisions to print per arm (requests sent with x-loadaware-explain: 1)")
-	fs.IntVar(&c.vseeds, "vtime-seeds", 20, "then run the same arms on this many seeds of the same workload in virtual time and test the difference (0: skip)")
-	fs.DurationVar(&c.timeout, "timeout", 40*time.Second, "bound on one arm's live requests; unfinished requests count as errors")
-	fs.BoolVar(&c.progress, "progress", true, "show progress on stderr")
-	fs.BoolVar(&c.verbose, "v", false, "show the picker's, the gateway's and the engines' logs on stderr")
-	fs.BoolVar(&c.hold, "hold", false, "after the last arm's requests, print the results and keep its picker, gateway and engines up (send your own traffic, watch /metrics) until interrupted")
-	fs.StringVar(&c.cache, "cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := liveDemo(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench demo: %v\n", err)
-		return 1
-	}
-	return 0
-}
-
-func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) error {
-	if c.requests < 1 || c.rate <= 0 || c.tokens < 1 || c.warmup < 0 || c.samples < 0 || c.vseeds < 0 || c.timeout <= 0 {
+// Run runs the demo, printing to stdout; progress and logs go to stderr. With Hold it
+// returns only when ctx ends.
+func Run(ctx context.Context, c Config, stdout, stderr io.Writer) error {
+	if c.Requests < 1 || c.Rate <= 0 || c.Tokens < 1 || c.Warmup < 0 || c.Samples < 0 || c.VSeeds < 0 || c.Timeout <= 0 {
 		return errors.New("-requests, -rate, -max-tokens and -timeout must be positive, -warmup, -samples and -vtime-seeds not negative")
 	}
 	cfg := experiment.DefaultConfig()
-	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.requests, c.rate, c.tokens, c.warmup
-	if c.warmup > 0 || (c.cache != "" && c.cache != picker.SourceLMCache) {
+	cfg.Workload.Requests, cfg.Workload.Rate, cfg.Workload.MaxTokens, cfg.Warmup = c.Requests, c.Rate, c.Tokens, c.Warmup
+	if c.Warmup > 0 || (c.Cache != "" && c.Cache != picker.SourceLMCache) {
 		// A vLLM-events source starts cold: the warm-up's chunk events exist only as
 		// LMCache messages (bench/live refuses a warm-up with it).
 		cfg.Protocol = experiment.ProtocolPerSeed
 	}
 	// The demo shows this picker: Envoy (bench/gateway) in front, no Python proxy.
 	cfg.Router = experiment.EnvoyRouter()
-	arms, err := experiment.ParseArms(c.arms)
+	arms, err := experiment.ParseArms(c.Arms)
 	if err != nil {
 		return err
 	}
-	cfg.Arms, cfg.Seeds = arms, []uint64{c.seed}
+	cfg.Arms, cfg.Seeds = arms, []uint64{c.Seed}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	logLevel := slog.LevelError + 4
-	if c.verbose {
+	if c.Verbose {
 		logLevel = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
@@ -112,15 +86,15 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "Each arm: a fresh fleet warmed up with %s in virtual time, then %d live requests at %g req/s\n", warm, w.Requests, w.Rate)
 	fmt.Fprintf(stdout, "(%d prefixes of %d tokens, Zipf %g, %d-token suffixes, %d output tokens; seed %d, the same requests for every arm).\n\n",
-		w.Prefixes, w.PrefixTokens, w.ZipfS, w.SuffixTokens, w.MaxTokens, c.seed)
+		w.Prefixes, w.PrefixTokens, w.ZipfS, w.SuffixTokens, w.MaxTokens, c.Seed)
 
-	step := max(c.requests/max(c.samples, 1), 1)
-	explain := func(i int) bool { return c.samples > 0 && i%step == step/2 && i/step < c.samples }
+	step := max(c.Requests/max(c.Samples, 1), 1)
+	explain := func(i int) bool { return c.Samples > 0 && i%step == step/2 && i/step < c.Samples }
 	var results []live.Result
 	summary := func(ctx context.Context) error {
-		printLiveDemo(stdout, cfg, results)
-		if c.vseeds > 0 {
-			return demoVirtualSweep(ctx, cfg, c, stdout, stderr)
+		printLive(stdout, cfg, results)
+		if c.VSeeds > 0 {
+			return virtualSweep(ctx, cfg, c, stdout, stderr)
 		}
 		return nil
 	}
@@ -128,15 +102,15 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	// caller's LOADAWARE_ADMIN_TOKEN, else a new token the hold message shows.
 	token := os.Getenv("LOADAWARE_ADMIN_TOKEN")
 	ownToken := token != ""
-	if !ownToken && c.hold {
+	if !ownToken && c.Hold {
 		token = newAdminToken()
 	}
 	var held bool
 	var holdErr error
 	for i, arm := range arms {
-		bar := newProgressBar(stderr, fmt.Sprintf("%-14s", arm.Name), c.progress)
-		opts := live.Options{WarmUp: vtime.WarmUp, Timeout: c.timeout, Explain: explain, Progress: bar.update, Logger: log, CacheSource: c.cache}
-		if c.hold && i == len(arms)-1 {
+		bar := progress.New(stderr, fmt.Sprintf("%-14s", arm.Name), c.Progress)
+		opts := live.Options{WarmUp: vtime.WarmUp, Timeout: c.Timeout, Explain: explain, Progress: bar.Update, Logger: log, CacheSource: c.Cache}
+		if c.Hold && i == len(arms)-1 {
 			opts.AdminToken = token
 		}
 		var metricsURL, gatewayURL string
@@ -144,9 +118,9 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 			metricsURL, gatewayURL = m, g
 			fmt.Fprintf(stdout, "%s: the picker's metrics are at %s while its requests run\n", arm.Name, m)
 		}
-		if c.hold && i == len(arms)-1 {
+		if c.Hold && i == len(arms)-1 {
 			opts.Hold = func(ctx context.Context, r live.Result) {
-				bar.finish()
+				bar.Finish()
 				held, results = true, append(results, r)
 				if holdErr = summary(ctx); holdErr != nil {
 					return
@@ -155,8 +129,8 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 				<-ctx.Done()
 			}
 		}
-		r, err := live.Run(ctx, cfg, arm, c.seed, opts)
-		bar.finish()
+		r, err := live.Run(ctx, cfg, arm, c.Seed, opts)
+		bar.Finish()
 		if err != nil {
 			return fmt.Errorf("%s: %w", arm.Name, err)
 		}
@@ -183,7 +157,7 @@ func liveDemo(ctx context.Context, c liveDemoConfig, stdout, stderr io.Writer) e
 	return nil
 }
 
-func printLiveDemo(w io.Writer, cfg experiment.Config, results []live.Result) {
+func printLive(w io.Writer, cfg experiment.Config, results []live.Result) {
 	fmt.Fprintln(w, "\nRequests per engine:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "engine\t"
@@ -251,18 +225,18 @@ func printLiveDemo(w io.Writer, cfg experiment.Config, results []live.Result) {
 	}
 }
 
-// demoVirtualSweep runs the demo's arms on c.vseeds seeds of the demo's workload in virtual
+// virtualSweep runs the demo's arms on c.VSeeds seeds of the demo's workload in virtual
 // time (the same picker code) and prints the medians and the paired tests against kvaware.
-func demoVirtualSweep(ctx context.Context, cfg experiment.Config, c liveDemoConfig, stdout, stderr io.Writer) error {
-	cfg.Seeds = make([]uint64, c.vseeds)
+func virtualSweep(ctx context.Context, cfg experiment.Config, c Config, stdout, stderr io.Writer) error {
+	cfg.Seeds = make([]uint64, c.VSeeds)
 	for i := range cfg.Seeds {
 		cfg.Seeds[i] = uint64(i + 1)
 	}
 	cfg.Workers = 0
-	bar := newProgressBar(stderr, "virtual time", c.progress)
+	bar := progress.New(stderr, "virtual time", c.Progress)
 	start := time.Now()
-	res, err := vtime.RunSweep(ctx, cfg, bar.update)
-	bar.finish()
+	res, err := vtime.RunSweep(ctx, cfg, bar.Update)
+	bar.Finish()
 	if err != nil {
 		return err
 	}
@@ -271,7 +245,7 @@ func demoVirtualSweep(ctx context.Context, cfg experiment.Config, c liveDemoConf
 		return err
 	}
 	fmt.Fprintf(stdout, "\nThe same arms on seeds 1-%d of this workload in virtual time (%.1f s): medians over seeds, then each arm against %s\n",
-		c.vseeds, time.Since(start).Seconds(), analysis.Baseline)
+		c.VSeeds, time.Since(start).Seconds(), analysis.Baseline)
 	fmt.Fprintf(stdout, "(one-sided exact Wilcoxon signed-rank on paired seeds, significant below p = %.3f):\n", analysis.Alpha)
 	cols := []string{"TTFT p50", "TTFT p95", "e2e p95", "imbalance", "hit rate", "miss@150ms"}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

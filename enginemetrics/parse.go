@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/loadaware/loadaware-epp/lora"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -39,17 +40,15 @@ type Reading struct {
 	LoRAKnown bool
 }
 
-// Parse reads a Prometheus text page as vLLM serves it. It picks the sample lines of the
-// metrics it reads and parses those with the pinned expfmt parser (a whole vLLM page costs
-// that parser thousands of allocations; see decision 1500). Running and waiting are summed
-// over label sets (one per model, or per data-parallel engine); the KV usage is the largest
-// (the fullest engine behind the address decides whether it can take more). It fails,
-// naming the metric and what to check, when a line is not in the text format, when one of
-// the three is missing, or when a value is out of range (counts 0..1e9, usage 0..1).
-func Parse(page []byte) (Reading, error) {
+// Families parses, of a Prometheus text page, only the sample lines of the metrics named
+// (a line whose name is one of names followed by a space or '{'), with the pinned expfmt
+// parser: a whole vLLM page costs that parser thousands of allocations, the picked lines a
+// handful (decision 1500). It fails when a picked line is not in the text format; a name
+// with no line is simply absent from the result.
+func Families(page []byte, names []string) (map[string]*dto.MetricFamily, error) {
 	var lines []byte
 	for line := range bytes.Lines(page) {
-		for _, name := range picked {
+		for _, name := range names {
 			if rest, ok := bytes.CutPrefix(line, []byte(name)); ok && len(rest) > 0 && (rest[0] == ' ' || rest[0] == '{') {
 				lines = append(lines, line...)
 				if lines[len(lines)-1] != '\n' {
@@ -60,7 +59,17 @@ func Parse(page []byte) (Reading, error) {
 		}
 	}
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(lines))
+	return p.TextToMetricFamilies(bytes.NewReader(lines))
+}
+
+// Parse reads a Prometheus text page as vLLM serves it. It reads only the metrics it needs
+// (Families). Running and waiting are summed
+// over label sets (one per model, or per data-parallel engine); the KV usage is the largest
+// (the fullest engine behind the address decides whether it can take more). It fails,
+// naming the metric and what to check, when a line is not in the text format, when one of
+// the three is missing, or when a value is out of range (counts 0..1e9, usage 0..1).
+func Parse(page []byte) (Reading, error) {
+	fams, err := Families(page, picked)
 	if err != nil {
 		return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %w", err)
 	}

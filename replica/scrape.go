@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,8 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 )
 
 // maxScrapeBytes bounds one engine's /metrics page read by the scraper.
@@ -20,26 +18,11 @@ const maxScrapeBytes = 4 << 20
 var scrapedMetrics = []string{"vllm:num_requests_running", "vllm:num_requests_waiting"}
 
 // ParseEngineLoad sums the samples of vllm:num_requests_running and
-// vllm:num_requests_waiting (every label set) in a Prometheus text page. It picks those
-// metrics' sample lines out of the page and reads them with the pinned expfmt parser (parsing
-// a whole vLLM page with it costs about 12,000 allocations; the two metrics' lines, a handful:
-// decision 1500). It fails when a picked line is not in the text format, when neither metric
+// vllm:num_requests_waiting (every label set) in a Prometheus text page. It reads only those
+// metrics' lines (enginemetrics.Families). It fails when a picked line is not in the text format, when neither metric
 // is present, or when a sample is not a count (a number from 0 to 1e9).
 func ParseEngineLoad(page []byte) (int, error) {
-	var picked []byte
-	for line := range bytes.Lines(page) {
-		for _, name := range scrapedMetrics {
-			if rest, ok := bytes.CutPrefix(line, []byte(name)); ok && len(rest) > 0 && (rest[0] == ' ' || rest[0] == '{') {
-				picked = append(picked, line...)
-				if picked[len(picked)-1] != '\n' {
-					picked = append(picked, '\n')
-				}
-				break
-			}
-		}
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(picked))
+	fams, err := enginemetrics.Families(page, scrapedMetrics)
 	if err != nil {
 		return 0, fmt.Errorf("replica: engine metrics: %w", err)
 	}

@@ -60,35 +60,17 @@ func (t *table) touch(k uint64) uint64 {
 	return t.slots[t.home(k)].k
 }
 
-func (t *table) put(k, v uint64) {
-	if k == 0 {
-		t.zero, t.hasZero = v, true
-		return
-	}
-	if (t.n+1)*20 > len(t.slots)*17 {
-		t.grow()
-	}
-	for i := t.home(k); ; {
-		switch t.slots[i].k {
-		case k:
-			t.slots[i].v = v
-			return
-		case 0:
-			t.slots[i] = slot{k, v}
-			t.n++
-			return
-		}
-		if i++; i == len(t.slots) {
-			i = 0
-		}
-	}
-}
+func (t *table) put(k, v uint64) { *t.ref(k) = v }
 
 // or sets bits in k's value (inserting k with bits when absent), in one probe.
-func (t *table) or(k, bits uint64) {
+func (t *table) or(k, bits uint64) { *t.ref(k) |= bits }
+
+// ref returns where k's value lives, inserting k with the value 0 when absent (one probe;
+// the table may grow first, so the pointer is good until the next insertion).
+func (t *table) ref(k uint64) *uint64 {
 	if k == 0 {
-		t.zero, t.hasZero = t.zero|bits, true
-		return
+		t.hasZero = true
+		return &t.zero
 	}
 	if (t.n+1)*20 > len(t.slots)*17 {
 		t.grow()
@@ -96,12 +78,11 @@ func (t *table) or(k, bits uint64) {
 	for i := t.home(k); ; {
 		switch t.slots[i].k {
 		case k:
-			t.slots[i].v |= bits
-			return
+			return &t.slots[i].v
 		case 0:
-			t.slots[i] = slot{k, bits}
+			t.slots[i] = slot{k: k}
 			t.n++
-			return
+			return &t.slots[i].v
 		}
 		if i++; i == len(t.slots) {
 			i = 0

@@ -330,6 +330,10 @@ func (e *evaluator) kvEvents() {
 		}
 		b, a := en.StreamBefore, en.StreamAfter
 		switch {
+		case (a == nil || a.Batches == 0) && en.CreditErr != "":
+			e.judge(chkStream+ep, fail(chkStream, ep, "no KV event batch received, and the check's prompt did not reach the engine: "+en.CreditErr,
+				"let the check send the engine a prompt (the reason above), then run it again"),
+				chkHealth+ep, chkEvPort+ep)
 		case a == nil || a.Batches == 0:
 			e.judge(chkStream+ep, fail(chkStream, ep, "no KV event batch received from the engine, even after a prompt was sent to it",
 				`start vLLM with --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}' and --enable-prefix-caching`),

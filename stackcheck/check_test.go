@@ -109,6 +109,14 @@ func TestEvaluate(t *testing.T) {
 		{name: "a stale heartbeat fails that row", source: "lmcache",
 			edit: func(f *Facts) { f.State.LMCache.Instances[0].LastSeen = 600 },
 			fail: chkHeartbeat + " " + epA, fix: "stopped heartbeating"},
+		{name: "a stream silent because the check's prompt was refused says why", source: "vllm-events",
+			edit: func(f *Facts) {
+				engine(f, epB, func(e *Engine) {
+					e.StreamBefore, e.StreamAfter, e.Credit = nil, nil, 0
+					e.CreditErr = "POST /v1/completions answered 401: export VLLM_API_KEY"
+				})
+			},
+			fail: chkStream + " " + epB, fix: "let the check send the engine a prompt", blocked: []string{chkCredit + " " + epB}},
 		{name: "a silent KV event stream fails that row and blocks its credit", source: "vllm-events",
 			edit: func(f *Facts) {
 				engine(f, epB, func(e *Engine) { e.StreamBefore, e.StreamAfter, e.Credit = nil, nil, 0 })

@@ -17,6 +17,7 @@ import (
 type checkOptions struct {
 	metrics, gateway string
 	token            string // from LOADAWARE_ADMIN_TOKEN
+	engineKey        string // from VLLM_API_KEY: the engines' --api-key, sent on their /v1 calls
 	model            string
 	timeout, settle  time.Duration
 	probeRequests    int
@@ -52,6 +53,7 @@ func parseCheck(args []string, getenv func(string) string) (checkOptions, error)
 		return o, fmt.Errorf("unexpected argument %q: every setting is a -flag (run loadaware-epp check -h)", fs.Arg(0))
 	}
 	o.token = getenv("LOADAWARE_ADMIN_TOKEN")
+	o.engineKey = getenv("VLLM_API_KEY")
 	var err error
 	if o.metrics == "" {
 		return o, errors.New("-metrics is required: the picker's metrics URL, e.g. -metrics http://picker:9090")

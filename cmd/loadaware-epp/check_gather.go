@@ -158,7 +158,7 @@ func (g *gatherer) engine(ctx context.Context, en *stackcheck.Engine, st stackch
 
 // servedModel is the first model of the engine's GET /v1/models ("" when unknown).
 func (g *gatherer) servedModel(ctx context.Context, ep string) string {
-	code, body, err := g.get(ctx, engineURL(ep, "/v1/models"), "")
+	code, body, err := g.get(ctx, engineURL(ep, "/v1/models"), g.o.engineKey)
 	if err != nil || code != http.StatusOK {
 		return ""
 	}
@@ -419,9 +419,12 @@ func (g *gatherer) complete(ctx context.Context, u, model string, prompt any) er
 		req["model"] = model
 	}
 	b, _ := json.Marshal(req)
-	code, body, err := g.do(ctx, http.MethodPost, u, "", b)
+	code, body, err := g.do(ctx, http.MethodPost, u, g.o.engineKey, b)
 	if err != nil {
 		return err
+	}
+	if code == http.StatusUnauthorized {
+		return fmt.Errorf("POST %s answered 401: the engine runs with --api-key; export VLLM_API_KEY=<that key> for the check", u)
 	}
 	if code != http.StatusOK {
 		return fmt.Errorf("POST %s answered %d: %s", u, code, firstLine(body))

@@ -52,6 +52,7 @@ type engine struct {
 	pub    *kvpublish.Publisher // nil: no KV events
 	silent bool                 // publish no KV events
 	vocab  uint32               // added to every id
+	apiKey string               // vLLM's --api-key: its /v1 paths answer 401 without it
 	mu     sync.Mutex
 	hash   uint64
 }
@@ -62,11 +63,16 @@ type engineSpec struct {
 	vocab  uint32 // added to every id it computes: another model's vocabulary
 	silent bool   // its KV event stream stays silent
 	dead   bool   // it is stopped before the check
+	apiKey string // it runs with vLLM's --api-key
 }
 
 func (e *engine) addr() string { return e.srv.Listener.Addr().String() }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e.apiKey != "" && strings.HasPrefix(r.URL.Path, "/v1") && r.Header.Get("Authorization") != "Bearer "+e.apiKey {
+		http.Error(w, `{"error":"Unauthorized"}`, http.StatusUnauthorized) // as vLLM's api-key middleware
+		return
+	}
 	switch r.URL.Path {
 	case "/health":
 	case "/metrics":
@@ -179,7 +185,7 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 	}
 	var eps []string
 	for i, sp := range specs {
-		e := &engine{t: t, host: net16 + strconv.Itoa(i+1), tok: base, silent: sp.silent, vocab: sp.vocab}
+		e := &engine{t: t, host: net16 + strconv.Itoa(i+1), tok: base, silent: sp.silent, vocab: sp.vocab, apiKey: sp.apiKey}
 		l, err := net.Listen("tcp", e.host+":0")
 		if err != nil {
 			t.Fatal(err)
@@ -277,7 +283,10 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 			return
 		}
 		defer d.Booking.Release()
-		resp, err := http.Post("http://"+d.Endpoints[0]+"/v1/completions", "application/json", bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+d.Endpoints[0]+"/v1/completions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", r.Header.Get("Authorization")) // as Envoy forwards it
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
@@ -321,9 +330,15 @@ func freePortOn(t *testing.T, net16 string, n int) int {
 // runCheck runs the subcommand against s and returns its exit code and table.
 func runCheck(t *testing.T, s *stack, extra ...string) (int, string) {
 	t.Helper()
+	return runCheckEnv(t, s, env("LOADAWARE_ADMIN_TOKEN", "tok"), extra...)
+}
+
+// runCheckEnv is runCheck with the given environment.
+func runCheckEnv(t *testing.T, s *stack, getenv func(string) string, extra ...string) (int, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	args := append([]string{"-metrics", "http://" + s.picker.MetricsAddr(), "-gateway", s.gateway, "-settle", "1s", "-timeout", "2s"}, extra...)
-	code := check(context.Background(), args, env("LOADAWARE_ADMIN_TOKEN", "tok"), &out, &errOut)
+	code := check(context.Background(), args, getenv, &out, &errOut)
 	if errOut.Len() > 0 {
 		t.Logf("stderr: %s", errOut.String())
 	}
@@ -359,6 +374,7 @@ func TestCheckLive(t *testing.T) {
 		fail      string // the one FAIL row's check (and target engine index, or -1)
 		target    int
 		fix       string // a fragment of the fix printed under it
+		key       string // VLLM_API_KEY in the check's environment
 	}{
 		{name: "a correct LMCache stack passes", source: picker.SourceLMCache, specs: []engineSpec{ok, ok}},
 		{name: "a correct vLLM KV events stack passes", source: picker.SourceVLLMEvents, specs: []engineSpec{ok, ok}},
@@ -370,12 +386,17 @@ func TestCheckLive(t *testing.T) {
 			fail: "tokenizer parity", target: 1, fix: "--tokenizer PATH"},
 		{name: "a silent KV event stream fails the stream row", source: picker.SourceVLLMEvents, specs: []engineSpec{{silent: true}, ok},
 			fail: "KV event stream live", target: 0, fix: "--kv-events-config"},
+		{name: "engines with --api-key pass with VLLM_API_KEY", source: picker.SourceVLLMEvents, specs: []engineSpec{{apiKey: "k1"}, {apiKey: "k1"}}, key: "k1"},
+		{name: "an engine's --api-key without VLLM_API_KEY fails its stream row with the fix", source: picker.SourceVLLMEvents, specs: []engineSpec{ok, {apiKey: "k1"}},
+			fail: "KV event stream live", target: 1, fix: "export VLLM_API_KEY"},
+		{name: "an engine's --api-key without VLLM_API_KEY fails its LMCache credit row", source: picker.SourceLMCache, specs: []engineSpec{ok, {apiKey: "k1"}},
+			fail: "cache credited (hash seed, chunk size)", target: 1, fix: "export VLLM_API_KEY"},
 		{name: "a dead engine fails its health", source: picker.SourceLMCache, specs: []engineSpec{ok, {dead: true}},
 			fail: "engine healthy", target: 1, fix: "restart it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStack(t, tc.source, tc.specs, tc.unexposed)
-			code, table := runCheck(t, s)
+			code, table := runCheckEnv(t, s, env("LOADAWARE_ADMIN_TOKEN", "tok", "VLLM_API_KEY", tc.key))
 			failed, _ := failedRows(table)
 			if tc.fail == "" {
 				if code != 0 || len(failed) > 0 {

@@ -88,7 +88,7 @@ func DefaultNamespace() string {
 // --endpoint-selector and --endpoint-target-ports on fs, storing into c.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to watch for endpoints (GIE); empty = no pool")
-	fs.StringVar(&c.PoolNamespace, "pool-namespace", DefaultNamespace(), "namespace of the InferencePool or of the --endpoint-selector pods (default $NAMESPACE, else default)")
+	fs.StringVar(&c.PoolNamespace, "pool-namespace", DefaultNamespace(), "namespace of the InferencePool or of the --endpoint-selector pods; the default is env NAMESPACE when set")
 	fs.StringVar(&c.PoolGroup, "pool-group", DefaultPoolGroup, "API group of the InferencePool (v1)")
 	fs.StringVar(&c.EndpointSelector, "endpoint-selector", "", "label selector of the engine pods, used instead of an InferencePool, e.g. app=vllm")
 	fs.Var((*portList)(&c.EndpointTargetPorts), "endpoint-target-ports", "comma-separated engine ports for --endpoint-selector, e.g. 8000")

@@ -143,17 +143,6 @@ func (t *Table) Set(endpoint string, in Info) {
 	t.m[endpoint] = in
 }
 
-// Forget drops every endpoint not in keep.
-func (t *Table) Forget(keep []string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for ep := range t.m {
-		if !slices.Contains(keep, ep) {
-			delete(t.m, ep)
-		}
-	}
-}
-
 // State is the state of adapter on endpoint (Unknown for an endpoint without Info).
 func (t *Table) State(endpoint, adapter string) State {
 	t.mu.RLock()

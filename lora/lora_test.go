@@ -76,10 +76,6 @@ func TestState(t *testing.T) {
 	if tb.State("e1", "d") != SlotsFull || tb.State("e2", "d") != FreeSlot || tb.State("e3", "d") != Unknown {
 		t.Fatal("Table.State disagrees with Info.State")
 	}
-	tb.Forget([]string{"e2"})
-	if tb.State("e1", "a") != Unknown || tb.State("e2", "a") != Active {
-		t.Fatal("Forget kept a dropped endpoint or dropped a kept one")
-	}
 }
 
 // FuzzParseInfo: any labels parse or fail with an error, never a crash; a parsed Info's

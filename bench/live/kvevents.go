@@ -78,22 +78,6 @@ func (k *kvPub) close() error {
 	return k.pub.Close()
 }
 
-// KVEventsAddr is the engine's KV events PUB address ("" without KVEvents).
-func (e *Engine) KVEventsAddr() string {
-	if e.kv == nil {
-		return ""
-	}
-	return e.kv.pub.Addr()
-}
-
-// KVEventsReplayAddr is the engine's KV events replay address ("" without one).
-func (e *Engine) KVEventsReplayAddr() string {
-	if e.kv == nil {
-		return ""
-	}
-	return e.kv.pub.ReplayAddr()
-}
-
 // KVBatches is how many KV event batches the engine has published.
 func (e *Engine) KVBatches() int64 {
 	if e.kv == nil {

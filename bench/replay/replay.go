@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
@@ -394,6 +393,3 @@ func order(v []float64, idx []int) []float64 {
 	}
 	return out
 }
-
-// FormatBeta formats a beta as arm labels do.
-func FormatBeta(b float64) string { return strconv.FormatFloat(b, 'g', -1, 64) }

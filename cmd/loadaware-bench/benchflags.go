@@ -12,11 +12,31 @@ import (
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
-// sweepFlags are the flags sweep, live and calibrate share: which arms and seeds, the fleet
-// and every workload parameter. Parsing writes the plain ones into the config; apply writes
-// the rest.
+// sweepFlags are the flags sweep and live share: which arms and seeds, the fleet and every
+// workload parameter. Parsing writes the plain ones into the config; apply writes the rest.
 type sweepFlags struct {
-	arms, seeds, slowdowns, hostDelays, router string
+	engineLists
+	arms, seeds, router string
+}
+
+// engineLists are the per-engine lists as typed (-slowdowns, -host-delays), kept as text
+// until apply parses them into a config; sweep, live and tournament declare them.
+type engineLists struct {
+	slowdowns, hostDelays string
+}
+
+// apply parses the lists into cfg's Slowdowns and HostDelays, naming the flag on error.
+func (f engineLists) apply(cfg *experiment.Config) error {
+	slow, err := parseFloats(f.slowdowns)
+	if err != nil {
+		return fmt.Errorf("-slowdowns: %w", err)
+	}
+	hosts, err := parseDurations(f.hostDelays)
+	if err != nil {
+		return fmt.Errorf("-host-delays: %w", err)
+	}
+	cfg.Slowdowns, cfg.HostDelays = slow, hosts
+	return nil
 }
 
 // register adds the shared flags to fs, with cfg's values and the given arms and seeds as
@@ -49,18 +69,13 @@ func (f *sweepFlags) apply(cfg *experiment.Config) error {
 	if err != nil {
 		return err
 	}
-	slow, err := parseFloats(f.slowdowns)
-	if err != nil {
-		return fmt.Errorf("-slowdowns: %w", err)
-	}
-	hosts, err := parseDurations(f.hostDelays)
-	if err != nil {
-		return fmt.Errorf("-host-delays: %w", err)
+	if err := f.engineLists.apply(cfg); err != nil {
+		return err
 	}
 	if cfg.Router, err = parseRouter(f.router); err != nil {
 		return err
 	}
-	cfg.Arms, cfg.Seeds, cfg.Slowdowns, cfg.HostDelays = arms, seeds, slow, hosts
+	cfg.Arms, cfg.Seeds = arms, seeds
 	return cfg.Validate()
 }
 

@@ -300,8 +300,8 @@ func tournamentArms(s string) ([]experiment.Arm, error) {
 // overrideFlags are the fleet and workload flags a tournament applies to every selected
 // profile: the workload's own flags plus the fleet's.
 type overrideFlags struct {
-	slowdowns, hostDelays string
-	names                 map[string]bool // the flags register added
+	engineLists
+	names map[string]bool // the flags register added
 }
 
 // register adds the override flags to fs with cfg's values as defaults.
@@ -327,17 +327,11 @@ func (f *overrideFlags) register(fs *flag.FlagSet, cfg *experiment.Config) {
 
 // apply writes the parsed per-engine lists into cfg.
 func (f *overrideFlags) apply(cfg *experiment.Config) error {
-	slow, err := parseFloats(f.slowdowns)
-	if err != nil {
-		return fmt.Errorf("-slowdowns: %w", err)
+	if err := f.engineLists.apply(cfg); err != nil {
+		return err
 	}
-	hosts, err := parseDurations(f.hostDelays)
-	if err != nil {
-		return fmt.Errorf("-host-delays: %w", err)
-	}
-	cfg.Slowdowns, cfg.HostDelays = slow, hosts
-	if len(slow) > cfg.Engines {
-		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(slow), cfg.Engines)
+	if len(cfg.Slowdowns) > cfg.Engines {
+		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(cfg.Slowdowns), cfg.Engines)
 	}
 	return nil
 }

@@ -23,10 +23,8 @@ func init() {
 // runLive is `loadaware-bench live`: each (arm, seed) through live engines, the real picker
 // and the gateway, one after another, with the same outputs as sweep, and (by default) the
 // same arms and seeds in virtual time beside them.
-func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	cfg := experiment.DefaultConfig()
-	fs := flag.NewFlagSet("live", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var sf sweepFlags
 	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy)
 	out := fs.String("out", "bench-live", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
@@ -42,19 +40,16 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	showReplicas := fs.Bool("replica-stats", false, "print the shared-state line (decision latency, traffic) even for one replica")
 	cache := fs.String("cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	if err := sf.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench live: %v\n", err)
-		return 2
+		return usageError{err}
 	}
 	if *replicas < 1 || *replicas > 16 {
-		fmt.Fprintf(stderr, "loadaware-bench live: -replicas %d: use 1 to 16\n", *replicas)
-		return 2
+		return usagef("-replicas %d: use 1 to 16", *replicas)
 	}
 	if *killHalf && *replicas < 2 {
-		fmt.Fprintf(stderr, "loadaware-bench live: -kill-half needs -replicas 2 or more\n")
-		return 2
+		return usagef("-kill-half needs -replicas 2 or more")
 	}
 	cfg.Workers = 1
 	logLevel := slog.LevelError + 4
@@ -76,8 +71,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			r, err := live.Run(ctx, cfg, arm, seed, lo)
 			bar.finish()
 			if err != nil {
-				fmt.Fprintf(stderr, "loadaware-bench live: %s seed %d: %v\n", arm.Name, seed, err)
-				return 1
+				return fmt.Errorf("%s seed %d: %v", arm.Name, seed, err)
 			}
 			res.Runs = append(res.Runs, r.Run)
 			if *replicas > 1 || *showReplicas {
@@ -88,8 +82,7 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if *twins {
 				t, err := vtime.RunOne(ctx, cfg, arm, seed)
 				if err != nil {
-					fmt.Fprintf(stderr, "loadaware-bench live: %s seed %d in virtual time: %v\n", arm.Name, seed, err)
-					return 1
+					return fmt.Errorf("%s seed %d in virtual time: %v", arm.Name, seed, err)
 				}
 				meta.Reference = append(meta.Reference, t)
 			}
@@ -97,12 +90,11 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	meta.Wall = time.Since(start)
 	if _, err := analysis.WriteAll(*out, res, meta, true); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench live: %v\n", err)
-		return 1
+		return err
 	}
 	analysis.WriteTwinsText(stdout, res.Runs, meta)
 	fmt.Fprintf(stdout, "%d live runs in %.1f s\nreport: %s\n", len(res.Runs), meta.Wall.Seconds(), reportPath(*out))
-	return 0
+	return nil
 }
 
 // printReplicaStats writes one line of a run's shared-state figures.

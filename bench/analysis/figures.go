@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/plot"
 )
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -23,7 +24,7 @@ func runCalibrate(ctx context.Context, fs *flag.FlagSet, args []string, stdout, 
 	for i, c := range replay.FittedConstants {
 		grids[i] = fs.String(c.Name, strconv.FormatFloat(c.Default, 'g', -1, 64), c.Usage+": comma-separated values to try")
 	}
-	progress := fs.Bool("progress", true, "show progress on stderr")
+	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return errFlags
 	}
@@ -39,9 +40,9 @@ func runCalibrate(ctx context.Context, fs *flag.FlagSet, args []string, stdout, 
 	if err != nil {
 		return err
 	}
-	bar := newProgressBar(stderr, "calibrate", *progress)
-	pts, err := replay.Calibrate(ctx, data, values, bar.update)
-	bar.finish()
+	bar := progress.New(stderr, "calibrate", *showProgress)
+	pts, err := replay.Calibrate(ctx, data, values, bar.Update)
+	bar.Finish()
 	if err != nil {
 		return err
 	}

@@ -7,10 +7,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
-	"github.com/loadaware/loadaware-epp/bench/analysis"
 )
 
 func init() {

@@ -15,6 +15,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/drive"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/openai"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/trace"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
@@ -48,7 +49,7 @@ func runDrive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on one request, from its sending to its last token")
 	timeCap := fs.Duration("time-cap", time.Hour, "bound on the whole drive; a drive stopped by it (or by Ctrl-C) keeps the seeds it finished")
 	maxInFlight := fs.Int("max-in-flight", 4096, "requests in flight at once")
-	progress := fs.Bool("progress", true, "show progress on stderr")
+	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return errFlags
 	}
@@ -121,9 +122,9 @@ func runDrive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		if err != nil {
 			return err
 		}
-		bar := newProgressBar(stderr, "drive "+arm.label, *progress)
+		bar := progress.New(stderr, "drive "+arm.label, *showProgress)
 		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar.UpdateFailed)
-		bar.finish()
+		bar.Finish()
 		stopScrape()
 		for _, sm := range sums {
 			fmt.Fprintf(stdout, "%s seed %d: TTFT p95 %v s, imbalance %v\n", arm.label, sm.Seed, sm.TTFTP95, sm.Imbalance)

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/live"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
@@ -31,7 +31,7 @@ func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 	csvs := fs.Bool("csv", true, "write the per-request CSV of every run")
 	twins := fs.Bool("vtime", true, "also run every arm and seed in virtual time and report both")
 	timeout := fs.Duration("timeout", 0, "bound on one seed's run from its first send (0: its send window plus 2 minutes)")
-	progress := fs.Bool("progress", true, "show progress on stderr")
+	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	verbose := fs.Bool("v", false, "show the picker's, the gateway's and the engines' logs on stderr")
 	replicas := fs.Int("replicas", 1, "picker replicas, each with its own gateway; requests spread over them in turn (docs/replicas.md)")
 	naive := fs.Bool("naive", false, "with -replicas > 1: no shared state (each replica sees its own engines' LMCache messages and its own bookings)")
@@ -63,13 +63,13 @@ func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 	meta := experiment.Meta{Mode: experiment.ModeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !*csvs}
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
-			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
-			lo := live.Options{WarmUp: vtime.WarmUp, Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
+			bar := progress.New(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *showProgress)
+			lo := live.Options{WarmUp: vtime.WarmUp, Timeout: *timeout, Progress: bar.Update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
 			if *killHalf {
 				lo.KillAt = cfg.Workload.Requests / 2
 			}
 			r, err := live.Run(ctx, cfg, arm, seed, lo)
-			bar.finish()
+			bar.Finish()
 			if err != nil {
 				return fmt.Errorf("%s seed %d: %v", arm.Name, seed, err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -42,10 +43,10 @@ func runReplay(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	}
 	opt := replay.DefaultOptions()
 	opt.Baseline, opt.Workers = *baseline, *workers
-	bar := newProgressBar(stderr, "replay", !*quiet)
-	opt.Progress = func(done, total int, _ string) { bar.update(done, total) }
+	bar := progress.New(stderr, "replay", !*quiet)
+	opt.Progress = func(done, total int, _ string) { bar.Update(done, total) }
 	rep, err := replay.Run(ctx, data, opt)
-	bar.finish()
+	bar.Finish()
 	if err != nil {
 		return err
 	}

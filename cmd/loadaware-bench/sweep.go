@@ -11,9 +11,9 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-	"github.com/loadaware/loadaware-epp/picker"
-
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/picker"
 )
 
 func init() {
@@ -30,7 +30,7 @@ func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	csvs := fs.Bool("csv", true, "write the per-request CSV of every run (about 200 kB each)")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")
 	save := fs.Bool("save", true, "save every run in "+experiment.FileName+" (about 5 MB for the full sweep) for compare and report")
-	progress := fs.Bool("progress", true, "show progress on stderr")
+	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	fs.StringVar(&cfg.CacheSource, "cache-source", picker.SourceLMCache, "what the picker learns the engines' caches from: lmcache, vllm-events (the CPU tiers published as vLLM KV events) or both")
 	alsoEnvoy := fs.Bool("also-envoy", false, "then run the same sweep behind Envoy and this picker (-router envoy) and add its tables to REPORT.md")
 	if err := fs.Parse(args); err != nil {
@@ -39,10 +39,10 @@ func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if err := sf.apply(&cfg); err != nil {
 		return usageError{err}
 	}
-	bar := newProgressBar(stderr, "sweep", *progress)
+	bar := progress.New(stderr, "sweep", *showProgress)
 	start := time.Now()
-	res, err := vtime.RunSweep(ctx, cfg, bar.update)
-	bar.finish()
+	res, err := vtime.RunSweep(ctx, cfg, bar.Update)
+	bar.Finish()
 	if err != nil {
 		return err
 	}
@@ -57,9 +57,9 @@ func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if *alsoEnvoy {
 		ecfg := cfg
 		ecfg.Router = experiment.EnvoyRouter()
-		bar := newProgressBar(stderr, "sweep behind Envoy", *progress)
-		eres, err := vtime.RunSweep(ctx, ecfg, bar.update)
-		bar.finish()
+		bar := progress.New(stderr, "sweep behind Envoy", *showProgress)
+		eres, err := vtime.RunSweep(ctx, ecfg, bar.Update)
+		bar.Finish()
 		if err == nil {
 			err = analysis.AppendEnvoySection(reportPath(*out), eres)
 		}

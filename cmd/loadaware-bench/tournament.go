@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/tournament"
 	"github.com/loadaware/loadaware-epp/bench/trace"
 	"github.com/loadaware/loadaware-epp/bench/workload"
@@ -63,11 +63,11 @@ func runTournament(ctx context.Context, fs *flag.FlagSet, args []string, stdout,
 	if *ladder != "" {
 		return runLadder(ctx, cfg, src.workload, *ladder, *out, *jsonOut, *quiet, args, stdout, stderr)
 	}
-	bar := newProgressBar(stderr, "tournament", !*quiet)
-	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
+	bar := progress.New(stderr, "tournament", !*quiet)
+	cfg.Progress = func(done, total int, _, _ string) { bar.Update(done, total) }
 	start := time.Now()
 	res, err := tournament.Run(ctx, cfg)
-	bar.finish()
+	bar.Finish()
 	if err != nil {
 		return err
 	}
@@ -119,10 +119,10 @@ func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, json
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	bar := newProgressBar(stderr, "ladder", !quiet)
-	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
+	bar := progress.New(stderr, "ladder", !quiet)
+	cfg.Progress = func(done, total int, _, _ string) { bar.Update(done, total) }
 	res, err := tournament.Run(ctx, cfg)
-	bar.finish()
+	bar.Finish()
 	if err != nil {
 		return err
 	}

@@ -26,12 +26,9 @@ func init() {
 func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	cfg := experiment.DefaultConfig()
 	var sf sweepFlags
-	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy)
-	out := fs.String("out", "bench-live", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
-	csvs := fs.Bool("csv", true, "write the per-request CSV of every run")
+	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy, "bench-live")
 	twins := fs.Bool("vtime", true, "also run every arm and seed in virtual time and report both")
 	timeout := fs.Duration("timeout", 0, "bound on one seed's run from its first send (0: its send window plus 2 minutes)")
-	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	verbose := fs.Bool("v", false, "show the picker's, the gateway's and the engines' logs on stderr")
 	replicas := fs.Int("replicas", 1, "picker replicas, each with its own gateway; requests spread over them in turn (docs/replicas.md)")
 	naive := fs.Bool("naive", false, "with -replicas > 1: no shared state (each replica sees its own engines' LMCache messages and its own bookings)")
@@ -60,10 +57,10 @@ func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 
 	start := time.Now()
 	res := experiment.Results{Config: cfg}
-	meta := experiment.Meta{Mode: experiment.ModeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !*csvs}
+	meta := experiment.Meta{Mode: experiment.ModeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !sf.csvs}
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
-			bar := progress.New(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *showProgress)
+			bar := progress.New(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), sf.progress)
 			lo := live.Options{WarmUp: vtime.WarmUp, Timeout: *timeout, Progress: bar.Update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
 			if *killHalf {
 				lo.KillAt = cfg.Workload.Requests / 2
@@ -89,11 +86,11 @@ func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 		}
 	}
 	meta.Wall = time.Since(start)
-	if _, err := analysis.WriteAll(*out, res, meta, true); err != nil {
+	if _, err := analysis.WriteAll(sf.out, res, meta, true); err != nil {
 		return err
 	}
 	analysis.WriteTwinsText(stdout, res.Runs, meta)
-	fmt.Fprintf(stdout, "%d live runs in %.1f s\nreport: %s\n", len(res.Runs), meta.Wall.Seconds(), reportPath(*out))
+	fmt.Fprintf(stdout, "%d live runs in %.1f s\nreport: %s\n", len(res.Runs), meta.Wall.Seconds(), reportPath(sf.out))
 	return nil
 }
 

@@ -25,12 +25,9 @@ func init() {
 func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	cfg := experiment.DefaultConfig()
 	var sf sweepFlags
-	sf.register(fs, &cfg, "all", "1-20", routerPublished)
-	out := fs.String("out", "bench-results", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
-	csvs := fs.Bool("csv", true, "write the per-request CSV of every run (about 200 kB each)")
+	sf.register(fs, &cfg, "all", "1-20", routerPublished, "bench-results")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")
 	save := fs.Bool("save", true, "save every run in "+experiment.FileName+" (about 5 MB for the full sweep) for compare and report")
-	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	fs.StringVar(&cfg.CacheSource, "cache-source", picker.SourceLMCache, "what the picker learns the engines' caches from: lmcache, vllm-events (the CPU tiers published as vLLM KV events) or both")
 	alsoEnvoy := fs.Bool("also-envoy", false, "then run the same sweep behind Envoy and this picker (-router envoy) and add its tables to REPORT.md")
 	if err := fs.Parse(args); err != nil {
@@ -39,7 +36,7 @@ func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if err := sf.apply(&cfg); err != nil {
 		return usageError{err}
 	}
-	bar := progress.New(stderr, "sweep", *showProgress)
+	bar := progress.New(stderr, "sweep", sf.progress)
 	start := time.Now()
 	res, err := vtime.RunSweep(ctx, cfg, bar.Update)
 	bar.Finish()
@@ -47,26 +44,26 @@ func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		return err
 	}
 	wall := time.Since(start)
-	a, err := analysis.WriteAll(*out, res, experiment.Meta{Mode: experiment.ModeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
-		Wall: wall, Workers: cfg.Workers, NoCSVs: !*csvs}, *save)
+	a, err := analysis.WriteAll(sf.out, res, experiment.Meta{Mode: experiment.ModeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
+		Wall: wall, Workers: cfg.Workers, NoCSVs: !sf.csvs}, *save)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%d runs (%d arms x %d seeds x %d requests; %s) in %.1f s with %d workers; calibration reproduced: %v\nreport: %s\n",
-		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.ProtocolText(), wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(*out))
+		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.ProtocolText(), wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(sf.out))
 	if *alsoEnvoy {
 		ecfg := cfg
 		ecfg.Router = experiment.EnvoyRouter()
-		bar := progress.New(stderr, "sweep behind Envoy", *showProgress)
+		bar := progress.New(stderr, "sweep behind Envoy", sf.progress)
 		eres, err := vtime.RunSweep(ctx, ecfg, bar.Update)
 		bar.Finish()
 		if err == nil {
-			err = analysis.AppendEnvoySection(reportPath(*out), eres)
+			err = analysis.AppendEnvoySection(reportPath(sf.out), eres)
 		}
 		if err != nil {
 			return fmt.Errorf("behind Envoy: %v", err)
 		}
-		fmt.Fprintf(stdout, "the same sweep behind Envoy and this picker: added to %s\n", reportPath(*out))
+		fmt.Fprintf(stdout, "the same sweep behind Envoy and this picker: added to %s\n", reportPath(sf.out))
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/plot"
 )
 
@@ -170,13 +170,7 @@ func betaSeries(a Analysis, metric string) []plot.Series {
 		return nil
 	}
 	slices.SortFunc(pts, func(x, y pt) int {
-		switch {
-		case x.beta < y.beta:
-			return -1
-		case x.beta > y.beta:
-			return 1
-		}
-		return 0
+		return cmp.Compare(x.beta, y.beta)
 	})
 	lo, hi := pts[0].beta, pts[len(pts)-1].beta
 	sim := plot.Series{Name: "loadaware (simulated)"}

@@ -12,7 +12,6 @@ import (
 	"math"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 

@@ -68,12 +68,7 @@ func parseProm(data []byte, name string) ([]Series, error) {
 		}
 		out = append(out, s)
 	}
-	slices.SortStableFunc(out, func(a, b Series) int {
-		if c := strings.Compare(a.Instance, b.Instance); c != 0 {
-			return c
-		}
-		return strings.Compare(labelKey(a.Labels), labelKey(b.Labels))
-	})
+	SortSeries(out)
 	return out, nil
 }
 
@@ -93,8 +88,19 @@ func parseSample(pair [2]any) (t, v float64, err error) {
 	return t, v, nil
 }
 
-// labelKey is a canonical string of a label set, for ordering.
-func labelKey(l map[string]string) string {
+// SortSeries orders series by instance, then by LabelKey (stable).
+func SortSeries(ss []Series) {
+	slices.SortStableFunc(ss, func(a, b Series) int {
+		if c := strings.Compare(a.Instance, b.Instance); c != 0 {
+			return c
+		}
+		return strings.Compare(LabelKey(a.Labels), LabelKey(b.Labels))
+	})
+}
+
+// LabelKey is a canonical string of a label set: name=value pairs in name
+// order, each value quoted, so two sets have the same key only when equal.
+func LabelKey(l map[string]string) string {
 	keys := make([]string, 0, len(l))
 	for k := range l {
 		keys = append(keys, k)
@@ -102,10 +108,7 @@ func labelKey(l map[string]string) string {
 	slices.Sort(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(l[k])
-		b.WriteByte(',')
+		b.WriteString(k + "=" + strconv.Quote(l[k]) + ",")
 	}
 	return b.String()
 }

@@ -10,38 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 )
 
 // The writers below make a cell directory that Load reads back as it was
-// written: WriteCell writes a whole cell; a driver that records seed by seed
-// calls WriteSeed after each seed and WriteMeta after each (so the directory
-// is a valid cell listing the seeds done so far, whenever it is stopped), and
-// WriteProm once per metric. Each file is written to a temporary name in the
+// written: a driver that records seed by seed calls WriteSeed after each seed
+// and WriteMeta after each (so the directory is a valid cell listing the seeds
+// done so far, whenever it is stopped), and WriteProm once per metric. Each file is written to a temporary name in the
 // same directory and renamed into place, so a reader never sees half a file.
-
-// WriteCell writes c to dir (created if missing): run.json (with extra's keys
-// added beside arm, beta, rate_req_s and the seed manifest), window.env, one
-// driver-seed<N>.csv per seed and prom/<metric>.json per metric.
-func WriteCell(dir string, c Cell, extra map[string]any) error {
-	for _, s := range c.Seeds {
-		if err := WriteSeed(dir, s); err != nil {
-			return err
-		}
-	}
-	for _, m := range slices.Sorted(maps.Keys(c.Prom)) {
-		if err := WriteProm(dir, m, c.Prom[m]); err != nil {
-			return err
-		}
-	}
-	seeds := make([]int, len(c.Seeds))
-	for i, s := range c.Seeds {
-		seeds[i] = s.Seed
-	}
-	return WriteMeta(dir, c, seeds, extra)
-}
 
 // reserved are the run.json keys WriteMeta owns.
 var reserved = map[string]bool{"arm": true, "beta": true, "rate_req_s": true, "workload_manifest": true}

@@ -1,9 +1,11 @@
 package capture
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,10 +30,31 @@ func sampleCell() Cell {
 	}
 }
 
+// writeCell writes c to dir (created if missing): run.json (with extra's keys
+// added beside arm, beta, rate_req_s and the seed manifest), window.env, one
+// driver-seed<N>.csv per seed and prom/<metric>.json per metric.
+func writeCell(dir string, c Cell, extra map[string]any) error {
+	for _, s := range c.Seeds {
+		if err := WriteSeed(dir, s); err != nil {
+			return err
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(c.Prom)) {
+		if err := WriteProm(dir, m, c.Prom[m]); err != nil {
+			return err
+		}
+	}
+	seeds := make([]int, len(c.Seeds))
+	for i, s := range c.Seeds {
+		seeds[i] = s.Seed
+	}
+	return WriteMeta(dir, c, seeds, extra)
+}
+
 func TestWriteCellReadsBackAsWritten(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cell")
 	want := sampleCell()
-	if err := WriteCell(dir, want, map[string]any{"target": "http://127.0.0.1:8080", "workload": "published"}); err != nil {
+	if err := writeCell(dir, want, map[string]any{"target": "http://127.0.0.1:8080", "workload": "published"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := LoadCell(dir)

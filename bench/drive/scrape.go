@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -113,7 +111,7 @@ func (s *Scraper) add(engine string, fams promtext.Page, now time.Time) {
 
 // sample appends one sample to the series of (stem, labels) (the caller holds mu).
 func (s *Scraper) sample(stem string, labels map[string]string, t, v float64) {
-	key := stem + "\x00" + labelString(labels)
+	key := stem + "\x00" + capture.LabelKey(labels)
 	ser := s.series[key]
 	if ser == nil {
 		ser = &capture.Series{Instance: labels["instance"], Labels: labels}
@@ -138,12 +136,7 @@ func (s *Scraper) Series() map[string][]capture.Series {
 		out[s.stems[key]] = append(out[s.stems[key]], c)
 	}
 	for _, ss := range out {
-		sort.Slice(ss, func(i, j int) bool {
-			if ss[i].Instance != ss[j].Instance {
-				return ss[i].Instance < ss[j].Instance
-			}
-			return labelString(ss[i].Labels) < labelString(ss[j].Labels)
-		})
+		capture.SortSeries(ss)
 	}
 	return out
 }
@@ -166,17 +159,4 @@ func hostOf(base string) string {
 		return u.Host
 	}
 	return base
-}
-
-func labelString(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k + "=" + strconv.Quote(l[k]) + ",")
-	}
-	return b.String()
 }

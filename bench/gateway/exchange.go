@@ -161,12 +161,8 @@ func (ex *exchange) requestPhase() bool {
 		case *extprocv3.ProcessingResponse_ImmediateResponse:
 			return ex.immediate(v.ImmediateResponse)
 		case *extprocv3.ProcessingResponse_RequestHeaders:
-			if gotHeaders {
-				return ex.protocolError("a second request headers response")
-			}
-			gotHeaders = true
-			if err := ex.req.apply(v.RequestHeaders.GetResponse().GetHeaderMutation()); err != nil {
-				return ex.protocolError(err.Error())
+			if !ex.headersAnswer(&gotHeaders, "request", &ex.req, v.RequestHeaders.GetResponse().GetHeaderMutation()) {
+				return false
 			}
 			if !hasBody || ex.fullDuplex() {
 				ex.out.PickerTime = time.Since(sent)
@@ -217,6 +213,20 @@ func (ex *exchange) requestPhase() bool {
 			return ex.protocolError(fmt.Sprintf("an unexpected %T during the request", v))
 		}
 	}
+}
+
+// headersAnswer applies the picker's headers response of a phase ("request" or "response")
+// to m and notes it in *got. A second one in the phase, or a mutation apply refuses, is a
+// protocol error: it returns false with the client answered.
+func (ex *exchange) headersAnswer(got *bool, phase string, m *message, mut *extprocv3.HeaderMutation) bool {
+	if *got {
+		return ex.protocolError("a second " + phase + " headers response")
+	}
+	*got = true
+	if err := m.apply(mut); err != nil {
+		return ex.protocolError(err.Error())
+	}
+	return true
 }
 
 // requestDone waits for the request-body sender (its last message has gone out: the picker

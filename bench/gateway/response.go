@@ -37,12 +37,8 @@ func (ex *exchange) streamResponse(resp *http.Response) bool {
 		case *extprocv3.ProcessingResponse_ImmediateResponse:
 			return ex.immediate(v.ImmediateResponse)
 		case *extprocv3.ProcessingResponse_ResponseHeaders:
-			if gotHeaders {
-				return ex.protocolError("a second response headers response")
-			}
-			gotHeaders = true
-			if err := rm.apply(v.ResponseHeaders.GetResponse().GetHeaderMutation()); err != nil {
-				return ex.protocolError(err.Error())
+			if !ex.headersAnswer(&gotHeaders, "response", &rm, v.ResponseHeaders.GetResponse().GetHeaderMutation()) {
+				return false
 			}
 			// The picker may change the body's length, so the client gets it chunked.
 			ex.writeHead(&rm, -1)

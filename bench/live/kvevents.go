@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/kvpublish"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/kvevents"
@@ -76,22 +75,6 @@ func (k *kvPub) close() error {
 		return nil
 	}
 	return k.pub.Close()
-}
-
-// KVEventsAddr is the engine's KV events PUB address ("" without KVEvents).
-func (e *Engine) KVEventsAddr() string {
-	if e.kv == nil {
-		return ""
-	}
-	return e.kv.pub.Addr()
-}
-
-// KVEventsReplayAddr is the engine's KV events replay address ("" without one).
-func (e *Engine) KVEventsReplayAddr() string {
-	if e.kv == nil {
-		return ""
-	}
-	return e.kv.pub.ReplayAddr()
 }
 
 // KVBatches is how many KV event batches the engine has published.

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 

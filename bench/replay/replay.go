@@ -17,13 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
@@ -394,6 +392,3 @@ func order(v []float64, idx []int) []float64 {
 	}
 	return out
 }
-
-// FormatBeta formats a beta as arm labels do.
-func FormatBeta(b float64) string { return strconv.FormatFloat(b, 'g', -1, 64) }

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -133,14 +134,7 @@ func doubledRanks(xs []float64) ([]int, bool) {
 		idx[i] = i
 	}
 	slices.SortStableFunc(idx, func(a, b int) int {
-		aa, bb := math.Abs(xs[a]), math.Abs(xs[b])
-		switch {
-		case aa < bb:
-			return -1
-		case aa > bb:
-			return 1
-		}
-		return 0
+		return cmp.Compare(math.Abs(xs[a]), math.Abs(xs[b]))
 	})
 	out := make([]int, len(xs))
 	ties := false

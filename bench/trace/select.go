@@ -20,25 +20,6 @@ const (
 	Drop
 )
 
-// String is the rule's flag spelling.
-func (o OverLong) String() string {
-	if o == Drop {
-		return "drop"
-	}
-	return "cap"
-}
-
-// ParseOverLong reads "cap" or "drop".
-func ParseOverLong(s string) (OverLong, error) {
-	switch s {
-	case "cap":
-		return Cap, nil
-	case "drop":
-		return Drop, nil
-	}
-	return 0, fmt.Errorf("trace: over-long rule %q: pass cap (cut the prompt's tail to fit the context) or drop (leave the request out)", s)
-}
-
 // Window is a span of a trace's own clock: From inclusive, To exclusive; To 0
 // means to the end.
 type Window struct {

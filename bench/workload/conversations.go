@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -203,13 +204,7 @@ func generateConversations(cfg Config, pool *Pool, rng *rand.Rand) []Request {
 		horizon *= 2
 	}
 	slices.SortStableFunc(sends, func(a, b send) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return a.slot - b.slot
+		return cmp.Or(cmp.Compare(a.at, b.at), a.slot-b.slot)
 	})
 	convs := map[int]*conversation{}
 	out := make([]Request, cfg.Requests)

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -117,13 +118,7 @@ func generateChat(cfg Config, pool *Pool, cdf []float64, rng *rand.Rand) []Reque
 		turns = append(turns, session(cfg, pool, cdf, rng, s, t, think)...)
 	}
 	slices.SortStableFunc(turns, func(a, b turn) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.at, b.at)
 	})
 	out := make([]Request, cfg.Requests)
 	for i := range out {

@@ -8,20 +8,41 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/scoring"
 )
 
-// sweepFlags are the flags sweep, live and calibrate share: which arms and seeds, the fleet
-// and every workload parameter. Parsing writes the plain ones into the config; apply writes
-// the rest.
+// sweepFlags are the flags sweep and live share: which arms and seeds, the fleet, every
+// workload parameter and the outputs. Parsing writes the plain ones into the config; apply
+// writes the rest.
 type sweepFlags struct {
-	arms, seeds, slowdowns, hostDelays, router string
+	engineLists
+	arms, seeds, router, out string
+	csvs, progress           bool
 }
 
-// register adds the shared flags to fs, with cfg's values and the given arms and seeds as
-// defaults.
-func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, seeds, router string) {
+// engineLists are the per-engine lists as typed (-slowdowns, -host-delays), kept as text
+// until apply parses them into a config; sweep, live and tournament declare them.
+type engineLists struct {
+	slowdowns, hostDelays string
+}
+
+// apply parses the lists into cfg's Slowdowns and HostDelays, naming the flag on error.
+func (f engineLists) apply(cfg *experiment.Config) error {
+	slow, err := parseFloats(f.slowdowns)
+	if err != nil {
+		return fmt.Errorf("-slowdowns: %w", err)
+	}
+	hosts, err := parseDurations(f.hostDelays)
+	if err != nil {
+		return fmt.Errorf("-host-delays: %w", err)
+	}
+	cfg.Slowdowns, cfg.HostDelays = slow, hosts
+	return nil
+}
+
+// register adds the shared flags to fs, with cfg's values and the given arms, seeds, router
+// and results directory as defaults.
+func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, seeds, router, out string) {
 	f.arms, f.seeds = arms, seeds
 	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+"), policy:beta, or gie (GIE v1.5.0's own scheduler, virtual time only)")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
@@ -37,6 +58,9 @@ func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, se
 	fs.StringVar(&f.router, "router", f.router, "what stands in front of the engines: published (the Production Stack's Python router: stale fallback stats, 48 ms on the first token) or envoy (Envoy with this picker)")
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED, for LMCache chunk keys")
 	cfg.Workload.RegisterFlags(fs)
+	fs.StringVar(&f.out, "out", out, "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
+	fs.BoolVar(&f.csvs, "csv", true, "write the per-request CSV of every run (about 200 kB each at 500 requests)")
+	fs.BoolVar(&f.progress, "progress", true, "show progress on stderr")
 }
 
 // apply writes the parsed arms, seeds and slowdowns into cfg and validates it.
@@ -49,18 +73,13 @@ func (f *sweepFlags) apply(cfg *experiment.Config) error {
 	if err != nil {
 		return err
 	}
-	slow, err := parseFloats(f.slowdowns)
-	if err != nil {
-		return fmt.Errorf("-slowdowns: %w", err)
-	}
-	hosts, err := parseDurations(f.hostDelays)
-	if err != nil {
-		return fmt.Errorf("-host-delays: %w", err)
+	if err := f.engineLists.apply(cfg); err != nil {
+		return err
 	}
 	if cfg.Router, err = parseRouter(f.router); err != nil {
 		return err
 	}
-	cfg.Arms, cfg.Seeds, cfg.Slowdowns, cfg.HostDelays = arms, seeds, slow, hosts
+	cfg.Arms, cfg.Seeds = arms, seeds
 	return cfg.Validate()
 }
 

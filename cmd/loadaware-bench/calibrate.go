@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"strconv"
 
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -17,40 +17,35 @@ func init() {
 // runCalibrate is `loadaware-bench calibrate`: it replays the measured cells (the embedded
 // gen2 sweep or -real DIR) on every point of a grid of the fitted constants and prints the
 // points, best first, as TSV (replay.Calibrate, replay.WriteGridTSV).
-func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runCalibrate(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	real := fs.String("real", "", "directory in the published layout (empty: the embedded gen2 sweep)")
 	seeds := fs.Int("seeds", 0, "replay only each cell's first N seeds (0: all)")
 	grids := make([]*string, len(replay.FittedConstants))
 	for i, c := range replay.FittedConstants {
 		grids[i] = fs.String(c.Name, strconv.FormatFloat(c.Default, 'g', -1, 64), c.Usage+": comma-separated values to try")
 	}
-	progress := fs.Bool("progress", true, "show progress on stderr")
+	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	values := make([][]float64, len(grids))
 	for i, g := range grids {
 		v, err := parseFloats(*g)
 		if err != nil || len(v) == 0 {
-			fmt.Fprintf(stderr, "loadaware-bench calibrate: -%s %q: give comma-separated numbers\n", replay.FittedConstants[i].Name, *g)
-			return 2
+			return usagef("-%s %q: give comma-separated numbers", replay.FittedConstants[i].Name, *g)
 		}
 		values[i] = v
 	}
-	data, code, err := measuredCells(*real, "", *seeds)
+	data, err := measuredCells(*real, "", *seeds)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench calibrate: %v\n", err)
-		return code
+		return err
 	}
-	bar := newProgressBar(stderr, "calibrate", *progress)
-	pts, err := replay.Calibrate(ctx, data, values, bar.update)
-	bar.finish()
+	bar := progress.New(stderr, "calibrate", *showProgress)
+	pts, err := replay.Calibrate(ctx, data, values, bar.Update)
+	bar.Finish()
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench calibrate: %v\n", err)
-		return 1
+		return err
 	}
 	replay.WriteGridTSV(stdout, pts)
-	return 0
+	return nil
 }

@@ -7,10 +7,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
-	"github.com/loadaware/loadaware-epp/bench/analysis"
 )
 
 func init() {
@@ -18,9 +17,7 @@ func init() {
 }
 
 // runCompare is `loadaware-bench compare CANDIDATE BASELINE -metric M`.
-func runCompare(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runCompare(_ context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var names []string
 	for _, m := range analysis.Metrics {
 		names = append(names, analysis.FlagName(m.Name))
@@ -34,41 +31,35 @@ func runCompare(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return 2
+		return errFlags
 	}
 	if len(pos) != 2 {
-		fmt.Fprintf(stderr, "loadaware-bench compare: want two arms, CANDIDATE and BASELINE (e.g. loadaware-b1 kvaware); got %d arguments\n", len(pos))
-		return 2
+		return usagef("want two arms, CANDIDATE and BASELINE (e.g. loadaware-b1 kvaware); got %d arguments", len(pos))
 	}
 	met, ok := analysis.MetricByFlag(*metric)
 	if !ok {
-		fmt.Fprintf(stderr, "loadaware-bench compare: unknown metric %q: use one of %s\n", *metric, strings.Join(names, ", "))
-		return 2
+		return usagef("unknown metric %q: use one of %s", *metric, strings.Join(names, ", "))
 	}
 	if capture.IsCapture(*dir) {
 		cells, err := capture.Load(*dir)
 		if err != nil {
-			fmt.Fprintf(stderr, "loadaware-bench compare: %v\n", err)
-			return 1
+			return err
 		}
 		c, err := analysis.CompareCells(cells, pos[0], pos[1], met)
 		if err != nil {
-			fmt.Fprintf(stderr, "loadaware-bench compare: %v\n", err)
-			return 1
+			return err
 		}
 		c.WriteText(stdout, *dir, "capture", *alpha)
-		return 0
+		return nil
 	}
 	res, meta, err := experiment.Load(*dir)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench compare: %v\n", err)
-		return 1
+		return err
 	}
 	c, err := analysis.CompareArms(res, pos[0], pos[1], met)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench compare: %v\n", err)
-		return 1
+		return err
 	}
 	c.WriteText(stdout, *dir, meta.Mode, *alpha)
-	return 0
+	return nil
 }

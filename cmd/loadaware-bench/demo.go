@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"time"
 
@@ -15,10 +14,8 @@ func init() {
 }
 
 // runDemo is `loadaware-bench demo` (bench/demo).
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var c demo.Config
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.Arms, "arms", "kvaware,loadaware-b1,latencyaware", "arms to run in turn (names as in sweep -arms)")
 	fs.IntVar(&c.Requests, "requests", 100, "live requests per arm")
 	fs.Float64Var(&c.Rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
@@ -33,11 +30,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.Hold, "hold", false, "after the last arm's requests, print the results and keep its picker, gateway and engines up (send your own traffic, watch /metrics) until interrupted")
 	fs.StringVar(&c.Cache, "cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	if err := demo.Run(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench demo: %v\n", err)
-		return 1
+		return err
 	}
-	return 0
+	return nil
 }

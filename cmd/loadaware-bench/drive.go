@@ -15,6 +15,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/drive"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/openai"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/trace"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
@@ -25,9 +26,7 @@ func init() {
 
 // runDrive is `loadaware-bench drive`: one cell per arm, written under -out in the layout
 // `replay -real` and `compare` read.
-func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runDrive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	target := fs.String("target", "", "the OpenAI-compatible base URL to send to (your gateway), e.g. http://10.0.0.5:8080")
 	wl := fs.String("workload", "published", "published, a shipped profile ("+strings.Join(workload.ShippedProfiles(), ", ")+") or a workload file (JSON or YAML)")
 	traceName := fs.String("trace", "", "replay a Mooncake-format trace instead of -workload: a file, or "+strings.Join(trace.Names(), ", "))
@@ -50,27 +49,26 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on one request, from its sending to its last token")
 	timeCap := fs.Duration("time-cap", time.Hour, "bound on the whole drive; a drive stopped by it (or by Ctrl-C) keeps the seeds it finished")
 	maxInFlight := fs.Int("max-in-flight", 4096, "requests in flight at once")
-	progress := fs.Bool("progress", true, "show progress on stderr")
+	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
-	fail := func(format string, a ...any) int { fmt.Fprintf(stderr, "drive: "+format+"\n", a...); return 2 }
 	if *target == "" {
-		return fail("pass -target URL: the OpenAI-compatible base URL of your gateway")
+		return usagef("pass -target URL: the OpenAI-compatible base URL of your gateway")
 	}
 	if *engines == "" && *prom == "" {
-		return fail("pass -engines URL,... (drive scrapes their /metrics) or -prometheus URL: imbalance needs the engines' running counts")
+		return usagef("pass -engines URL,... (drive scrapes their /metrics) or -prometheus URL: imbalance needs the engines' running counts")
 	}
 	if *prompt != "text" && *prompt != "ids" {
-		return fail("-prompt %q: pass text or ids", *prompt)
+		return usagef("-prompt %q: pass text or ids", *prompt)
 	}
 	seeds, err := experiment.ParseSeeds(*seedsFlag)
 	if err != nil {
-		return fail("-seeds: %v", err)
+		return usagef("-seeds: %v", err)
 	}
 	arms, err := driveArms(*armsFlag, *admin != "")
 	if err != nil {
-		return fail("%v", err)
+		return usageError{err}
 	}
 	var src drive.Source
 	if *traceName != "" {
@@ -79,7 +77,7 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		src, err = drive.WorkloadSource(*wl, *requests)
 	}
 	if err != nil {
-		return fail("%v", err)
+		return usageError{err}
 	}
 	ctx, cancel := contextWithCap(ctx, *timeCap)
 	defer cancel()
@@ -90,7 +88,7 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, arm := range arms {
 		if *admin != "" {
 			if err := drive.SwitchPolicy(ctx, httpc, *admin, token, arm.policy, arm.beta); err != nil {
-				return fail("%v", err)
+				return err
 			}
 		}
 		cold := false // without a reset the engines keep every earlier cell's caches
@@ -109,39 +107,38 @@ func runDrive(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if *warmup > 0 {
 			w, err := src.Seed(0)
 			if err != nil {
-				return fail("warm-up: %v", err)
+				return fmt.Errorf("warm-up: %v", err)
 			}
 			cell.Warmup = w[:min(*warmup, len(w))]
 		}
 		for _, s := range seeds {
 			reqs, err := src.Seed(s)
 			if err != nil {
-				return fail("seed %d: %v", s, err)
+				return fmt.Errorf("seed %d: %v", s, err)
 			}
 			cell.Seeds = append(cell.Seeds, drive.Seed{Seed: int(s), Requests: reqs})
 		}
 		metrics, stopScrape, err := drive.Metrics(ctx, httpc, strings.Split(*engines, ","), *prom, *scrapeEvery)
 		if err != nil {
-			return fail("%v", err)
+			return err
 		}
-		bar := newProgressBar(stderr, "drive "+arm.label, *progress)
+		bar := progress.New(stderr, "drive "+arm.label, *showProgress)
 		sums, err := drive.RunCell(ctx, cell, send, drive.Limits{RequestTimeout: *timeout, MaxInFlight: *maxInFlight}, metrics, bar.UpdateFailed)
-		bar.finish()
+		bar.Finish()
 		stopScrape()
 		for _, sm := range sums {
 			fmt.Fprintf(stdout, "%s seed %d: TTFT p95 %v s, imbalance %v\n", arm.label, sm.Seed, sm.TTFTP95, sm.Imbalance)
 		}
 		if errors.Is(err, drive.ErrStopped) {
-			fmt.Fprintf(stderr, "\ndrive: stopped; %s holds the seeds finished before\n", cell.Dir)
-			return 1
+			return fmt.Errorf("stopped; %s holds the seeds finished before", cell.Dir)
 		}
 		if err != nil {
-			return fail("%v", err)
+			return err
 		}
 		fmt.Fprintf(stdout, "%s: %d seeds recorded in %s\n", arm.label, len(seeds), cell.Dir)
 	}
 	fmt.Fprintf(stdout, "read them with: loadaware-bench replay -real %s\n", *out)
-	return 0
+	return nil
 }
 
 func contextWithCap(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {

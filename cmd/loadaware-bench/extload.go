@@ -15,8 +15,11 @@ import (
 
 func init() {
 	register(command{name: "extload", summary: "open-loop ext_proc load on the picker beside a do-nothing and a pass-through ext_proc server: latency and CPU ratios", run: runExtload})
-	register(command{name: extloadServerName, summary: "(started by extload) one ext_proc server in its own process, on loopback", run: func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-		return extload.ServerMain(ctx, extloadServerName, args, os.Stdin, stdout, stderr)
+	register(command{name: extloadServerName, summary: "(started by extload) one ext_proc server in its own process, on loopback", run: func(ctx context.Context, _ *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+		if code := extload.ServerMain(ctx, extloadServerName, args, os.Stdin, stdout, stderr); code != 0 {
+			return exitCode(code)
+		}
+		return nil
 	}})
 }
 
@@ -26,10 +29,8 @@ const extloadServerName = "extload-server"
 // os.Executable in tests) dispatches on it in TestMain.
 const extloadChildEnv = "LOADAWARE_BENCH_EXTLOAD_SERVER"
 
-func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runExtload(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var c extload.Config
-	fs := flag.NewFlagSet("extload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	rates := fs.String("rates", "500,1000,2000", "open-loop rates, requests/s, each run against both servers")
 	fs.IntVar(&c.Rounds, "rounds", 1, "times the rates are run (servers alternating first); each server's windows at a rate are pooled, and 3 or more give the p99 ratio a bootstrap interval over them")
 	fs.DurationVar(&c.Duration, "duration", 3*time.Second, "measured window per rate, server and round")
@@ -58,26 +59,22 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&c.FeedEvents, "lmcache-batch", 7, "KV admit events per LMCache batch (1 to 50; 7 is one 1,578-token prompt's chunks of 256)")
 	fs.DurationVar(&c.CPUTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	c.NoScores = !*scores
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "loadaware-bench extload: unexpected argument %q: every setting is a flag (-h lists them)\n", fs.Arg(0))
-		return 2
+		return usagef("unexpected argument %q: every setting is a flag (-h lists them)", fs.Arg(0))
 	}
 	var err error
 	if c.Rates, err = parseRates(*rates); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench extload: %v\n", err)
-		return 2
+		return usageError{err}
 	}
 	if err := c.Check(); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench extload: %v\n", err)
-		return 2
+		return usageError{err}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench extload: find this program to start the servers: %v\n", err)
-		return 1
+		return fmt.Errorf("find this program to start the servers: %v", err)
 	}
 	c.Server = func(ctx context.Context, args []string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, exe, append([]string{extloadServerName}, args...)...)
@@ -85,8 +82,7 @@ func runExtload(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return cmd
 	}
 	if err := extload.Benchmark(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench extload: %v\n", err)
-		return 1
+		return err
 	}
-	return 0
+	return nil
 }

@@ -30,7 +30,7 @@ func TestExtloadReportsEveryServerAndTheRatios(t *testing.T) {
 	// the generator's flight recordings are written after it.
 	args := []string{"-rates", "200,300", "-rounds", "3", "-duration", "100ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048",
 		"-stall", "1ns", "-server-flight", flights}
-	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
+	if code := run(context.Background(), append([]string{"extload"}, args...), &out, &errOut); code != 0 {
 		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	s := out.String()
@@ -89,7 +89,7 @@ func TestExtloadFeedsThePickerLMCacheEventsWithoutLoss(t *testing.T) {
 	var out, errOut bytes.Buffer
 	args := []string{"-rates", "200", "-rounds", "2", "-duration", "150ms", "-warmup", "50ms", "-progress=false", "-body-bytes", "2048",
 		"-lmcache-rate", "400", "-lmcache-batch", "4"}
-	if code := runExtload(context.Background(), args, &out, &errOut); code != 0 {
+	if code := run(context.Background(), append([]string{"extload"}, args...), &out, &errOut); code != 0 {
 		t.Fatalf("extload exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	s := out.String()
@@ -136,7 +136,7 @@ func TestExtloadRefusesBadFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if code := runExtload(context.Background(), tt.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tt.wantErr) {
+			if code := run(context.Background(), append([]string{"extload"}, tt.args...), &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tt.wantErr) {
 				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), tt.wantErr)
 			}
 		})
@@ -150,7 +150,7 @@ func TestExtloadSaysWhenItCannotKeepRecordings(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	args := []string{"-server-flight", filepath.Join(file, "flights"), "-rates", "100", "-duration", "10ms", "-progress=false"}
-	if code := runExtload(context.Background(), args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "pass a directory this user can create or write") {
+	if code := run(context.Background(), append([]string{"extload"}, args...), &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "pass a directory this user can create or write") {
 		t.Fatalf("exit %d, stderr %q; want 1 and what to pass", code, errOut.String())
 	}
 }

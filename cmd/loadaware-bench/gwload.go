@@ -18,10 +18,8 @@ func init() {
 	register(command{name: "gwload", summary: "measure the rate the gateway + picker sustain with p99 added latency under a limit", run: runGWLoad})
 }
 
-func runGWLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runGWLoad(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var c gwload.Config
-	fs := flag.NewFlagSet("gwload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	rates := fs.String("rates", "250,500,1000,1500,2000,3000", "open-loop rates to try in turn, requests/s")
 	fs.DurationVar(&c.Duration, "duration", 2*time.Second, "send window per rate")
 	fs.IntVar(&c.Sequential, "sequential", 1000, "one-at-a-time requests measured first (the unloaded round trip)")
@@ -34,31 +32,27 @@ func runGWLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Uint64Var(&c.Seed, "seed", 1, "arrival-time seed")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	var err error
 	if c.Rates, err = parseRates(*rates); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench gwload: %v\n", err)
-		return 2
+		return usageError{err}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
-			fmt.Fprintf(stderr, "loadaware-bench gwload: %v\n", err)
-			return 1
+			return err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "loadaware-bench gwload: start the CPU profile: %v\n", err)
-			return 1
+			return fmt.Errorf("start the CPU profile: %v", err)
 		}
 		defer pprof.StopCPUProfile()
 	}
 	if err := gwload.Run(ctx, c, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench gwload: %v\n", err)
-		return 1
+		return err
 	}
-	return 0
+	return nil
 }
 
 func parseRates(s string) ([]float64, error) {

@@ -101,6 +101,13 @@ func TestDemoHoldKeepsThePickerUp(t *testing.T) {
 	if after := decisions(t, held[1]); after != before+1 {
 		t.Errorf("decisions %v after one more request, want %v", after, before+1)
 	}
+	stopHeldDemo(t, cancel, code, errOut)
+}
+
+// stopHeldDemo interrupts a demo started by startHeldDemo (cancel is its context's) and
+// fails t unless it exits 0 within a minute.
+func stopHeldDemo(t *testing.T, cancel context.CancelFunc, code chan int, errOut *bytes.Buffer) {
+	t.Helper()
 	cancel()
 	select {
 	case c := <-code:

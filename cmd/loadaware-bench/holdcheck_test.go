@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestDemoHoldPassesCheck points loadaware-epp check, as the hold message prints it, at the
@@ -57,13 +56,5 @@ func TestDemoHoldPassesCheck(t *testing.T) {
 	if rows < 10 || t.Failed() {
 		t.Fatalf("%d rows:\n%s", rows, table)
 	}
-	cancel()
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("demo -hold exit %d after the interrupt:\n%s", c, errOut.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("demo -hold did not stop within a minute of the interrupt")
-	}
+	stopHeldDemo(t, cancel, code, errOut)
 }

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/analysis"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/live"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
@@ -23,17 +23,12 @@ func init() {
 // runLive is `loadaware-bench live`: each (arm, seed) through live engines, the real picker
 // and the gateway, one after another, with the same outputs as sweep, and (by default) the
 // same arms and seeds in virtual time beside them.
-func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runLive(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	cfg := experiment.DefaultConfig()
-	fs := flag.NewFlagSet("live", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var sf sweepFlags
-	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy)
-	out := fs.String("out", "bench-live", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
-	csvs := fs.Bool("csv", true, "write the per-request CSV of every run")
+	sf.register(fs, &cfg, "kvaware,loadaware-b1", "1", routerEnvoy, "bench-live")
 	twins := fs.Bool("vtime", true, "also run every arm and seed in virtual time and report both")
 	timeout := fs.Duration("timeout", 0, "bound on one seed's run from its first send (0: its send window plus 2 minutes)")
-	progress := fs.Bool("progress", true, "show progress on stderr")
 	verbose := fs.Bool("v", false, "show the picker's, the gateway's and the engines' logs on stderr")
 	replicas := fs.Int("replicas", 1, "picker replicas, each with its own gateway; requests spread over them in turn (docs/replicas.md)")
 	naive := fs.Bool("naive", false, "with -replicas > 1: no shared state (each replica sees its own engines' LMCache messages and its own bookings)")
@@ -42,19 +37,16 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	showReplicas := fs.Bool("replica-stats", false, "print the shared-state line (decision latency, traffic) even for one replica")
 	cache := fs.String("cache-source", "lmcache", "the picker's cache source: lmcache, or vllm-events / both (the engines also publish vLLM KV events; needs -warmup 0)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	if err := sf.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench live: %v\n", err)
-		return 2
+		return usageError{err}
 	}
 	if *replicas < 1 || *replicas > 16 {
-		fmt.Fprintf(stderr, "loadaware-bench live: -replicas %d: use 1 to 16\n", *replicas)
-		return 2
+		return usagef("-replicas %d: use 1 to 16", *replicas)
 	}
 	if *killHalf && *replicas < 2 {
-		fmt.Fprintf(stderr, "loadaware-bench live: -kill-half needs -replicas 2 or more\n")
-		return 2
+		return usagef("-kill-half needs -replicas 2 or more")
 	}
 	cfg.Workers = 1
 	logLevel := slog.LevelError + 4
@@ -65,19 +57,18 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	start := time.Now()
 	res := experiment.Results{Config: cfg}
-	meta := experiment.Meta{Mode: experiment.ModeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !*csvs}
+	meta := experiment.Meta{Mode: experiment.ModeLive, Command: strings.TrimSpace("loadaware-bench live " + strings.Join(args, " ")), Workers: 1, NoCSVs: !sf.csvs}
 	for _, arm := range cfg.Arms {
 		for _, seed := range cfg.Seeds {
-			bar := newProgressBar(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), *progress)
-			lo := live.Options{WarmUp: vtime.WarmUp, Timeout: *timeout, Progress: bar.update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
+			bar := progress.New(stderr, fmt.Sprintf("live %s seed %d", arm.Name, seed), sf.progress)
+			lo := live.Options{WarmUp: vtime.WarmUp, Timeout: *timeout, Progress: bar.Update, Logger: log, CacheSource: *cache, Replicas: *replicas, Naive: *naive, FailOpen: *failOpen}
 			if *killHalf {
 				lo.KillAt = cfg.Workload.Requests / 2
 			}
 			r, err := live.Run(ctx, cfg, arm, seed, lo)
-			bar.finish()
+			bar.Finish()
 			if err != nil {
-				fmt.Fprintf(stderr, "loadaware-bench live: %s seed %d: %v\n", arm.Name, seed, err)
-				return 1
+				return fmt.Errorf("%s seed %d: %v", arm.Name, seed, err)
 			}
 			res.Runs = append(res.Runs, r.Run)
 			if *replicas > 1 || *showReplicas {
@@ -88,21 +79,19 @@ func runLive(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if *twins {
 				t, err := vtime.RunOne(ctx, cfg, arm, seed)
 				if err != nil {
-					fmt.Fprintf(stderr, "loadaware-bench live: %s seed %d in virtual time: %v\n", arm.Name, seed, err)
-					return 1
+					return fmt.Errorf("%s seed %d in virtual time: %v", arm.Name, seed, err)
 				}
 				meta.Reference = append(meta.Reference, t)
 			}
 		}
 	}
 	meta.Wall = time.Since(start)
-	if _, err := analysis.WriteAll(*out, res, meta, true); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench live: %v\n", err)
-		return 1
+	if _, err := analysis.WriteAll(sf.out, res, meta, true); err != nil {
+		return err
 	}
 	analysis.WriteTwinsText(stdout, res.Runs, meta)
-	fmt.Fprintf(stdout, "%d live runs in %.1f s\nreport: %s\n", len(res.Runs), meta.Wall.Seconds(), reportPath(*out))
-	return 0
+	fmt.Fprintf(stdout, "%d live runs in %.1f s\nreport: %s\n", len(res.Runs), meta.Wall.Seconds(), reportPath(sf.out))
+	return nil
 }
 
 // printReplicaStats writes one line of a run's shared-state figures.

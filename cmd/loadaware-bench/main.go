@@ -16,6 +16,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,12 +26,30 @@ import (
 	"syscall"
 )
 
-// command is one subcommand: run gets the arguments after its name and returns the exit code.
+// command is one subcommand. run gets a flag set named after the command, writing to stderr,
+// and the arguments after the name. It returns nil for exit code 0; a usageError (usagef)
+// or another error, which the dispatcher prints after "loadaware-bench NAME: " and exits 2
+// or 1; or an exitCode, whose code the dispatcher returns without printing (the flag set, or
+// the command, has said what went wrong).
 type command struct {
 	name    string
 	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+	run     func(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 }
+
+// usageError is an error in the command line: exit code 2.
+type usageError struct{ error }
+
+// usagef is a usageError with a formatted message.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// exitCode is an exit code whose reason has been printed.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit code %d", int(c)) }
+
+// errFlags is the exit of a command whose flags did not parse (the flag set printed why).
+const errFlags = exitCode(2)
 
 var commands = map[string]command{}
 
@@ -65,7 +85,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadaware-bench: unknown command %q\n%s", name, usage())
 		return 2
 	}
-	return c.run(ctx, rest, stdout, stderr)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	err := c.run(ctx, fs, rest, stdout, stderr)
+	var code exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	}
+	fmt.Fprintf(stderr, "loadaware-bench %s: %v\n", name, err)
+	if errors.As(err, &usageError{}) {
+		return 2
+	}
+	return 1
 }
 
 func usage() string {

@@ -15,30 +15,26 @@ func init() {
 }
 
 // runReport is `loadaware-bench report DIR`.
-func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runReport(_ context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: loadaware-bench report DIR\n\nRewrites DIR/REPORT.md, DIR/figures, DIR/seeds.csv and the per-request CSVs from DIR/%s (written by sweep or live).\n", experiment.FileName)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return 2
+		return errFlags
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return 2
+		return errFlags
 	}
 	res, meta, err := experiment.Load(pos[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench report: %v\n", err)
-		return 1
+		return err
 	}
 	a, err := analysis.WriteAll(pos[0], res, meta, true)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench report: %v\n", err)
-		return 1
+		return err
 	}
 	fmt.Fprintf(stdout, "%d runs (%s); calibration reproduced: %v\nreport: %s\n", len(res.Runs), meta.Mode, a.Reproduced, reportPath(pos[0]))
-	return 0
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 )
 
@@ -18,9 +19,7 @@ func init() {
 }
 
 // runReplay is `loadaware-bench replay [-real DIR] [-json FILE] [-cells a,b]`.
-func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runReplay(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	real := fs.String("real", "", "directory in the published layout (cell directories with driver-seed*.csv, prom/*.json, run.json, window.env); empty: the embedded published gen2 sweep")
 	jsonOut := fs.String("json", "", "also write the whole comparison as JSON to this file")
 	cells := fs.String("cells", "", "comma-separated arm labels or cell directory names to replay (default: all)")
@@ -33,48 +32,43 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "loadaware-bench replay: unexpected argument %q: the directory goes after -real\n", fs.Arg(0))
-		return 2
+		return usagef("unexpected argument %q: the directory goes after -real", fs.Arg(0))
 	}
-	data, code, err := measuredCells(*real, *cells, *seeds)
+	data, err := measuredCells(*real, *cells, *seeds)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
-		return code
+		return err
 	}
 	opt := replay.DefaultOptions()
 	opt.Baseline, opt.Workers = *baseline, *workers
-	bar := newProgressBar(stderr, "replay", !*quiet)
-	opt.Progress = func(done, total int, _ string) { bar.update(done, total) }
+	bar := progress.New(stderr, "replay", !*quiet)
+	opt.Progress = func(done, total int, _ string) { bar.Update(done, total) }
 	rep, err := replay.Run(ctx, data, opt)
-	bar.finish()
+	bar.Finish()
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
-		return 1
+		return err
 	}
 	if err := rep.WriteText(stdout); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
-		return 1
+		return err
 	}
 	if *jsonOut != "" {
 		if err := experiment.WriteFile(*jsonOut, rep.WriteJSON); err != nil {
-			fmt.Fprintf(stderr, "loadaware-bench replay: %v\n", err)
-			return 1
+			return err
 		}
 		fmt.Fprintf(stdout, "\nEverything above, per seed, as JSON: `%s`.\n", filepath.Base(*jsonOut))
 	}
-	return 0
+	return nil
 }
 
 // measuredCells loads real (a directory in the published layout; "" is the embedded gen2
 // sweep), keeps the cells named in cells (comma-separated arm labels or directory names;
-// "" keeps all) and each cell's first seeds seeds (0 keeps all). On error it returns the
-// exit code: 2 for a bad flag, 1 for data that cannot be read.
-func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) {
+// "" keeps all) and each cell's first seeds seeds (0 keeps all). A bad flag is a
+// usageError; data that cannot be read another error.
+func measuredCells(real, cells string, seeds int) (capture.Compact, error) {
 	if seeds < 0 {
-		return capture.Compact{}, 2, fmt.Errorf("-seeds %d: use 0 (all) or a positive count", seeds)
+		return capture.Compact{}, usagef("-seeds %d: use 0 (all) or a positive count", seeds)
 	}
 	var data capture.Compact
 	var err error
@@ -84,7 +78,7 @@ func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) 
 		data, err = capture.BuildCompact(real)
 	}
 	if err != nil {
-		return data, 1, err
+		return data, err
 	}
 	var names []string
 	if cells != "" {
@@ -92,7 +86,7 @@ func measuredCells(real, cells string, seeds int) (capture.Compact, int, error) 
 	}
 	data, err = data.Select(names, seeds)
 	if err != nil {
-		return data, 2, fmt.Errorf("-cells %s %w", cells, err)
+		return data, usagef("-cells %s %w", cells, err)
 	}
-	return data, 0, nil
+	return data, nil
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/analysis"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-	"github.com/loadaware/loadaware-epp/picker"
-
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
+	"github.com/loadaware/loadaware-epp/picker"
 )
 
 func init() {
@@ -22,59 +22,50 @@ func init() {
 
 // runSweep is `loadaware-bench sweep`: the published sweep (7 arms x 20 seeds x 500
 // requests) by default, every parameter a flag.
-func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runSweep(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	cfg := experiment.DefaultConfig()
-	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var sf sweepFlags
-	sf.register(fs, &cfg, "all", "1-20", routerPublished)
-	out := fs.String("out", "bench-results", "results directory: REPORT.md, figures/, seeds.csv, runs/<arm>/seed-NN.csv, "+experiment.FileName)
-	csvs := fs.Bool("csv", true, "write the per-request CSV of every run (about 200 kB each)")
+	sf.register(fs, &cfg, "all", "1-20", routerPublished, "bench-results")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel (results do not depend on it)")
 	save := fs.Bool("save", true, "save every run in "+experiment.FileName+" (about 5 MB for the full sweep) for compare and report")
-	progress := fs.Bool("progress", true, "show progress on stderr")
 	fs.StringVar(&cfg.CacheSource, "cache-source", picker.SourceLMCache, "what the picker learns the engines' caches from: lmcache, vllm-events (the CPU tiers published as vLLM KV events) or both")
 	alsoEnvoy := fs.Bool("also-envoy", false, "then run the same sweep behind Envoy and this picker (-router envoy) and add its tables to REPORT.md")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return errFlags
 	}
 	if err := sf.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
-		return 2
+		return usageError{err}
 	}
-	bar := newProgressBar(stderr, "sweep", *progress)
+	bar := progress.New(stderr, "sweep", sf.progress)
 	start := time.Now()
-	res, err := vtime.RunSweep(ctx, cfg, bar.update)
-	bar.finish()
+	res, err := vtime.RunSweep(ctx, cfg, bar.Update)
+	bar.Finish()
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
-		return 1
+		return err
 	}
 	wall := time.Since(start)
-	a, err := analysis.WriteAll(*out, res, experiment.Meta{Mode: experiment.ModeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
-		Wall: wall, Workers: cfg.Workers, NoCSVs: !*csvs}, *save)
+	a, err := analysis.WriteAll(sf.out, res, experiment.Meta{Mode: experiment.ModeVirtual, Command: strings.TrimSpace("loadaware-bench sweep " + strings.Join(args, " ")),
+		Wall: wall, Workers: cfg.Workers, NoCSVs: !sf.csvs}, *save)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench sweep: %v\n", err)
-		return 1
+		return err
 	}
 	fmt.Fprintf(stdout, "%d runs (%d arms x %d seeds x %d requests; %s) in %.1f s with %d workers; calibration reproduced: %v\nreport: %s\n",
-		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.ProtocolText(), wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(*out))
+		len(res.Runs), len(cfg.Arms), len(cfg.Seeds), cfg.Workload.Requests, cfg.ProtocolText(), wall.Seconds(), cfg.Workers, a.Reproduced, reportPath(sf.out))
 	if *alsoEnvoy {
 		ecfg := cfg
 		ecfg.Router = experiment.EnvoyRouter()
-		bar := newProgressBar(stderr, "sweep behind Envoy", *progress)
-		eres, err := vtime.RunSweep(ctx, ecfg, bar.update)
-		bar.finish()
+		bar := progress.New(stderr, "sweep behind Envoy", sf.progress)
+		eres, err := vtime.RunSweep(ctx, ecfg, bar.Update)
+		bar.Finish()
 		if err == nil {
-			err = analysis.AppendEnvoySection(reportPath(*out), eres)
+			err = analysis.AppendEnvoySection(reportPath(sf.out), eres)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "loadaware-bench sweep: behind Envoy: %v\n", err)
-			return 1
+			return fmt.Errorf("behind Envoy: %v", err)
 		}
-		fmt.Fprintf(stdout, "the same sweep behind Envoy and this picker: added to %s\n", reportPath(*out))
+		fmt.Fprintf(stdout, "the same sweep behind Envoy and this picker: added to %s\n", reportPath(sf.out))
 	}
-	return 0
+	return nil
 }
 
 func reportPath(dir string) string { return strings.TrimSuffix(dir, "/") + "/REPORT.md" }

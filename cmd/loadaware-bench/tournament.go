@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
+	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/tournament"
 	"github.com/loadaware/loadaware-epp/bench/trace"
 	"github.com/loadaware/loadaware-epp/bench/workload"
@@ -25,9 +25,7 @@ func init() {
 
 // runTournament is `loadaware-bench tournament [-profiles a,b] [-arms ...] [-seeds N|A-B]
 // [-json FILE] [-out FILE.md] [-workers N] [-quiet]` plus the profile overrides.
-func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tournament", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runTournament(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	profiles := fs.String("profiles", "all", "profiles, comma-separated: all, or any of "+strings.Join(tournament.ProfileNames(), ", ")+"; run only when named: "+strings.Join(tournament.ExtraNames(), ", "))
 	arms := fs.String("arms", "all", "arms, comma-separated: all (every policy but session, loadaware at beta 0, 0.5, 1 and 2, and gie), or names as in sweep (kvaware, loadaware-b1, a policy, policy:beta, gie), a policy's ending in +residency to weigh the engines' LoRA adapters")
 	seeds := fs.String("seeds", "1-20", "seeds, the same for every profile and arm: N, A-B or a comma-separated list (the published profile has the measured seeds 1-20)")
@@ -50,67 +48,59 @@ func runTournament(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "usage: loadaware-bench tournament [flags]\n\nRuns every arm on every profile (one cell per profile and arm under the published cell protocol, behind\nEnvoy and this picker), paired by seed, and writes a report: per-profile tables, paired tests against the\nbest other arm, and a summary figure. Fleet and workload flags override the selected profiles' values;\nunset, each profile keeps its own (the defaults shown are the published workload's).\n\n")
 			fs.PrintDefaults()
-			return 0
+			return nil
 		}
-		return 2
+		return errFlags
 	}
 	src.profiles, src.seeds = *profiles, *seeds
 	cfg, err := tournamentConfig(fs, of.names, src, *arms, *workers, *sample)
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
-		return 2
+		return usageError{err}
 	}
 	if *out == "" {
-		fmt.Fprintln(stderr, "loadaware-bench tournament: -out is empty: name the markdown report, e.g. -out tournament.md")
-		return 2
+		return usagef("-out is empty: name the markdown report, e.g. -out tournament.md")
 	}
 	if *ladder != "" {
 		return runLadder(ctx, cfg, src.workload, *ladder, *out, *jsonOut, *quiet, args, stdout, stderr)
 	}
-	bar := newProgressBar(stderr, "tournament", !*quiet)
-	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
+	bar := progress.New(stderr, "tournament", !*quiet)
+	cfg.Progress = func(done, total int, _, _ string) { bar.Update(done, total) }
 	start := time.Now()
 	res, err := tournament.Run(ctx, cfg)
-	bar.finish()
+	bar.Finish()
 	if err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
-		return 1
+		return err
 	}
 	wall := time.Since(start)
 	if err := tournament.WriteFiles(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
-		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
-		return 1
+		return err
 	}
 	fmt.Fprintf(stdout, "%d cells (%d profiles x %d arms x %d seeds) in %.1f s with %d workers\nreport: %s\n",
 		len(cfg.Profiles)*len(cfg.Arms), len(cfg.Profiles), len(cfg.Arms), len(cfg.Seeds), wall.Seconds(), cfg.Workers, *out)
-	return 0
+	return nil
 }
 
 // runLadder is -ladder: the knee report of the one -workload profile in cfg.
 // It measures the fleet's capacity (tournament.Capacity, offered the larger
 // of CapacityOverload times the profile's rate and the published ladder's
 // top), chooses the rates, runs the arms at each and writes the report.
-func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, jsonOut string, quiet bool, args []string, stdout, stderr io.Writer) int {
-	fail := func(code int, err error) int {
-		fmt.Fprintf(stderr, "loadaware-bench tournament: %v\n", err)
-		return code
-	}
+func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, jsonOut string, quiet bool, args []string, stdout, stderr io.Writer) error {
 	if wl == "" {
-		return fail(2, errors.New("-ladder runs one workload's rates: pass -workload FILE|NAME too"))
+		return usagef("-ladder runs one workload's rates: pass -workload FILE|NAME too")
 	}
 	f, err := workload.Resolve(wl)
 	if err != nil {
-		return fail(2, fmt.Errorf("-workload: %w", err))
+		return usagef("-workload: %w", err)
 	}
 	k := tournament.Knee{Name: cfg.Profiles[0].Name, Source: f.Source}
 	var given []float64
 	if ladder == "published" {
 		if f.Ladder == nil {
-			return fail(2, fmt.Errorf("-ladder published: the workload %s has no ladder key: add one to the file or pass -ladder R1,R2,... req/s", k.Name))
+			return usagef("-ladder published: the workload %s has no ladder key: add one to the file or pass -ladder R1,R2,... req/s", k.Name)
 		}
 		k.Published = f.Ladder
 	} else if given, err = parseFloats(ladder); err != nil || len(given) == 0 || !slices.IsSorted(given) || slices.ContainsFunc(given, func(x float64) bool { return !(x > 0) }) {
-		return fail(2, fmt.Errorf("-ladder %q: use published or ascending positive rates in req/s, e.g. 0.1,0.2,0.4", ladder))
+		return usagef("-ladder %q: use published or ascending positive rates in req/s, e.g. 0.1,0.2,0.4", ladder)
 	}
 	prof := cfg.Profiles[0]
 	k.Offered = tournament.CapacityOverload * prof.Fleet.Workload.Rate
@@ -119,7 +109,7 @@ func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, json
 	}
 	start := time.Now()
 	if k.Capacity, err = tournament.Capacity(ctx, prof, k.Offered, cfg.SampleInterval); err != nil {
-		return fail(1, fmt.Errorf("-ladder: measuring the fleet's capacity: %w", err))
+		return fmt.Errorf("-ladder: measuring the fleet's capacity: %w", err)
 	}
 	k.Rates, k.Scale = given, 1
 	if k.Published != nil {
@@ -127,22 +117,22 @@ func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, json
 	}
 	cfg.Profiles = tournament.LadderProfiles(prof, k.Rates)
 	if err := cfg.Validate(); err != nil {
-		return fail(2, err)
+		return usageError{err}
 	}
-	bar := newProgressBar(stderr, "ladder", !quiet)
-	cfg.Progress = func(done, total int, _, _ string) { bar.update(done, total) }
+	bar := progress.New(stderr, "ladder", !quiet)
+	cfg.Progress = func(done, total int, _, _ string) { bar.Update(done, total) }
 	res, err := tournament.Run(ctx, cfg)
-	bar.finish()
+	bar.Finish()
 	if err != nil {
-		return fail(1, err)
+		return err
 	}
 	wall := time.Since(start)
 	if err := tournament.WriteKneeFiles(res, k, out, jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
-		return fail(1, err)
+		return err
 	}
 	fmt.Fprintf(stdout, "ladder of %d rates x %d arms x %d seeds (capacity %.3g req/s) in %.1f s with %d workers\nreport: %s\n",
 		len(k.Rates), len(cfg.Arms), len(cfg.Seeds), k.Capacity, wall.Seconds(), cfg.Workers, out)
-	return 0
+	return nil
 }
 
 // profileSource is what the tournament runs: -profiles and -seeds, a workload
@@ -300,8 +290,8 @@ func tournamentArms(s string) ([]experiment.Arm, error) {
 // overrideFlags are the fleet and workload flags a tournament applies to every selected
 // profile: the workload's own flags plus the fleet's.
 type overrideFlags struct {
-	slowdowns, hostDelays string
-	names                 map[string]bool // the flags register added
+	engineLists
+	names map[string]bool // the flags register added
 }
 
 // register adds the override flags to fs with cfg's values as defaults.
@@ -327,17 +317,11 @@ func (f *overrideFlags) register(fs *flag.FlagSet, cfg *experiment.Config) {
 
 // apply writes the parsed per-engine lists into cfg.
 func (f *overrideFlags) apply(cfg *experiment.Config) error {
-	slow, err := parseFloats(f.slowdowns)
-	if err != nil {
-		return fmt.Errorf("-slowdowns: %w", err)
+	if err := f.engineLists.apply(cfg); err != nil {
+		return err
 	}
-	hosts, err := parseDurations(f.hostDelays)
-	if err != nil {
-		return fmt.Errorf("-host-delays: %w", err)
-	}
-	cfg.Slowdowns, cfg.HostDelays = slow, hosts
-	if len(slow) > cfg.Engines {
-		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(slow), cfg.Engines)
+	if len(cfg.Slowdowns) > cfg.Engines {
+		return fmt.Errorf("-slowdowns: %d factors for %d engines: give at most one per engine (-engines)", len(cfg.Slowdowns), cfg.Engines)
 	}
 	return nil
 }

@@ -77,9 +77,10 @@ type Decision struct {
 	Note         string            // why the decision had less information than usual, if it did
 	Sources      map[string]string // endpoint -> the cache source of its match, for the endpoints of Ranked matched by a named source; filled only for its readers, the explanation (Request.Explain) and the debug log, else empty
 	Booking      *fleet.Booking
-	// PinRank is 1 + the data-parallel rank behind the winner that holds its credited
-	// prefix, which the request should be pinned to (vLLM's x-data-parallel-rank); 0:
-	// none (no ranks behind the endpoint, or none holds the prompt). See Rank.
+	// PinRank is 1 + the data-parallel rank behind the winner the request should be
+	// pinned to (vLLM's x-data-parallel-rank), chosen by the policy over the ranks (their
+	// pinned bookings and the holder of the credited prefix; see RankedView); 0: none
+	// (the cache view tells no ranks apart). The booking is counted on it. See Rank.
 	PinRank int
 }
 
@@ -221,6 +222,7 @@ type active struct {
 	needs     scoring.Needs
 	tokenless scoring.TokenlessRanker // nil: Rank also ranks requests without token ids
 	leaders   scoring.LeaderRanker    // nil: the policy ranks every candidate
+	ranks     scoring.Policy          // the policy over the ranks' history (rankPicker); nil: no ranks
 }
 
 // Picker makes routing decisions. It is safe for concurrent use.
@@ -235,7 +237,8 @@ type Picker struct {
 	scratch sync.Pool       // *pickScratch, for the work before the lock
 	ranking rankScratch     // guarded by decide
 	usable  atomic.Pointer[usableView]
-	ledger  *ledger // requests in flight with their sizes, for the policies that read them
+	ledger  *ledger     // requests in flight with their sizes, for the policies that read them
+	ranks   *rankPicker // the data-parallel ranks behind each endpoint (RankedView); nil: none
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
@@ -278,6 +281,9 @@ func New(opts Options) (*Picker, error) {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
 	p.scratch.New = func() any { return new(pickScratch) }
+	if n := dpRanks(opts.Cache); n > 1 {
+		p.ranks = &rankPicker{n: n, state: scoring.NewState(), names: map[string][]string{}}
+	}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
 	}
@@ -299,6 +305,11 @@ func (p *Picker) SetConfig(c Config) error {
 	a := &active{cfg: c, params: params, policy: pol, needs: pol.Needs()}
 	a.tokenless, _ = pol.(scoring.TokenlessRanker)
 	a.leaders, _ = pol.(scoring.LeaderRanker)
+	if p.ranks != nil {
+		if a.ranks, err = scoring.New(c.Policy, params, p.ranks.state); err != nil {
+			return err
+		}
+	}
 	p.active.Store(a)
 	return nil
 }
@@ -315,6 +326,15 @@ func (p *Picker) Forget(keep []string) {
 	p.state.Forget(keep)
 	p.metrics.share.forget(keep)
 	p.ledger.forget(keep)
+	if p.ranks != nil {
+		kept := make(map[string]bool, len(keep))
+		for _, a := range keep {
+			kept[a] = true
+		}
+		p.decide.Lock()
+		p.ranks.forget(kept)
+		p.decide.Unlock()
+	}
 }
 
 // PeerBooked records in the routing history a request another replica of this picker
@@ -544,10 +564,12 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 			d.Candidates = in.Fleet.Endpoints - i
 		}
 		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
-		if matches != nil {
-			if at := placeOf(cands, b.Addr()); at >= 0 && matches[at].Matched > 0 {
-				d.PinRank = matches[at].PinRank
+		if p.ranks != nil {
+			var m CacheMatch
+			if at := placeOf(cands, b.Addr()); matches != nil && at >= 0 {
+				m = matches[at]
 			}
+			d.PinRank = p.ranks.choose(act.ranks, in, b, m)
 		}
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)

@@ -78,9 +78,9 @@ type Decision struct {
 	Sources      map[string]string // endpoint -> the cache source of its match, for the endpoints of Ranked matched by a named source; filled only for its readers, the explanation (Request.Explain) and the debug log, else empty
 	Booking      *fleet.Booking
 	// PinRank is 1 + the data-parallel rank behind the winner the request should be
-	// pinned to (vLLM's x-data-parallel-rank), chosen by the policy over the ranks (their
-	// pinned bookings and the holder of the credited prefix; see RankedView); 0: none
-	// (the cache view tells no ranks apart). The booking is counted on it. See Rank.
+	// pinned to (vLLM's x-data-parallel-rank): the holder of the credited prefix unless it
+	// is loaded past RankSlack over the least loaded rank, then that one (RankedView);
+	// 0: none (the cache view tells no ranks apart). The booking is counted on it. See Rank.
 	PinRank int
 }
 
@@ -222,7 +222,6 @@ type active struct {
 	needs     scoring.Needs
 	tokenless scoring.TokenlessRanker // nil: Rank also ranks requests without token ids
 	leaders   scoring.LeaderRanker    // nil: the policy ranks every candidate
-	ranks     scoring.Policy          // the policy over the ranks' history (rankPicker); nil: no ranks
 }
 
 // Picker makes routing decisions. It is safe for concurrent use.
@@ -282,7 +281,7 @@ func New(opts Options) (*Picker, error) {
 	}
 	p.scratch.New = func() any { return new(pickScratch) }
 	if n := dpRanks(opts.Cache); n > 1 {
-		p.ranks = &rankPicker{n: n, state: scoring.NewState(), names: map[string][]string{}}
+		p.ranks = &rankPicker{n: n}
 	}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
@@ -305,11 +304,6 @@ func (p *Picker) SetConfig(c Config) error {
 	a := &active{cfg: c, params: params, policy: pol, needs: pol.Needs()}
 	a.tokenless, _ = pol.(scoring.TokenlessRanker)
 	a.leaders, _ = pol.(scoring.LeaderRanker)
-	if p.ranks != nil {
-		if a.ranks, err = scoring.New(c.Policy, params, p.ranks.state); err != nil {
-			return err
-		}
-	}
 	p.active.Store(a)
 	return nil
 }
@@ -326,15 +320,6 @@ func (p *Picker) Forget(keep []string) {
 	p.state.Forget(keep)
 	p.metrics.share.forget(keep)
 	p.ledger.forget(keep)
-	if p.ranks != nil {
-		kept := make(map[string]bool, len(keep))
-		for _, a := range keep {
-			kept[a] = true
-		}
-		p.decide.Lock()
-		p.ranks.forget(kept)
-		p.decide.Unlock()
-	}
 }
 
 // PeerBooked records in the routing history a request another replica of this picker
@@ -569,7 +554,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 			if at := placeOf(cands, b.Addr()); matches != nil && at >= 0 {
 				m = matches[at]
 			}
-			d.PinRank = p.ranks.choose(act.ranks, in, b, m)
+			d.PinRank = p.ranks.choose(b, m)
 		}
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)

@@ -29,7 +29,10 @@ func rankIndex(t *testing.T, ep string, rank, n int) *kvindex.Index {
 	return ix
 }
 
-func TestPickChoosesARankByThePolicy(t *testing.T) {
+// The holder of the prompt takes it until its RankLoad is past RankSlack over the least
+// loaded rank's; then the least loaded rank (the first on a tie) does. The policy
+// chooses only the endpoint.
+func TestPickChoosesARank(t *testing.T) {
 	const ep = "10.0.0.2:8000"
 	tests := []struct {
 		name   string
@@ -39,9 +42,9 @@ func TestPickChoosesARankByThePolicy(t *testing.T) {
 		picks  []int // the rank of each successive pick (bookings kept), -1: none pinned
 	}{
 		{"one rank pins nothing", "loadaware", 1, 0, []int{-1, -1}},
-		{"the holder takes the prompt while it is not loaded", "kvaware", 4, 2, []int{2, 2, 2}},
-		{"leastload spreads over the ranks", "leastload", 4, 2, []int{0, 1, 2, 3, 0}},
-		{"loadaware starts on the holder, spreads, comes back", "loadaware", 4, 2, []int{2, 0, 1, 2}},
+		// Rank 2 at 0, then 4 (= 0 + RankSlack), then 8: the others take one each.
+		{"the holder until it is loaded past the slack", "kvaware", 4, 2, []int{2, 2, 0, 1, 3, 2}},
+		{"a policy that reads no cache: the least loaded", "leastload", 4, 2, []int{0, 1, 2, 3, 0, 1}},
 		{"nothing held: the least loaded ranks", "loadaware", 2, -1, []int{0, 1, 0, 1}},
 	}
 	for _, tc := range tests {
@@ -68,6 +71,18 @@ func TestPickChoosesARankByThePolicy(t *testing.T) {
 				t.Errorf("ranks picked %v, want %v", got, tc.picks)
 			}
 		})
+	}
+}
+
+// A decoding request weighs a quarter of a waiting one, as in vLLM's balancer.
+func TestRankLoadWeighsWaitingFourTimes(t *testing.T) {
+	for _, c := range []struct {
+		l    fleet.Load
+		want int
+	}{{fleet.Load{}, 0}, {fleet.Load{Prefill: 1}, 4}, {fleet.Load{Decode: 3}, 3}, {fleet.Load{Prefill: 2, Decode: 1}, 9}} {
+		if got := RankLoad(c.l); got != c.want {
+			t.Errorf("RankLoad(%+v) = %d, want %d", c.l, got, c.want)
+		}
 	}
 }
 

@@ -39,7 +39,7 @@ func dpRanks(c CacheView) int {
 // RankSlack is how much more loaded than the least loaded rank, in RankLoad units, the
 // rank holding a request's prefix may be and still take it (docs/decisions/0830: on
 // the dp profile 4 keeps the TTFT p95 of vLLM's own balancing and raises the hit rate
-// by 3-5 points; 0 is vLLM's balancer on the picker's bookings, 8 trades p95 for hits).
+// by 2.6-4.9 points; 0 is vLLM's balancer on the picker's bookings, 8 trades p95 for hits).
 const RankSlack = 4
 
 // RankLoad is a rank's load as vLLM's data-parallel balancer weighs it, waiting*4 +

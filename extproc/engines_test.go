@@ -10,9 +10,10 @@ import (
 
 // TestRankAndAdapterRouting drives completions through the server to a picker on a KV
 // events index: engine .1 holds the prompt on data-parallel rank 1 for the base model
-// and engine .2 under adapter sql with salt s. The answer pins a request to the rank
-// that holds its prefix (x-data-parallel-rank) only behind a data-parallel endpoint,
-// and routes the adapter and salt read from the body to their own blocks.
+// and engine .2 under adapter sql with salt s. The answer pins a request to a rank
+// (x-data-parallel-rank) only behind a data-parallel endpoint: the one holding its
+// prefix, or with nothing held the least loaded (decision 0830); and it routes the
+// adapter and salt read from the body to their own blocks.
 func TestRankAndAdapterRouting(t *testing.T) {
 	ix, err := kvindex.NewIndex(kvindex.IndexConfig{ExtraKeys: true})
 	if err != nil {
@@ -37,7 +38,7 @@ func TestRankAndAdapterRouting(t *testing.T) {
 		{"the base model goes to rank 1 of .1", 2, `{"model":"qwen","prompt":[` + ids + `]}`, "10.0.0.1:8000", "1"},
 		{"no ranks behind the endpoint: no pin", 1, `{"model":"qwen","prompt":[` + ids + `]}`, "10.0.0.1:8000", ""},
 		{"the adapter with its salt goes to .2, rank 0", 2, `{"model":"sql","cache_salt":"s","prompt":[` + ids + `]}`, "10.0.0.2:8000", "0"},
-		{"the adapter without the salt matches nothing: no pin", 2, `{"model":"sql","prompt":[` + ids + `]}`, "10.0.0.1:8000", ""},
+		{"the adapter without the salt matches nothing: the least loaded rank", 2, `{"model":"sql","prompt":[` + ids + `]}`, "10.0.0.1:8000", "0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -96,6 +96,7 @@ type endpoint struct {
 	// remote is what other pickers booked here (SetRemote), packed as prefill<<32 | decode.
 	remote atomic.Uint64
 	pace   pace
+	ranks  atomic.Pointer[[]rankLoad] // bookings per data-parallel rank (Booking.Pin); nil: none pinned yet
 
 	set   *Set  // the set it was made for, whose load order it moves in
 	place int32 // in set.order; -1 once it has left the set. Guarded by set.orderMu
@@ -253,6 +254,7 @@ type Booking struct {
 	first atomic.Int64     // unix nanoseconds of the first token; 0 before
 	l     Listener         // nil: none
 	hook  Hook             // nil: none
+	rank  *rankLoad        // the data-parallel rank it is pinned to (Pin); nil: none
 }
 
 // Hook hears one booking's move to decode and its release, each at most once, from the
@@ -284,6 +286,10 @@ func (b *Booking) Decoding() {
 	if b.state.CompareAndSwap(inPrefill, inDecode) {
 		b.ep.prefill.Add(-1)
 		b.ep.decode.Add(1)
+		if b.rank != nil {
+			b.rank.prefill.Add(-1)
+			b.rank.decode.Add(1)
+		}
 		if b.clock != nil {
 			b.first.Store(b.clock().UnixNano())
 		}
@@ -305,6 +311,9 @@ func (b *Booking) Release() bool {
 			return false
 		}
 		if b.state.CompareAndSwap(st, released) {
+			if b.rank != nil {
+				b.rank.release(st == inPrefill)
+			}
 			if st == inPrefill {
 				b.ep.prefill.Add(-1)
 			} else {

@@ -77,9 +77,10 @@ type Decision struct {
 	Note         string            // why the decision had less information than usual, if it did
 	Sources      map[string]string // endpoint -> the cache source of its match, for the endpoints of Ranked matched by a named source; filled only for its readers, the explanation (Request.Explain) and the debug log, else empty
 	Booking      *fleet.Booking
-	// PinRank is 1 + the data-parallel rank behind the winner that holds its credited
-	// prefix, which the request should be pinned to (vLLM's x-data-parallel-rank); 0:
-	// none (no ranks behind the endpoint, or none holds the prompt). See Rank.
+	// PinRank is 1 + the data-parallel rank behind the winner the request should be
+	// pinned to (vLLM's x-data-parallel-rank): the holder of the credited prefix unless it
+	// is loaded past RankSlack over the least loaded rank, then that one (RankedView);
+	// 0: none (the cache view tells no ranks apart). The booking is counted on it. See Rank.
 	PinRank int
 }
 
@@ -235,7 +236,8 @@ type Picker struct {
 	scratch sync.Pool       // *pickScratch, for the work before the lock
 	ranking rankScratch     // guarded by decide
 	usable  atomic.Pointer[usableView]
-	ledger  *ledger // requests in flight with their sizes, for the policies that read them
+	ledger  *ledger     // requests in flight with their sizes, for the policies that read them
+	ranks   *rankPicker // the data-parallel ranks behind each endpoint (RankedView); nil: none
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
@@ -278,6 +280,9 @@ func New(opts Options) (*Picker, error) {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
 	p.scratch.New = func() any { return new(pickScratch) }
+	if n := dpRanks(opts.Cache); n > 1 {
+		p.ranks = &rankPicker{n: n}
+	}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
 	}
@@ -544,10 +549,12 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 			d.Candidates = in.Fleet.Endpoints - i
 		}
 		d.Ranked = append(d.Ranked, ranked[i:min(len(ranked), i+keep)]...)
-		if matches != nil {
-			if at := placeOf(cands, b.Addr()); at >= 0 && matches[at].Matched > 0 {
-				d.PinRank = matches[at].PinRank
+		if p.ranks != nil {
+			var m CacheMatch
+			if at := placeOf(cands, b.Addr()); matches != nil && at >= 0 {
+				m = matches[at]
 			}
+			d.PinRank = p.ranks.choose(b, m)
 		}
 		p.state.Booked(b.Addr(), now)
 		p.state.Routed(in.PrefixKey, b.Addr(), now)

@@ -35,7 +35,16 @@ type Arm struct {
 	// Config.AdapterCost; for PolicyGIE, GIE's lora-affinity-scorer); its name ends
 	// in ResidencySuffix.
 	Residency bool
+	// Ranks tells the data-parallel ranks behind each engine apart (the picker's
+	// --kv-events-dp-size is Config.DPRanks): the picker chooses a rank and pins the
+	// request to it. Without it the picker sees one endpoint and vLLM's balancer
+	// chooses. Its name ends in RanksSuffix.
+	Ranks bool
 }
+
+// RanksSuffix ends the name of an arm that tells data-parallel ranks apart
+// ("loadaware-b1+ranks").
+const RanksSuffix = "+ranks"
 
 // ResidencySuffix ends the name of an arm that weighs adapter residency
 // ("loadaware-b1+residency").
@@ -78,6 +87,7 @@ type Config struct {
 	Router         Router             // the router and data path in front of the engines
 	CacheSource    string             // what the picker learns the engines' caches from: picker.SourceLMCache (default when empty), SourceVLLMEvents or SourceBoth
 	AdapterCost    picker.AdapterCost // the residency term of the arms with Residency
+	DPRanks        int                // data-parallel ranks behind each engine's port (sim.DP); 0 or 1: none
 	Workers        int                // runs in parallel; 0 = GOMAXPROCS
 }
 
@@ -148,6 +158,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("experiment: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
 	case len(c.HostDelays) > c.Engines:
 		return fmt.Errorf("experiment: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
+	case c.DPRanks < 0 || c.DPRanks > sim.MaxDPRanks:
+		return fmt.Errorf("experiment: %d data-parallel ranks per engine: use 0 or 1 (none) up to %d", c.DPRanks, sim.MaxDPRanks)
 	}
 	switch c.CacheSource {
 	case "", picker.SourceLMCache, picker.SourceVLLMEvents, picker.SourceBoth:
@@ -173,6 +185,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("experiment: arm name %q is empty or repeated: give each arm a unique name", a.Name)
 		}
 		seen[a.Name] = true
+		if a.Ranks && (c.DPRanks < 2 || (c.CacheSource != picker.SourceVLLMEvents && c.CacheSource != picker.SourceBoth)) {
+			return fmt.Errorf("experiment: arm %s tells data-parallel ranks apart: it needs 2 or more ranks per engine (%d) and vLLM's KV events as the cache source (%q), which name the rank", a.Name, c.DPRanks, c.CacheSource)
+		}
 		if a.Policy == PolicyGIE {
 			continue
 		}

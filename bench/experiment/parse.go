@@ -19,7 +19,8 @@ const RecommendedPolicy = "loadaware"
 // or policy:beta ("loadaware:0.75" is the arm loadaware-b0.75), or PolicyGIE
 // (the arm gie, virtual time only). A policy arm's name may end in
 // ResidencySuffix: the arm then weighs the engines' LoRA adapters (gie+residency:
-// GIE's default profile plus its lora-affinity-scorer), or "recommended"
+// GIE's default profile plus its lora-affinity-scorer), then in RanksSuffix: the
+// arm tells the engines' data-parallel ranks apart; or "recommended"
 // (RecommendedPolicy).
 func ParseArms(s string) ([]Arm, error) {
 	if strings.TrimSpace(s) == "all" {
@@ -46,6 +47,17 @@ func ParseArms(s string) ([]Arm, error) {
 func parseArm(item string) (Arm, error) {
 	if item == "recommended" {
 		item = RecommendedPolicy
+	}
+	if base, ok := strings.CutSuffix(item, RanksSuffix); ok {
+		arm, err := parseArm(base)
+		switch {
+		case err != nil:
+			return Arm{}, err
+		case arm.Ranks || arm.Policy == PolicyGIE:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once, to a policy of ours", item, RanksSuffix)
+		}
+		arm.Name, arm.Ranks = arm.Name+RanksSuffix, true
+		return arm, nil
 	}
 	if base, ok := strings.CutSuffix(item, ResidencySuffix); ok {
 		arm, err := parseArm(base)

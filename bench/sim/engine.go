@@ -18,6 +18,9 @@ type Request struct {
 	Tokens    []uint32 // prompt token ids
 	MaxTokens int      // output tokens to generate (no early stop: temperature 0, ignore EOS)
 	Adapter   string   // the LoRA adapter the request runs under; "" for the base model
+	// PinRank is 1 + the data-parallel rank the request asks for (vLLM's
+	// x-data-parallel-rank header); 0: none, the engine's balancer chooses (DP).
+	PinRank int
 
 	// Results.
 	TokenTimes   []time.Duration // when each output token was produced
@@ -109,6 +112,7 @@ type Outcome struct {
 	Tokens   []*Request // requests that produced one output token in this step
 	Finished []*Request // requests whose last token was produced in this step
 	KV       []KVEvent  // CPU-tier stores and evictions, in order
+	Rank     int        // the data-parallel rank whose step it was (DP); 0 for an Engine
 }
 
 // Metrics is what vLLM exports on /metrics, as totals and gauges.

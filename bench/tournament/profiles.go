@@ -119,6 +119,11 @@ func shippedProfiles() []Profile {
 //     popularity follows the prefixes' Zipf 0.9: 23% of the requests for the
 //     first, 9% for the last), each engine running at most LoRASlots adapters
 //     at once and activating one in AdapterLoad (docs/decisions/0820).
+//   - dp: the published prompts on DPEngines engines (step factors 1 and 1.3)
+//     of DPRanks data-parallel ranks each behind one port, at PerEngineRate
+//     per rank; the picker learns the caches from vLLM's KV events, which
+//     name the rank (arms ending in +ranks tell the ranks apart;
+//     docs/decisions/0830).
 func ExtraProfiles() []Profile {
 	lora := scaled(experiment.DefaultConfig(), []float64{1, 1.3, 1, 1.3})
 	lora.Router = experiment.EnvoyRouter()
@@ -126,7 +131,14 @@ func ExtraProfiles() []Profile {
 	lora.Workload.Rate = LoRARate
 	lora.Engine.MaxLoRAs, lora.Engine.AdapterLoad = LoRASlots, LoRAAdapterLoad
 	lora.AdapterCost = picker.DefaultAdapterCost
+	dp := scaled(experiment.DefaultConfig(), []float64{1, 1.3})
+	dp.Router = experiment.EnvoyRouter()
+	dp.DPRanks = DPRanks
+	dp.Workload.Rate = PerEngineRate * DPEngines * DPRanks
+	dp.Workload.Requests = perEngineRequests * DPEngines * DPRanks
+	dp.CacheSource = picker.SourceVLLMEvents
 	return []Profile{
+		{Name: "dp", About: fmt.Sprintf("the published prompts on %d engines of %d data-parallel ranks behind one port each (step factors 1 and 1.3), %d req/s per rank, the caches learnt from vLLM's KV events", DPEngines, DPRanks, PerEngineRate), Fleet: dp},
 		{Name: "lora", About: fmt.Sprintf("the published prompts for %d LoRA adapters (prefix k is adapter k mod %d) at %g req/s on the fleet4 engines, each running at most %d adapters at once", LoRAAdapters, LoRAAdapters, LoRARate, LoRASlots), Fleet: lora},
 	}
 }
@@ -137,6 +149,12 @@ const (
 	LoRASlots       = 2                    // vLLM --max-loras
 	LoRAAdapterLoad = 5 * time.Millisecond // a rank-16 adapter of every linear layer, 60 MB over PCIe
 	LoRARate        = 16.0                 // req/s on the four engines
+)
+
+// The dp profile's fleet (docs/decisions/0830).
+const (
+	DPEngines = 2 // servers, one port each
+	DPRanks   = 4 // data-parallel ranks per server (vllm serve --data-parallel-size 4)
 )
 
 // The rates of the profiles whose prompts cost more prefill than the

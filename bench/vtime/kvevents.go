@@ -31,11 +31,21 @@ func newKVSource(source string, chunk int) (*kvSource, error) {
 
 func (k *kvSource) learn(tokens []uint32, keys []int64) { k.events.Learn(tokens, keys) }
 
-// apply applies one engine step's CPU-tier changes as one batch of endpoint's.
-func (k *kvSource) apply(endpoint string, evs []sim.KVEvent) {
+// apply applies one engine step's CPU-tier changes as one batch of
+// endpoint's data-parallel rank rank (-1: None, an engine without ranks).
+func (k *kvSource) apply(endpoint string, rank int, evs []sim.KVEvent) {
 	if out := k.events.Events(evs); len(out) > 0 {
-		k.index.Apply(endpoint, kvindex.Batch{Events: out, DPRank: -1})
+		k.index.Apply(endpoint, kvindex.Batch{Events: out, DPRank: rank})
 	}
+}
+
+// streamRank is the data_parallel_rank a rank's events carry: its rank when
+// the engines run ranks, None (-1) when not.
+func (w *world) streamRank(rank int) int {
+	if w.cfg.DPRanks > 1 {
+		return rank
+	}
+	return -1
 }
 
 // cacheView returns the picker's cache view for source.
@@ -43,9 +53,9 @@ func (w *world) cacheView(source string) picker.CacheView {
 	lm := picker.LMCacheView{Index: w.index}
 	switch source {
 	case picker.SourceVLLMEvents:
-		return picker.KVEventsView{Index: w.kv.index}
+		return picker.KVEventsView{Index: w.kv.index, Ranks: w.ranks}
 	case picker.SourceBoth:
-		return picker.Longest{lm, picker.KVEventsView{Index: w.kv.index}}
+		return picker.Longest{lm, picker.KVEventsView{Index: w.kv.index, Ranks: w.ranks}}
 	}
 	return lm
 }

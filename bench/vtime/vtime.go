@@ -131,12 +131,19 @@ func WarmUp(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed
 	if err != nil {
 		return experiment.Warm{}, err
 	}
+	if cfg.DPRanks > 1 {
+		return experiment.Warm{}, fmt.Errorf("vtime: %d data-parallel ranks per engine: only virtual time runs them, the live mode's engines have none", cfg.DPRanks)
+	}
 	w, err := warmWorld(ctx, cfg, pool, arm, seed, true)
 	if err != nil {
 		return experiment.Warm{}, err
 	}
 	defer w.close()
-	return experiment.Warm{Engines: w.engines, Now: w.now, Events: w.log}, nil
+	engines := make([]*sim.Engine, len(w.engines))
+	for i, e := range w.engines {
+		engines[i] = e.Ranks()[0]
+	}
+	return experiment.Warm{Engines: engines, Now: w.now, Events: w.log}, nil
 }
 
 // validPool checks cfg and builds its workload's prefix pool.
@@ -264,7 +271,8 @@ type world struct {
 	cfg     experiment.Config
 	addrs   []string
 	hasher  *lmcache.Hasher
-	engines []*sim.Engine
+	engines []*sim.DP      // one per address: its data-parallel ranks (one without DPRanks)
+	ranks   int            // the ranks the picker tells apart (arm.Ranks: DPRanks); 0: none
 	picker  *picker.Picker // nil for the gie arm
 	gie     *gieArm        // the gie arm's router, else nil
 	scr     *scrapeGrid    // the engines' metrics as scraped, when the router reads them; else nil
@@ -333,6 +341,11 @@ func (w *world) book(p *pending) error {
 		return fmt.Errorf("vtime: book %s: %w", w.addrs[p.engine], err)
 	}
 	p.booking = b
+	if p.sim.PinRank > 0 && w.ranks > 1 {
+		if err := b.Pin(p.sim.PinRank-1, w.ranks); err != nil {
+			return fmt.Errorf("vtime: book %s: %w", w.addrs[p.engine], err)
+		}
+	}
 	if p.hook != nil {
 		b.SetHook(p.hook)
 		p.hook = nil
@@ -372,6 +385,9 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		return err
 	}
 	w.policy = arm.Policy
+	if w.ranks = 0; arm.Ranks {
+		w.ranks = w.cfg.DPRanks
+	}
 	if arm.Policy == experiment.PolicyGIE {
 		gc := gie.Config{Seed: seed}
 		if arm.Residency {
@@ -410,7 +426,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		}
 	}
 	for i := range w.addrs {
-		e, err := sim.New(w.cfg.EngineConfig(i), w.hasher.ChunkKeys)
+		e, err := sim.NewDP(w.cfg.EngineConfig(i), w.hasher.ChunkKeys, max(w.cfg.DPRanks, 1))
 		if err != nil {
 			return err
 		}
@@ -568,7 +584,7 @@ func (w *world) send(ctx context.Context, p *pending) error {
 			p.errText = err.Error()
 			return nil
 		}
-		return w.dispatch(p, addr, nil)
+		return w.dispatch(p, addr, nil, 0)
 	}
 	preq := picker.Request{
 		RequestID: requestID(p),
@@ -592,12 +608,13 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	if unheld && stale == "" {
 		w.fallback.addr, w.fallback.at = d.Endpoints[0], w.now
 	}
-	return w.dispatch(p, d.Endpoints[0], d.Booking)
+	return w.dispatch(p, d.Endpoints[0], d.Booking, d.PinRank)
 }
 
-// dispatch sends p to the engine at addr; booking is our picker's booking
-// for it (nil for the gie arm, which keeps its own per-request state).
-func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error {
+// dispatch sends p to the engine at addr, pinned to data-parallel rank
+// pin-1 (0: none); booking is our picker's booking for it (nil for the gie
+// arm, which keeps its own per-request state).
+func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking, pin int) error {
 	eng := -1
 	for i, a := range w.addrs {
 		if a == addr {
@@ -622,7 +639,7 @@ func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error 
 		p.booking = nil
 		w.push(event{at: w.now + w.router.StatsLag, kind: evBook, p: p})
 	}
-	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens, Adapter: p.req.Adapter}
+	p.sim = sim.Request{ID: requestID(p), Tokens: p.req.Tokens, MaxTokens: p.req.MaxTokens, Adapter: p.req.Adapter, PinRank: pin}
 	if w.kv != nil {
 		w.kv.learn(p.req.Tokens, w.hasher.ChunkKeys(p.req.Tokens))
 	}
@@ -634,7 +651,11 @@ func (w *world) dispatch(p *pending, addr string, booking *fleet.Booking) error 
 
 // kick starts a step on an idle engine that has work.
 func (w *world) kick(i int) {
-	if end, ok := w.engines[i].Start(w.now); ok {
+	for {
+		end, ok := w.engines[i].Start(w.now)
+		if !ok {
+			return
+		}
 		w.push(event{at: end, kind: evStep, eng: i})
 	}
 }
@@ -646,7 +667,7 @@ func (w *world) finishStep(i int) (int, error) {
 	out := w.engines[i].Finish()
 	at := epoch.Add(w.now)
 	if w.kv != nil {
-		w.kv.apply(w.addrs[i], out.KV)
+		w.kv.apply(w.addrs[i], w.streamRank(out.Rank), out.KV)
 	}
 	for _, ev := range out.KV {
 		var msg lmcache.Message = lmcache.KVAdmitMsg{InstanceID: experiment.InstanceID(i), Key: ev.Key, Location: experiment.Location}

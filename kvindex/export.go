@@ -92,6 +92,9 @@ func bitIndex(b uint64) int {
 	return -1
 }
 
+// KeySpace is the index's key space (see AdoptKeySpace).
+func (ix *Index) KeySpace() uint64 { return ix.root.Load() }
+
 // AdoptKeySpace makes the index's key space root, as long as it has never had a stream
 // (its keys would otherwise change meaning), and reports whether the key space is root
 // now. Replicas that share one key space can take each other's streams (ImportStream).

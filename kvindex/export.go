@@ -149,6 +149,7 @@ func (ix *Index) ImportStream(endpoint string, rank int, st StreamState) error {
 	s := ix.addStream(id, st.BlockSize)
 	s.owned = len(st.Owners) > 0
 	s.seq = st.Seq
+	s.engine.reserve(len(st.Blocks))
 	// Store orders first (a lookup credits a chain only once its order is in), the
 	// exporter's own: streams taken from one peer keep the order of their chains among
 	// themselves (HolderRank, and the rank named on a tie), and chains stored here later

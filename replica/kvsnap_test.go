@@ -2,8 +2,10 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +26,7 @@ type kvEngine struct {
 	port, rport int
 }
 
-func startKVEngine(t *testing.T, bufferSteps int) *kvEngine {
+func startKVEngine(t testing.TB, bufferSteps int) *kvEngine {
 	t.Helper()
 	p, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: "127.0.0.1:0", ReplayAddr: "127.0.0.1:0", DPRank: 0, BufferSteps: bufferSteps})
 	if err != nil {
@@ -76,18 +78,27 @@ type kvNode struct {
 	ix   *kvindex.Index
 	sub  *kvevents.Subscriber
 	reg  *prometheus.Registry
-	seen chan int64
+	last atomic.Int64  // the highest batch handled
+	seen chan struct{} // signalled after each batch handled
 	r    *Replica
 }
 
 // startKVNode starts a picker following e; with url, as a replica taking its streams
 // from its peers, else alone (the engine's replay only).
-func startKVNode(t *testing.T, url string, e *kvEngine) *kvNode {
+func startKVNode(t testing.TB, url string, e *kvEngine) *kvNode {
 	t.Helper()
-	n := &kvNode{reg: prometheus.NewRegistry(), seen: make(chan int64, 1024)}
+	n := &kvNode{reg: prometheus.NewRegistry(), seen: make(chan struct{}, 1)}
+	n.last.Store(-1)
 	n.ix, _ = kvindex.NewIndex(kvindex.IndexConfig{})
 	cfg := kvevents.SubscriberConfig{Port: e.port, ReplayPort: e.rport, PollInterval: 10 * time.Millisecond, ReplayTimeout: 5 * time.Second,
-		Registerer: n.reg, OnBatch: func(_ string, seq int64) { n.seen <- seq }}
+		Registerer: n.reg, OnBatch: func(_ string, seq int64) {
+			for last := n.last.Load(); seq > last && !n.last.CompareAndSwap(last, seq); last = n.last.Load() {
+			}
+			select {
+			case n.seen <- struct{}{}:
+			default:
+			}
+		}}
 	var snaps *KVSnapshots
 	if url != "" {
 		snaps = NewKVSnapshots()
@@ -97,7 +108,7 @@ func startKVNode(t *testing.T, url string, e *kvEngine) *kvNode {
 	if n.sub, err = kvevents.NewSubscriber(cfg, n.ix); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.sub.Close() })
+	t.Cleanup(n.close)
 	n.sub.SetEndpoints([]string{e.endpoint})
 	if url != "" {
 		f := fleet.New()
@@ -107,7 +118,6 @@ func startKVNode(t *testing.T, url string, e *kvEngine) *kvNode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { n.r.Close() })
 	}
 	select {
 	case <-n.sub.Ready():
@@ -117,16 +127,22 @@ func startKVNode(t *testing.T, url string, e *kvEngine) *kvNode {
 	return n
 }
 
+// close stops the node; it is idempotent.
+func (n *kvNode) close() {
+	if n.r != nil {
+		_ = n.r.Close()
+		n.r = nil
+	}
+	_ = n.sub.Close()
+}
+
 // await waits until the node has handled batch seq.
-func (n *kvNode) await(t *testing.T, seq int64) {
+func (n *kvNode) await(t testing.TB, seq int64) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
-	for {
+	for n.last.Load() < seq {
 		select {
-		case s := <-n.seen:
-			if s >= seq {
-				return
-			}
+		case <-n.seen:
 		case <-timeout:
 			t.Fatalf("batch %d not handled", seq)
 		}
@@ -223,11 +239,63 @@ func TestKVEventsWarmStartFromAPeer(t *testing.T) {
 	}
 }
 
-func publishKV(t *testing.T, e *kvEngine, i int) int64 {
+func publishKV(t testing.TB, e *kvEngine, i int, batch ...func(int) []kvindex.Event) int64 {
 	t.Helper()
-	seq, err := e.pub.Publish(kvBatch(i))
+	mk := kvBatch
+	if len(batch) > 0 {
+		mk = batch[0]
+	}
+	seq, err := e.pub.Publish(mk(i))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return seq
+}
+
+// BenchmarkKVWarmStart measures a starting replica's time to a ready KV events index of
+// one engine stream holding blocks blocks (64-block chains, one a batch): taken from a
+// peer's index over NATS (snapshot), or rebuilt from the engine's replay over ZeroMQ
+// (replay, vLLM's buffer holding the whole history). Each iteration starts a picker and
+// checks that it answers a lookup as the peer.
+func BenchmarkKVWarmStart(b *testing.B) {
+	for _, blocks := range []int{10_000, 100_000} {
+		url := startNATS(b)
+		e := startKVEngine(b, blocks/64+1)
+		peer := startKVNode(b, url, e)
+		if err := e.pub.WaitSubscribed(10 * time.Second); err != nil {
+			b.Fatal(err)
+		}
+		var seq int64
+		for c := range blocks / 64 {
+			ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: kvBS, Tokens: make([]uint32, 64*kvBS), Medium: "GPU"}
+			for j := range ev.Tokens {
+				ev.Tokens[j] = uint32(c*64*kvBS + j)
+			}
+			for j := range 64 {
+				ev.Hashes = append(ev.Hashes, uint64(c*64+j+1))
+			}
+			seq = publishKV(b, e, c, func(int) []kvindex.Event { return []kvindex.Event{ev} })
+		}
+		peer.await(b, seq)
+		probe := make([]uint32, 64*kvBS)
+		for j := range probe {
+			probe[j] = uint32(j)
+		}
+		want := peer.ix.Match(probe, []string{e.endpoint})
+		for _, mode := range []string{"snapshot", "replay"} {
+			b.Run(fmt.Sprintf("blocks=%d/%s", blocks, mode), func(b *testing.B) {
+				for b.Loop() {
+					u := url
+					if mode == "replay" {
+						u = ""
+					}
+					n := startKVNode(b, u, e)
+					if got := n.ix.Match(probe, []string{e.endpoint}); !cmp.Equal(got, want) || n.ix.Blocks() != peer.ix.Blocks() {
+						b.Fatalf("%s: %+v and %d blocks, the peer %+v and %d", mode, got, n.ix.Blocks(), want, peer.ix.Blocks())
+					}
+					n.close()
+				}
+			})
+		}
+	}
 }

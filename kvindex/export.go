@@ -65,10 +65,16 @@ func (ix *Index) ExportStream(endpoint string, rank int) (StreamState, error) {
 			st.Owners = append(st.Owners, name)
 		}
 	}
+	var tiers []Medium // those holding anything: a probe per block and tier
+	for m := range numMedia {
+		if ix.held[m].NonEmpty() {
+			tiers = append(tiers, m)
+		}
+	}
 	s.engine.each(func(h, key uint64) {
 		b := BlockState{Hash: h, Key: key}
 		wk := wordKey(key, s.word())
-		for m := range numMedia {
+		for _, m := range tiers {
 			if v, _ := ix.held[m].get(wk); v&s.bit() != 0 {
 				b.Tiers |= 1 << m
 				if s.owned {

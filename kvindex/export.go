@@ -60,10 +60,7 @@ func (ix *Index) ExportStream(endpoint string, rank int) (StreamState, error) {
 			ownerOf[bitIndex(b)] = name
 		}
 		// Bits are handed out in order, so names 1..n fill the slice without holes.
-		st.Owners = make([]string, 0, len(ix.owners))
-		for _, name := range ownerOf[1 : len(ix.owners)+1] {
-			st.Owners = append(st.Owners, name)
-		}
+		st.Owners = append([]string(nil), ownerOf[1:len(ix.owners)+1]...)
 	}
 	var tiers []Medium // those holding anything: a probe per block and tier
 	for m := range numMedia {

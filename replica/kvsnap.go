@@ -54,7 +54,7 @@ func (k *KVSnapshots) Snapshot(ctx context.Context, s kvevents.Stream) (kvevents
 	for _, peer := range r.load.peersNewestFirst() {
 		st, err := r.fetchKVStream(ctx, peer, s)
 		switch {
-		case errors.Is(err, kindexNoStream):
+		case errors.Is(err, errPeerHasNoStream):
 			continue
 		case err != nil:
 			errs = append(errs, fmt.Errorf("peer %x: %w", peer, err))
@@ -68,8 +68,8 @@ func (k *KVSnapshots) Snapshot(ctx context.Context, s kvevents.Stream) (kvevents
 	return kvevents.Snapshot{}, kvevents.ErrNoSnapshot
 }
 
-// kindexNoStream is fetchKVStream's answer for a peer without the stream.
-var kindexNoStream = errors.New("replica: the peer has no such stream")
+// errPeerHasNoStream is fetchKVStream's answer for a peer without the stream.
+var errPeerHasNoStream = errors.New("replica: the peer has no such stream")
 
 // fetchKVStream asks peer for stream s of its KV events index.
 func (r *Replica) fetchKVStream(ctx context.Context, peer uint64, s kvevents.Stream) (kvindex.StreamState, error) {
@@ -118,7 +118,7 @@ func (r *Replica) fetchKVStream(ctx context.Context, peer uint64, s kvevents.Str
 			if len(body) == 8 {
 				r.cfg.KVEvents.AdoptKeySpace(binary.LittleEndian.Uint64(body))
 			}
-			return kvindex.StreamState{}, kindexNoStream
+			return kvindex.StreamState{}, errPeerHasNoStream
 		default:
 			return kvindex.StreamState{}, fmt.Errorf("a reply of unknown kind %q", msg.Data[0])
 		}

@@ -50,6 +50,9 @@ func (k *KVSnapshots) Snapshot(ctx context.Context, s kvevents.Stream) (kvevents
 	case <-ctx.Done():
 		return kvevents.Snapshot{}, fmt.Errorf("replica: no peer heard yet: %w", ctx.Err())
 	}
+	if !r.nc.IsConnected() {
+		return kvevents.Snapshot{}, kvevents.ErrNoSnapshot // no peer to ask: replay at once
+	}
 	var errs []error
 	for _, peer := range r.load.peersNewestFirst() {
 		st, err := r.fetchKVStream(ctx, peer, s)
@@ -129,9 +132,13 @@ func (r *Replica) fetchKVStream(ctx context.Context, peer uint64, s kvevents.Str
 // off the subscription's goroutine: the export waits for the batch being applied.
 func (r *Replica) serveKVStream(msg *nats.Msg) {
 	ix := r.cfg.KVEvents
+	if ix == nil { // no KV events here: the starter asks the next peer
+		r.publish(msg.Reply, "kvsnapshot", []byte{kvNone})
+		return
+	}
 	rank, w := binary.Uvarint(msg.Data)
-	if ix == nil || w <= 0 || rank > 1<<16 {
-		return // no index here, or not a request: the starter times out and replays
+	if w <= 0 || rank > 1<<16 {
+		return // not a request
 	}
 	endpoint := string(msg.Data[w:])
 	st, err := ix.ExportStream(endpoint, int(rank))

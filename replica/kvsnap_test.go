@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -297,5 +298,45 @@ func BenchmarkKVWarmStart(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestKVSnapshotsWithoutAPeerStream: a peer without a KV events index, or without the
+// stream, answers at once, and the starter falls back to the replay (ErrNoSnapshot)
+// without waiting for its deadline; a peer with another stream still gives its key space.
+func TestKVSnapshotsWithoutAPeerStream(t *testing.T) {
+	url := startNATS(t)
+	start := func(ix *kvindex.Index, snaps *KVSnapshots) *Replica {
+		f := fleet.New()
+		f.Update(endpoints)
+		r, err := Start(context.Background(), Config{URL: url, Fleet: f, KVEvents: ix, KVSnapshots: snaps, ScrapeInterval: -1,
+			StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, PeerWait: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		<-r.Ready()
+		return r
+	}
+	start(nil, nil) // an LMCache-only peer
+	other, _ := kvindex.NewIndex(kvindex.IndexConfig{Seed: 99})
+	other.Apply("10.0.0.9:8000", kvindex.Batch{Events: kvBatch(1)})
+	start(other, nil) // a peer with another engine's stream
+	ix, _ := kvindex.NewIndex(kvindex.IndexConfig{})
+	snaps := NewKVSnapshots()
+	r := start(ix, snaps)
+	eventually(t, "both peers heard", func() bool { return len(r.load.peersNewestFirst()) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err := snaps.Snapshot(ctx, kvevents.Stream{Endpoint: endpoints[0], Host: "10.0.0.1"})
+	if !errors.Is(err, kvevents.ErrNoSnapshot) {
+		t.Fatalf("Snapshot: %v, want ErrNoSnapshot", err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("the answer took %s: a peer was waited for", took)
+	}
+	if got := ix.KeySpace(); got != 99 {
+		t.Errorf("key space %d, want the peer's 99", got)
 	}
 }

@@ -207,3 +207,54 @@ func FuzzDecodeStreamState(f *testing.F) {
 		_ = dst.ImportStream("a", 0, st) // refused or taken, never a crash
 	})
 }
+
+// TestExportDuringIngestionIsABatchBoundary: streams exported while a writer applies
+// batches to them hold exactly the batches up to their Seq: imported, each answers as an
+// index that applied those batches alone.
+func TestExportDuringIngestionIsABatchBoundary(t *testing.T) {
+	h := newHistory(5)
+	var batches []Batch
+	var want [][][]Match // after batch i
+	ref, _ := NewIndex(IndexConfig{Seed: 11, ExtraKeys: true})
+	for i := range 400 {
+		b := Batch{Seq: int64(i)} // one stream, three events a batch
+		for range 3 {
+			_, n := h.next()
+			b.Events = append(b.Events, n.Events...)
+		}
+		batches = append(batches, b)
+		ref.Apply("a", b)
+		want = append(want, matches(ref, h.prompts))
+	}
+	src, _ := NewIndex(IndexConfig{Seed: 11, ExtraKeys: true})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, b := range batches {
+			src.Apply("a", b)
+		}
+	}()
+	exports := 0
+	for finished := false; !finished; exports++ {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		st, err := src.ExportStream("a", 0)
+		if errors.Is(err, ErrNoStream) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, _ := NewIndex(IndexConfig{ExtraKeys: true})
+		if err := dst.ImportStream("a", 0, st); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want[st.Seq], matches(dst, h.prompts)); diff != "" {
+			t.Fatalf("export %d at batch %d (-the batches up to it +the export):\n%s", exports, st.Seq, diff)
+		}
+	}
+	t.Logf("%d exports during %d batches", exports, len(batches))
+}

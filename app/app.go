@@ -127,6 +127,7 @@ type App struct {
 	KVEventsSubscriber             *kvevents.Subscriber // nil without vLLM KV events
 	Replica                        *replica.Replica     // nil without --nats-url
 	gate                           *replica.Gate        // nil unless the index is shared or persisted
+	kvSnapshots                    *replica.KVSnapshots // the KV events streams from the peers; nil without both
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
 	connRate                       *connRate              // nil: ext_proc reads are not rate-limited

@@ -7,6 +7,7 @@ import (
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/replica"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,8 +37,13 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 	if a.KVEventsIndex, err = kvindex.NewIndex(kvindex.IndexConfig{Credits: c.Credits, Remote: c.Remote, ExtraKeys: c.ExtraKeys, Registerer: reg}); err != nil {
 		return err
 	}
-	if a.KVEventsSubscriber, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,
-		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, OnBatch: a.onKVBatch, Logger: a.log, Registerer: reg}, a.KVEventsIndex); err != nil {
+	sc := kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,
+		Topic: c.Topic, Ranks: c.Ranks, ReplayTimeout: c.ReplayTimeout, OnBatch: a.onKVBatch, Logger: a.log, Registerer: reg}
+	if cfg.Replicas != nil { // a starting replica takes each stream from a peer, else replays it (decision 0850)
+		a.kvSnapshots = replica.NewKVSnapshots()
+		sc.Snapshots = a.kvSnapshots
+	}
+	if a.KVEventsSubscriber, err = kvevents.NewSubscriber(sc, a.KVEventsIndex); err != nil {
 		return err
 	}
 	var view picker.CacheView = picker.KVEventsView{Index: a.KVEventsIndex, Ranks: c.Ranks}

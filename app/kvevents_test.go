@@ -13,6 +13,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/kvpublish"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/picker"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -124,5 +125,75 @@ func TestKVEventsStartFailureStopsTheSubscriber(t *testing.T) {
 		Endpoints: []string{"127.0.0.1:8000"}, CacheSource: picker.SourceVLLMEvents, KVEvents: &KVEventsConfig{Port: 1}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--metrics-port") {
 		t.Fatalf("Start = %v, want the taken metrics port named", err)
+	}
+}
+
+// TestKVEventsTakenFromAPeerReplica: a replica started after its engine's replay buffer
+// has moved on takes the engine's stream from its peer (--nats-url), so its index holds
+// what a replay no longer can (decision 0850).
+func TestKVEventsTakenFromAPeerReplica(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	host := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(150), rand.IntN(256))
+	pub, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: host + ":0", ReplayAddr: host + ":0", DPRank: -1, BufferSteps: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	ep := net.JoinHostPort(host, "8000")
+	cfg := Config{Endpoints: []string{ep}, CacheSource: picker.SourceVLLMEvents,
+		KVEvents: &KVEventsConfig{Port: port(t, pub.Addr()), ReplayPort: port(t, pub.ReplayAddr()), ReplayTimeout: 5 * time.Second},
+		Replicas: &ReplicaConfig{URL: ns.ClientURL(), StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, ScrapeInterval: -1}}
+	a := start(t, cfg)
+	<-a.replicaReady()
+	<-a.kvEventsReady() // its replay done: what follows is applied live
+	if err := pub.WaitSubscribed(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	prompt := func(i int) []uint32 {
+		p := make([]uint32, 32)
+		for j := range p {
+			p[j] = uint32(1000*(i+1) + j)
+		}
+		return p
+	}
+	const batches = 6 // the buffer keeps the last 2
+	for i := range batches {
+		if _, err := pub.Publish([]kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []uint64{uint64(10 * i), uint64(10*i + 1)}, Tokens: prompt(i), BlockSize: 16, Medium: "GPU"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < batches; {
+		if a.KVEventsIndex.Match(prompt(i), []string{ep})[0].Matched == 32 {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first replica did not apply the live batches")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b := start(t, cfg)
+	select {
+	case <-b.kvEventsReady():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second replica's KV events did not sync")
+	}
+	_, body := httpDo(t, "GET", "http://"+b.MetricsAddr()+"/metrics", "", "")
+	if !strings.Contains(body, `loadaware_kvevents_snapshots_total{outcome="applied"} 1`) {
+		t.Error("the started replica did not count its stream taken from the peer")
+	}
+	for i := range batches {
+		if got := b.KVEventsIndex.Match(prompt(i), []string{ep})[0].Matched; got != 32 {
+			t.Errorf("prompt %d (batch %d): the started replica holds %d tokens, its peer 32", i, i, got)
+		}
 	}
 }

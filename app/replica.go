@@ -73,6 +73,9 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 	if a.gate != nil {
 		cfg.Gate = a.gate
 	}
+	if a.kvSnapshots != nil {
+		cfg.KVEvents, cfg.KVSnapshots = a.KVEventsIndex, a.kvSnapshots
+	}
 	r, err := replica.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("replicas: %w", err)

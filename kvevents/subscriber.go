@@ -449,7 +449,7 @@ func (c *conn) apply(msg Message) {
 		return
 	}
 	s.m.skipped.Add(float64(b.Skipped))
-	b.DPRank = c.f.rank // the socket names the stream
+	b.DPRank, b.Seq = c.f.rank, msg.Seq // the socket names the stream
 	s.idx.Apply(ep, b)
 	s.m.batches.WithLabelValues("applied").Inc()
 }

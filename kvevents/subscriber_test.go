@@ -524,7 +524,7 @@ type snapshotter struct {
 	err  error
 }
 
-func (s snapshotter) Snapshot(context.Context, string, int) (kvevents.Snapshot, error) {
+func (s snapshotter) Snapshot(context.Context, kvevents.Stream) (kvevents.Snapshot, error) {
 	return s.snap, s.err
 }
 
@@ -533,6 +533,12 @@ func (s snapshotter) Snapshot(context.Context, string, int) (kvevents.Snapshot, 
 // passed is a gap (fail closed without replay); an engine without snapshots is replayed.
 func TestSubscriberBootstrapsFromSnapshot(t *testing.T) {
 	chain := kvindex.Batch{Events: []kvindex.Event{stored(0, 4, 100)}}
+	peer, _ := kvindex.NewIndex(kvindex.IndexConfig{Seed: 77}) // a peer replica's index at seq 1
+	peer.Apply("x", kvindex.Batch{Seq: 1, Events: chain.Events})
+	state, err := peer.ExportStream("x", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name           string
 		replay         bool
@@ -542,6 +548,8 @@ func TestSubscriberBootstrapsFromSnapshot(t *testing.T) {
 	}{
 		{"snapshot, then live from its resume point", false, snapshotter{snap: kvevents.Snapshot{Epoch: "e1", Resume: 2, Batches: []kvindex.Batch{chain}}}, 4 * bs, 6 * bs, "applied"},
 		{"a resume point behind the live stream is a gap", false, snapshotter{snap: kvevents.Snapshot{Epoch: "e1", Resume: 1, Batches: []kvindex.Batch{chain}}}, 4 * bs, 0, "applied"},
+		{"a peer's index of the stream, then live", false, snapshotter{snap: kvevents.Snapshot{Resume: 2, State: &state}}, 4 * bs, 6 * bs, "applied"},
+		{"a peer's index with a resume point not its own: replayed", true, snapshotter{snap: kvevents.Snapshot{Resume: 1, State: &state}}, 4 * bs, 6 * bs, "failed"},
 		{"no snapshot served: replayed", true, snapshotter{err: kvevents.ErrNoSnapshot}, 4 * bs, 6 * bs, "none"},
 		{"a failed snapshot: replayed", true, snapshotter{err: errors.New("refused")}, 4 * bs, 6 * bs, "failed"},
 	}

@@ -44,10 +44,17 @@ func (ix *Index) tier(ev *Event) (Medium, string) {
 // blocks are left out of the index, so an endpoint is never credited for a block it may
 // not hold.
 func (ix *Index) Apply(endpoint string, b Batch) {
+	ix.batchMu.RLock()
+	defer ix.batchMu.RUnlock()
 	id := streamID{endpoint, b.DPRank}
 	for i := range b.Events {
 		ix.applyEvent(id, &b.Events[i])
 	}
+	ix.mu.Lock()
+	if s := ix.streams[id]; s != nil {
+		s.seq = b.Seq
+	}
+	ix.mu.Unlock()
 }
 
 func (ix *Index) applyEvent(id streamID, ev *Event) {
@@ -229,7 +236,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 			ix.m.count(OutUnknownParent, n-i)
 			return
 		}
-		key := chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
+		key := chain(parent, ix.root.Load(), ev.Tokens[i*bs:(i+1)*bs])
 		s.engine.put(h, key)
 		if i == 0 && !ev.HasParent {
 			// The store order before the block: a lookup that sees the block held finds it.

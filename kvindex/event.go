@@ -58,6 +58,9 @@ type Batch struct {
 	TS     float64
 	Events []Event
 	DPRank int // -1 when None or absent
+	// Seq is the batch's sequence number in its stream (the subscriber's), recorded as the
+	// stream's last batch for ExportStream.
+	Seq int64
 	// Skipped counts events of an unknown tag, left out of Events.
 	Skipped int
 }

@@ -55,7 +55,7 @@ func (ix *Index) warm(id streamID, ev *Event, med Medium, next int, parent uint6
 			}
 		}
 		for i := next; i < end; i++ {
-			parent = chain(parent, ix.root, ev.Tokens[i*bs:(i+1)*bs])
+			parent = chain(parent, ix.root.Load(), ev.Tokens[i*bs:(i+1)*bs])
 			sum += s.engine.touch(ev.Hashes[i]) + ix.held[med].touch(wordKey(parent, s.word()))
 			if i == 0 && !ev.HasParent {
 				sum += ix.stamps.touch(pair(parent, s.salt))

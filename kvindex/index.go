@@ -4,8 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,8 +41,9 @@ type IndexConfig struct {
 type Index struct {
 	credit [numMedia]float64
 	order  []Medium // credited tiers, best credit first
-	root   uint64
-	hseed  maphash.Seed // hashes adapter names and salts into root keys (see rootKey)
+	// root keys the block hash (the key space): fixed once the index has had a stream
+	// (AdoptKeySpace may change it before), read atomically by lookups.
+	root   atomic.Uint64
 	remote RemotePolicy
 	extras bool
 	m      *indexMetrics
@@ -56,6 +57,7 @@ type Index struct {
 	// ask again; see Match).
 	_       linePad
 	mu      rwspin
+	batchMu sync.RWMutex // read-held over a batch, so that ExportStream sees whole batches
 	streams map[streamID]*stream
 	byEP    map[string][]*stream
 	free    []int // released slots
@@ -78,7 +80,6 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	ix := &Index{
 		remote:  cfg.Remote,
 		extras:  cfg.ExtraKeys,
-		root:    cfg.Seed,
 		streams: map[streamID]*stream{},
 		byEP:    map[string][]*stream{},
 	}
@@ -93,13 +94,14 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		}
 	}
 	slices.SortStableFunc(ix.order, func(a, b Medium) int { return cmpF(ix.credit[b], ix.credit[a]) })
-	if ix.root == 0 {
+	root := cfg.Seed
+	if root == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		ix.root = binary.LittleEndian.Uint64(b[:]) | 1
+		root = binary.LittleEndian.Uint64(b[:]) | 1
 	}
-	ix.salt = fmix(ix.root + 0x632be59bd9b4e019)
-	ix.hseed = maphash.MakeSeed()
+	ix.root.Store(root)
+	ix.salt = fmix(root + 0x632be59bd9b4e019)
 	ix.dir.Store(&directory{byEP: map[string][]streamRef{}})
 	for m := range ix.held {
 		ix.held[m].mixed = true // wordKey of a chain key, an fmix output

@@ -1,9 +1,6 @@
 package kvindex
 
-import (
-	"hash/maphash"
-	"math/bits"
-)
+import "math/bits"
 
 // chain returns the index key of a block of tokens whose parent block has key parent
 // (the root key for the first block of a prompt); seed keys the content hash. The key
@@ -111,9 +108,35 @@ type Key struct {
 // the zero Key, otherwise the root mixed with the hashes of the adapter and the salt.
 // Every later block chains from the first, so the adapter and salt are in every key.
 func (ix *Index) rootKey(k Key) uint64 {
+	root := ix.root.Load()
 	if k == (Key{}) {
-		return ix.root
+		return root
 	}
-	a, s := maphash.String(ix.hseed, k.Adapter), maphash.String(ix.hseed, k.Salt)
-	return fmix(ix.root ^ fmix(a+k1) ^ fmix(s+k3))
+	return fmix(root ^ fmix(strHash(root, k.Adapter)+k1) ^ fmix(strHash(root, k.Salt)+k3))
+}
+
+// strHash is a hash of s keyed by seed, wyhash's mix over 16-byte groups: the key space
+// is then the root alone, so that indexes given the same root (AdoptKeySpace) key
+// adapters and salts alike (hash/maphash's seeds cannot be shared). Under a secret root a
+// client cannot choose a salt whose key is another tenant's.
+func strHash(seed uint64, s string) uint64 {
+	s0, s1 := seed^k2, bits.RotateLeft64(seed, 32)^k3
+	acc := seed ^ uint64(len(s))*k1
+	for len(s) >= 16 {
+		acc += mum(le64(s)^s0, le64(s[8:])^s1)
+		s, s0, s1 = s[16:], s0+k1, s1+k3
+	}
+	var t [2]uint64 // the last 0-15 bytes
+	for i := range len(s) {
+		t[i/8] |= uint64(s[i]) << (8 * (i % 8))
+	}
+	acc += mum(t[0]^s0, t[1]^s1)
+	return fmix(acc)
+}
+
+// le64 reads the first 8 bytes of s, little-endian.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }

@@ -21,6 +21,30 @@ func TestChainDependsOnEverything(t *testing.T) {
 	}
 }
 
+// TestStrHashDependsOnEverything: an adapter's or salt's hash changes with any byte, the
+// length (a trailing zero byte), the position of a byte and the seed, on both sides of
+// the 16-byte groups.
+func TestStrHashDependsOnEverything(t *testing.T) {
+	for _, s := range []string{"", "a", "sql-lora", "exactly-16-bytes", "a-name-longer-than-16-bytes-0123"} {
+		k := strHash(7, s)
+		variants := map[string]uint64{"another seed": strHash(8, s), "a zero byte more": strHash(7, s+"\x00")}
+		if s != "" {
+			b := []byte(s)
+			b[len(b)-1] ^= 1
+			variants["last byte changed"] = strHash(7, string(b))
+			variants["one byte less"] = strHash(7, s[:len(s)-1])
+			if len(s) > 1 {
+				variants["first two swapped"] = strHash(7, s[1:2]+s[:1]+s[2:])
+			}
+		}
+		for name, v := range variants {
+			if v == k {
+				t.Errorf("%q: %s: same hash %#x", s, name, k)
+			}
+		}
+	}
+}
+
 // BenchmarkPromptKeys measures the keys of a 1,578-token prompt in 16-token blocks.
 func BenchmarkPromptKeys(b *testing.B) {
 	ix, _ := NewIndex(IndexConfig{Seed: 1})

@@ -110,7 +110,7 @@ func cmpU64(a, b uint64) int {
 
 // promptKeys returns the keys of the prompt's full blocks of bs tokens.
 func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
-	return ix.appendPromptKeys(nil, tokens, ix.root, bs)
+	return ix.appendPromptKeys(nil, tokens, ix.root.Load(), bs)
 }
 
 // appendPromptKeys appends the keys of the prompt's full blocks of bs tokens, chained
@@ -118,12 +118,13 @@ func (ix *Index) promptKeys(tokens []uint32, bs int) []uint64 {
 func (ix *Index) appendPromptKeys(ks []uint64, tokens []uint32, root uint64, bs int) []uint64 {
 	n := len(tokens) / bs
 	ks = slices.Grow(ks, n)
+	seed := ix.root.Load()
 	if bs == 16 {
-		return appendChain16(ks, root, ix.root, tokens[:n*16])
+		return appendChain16(ks, root, seed, tokens[:n*16])
 	}
 	parent := root
 	for j := range n {
-		parent = chain(parent, ix.root, tokens[j*bs:(j+1)*bs])
+		parent = chain(parent, seed, tokens[j*bs:(j+1)*bs])
 		ks = append(ks, parent)
 	}
 	return ks

@@ -19,6 +19,7 @@ type stream struct {
 	blockSize int
 	engine    table // engine block hash -> block key
 	owned     bool  // an owned event was seen: owners is kept (owners.go)
+	seq       int64 // the last batch applied (Batch.Seq)
 	owners    table // holdersKey(block key, tier) -> holder set
 }
 
@@ -120,10 +121,14 @@ func (ix *Index) Drop(endpoint, reason string) {
 func (ix *Index) DropRank(endpoint string, rank int, reason string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	s := ix.streams[streamID{endpoint, rank}]
-	if s == nil {
-		return
+	if s := ix.streams[streamID{endpoint, rank}]; s != nil {
+		ix.dropLocked(s, reason)
 	}
+}
+
+// dropLocked is DropRank of s. ix.mu is held.
+func (ix *Index) dropLocked(s *stream, reason string) {
+	endpoint := s.id.endpoint
 	ix.m.dropped.WithLabelValues(reason).Add(float64(ix.clear(s)))
 	ix.forget(s)
 	rest := slices.DeleteFunc(ix.byEP[endpoint], func(o *stream) bool { return o == s })

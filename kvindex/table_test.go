@@ -83,3 +83,27 @@ func agreeWithMap(t *testing.T, tb hashMap, space uint64) {
 		t.Fatal("ctable: reset left it non-empty")
 	}
 }
+
+// TestTableReserve: a reserved table takes its entries without growing, keeps the ones
+// it had, and a second, smaller reserve changes nothing.
+func TestTableReserve(t *testing.T) {
+	var tb table
+	tb.put(7, 70)
+	tb.reserve(1000)
+	size := len(tb.slots)
+	tb.reserve(10)
+	for k := uint64(1); k <= 1000; k++ {
+		tb.put(k*0x9e3779b97f4a7c15, k)
+	}
+	if len(tb.slots) != size {
+		t.Errorf("grew from %d to %d slots within the reserve", size, len(tb.slots))
+	}
+	if v, ok := tb.get(7); !ok || v != 70 {
+		t.Errorf("the entry before the reserve: %d, %v", v, ok)
+	}
+	for k := uint64(1); k <= 1000; k++ {
+		if v, ok := tb.get(k * 0x9e3779b97f4a7c15); !ok || v != k {
+			t.Fatalf("entry %d: %d, %v", k, v, ok)
+		}
+	}
+}

@@ -16,8 +16,10 @@
 // The engines' own vllm:num_requests_running and _waiting, scraped on an interval, bound
 // the load view from above (a booking nobody releases fades within two scrapes) and stand
 // in for the peers while NATS is unreachable. vLLM KV events are not shared: every
-// replica subscribes to every engine (package kvevents).
+// replica subscribes to every engine (package kvevents); a starting replica takes each
+// engine rank's stream from a peer's index instead of the engine's replay (KVSnapshots).
 //
 // replica makes no routing decisions; it feeds lmcache.Index and fleet.Set, which the
-// picker reads. It must not be imported by picker, extproc, lmcache or fleet.
+// picker reads (and, with KVSnapshots, kvindex.Index). It must not be imported by picker,
+// extproc, lmcache, kvevents or fleet.
 package replica

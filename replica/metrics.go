@@ -30,7 +30,7 @@ const (
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_replica_messages_sent_total",
-			Help: "Messages this replica published to its peers, by kind (frames, delta, state, snapshot)."}, []string{"kind"}),
+			Help: "Messages this replica published to its peers, by kind (frames, delta, state, snapshot, kvsnapshot)."}, []string{"kind"}),
 		sentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_replica_bytes_sent_total",
 			Help: "Payload bytes this replica published to its peers, by kind."}, []string{"kind"}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_replica_messages_received_total",
@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_replica_scrapes_total",
 			Help: "Scrapes of the engines' vllm:num_requests_running and _waiting, by outcome (ok, error)."}, []string{"outcome"}),
 		warm: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_replica_warm_starts_total",
-			Help: "Warm starts, by outcome: snapshot (index taken from a peer), no-peer (none answered: started empty), timeout, gap (the stream after the snapshot missed frames)."}, []string{"outcome"}),
+			Help: "Warm starts, by outcome: snapshot (index taken from a peer), no-peer (none answered: started empty), timeout, gap (the stream after the snapshot missed frames), peers-heard (no LMCache index to take: the KV events streams are taken from the peers one by one)."}, []string{"outcome"}),
 		warmSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "loadaware_replica_warm_start_seconds",
 			Help: "Time from start to the index being warm (snapshot applied, or no peer)."}),
 		served: prometheus.NewCounter(prometheus.CounterOpts{Name: "loadaware_replica_snapshots_served_total",
@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		discarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "loadaware_replica_restored_instances_discarded_total",
 			Help: "LMCache instances restored from --state-file or a snapshot and dropped because their engine now speaks as another instance id."}),
 	}
-	for _, k := range []string{"frames", "delta", "state", "snapshot"} {
+	for _, k := range []string{"frames", "delta", "state", "snapshot", "kvsnapshot"} {
 		m.sent.WithLabelValues(k)
 		m.sentBytes.WithLabelValues(k)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -66,6 +67,12 @@ type Config struct {
 	// PeerWait is the shortest wait at start to hear a peer (a loaded peer may take a while
 	// to answer the hello); default DefaultPeerWait.
 	PeerWait time.Duration
+	// KVEvents, when set, is this picker's vLLM KV events index: its streams are served
+	// to starting peers, and KVSnapshots takes the peers' into it.
+	KVEvents *kvindex.Index
+	// KVSnapshots, when set (with KVEvents), is bound to this replica: the KV events
+	// subscriber's Snapshotter, asking the peers for each stream.
+	KVSnapshots *KVSnapshots
 	// History, when set, is told of every booking a peer makes (its endpoint and tag), so
 	// that routing history (the QPS fallback's request counts, latencyaware's last route of
 	// a prefix) covers every replica's requests, not only this one's.
@@ -110,7 +117,11 @@ type Replica struct {
 	buffered  []Message     // peers' frames received while warming
 	firstPeer chan struct{} // closed when a peer's state arrives while warming
 	peerOnce  sync.Once
-	ready     chan struct{}
+	// peersHeard is closed once the warm start has heard its peers, or given up: the
+	// load view then names the peers to ask for KV events streams.
+	peersHeard chan struct{}
+	heardOnce  sync.Once
+	ready      chan struct{}
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -126,12 +137,15 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Fleet == nil {
 		return nil, errors.New("replica: Config.Fleet is nil")
 	}
+	if cfg.KVSnapshots != nil && cfg.KVEvents == nil {
+		return nil, errors.New("replica: Config.KVSnapshots without the KVEvents index to take the streams into")
+	}
 	setDefaults(&cfg)
 	if cfg.PeerTimeout <= cfg.StateInterval {
 		return nil, fmt.Errorf("replica: peer timeout %s must be longer than the state interval %s (--replica-peer-timeout, --replica-state-interval)", cfg.PeerTimeout, cfg.StateInterval)
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, now: cfg.Now, origin: newOrigin(), applied: map[uint64]uint64{},
-		client: cfg.Client, ready: make(chan struct{}), firstPeer: make(chan struct{}), warming: true, wake: make(chan struct{}, 1)}
+		client: cfg.Client, ready: make(chan struct{}), firstPeer: make(chan struct{}), peersHeard: make(chan struct{}), warming: true, wake: make(chan struct{}, 1)}
 	if cfg.Gate != nil {
 		r.met = cfg.Gate.met
 	} else {
@@ -166,6 +180,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		cfg.Gate.mu.Unlock()
 	}
 	cfg.Fleet.SetListener(r)
+	if k := cfg.KVSnapshots; k != nil {
+		k.r = r
+		close(k.bound)
+	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.wg.Go(func() { r.tick(ctx) })
 	r.wg.Go(func() { r.publisher(ctx) })
@@ -408,6 +426,12 @@ func (r *Replica) handle(msg *nats.Msg) {
 	rest := strings.TrimPrefix(msg.Subject, r.cfg.Subject+".")
 	if rest == "hello" { // a replica is starting: let it hear this one at once
 		r.publishLoad(Message{Kind: KindState})
+		return
+	}
+	if target, ok := strings.CutPrefix(rest, "kvsnap."); ok {
+		if target == strconv.FormatUint(r.origin, 16) && msg.Reply != "" {
+			r.wg.Go(func() { r.serveKVStream(msg) })
+		}
 		return
 	}
 	if target, ok := strings.CutPrefix(rest, "snapshot."); ok {

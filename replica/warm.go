@@ -51,12 +51,15 @@ func (r *Replica) warmStart(ctx context.Context) {
 		r.log.Info("replica: index warm", "outcome", outcome, "took", r.now().Sub(began).String())
 		close(r.ready)
 	}()
+	defer r.heardOnce.Do(func() { close(r.peersHeard) })
 	g := r.cfg.Gate
-	if g == nil {
+	if g == nil && r.cfg.KVSnapshots == nil {
 		r.stopWarming()
 		return
 	}
-	defer g.Open()
+	if g != nil {
+		defer g.Open()
+	}
 	deadline := time.NewTimer(r.cfg.WarmTimeout)
 	defer deadline.Stop()
 	// A peer answers the hello with its state, and publishes one every StateInterval anyway:
@@ -89,6 +92,12 @@ func (r *Replica) warmStart(ctx context.Context) {
 		return
 	case <-ctx.Done():
 		r.abandonWarm()
+		return
+	}
+	r.heardOnce.Do(func() { close(r.peersHeard) })
+	if g == nil { // KV events only: their streams are taken one by one (KVSnapshots)
+		outcome = "peers-heard"
+		r.stopWarming()
 		return
 	}
 	for _, peer := range r.load.peersNewestFirst() {
@@ -175,7 +184,13 @@ func (r *Replica) applySnapshot(chunks []Message, end Message) string {
 }
 
 // abandonWarm applies the frames buffered while warming and ends warming.
-func (r *Replica) abandonWarm() { r.applySnapshot(nil, Message{}) }
+func (r *Replica) abandonWarm() {
+	if r.cfg.Gate == nil {
+		r.stopWarming()
+		return
+	}
+	r.applySnapshot(nil, Message{})
+}
 
 // stopWarming ends warming without a gate.
 func (r *Replica) stopWarming() {

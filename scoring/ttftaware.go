@@ -13,22 +13,27 @@ import (
 //		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - matched(s)
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
 //		est(s)     = (prefill(s) + 1) x AdmitCost + tokens(s) x TokenCost
-//		             + steps(s) x (StepCost + decode(s) x SeqStepCost)
+//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost   sticky until saturated
 //		           = miss(s) first, est(s) breaking ties           when every candidate is saturated
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
 //	    records each with State.Uncached): the work a queued request still holds.
+//	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
+//	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
 //	    the fleet compute the difference again, work every request queued behind it on the
 //	    new engine waits for; so the move is charged that recompute once more, beyond this
 //	    request's own wait. A holder is left when its queue outweighs the recompute.
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
-//	    its next step. When every candidate is saturated nothing is diverted: a move then only
+//	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When every candidate is saturated nothing is diverted: a move then only
 //	    adds work to a fleet that has none to spare, so the prompt goes where most of it is
 //	    held (its lowest miss), the estimate deciding among equals.
+//
+// KVWait reads the engines' scraped KV usage, running and waiting counts
+// (Candidate.Engine); an engine not scraped waits for nothing.
 //
 // The constants are the calibrated A10 engine model's (bench/sim DefaultConfig,
 // docs/bench/simulator.md); none was fitted on a workload. Lowest cost wins; ties go to the
@@ -53,21 +58,61 @@ const (
 	SeqStepCost = 500 * time.Microsecond
 	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
 	StepTokens = 2048
+	// KVPoolTokens is the tokens of KV the engine's GPU pool holds (vLLM's num_gpu_blocks
+	// x block_size: 6,187 blocks of 16 on the A10 at 0.9 GPU memory utilization).
+	KVPoolTokens = 99000
 )
 
 // Name implements Policy.
 func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
-func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached }
+func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached | NeedsEngineMetrics }
 
-// AppendTerms implements TermsExplainer: the estimated time to first token and the prefill
-// queued ahead, in seconds.
+// AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
+// queued ahead and the wait for KV capacity, in seconds.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
 	b = append(b, " queued="...)
-	return strconv.AppendFloat(b, r.Load, 'f', 3, 64)
+	b = strconv.AppendFloat(b, r.Load, 'f', 3, 64)
+	b = append(b, " kv_wait="...)
+	return strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
+}
+
+// KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
+// seconds, from its scraped metrics, the picker's requests decoding there and their mean
+// decode duration (pace):
+//
+//	used    = KVUsage x KVPoolTokens + decode x steps        KV held, grown by one token per
+//	                                                          decoding sequence and step since the scrape
+//	need    = prompt + Waiting x used / max(1, Running)       the prompt's blocks and those of the
+//	                                                          requests waiting ahead (an average footprint each)
+//	deficit = need - (KVPoolTokens - used)
+//	kvwait  = max(0, deficit) x pace / used                   running sequences free used tokens per pace
+//
+// steps counts the engine steps from the scrape until the prompt's admission (the scrape's
+// age, and the prompt's own steps, at StepCost + decode x SeqStepCost each). A prompt that
+// fits waits for nothing; one that does not waits until sequences holding the deficit
+// finish, which free their KV at used/pace tokens a second. An engine not scraped
+// (Engine.Known false), holding no KV, or whose pace is not measured waits for nothing.
+func KVWait(c Candidate, prompt int, steps float64) float64 {
+	e := c.Engine
+	if !e.Known || c.DecodePace <= 0 {
+		return 0
+	}
+	step := StepCost.Seconds() + float64(max(c.Decode, 0))*SeqStepCost.Seconds()
+	grown := float64(max(c.Decode, 0)) * (e.Age.Seconds()/step + steps)
+	used := min(max(e.KVUsage, 0), 1)*KVPoolTokens + grown
+	if used <= 0 {
+		return 0
+	}
+	need := float64(max(prompt, 0)) + float64(max(e.Waiting, 0))*used/float64(max(e.Running, 1))
+	deficit := need - (KVPoolTokens - used)
+	if deficit <= 0 {
+		return 0
+	}
+	return deficit * c.DecodePace.Seconds() / used
 }
 
 // Rank implements Policy.
@@ -88,11 +133,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		if c.Prefill > 0 {
 			ahead = float64(c.Prefill) * p.state.uncached[c.Addr]
 		}
-		saturated = saturated && ahead >= StepTokens
 		tokens := ahead + float64(miss)
 		steps := max(1, math.Ceil(tokens/StepTokens))
 		rs[i].Load = float64(c.Prefill)*admit + ahead*tok
-		rs[i].Estimate = rs[i].Load + admit + float64(miss)*tok + steps*(step+float64(c.Decode)*seq)
+		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
+		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
+		rs[i].Estimate = rs[i].Load + admit + float64(miss)*tok + steps*(step+float64(c.Decode)*seq) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate

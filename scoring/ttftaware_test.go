@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTTFTAwareRanking(t *testing.T) {
@@ -73,8 +74,71 @@ func TestTTFTAwareEmptyAndTerms(t *testing.T) {
 	if !ok {
 		t.Fatal("ttftaware explains no terms")
 	}
-	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05})); got != " est_ttft=0.123 queued=0.050" {
+	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, KVWait: 0.02})); got != " est_ttft=0.123 queued=0.050 kv_wait=0.020" {
 		t.Errorf("terms %q", got)
+	}
+}
+
+func TestKVWait(t *testing.T) {
+	step := 0.019 + 10*0.0005 // one step with 10 sequences decoding
+	tests := []struct {
+		name   string
+		engine EngineMetrics
+		decode int
+		pace   time.Duration
+		prompt int
+		steps  float64
+		want   float64
+	}{
+		{"not scraped: no wait", EngineMetrics{}, 10, 100 * time.Second, 1000, 1, 0},
+		{"pace not measured: no wait", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 10, 0, 1000, 1, 0},
+		{"the prompt fits: no wait", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10}, 10, 100 * time.Second, 1000, 0, 0},
+		{"a full pool: the prompt waits for its tokens to be freed", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 0, 100 * time.Second, 990, 0,
+			990 * 100 / 99000.0},
+		{"the requests waiting ahead need an average footprint each", EngineMetrics{Known: true, KVUsage: 0.9, Running: 9, Waiting: 2}, 0, 50 * time.Second, 100, 0,
+			(100 + 2*9900 - 9900) * 50 / 89100.0},
+		{"decoding sequences grow the KV held since the scrape and until admission", EngineMetrics{Known: true, KVUsage: 0.99, Running: 10, Age: 50 * time.Millisecond}, 10, 100 * time.Second, 1000, 2,
+			func() float64 {
+				used := 0.99*99000 + 10*(0.05/step+2) // 990 tokens free at the scrape, 949 at admission
+				return (1000 - (99000 - used)) * 100 / used
+			}()},
+		{"an empty engine: no wait", EngineMetrics{Known: true}, 0, 100 * time.Second, 1000, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Candidate{Addr: "a:1", Decode: tt.decode, DecodePace: tt.pace, Engine: tt.engine}
+			if got := KVWait(c, tt.prompt, tt.steps); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("KVWait = %.9f s, want %.9f s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTTFTAwareLeavesAFullPool(t *testing.T) {
+	// A decode-bound holder with a full KV pool loses a 1,000-token prompt it holds to an
+	// idle engine, though the move recomputes the prompt: a sequence finishing frees KV
+	// only every few seconds.
+	full := lcand("a:1", 1000, 0, 15, 0)
+	full.DecodePace, full.Engine = 200*time.Second, EngineMetrics{Known: true, KVUsage: 0.999, Running: 15}
+	idle := lcand("b:1", 0, 0, 0, 0)
+	idle.Engine = EngineMetrics{Known: true}
+	for _, tt := range []struct {
+		name  string
+		cands []Candidate
+		want  string
+	}{
+		{"scraped full", []Candidate{full, idle}, "b:1"},
+		{"not scraped", []Candidate{func() Candidate { c := full; c.Engine = EngineMetrics{}; return c }(), idle}, "a:1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := mustNew(t, "ttftaware", DefaultParams(), NewState()).Rank(Input{PromptTokens: 1000, Now: t0, Candidates: tt.cands})
+			if rs[0].Addr != tt.want {
+				t.Fatalf("winner %s, want %s: %+v", rs[0].Addr, tt.want, rs)
+			}
+			if tt.want == "b:1" && rs[1].KVWait <= 0 {
+				t.Errorf("the full holder's KV wait %v, want positive", rs[1].KVWait)
+			}
+		})
 	}
 }
 

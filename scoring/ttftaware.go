@@ -12,10 +12,11 @@ import (
 //		ahead(s)   = prefill(s) x uncached(s)                  prefill tokens queued on s
 //		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - matched(s)
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
-//		est(s)     = (prefill(s) + 1) x AdmitCost + tokens(s) x TokenCost
+//		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
+//		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
-//		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost   sticky until saturated
-//		           = miss(s) first, est(s) breaking ties           when every candidate is saturated
+//		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
+//		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -23,9 +24,12 @@ import (
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
-//	    the fleet compute the difference again, work every request queued behind it on the
-//	    new engine waits for; so the move is charged that recompute once more, beyond this
-//	    request's own wait. A holder is left when its queue outweighs the recompute.
+//	    the fleet compute the difference again, work the requests that queue behind it on the
+//	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x
+//	    times the mean number in the system (M/M/1: rho/(1-rho)), and prefill(s) is that
+//	    number now; so the move is charged the recompute prefill(s) times more, beyond this
+//	    request's own wait. An idle engine takes a moved prompt at its own cost; a holder
+//	    is left when its queue outweighs the recompute its move imposes.
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
 //	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When every candidate is saturated nothing is diverted: a move then only
@@ -51,6 +55,9 @@ const (
 	// AdmitCost is the host time an engine step spends admitting one request (LMCache
 	// lookup, load and save set-up, input preparation).
 	AdmitCost = 25 * time.Millisecond
+	// AdmitSeqCost is what each sequence in the step adds to an admission (the batch is
+	// prepared again around the new request).
+	AdmitSeqCost = 150 * time.Microsecond
 	// StepCost is one engine step's fixed time: 6 ms of scheduling, launch and sampling,
 	// and the 6.2 GB of weights read at 480 GB/s (80% of 600 GB/s), 12.9 ms.
 	StepCost = 19 * time.Millisecond
@@ -121,7 +128,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	if len(rs) == 0 {
 		return rs
 	}
-	tok, admit := TokenCost.Seconds(), AdmitCost.Seconds()
+	tok := TokenCost.Seconds()
 	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
@@ -135,6 +142,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		}
 		tokens := ahead + float64(miss)
 		steps := max(1, math.Ceil(tokens/StepTokens))
+		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		rs[i].Load = float64(c.Prefill)*admit + ahead*tok
 		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
@@ -148,7 +156,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		if saturated {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		} else {
-			rs[i].Score = -(rs[i].Estimate + extra*tok)
+			rs[i].Score = -(rs[i].Estimate + extra*tok*float64(max(c.Prefill, 0)))
 		}
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)

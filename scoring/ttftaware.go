@@ -91,8 +91,10 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 // seconds, from its scraped metrics, the picker's requests decoding there and their mean
 // decode duration (pace):
 //
-//	used    = KVUsage x KVPoolTokens + decode x steps        KV held, grown by one token per
-//	                                                          decoding sequence and step since the scrape
+//	used    = min(KVUsage x KVPoolTokens + decode x steps,   KV held, grown by one token per
+//	              KVPoolTokens)                               decoding sequence and step since the
+//	                                                          scrape; never more than the pool (a
+//	                                                          full engine preempts instead)
 //	need    = prompt + Waiting x used / max(1, Running)       the prompt's blocks and those of the
 //	                                                          requests waiting ahead (an average footprint each)
 //	deficit = need - (KVPoolTokens - used)
@@ -110,7 +112,7 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 	}
 	step := StepCost.Seconds() + float64(max(c.Decode, 0))*SeqStepCost.Seconds()
 	grown := float64(max(c.Decode, 0)) * (e.Age.Seconds()/step + steps)
-	used := min(max(e.KVUsage, 0), 1)*KVPoolTokens + grown
+	used := min(min(max(e.KVUsage, 0), 1)*KVPoolTokens+grown, KVPoolTokens)
 	if used <= 0 {
 		return 0
 	}

@@ -105,6 +105,8 @@ func TestKVWait(t *testing.T) {
 				used := 0.99*99000 + 10*(0.05/step+2) // 990 tokens free at the scrape, 949 at admission
 				return (1000 - (99000 - used)) * 100 / used
 			}()},
+		{"a stale scrape grows the KV held up to the pool, not past it", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10, Age: time.Hour}, 10, 100 * time.Second, 1000, 0,
+			1000 * 100 / 99000.0},
 		{"an empty engine: no wait", EngineMetrics{Known: true}, 0, 100 * time.Second, 1000, 1, 0},
 	}
 	for _, tt := range tests {

@@ -17,7 +17,7 @@ func addrs(rs []Ranked) string {
 	return strings.Join(s, ",")
 }
 
-func mustNew(t *testing.T, name string, p Params, st *State) Policy {
+func mustNew(t testing.TB, name string, p Params, st *State) Policy {
 	t.Helper()
 	pol, err := New(name, p, st)
 	if err != nil {

@@ -12,23 +12,32 @@ import (
 //		ahead(s)   = prefill(s) x uncached(s)                  prefill tokens queued on s
 //		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - matched(s)
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
-//		est(s)     = (prefill(s) + 1) x AdmitCost + tokens(s) x TokenCost
-//		             + steps(s) x (StepCost + decode(s) x SeqStepCost)
-//		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost   sticky until saturated
-//		           = miss(s) first, est(s) breaking ties           when every candidate is saturated
+//		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
+//		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
+//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
+//		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
+//		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
 //	    records each with State.Uncached): the work a queued request still holds.
+//	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
+//	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
-//	    the fleet compute the difference again, work every request queued behind it on the
-//	    new engine waits for; so the move is charged that recompute once more, beyond this
-//	    request's own wait. A holder is left when its queue outweighs the recompute.
+//	    the fleet compute the difference again, work the requests that queue behind it on the
+//	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x
+//	    times the mean number in the system (M/M/1: rho/(1-rho)), and prefill(s) is that
+//	    number now; so the move is charged the recompute prefill(s) times more, beyond this
+//	    request's own wait. An idle engine takes a moved prompt at its own cost; a holder
+//	    is left when its queue outweighs the recompute its move imposes.
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
-//	    its next step. When every candidate is saturated nothing is diverted: a move then only
+//	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When every candidate is saturated nothing is diverted: a move then only
 //	    adds work to a fleet that has none to spare, so the prompt goes where most of it is
 //	    held (its lowest miss), the estimate deciding among equals.
+//
+// KVWait reads the engines' scraped KV usage, running and waiting counts
+// (Candidate.Engine); an engine not scraped waits for nothing.
 //
 // The constants are the calibrated A10 engine model's (bench/sim DefaultConfig,
 // docs/bench/simulator.md); none was fitted on a workload. Lowest cost wins; ties go to the
@@ -46,6 +55,9 @@ const (
 	// AdmitCost is the host time an engine step spends admitting one request (LMCache
 	// lookup, load and save set-up, input preparation).
 	AdmitCost = 25 * time.Millisecond
+	// AdmitSeqCost is what each sequence in the step adds to an admission (the batch is
+	// prepared again around the new request).
+	AdmitSeqCost = 150 * time.Microsecond
 	// StepCost is one engine step's fixed time: 6 ms of scheduling, launch and sampling,
 	// and the 6.2 GB of weights read at 480 GB/s (80% of 600 GB/s), 12.9 ms.
 	StepCost = 19 * time.Millisecond
@@ -53,21 +65,63 @@ const (
 	SeqStepCost = 500 * time.Microsecond
 	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
 	StepTokens = 2048
+	// KVPoolTokens is the tokens of KV the engine's GPU pool holds (vLLM's num_gpu_blocks
+	// x block_size: 6,187 blocks of 16 on the A10 at 0.9 GPU memory utilization).
+	KVPoolTokens = 99000
 )
 
 // Name implements Policy.
 func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
-func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached }
+func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached | NeedsEngineMetrics }
 
-// AppendTerms implements TermsExplainer: the estimated time to first token and the prefill
-// queued ahead, in seconds.
+// AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
+// queued ahead and the wait for KV capacity, in seconds.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
 	b = append(b, " queued="...)
-	return strconv.AppendFloat(b, r.Load, 'f', 3, 64)
+	b = strconv.AppendFloat(b, r.Load, 'f', 3, 64)
+	b = append(b, " kv_wait="...)
+	return strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
+}
+
+// KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
+// seconds, from its scraped metrics, the picker's requests decoding there and their mean
+// decode duration (pace):
+//
+//	used    = min(KVUsage x KVPoolTokens + decode x steps,   KV held, grown by one token per
+//	              KVPoolTokens)                               decoding sequence and step since the
+//	                                                          scrape; never more than the pool (a
+//	                                                          full engine preempts instead)
+//	need    = prompt + Waiting x used / max(1, Running)       the prompt's blocks and those of the
+//	                                                          requests waiting ahead (an average footprint each)
+//	deficit = need - (KVPoolTokens - used)
+//	kvwait  = max(0, deficit) x pace / used                   running sequences free used tokens per pace
+//
+// steps counts the engine steps from the scrape until the prompt's admission (the scrape's
+// age, and the prompt's own steps, at StepCost + decode x SeqStepCost each). A prompt that
+// fits waits for nothing; one that does not waits until sequences holding the deficit
+// finish, which free their KV at used/pace tokens a second. An engine not scraped
+// (Engine.Known false), holding no KV, or whose pace is not measured waits for nothing.
+func KVWait(c Candidate, prompt int, steps float64) float64 {
+	e := c.Engine
+	if !e.Known || c.DecodePace <= 0 {
+		return 0
+	}
+	step := StepCost.Seconds() + float64(max(c.Decode, 0))*SeqStepCost.Seconds()
+	grown := float64(max(c.Decode, 0)) * (e.Age.Seconds()/step + steps)
+	used := min(min(max(e.KVUsage, 0), 1)*KVPoolTokens+grown, KVPoolTokens)
+	if used <= 0 {
+		return 0
+	}
+	need := float64(max(prompt, 0)) + float64(max(e.Waiting, 0))*used/float64(max(e.Running, 1))
+	deficit := need - (KVPoolTokens - used)
+	if deficit <= 0 {
+		return 0
+	}
+	return deficit * c.DecodePace.Seconds() / used
 }
 
 // Rank implements Policy.
@@ -76,7 +130,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	if len(rs) == 0 {
 		return rs
 	}
-	tok, admit := TokenCost.Seconds(), AdmitCost.Seconds()
+	tok := TokenCost.Seconds()
 	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
@@ -88,11 +142,13 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		if c.Prefill > 0 {
 			ahead = float64(c.Prefill) * p.state.uncached[c.Addr]
 		}
-		saturated = saturated && ahead >= StepTokens
 		tokens := ahead + float64(miss)
 		steps := max(1, math.Ceil(tokens/StepTokens))
+		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		rs[i].Load = float64(c.Prefill)*admit + ahead*tok
-		rs[i].Estimate = rs[i].Load + admit + float64(miss)*tok + steps*(step+float64(c.Decode)*seq)
+		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
+		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
+		rs[i].Estimate = rs[i].Load + admit + float64(miss)*tok + steps*(step+float64(c.Decode)*seq) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate
@@ -102,7 +158,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		if saturated {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		} else {
-			rs[i].Score = -(rs[i].Estimate + extra*tok)
+			rs[i].Score = -(rs[i].Estimate + extra*tok*float64(max(c.Prefill, 0)))
 		}
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTTFTAwareRanking(t *testing.T) {
@@ -18,22 +19,25 @@ func TestTTFTAwareRanking(t *testing.T) {
 	}{
 		{"the holder with a short queue has the lowest estimate", 8000, map[string]int{"a:1": 2000},
 			[]Candidate{lcand("a:1", 8000, 1, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonLowestTTFT,
-			// 1 queued admission + 2,000 queued tokens + own admission + one step
-			0.025 + 2000*198e-6 + 0.025 + 0.019},
-		{"a saturated holder keeps the prompt while its queue is worth less than the move's recompute", 8000, map[string]int{"a:1": 2000},
-			[]Candidate{lcand("a:1", 8000, 4, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonHolderSticky,
-			4*0.025 + 8000*198e-6 + 0.025 + 4*0.019},
-		{"a holder whose queue outweighs the recompute loses", 8000, map[string]int{"a:1": 2000},
-			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", ReasonLowestTTFT,
+			// 1 queued admission + 2,000 queued tokens + own admission (each with 1 sequence in the batch) + one step
+			2*(0.025+0.00015) + 2000*198e-6 + 0.019},
+		{"an idle engine takes a moved prompt at its own cost", 8000, map[string]int{"a:1": 2000},
+			[]Candidate{lcand("a:1", 8000, 4, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", ReasonLowestTTFT,
 			0.025 + 8000*198e-6 + 4*0.019},
+		{"a queued holder keeps the prompt while the recompute would delay the queue elsewhere more", 8000, map[string]int{"a:1": 2000, "b:1": 0},
+			[]Candidate{lcand("a:1", 8000, 4, 0, 0), lcand("b:1", 0, 1, 0, 0)}, "a:1", ReasonHolderSticky,
+			5*(0.025+4*0.00015) + 8000*198e-6 + 4*0.019},
+		{"a holder whose queue outweighs the recompute loses", 8000, map[string]int{"a:1": 2000, "b:1": 0},
+			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 1, 0, 0)}, "b:1", ReasonLowestTTFT,
+			2*(0.025+0.00015) + 8000*198e-6 + 4*0.019},
 		{"every candidate saturated: nothing is diverted from the holder", 8000, map[string]int{"a:1": 2000, "b:1": 2000},
 			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 2, 0, 0)}, "a:1", ReasonFleetSaturated, 0},
 		{"nobody holds the prompt: the fewest queued and decoding", 1000, nil,
 			[]Candidate{lcand("a:1", 0, 1, 5, 0), lcand("b:1", 0, 0, 2, 0)}, "b:1", ReasonLowestTTFT,
-			0.025 + 1000*198e-6 + 0.019 + 2*0.0005},
+			0.025 + 2*0.00015 + 1000*198e-6 + 0.019 + 2*0.0005},
 		{"decoding sequences lengthen every step until the first token", 4096, nil,
 			[]Candidate{lcand("a:1", 0, 0, 40, 0), lcand("b:1", 0, 0, 10, 0)}, "b:1", ReasonLowestTTFT,
-			0.025 + 4096*198e-6 + 2*(0.019+10*0.0005)},
+			0.025 + 10*0.00015 + 4096*198e-6 + 2*(0.019+10*0.0005)},
 		{"equal everything: the smallest address", 1000, nil,
 			[]Candidate{lcand("b:1", 500, 1, 4, 0), lcand("a:1", 500, 1, 4, 0)}, "a:1", ReasonLowestTTFT, 0},
 		{"a match longer than the prompt counts as the prompt", 100, nil,
@@ -73,8 +77,73 @@ func TestTTFTAwareEmptyAndTerms(t *testing.T) {
 	if !ok {
 		t.Fatal("ttftaware explains no terms")
 	}
-	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05})); got != " est_ttft=0.123 queued=0.050" {
+	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, KVWait: 0.02})); got != " est_ttft=0.123 queued=0.050 kv_wait=0.020" {
 		t.Errorf("terms %q", got)
+	}
+}
+
+func TestKVWait(t *testing.T) {
+	step := 0.019 + 10*0.0005 // one step with 10 sequences decoding
+	tests := []struct {
+		name   string
+		engine EngineMetrics
+		decode int
+		pace   time.Duration
+		prompt int
+		steps  float64
+		want   float64
+	}{
+		{"not scraped: no wait", EngineMetrics{}, 10, 100 * time.Second, 1000, 1, 0},
+		{"pace not measured: no wait", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 10, 0, 1000, 1, 0},
+		{"the prompt fits: no wait", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10}, 10, 100 * time.Second, 1000, 0, 0},
+		{"a full pool: the prompt waits for its tokens to be freed", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 0, 100 * time.Second, 990, 0,
+			990 * 100 / 99000.0},
+		{"the requests waiting ahead need an average footprint each", EngineMetrics{Known: true, KVUsage: 0.9, Running: 9, Waiting: 2}, 0, 50 * time.Second, 100, 0,
+			(100 + 2*9900 - 9900) * 50 / 89100.0},
+		{"decoding sequences grow the KV held since the scrape and until admission", EngineMetrics{Known: true, KVUsage: 0.99, Running: 10, Age: 50 * time.Millisecond}, 10, 100 * time.Second, 1000, 2,
+			func() float64 {
+				used := 0.99*99000 + 10*(0.05/step+2) // 990 tokens free at the scrape, 949 at admission
+				return (1000 - (99000 - used)) * 100 / used
+			}()},
+		{"a stale scrape grows the KV held up to the pool, not past it", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10, Age: time.Hour}, 10, 100 * time.Second, 1000, 0,
+			1000 * 100 / 99000.0},
+		{"an empty engine: no wait", EngineMetrics{Known: true}, 0, 100 * time.Second, 1000, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Candidate{Addr: "a:1", Decode: tt.decode, DecodePace: tt.pace, Engine: tt.engine}
+			if got := KVWait(c, tt.prompt, tt.steps); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("KVWait = %.9f s, want %.9f s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTTFTAwareLeavesAFullPool(t *testing.T) {
+	// A decode-bound holder with a full KV pool loses a 1,000-token prompt it holds to an
+	// idle engine, though the move recomputes the prompt: a sequence finishing frees KV
+	// only every few seconds.
+	full := lcand("a:1", 1000, 0, 15, 0)
+	full.DecodePace, full.Engine = 200*time.Second, EngineMetrics{Known: true, KVUsage: 0.999, Running: 15}
+	idle := lcand("b:1", 0, 0, 0, 0)
+	idle.Engine = EngineMetrics{Known: true}
+	for _, tt := range []struct {
+		name  string
+		cands []Candidate
+		want  string
+	}{
+		{"scraped full", []Candidate{full, idle}, "b:1"},
+		{"not scraped", []Candidate{func() Candidate { c := full; c.Engine = EngineMetrics{}; return c }(), idle}, "a:1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := mustNew(t, "ttftaware", DefaultParams(), NewState()).Rank(Input{PromptTokens: 1000, Now: t0, Candidates: tt.cands})
+			if rs[0].Addr != tt.want {
+				t.Fatalf("winner %s, want %s: %+v", rs[0].Addr, tt.want, rs)
+			}
+			if tt.want == "b:1" && rs[1].KVWait <= 0 {
+				t.Errorf("the full holder's KV wait %v, want positive", rs[1].KVWait)
+			}
+		})
 	}
 }
 

@@ -242,8 +242,14 @@ func (ex *exchange) requestDone() bool {
 	return true
 }
 
-// forward sends the request to the first endpoint of the picker's list that accepts a
-// connection. It returns false when the client has been answered with an error.
+// forward sends the request to the endpoints of the picker's list in turn until one answers
+// with response headers, as Envoy's router does with the shipped fallback route (retry_on
+// connect-failure,refused-stream,reset; see localreply.go): an attempt that fails before
+// the response headers (a refused or timed-out connect, or a connection reset or closed
+// before the headers, such as a pooled connection the engine closed) moves to the next
+// endpoint. When every endpoint failed, the response is Envoy's local reply (a 503), which
+// then goes through the picker's response phase as the real response would. It returns
+// false when the client has been answered with an error or went away.
 func (ex *exchange) forward() (*http.Response, bool) {
 	list, ok := ex.destinations()
 	if !ok {
@@ -278,15 +284,23 @@ func (ex *exchange) forward() (*http.Response, bool) {
 			return resp, true
 		}
 		lastErr = err
-		if !isConnectError(err) || ex.ctx.Err() != nil {
+		if ex.ctx.Err() != nil {
 			break
 		}
-		ex.g.log.Warn("gateway: endpoint refused the connection; trying the next one of the picker's list",
+		ex.g.log.Warn("gateway: endpoint failed before answering (refused connection or reset); trying the next one of the picker's list",
 			"endpoint", ep, "request_id", ex.out.RequestID, "err", err)
 	}
-	return nil, ex.fail(http.StatusServiceUnavailable,
-		fmt.Errorf("no endpoint of %v answered: %w", list, lastErr),
-		"check that the engines are up and that the picker's endpoint list matches them")
+	if ex.ctx.Err() != nil {
+		return nil, ex.fail(http.StatusServiceUnavailable, fmt.Errorf("the request to %v was cancelled: %w", list, lastErr), "")
+	}
+	err := fmt.Errorf("no endpoint of %v answered: %w", list, lastErr)
+	ex.out.Err = err.Error()
+	ex.g.log.Error("gateway: request failed; answering Envoy's local reply through the picker's response phase",
+		"method", ex.req.method, "path", ex.req.path, "request_id", ex.out.RequestID, "status", http.StatusServiceUnavailable,
+		"err", err, "what_to_do", "check that the engines are up and that the picker's endpoint list matches them")
+	resp := localReply(lastErr)
+	ex.upBody = resp.Body
+	return resp, true
 }
 
 // destinations reads the picker's choice from the mutated headers and checks that dynamic

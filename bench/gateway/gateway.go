@@ -10,9 +10,12 @@
 // and the upstream response body; it applies the picker's header and body mutations in both
 // directions, answers the client with an ImmediateResponse when the picker sends one, answers 500
 // when the stream fails, and cancels the stream when the client goes away so the picker releases
-// its booking. It is a test and benchmark tool: it has no TLS to the client, no retries beyond
-// the picker's fallback list, no request trailers, and no metrics of its own; it reports every
-// request's Outcome to a callback instead.
+// its booking. An endpoint that fails before its response headers (refused connect, reset) is
+// followed by the next one of the picker's list, and when none is left Envoy's local reply (503)
+// goes through the picker's response phase, as Envoy does with the shipped fallback route
+// (localreply.go). It is a test and benchmark tool: it has no TLS to the client, no retries
+// beyond the picker's fallback list, no request trailers, and no metrics of its own; it reports
+// every request's Outcome to a callback instead.
 package gateway
 
 import (
@@ -75,8 +78,9 @@ type Options struct {
 	// next endpoint of the list. 0 means 1 s. Ignored when Transport is set.
 	ConnectTimeout time.Duration
 	// Transport carries requests to the endpoints; nil means a keep-alive transport with
-	// ConnectTimeout. A custom transport must return errors that wrap a *net.OpError with
-	// Op "dial" for connection failures, so the fallback list works.
+	// ConnectTimeout. Any error of its RoundTrip moves to the next endpoint of the list (the
+	// error came before the response headers); errors that wrap a *net.OpError with Op
+	// "dial" are connect failures, named so in Envoy's local reply.
 	Transport http.RoundTripper
 	// DrainTimeout bounds how long a finished stream waits for the picker to end it after the
 	// gateway half-closes it; then the stream is cancelled. 0 means 5 s.

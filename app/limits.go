@@ -41,6 +41,12 @@ const (
 	// once (at most its connection buffer, 1 MiB by default); a buffered body comes whole.
 	DefaultMaxMessageBytes = 4 << 20
 
+	// gatedMessageBytes: ext_proc messages longer than this are taken from
+	// --max-buffered-bytes as their length arrives (h2gate, decision 1180); shorter ones
+	// (request headers among them) are what a stream's static window and one short message
+	// hold, the S(W + R) term of the bound.
+	gatedMessageBytes = 64 << 10
+
 	DefaultMaxConnsPerIP = 16 // metrics and health ports: Prometheus and probes need a few
 	httpMaxHeaderBytes   = 64 << 10
 )

@@ -35,10 +35,10 @@ const (
 	grpcStreamWindow = 256 << 10
 	grpcConnWindow   = 4 << 20
 
-	// DefaultMaxMessageBytes is the largest ext_proc message received: gRPC's own default,
-	// made explicit because each open stream may hold one message of it while receiving
-	// (the RSS bound in docs/security.md). A full-duplex body chunk is what Envoy read at
-	// once (at most its connection buffer, 1 MiB by default); a buffered body comes whole.
+	// DefaultMaxMessageBytes is the largest ext_proc message received: gRPC's own default.
+	// A full-duplex body chunk is what Envoy read at once (at most its connection buffer,
+	// 1 MiB by default); a buffered body comes whole. One over gatedMessageBytes is counted
+	// against --max-buffered-bytes as it arrives (decision 1180).
 	DefaultMaxMessageBytes = 4 << 20
 
 	// gatedMessageBytes: ext_proc messages longer than this are taken from

@@ -26,8 +26,9 @@ type admittedKey struct{}
 // refuses the stream (gRPC ResourceExhausted, counted in
 // loadaware_extproc_overload_total{reason="transport-streams"}) when Limits.MaxStreams +
 // TransportSlack ext_proc streams are open. Every open stream can make the transport hold
-// its flow-control window and one message being received; this bounds how many there are,
-// whatever the number of connections (decision 1131). Streams of other methods pass.
+// its flow-control window and one short message being received (a long one is counted by
+// TakeBuffered); this bounds how many there are, whatever the number of connections
+// (decisions 1131, 1180). Streams of other methods pass.
 func (s *Server) Admit(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName != processMethod {
 		return ctx, nil

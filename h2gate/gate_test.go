@@ -62,6 +62,7 @@ func (c *chunkConn) Read(p []byte) (int, error) {
 	c.src = c.src[n:]
 	return n, nil
 }
+
 func (c *chunkConn) Write(p []byte) (int, error)      { return c.wrote.Write(p) }
 func (c *chunkConn) Close() error                     { c.closed = true; return nil }
 func (c *chunkConn) LocalAddr() net.Addr              { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }

@@ -258,9 +258,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	// The ext_proc server's admission: at most --max-streams + extproc.TransportSlack streams
 	// (decision 1131), each message over gatedMessageBytes taken from --max-buffered-bytes
-	// as its length arrives, before grpc-go opens the stream's window to it (decision 1180).
+	// as its length arrives, before grpc-go opens the stream's window to it; one message's
+	// worth of overdraft for a length split across reads (decision 1180).
 	gate := h2gate.New(h2gate.Config{Take: ext.TakeBuffered, Give: ext.GiveBuffered, Refused: ext.TransportRefused,
-		Threshold: gatedMessageBytes, MaxMessage: int64(cfg.MaxMessageBytes)})
+		Threshold: gatedMessageBytes, MaxMessage: int64(cfg.MaxMessageBytes), Overdraft: int64(cfg.MaxMessageBytes)})
 	received = gate.Received
 	opts := append(grpcOptions(gate.Creds(creds)), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	a.grpcSrv = grpc.NewServer(opts...)

@@ -65,7 +65,7 @@ func (s *Server) GiveBuffered(n int64) { s.bytes.give(n) }
 func (s *Server) TransportRefused(closed bool) {
 	reason, what := "transport-bytes", "its stream ended with RESOURCE_EXHAUSTED"
 	if closed {
-		reason, what = "transport-bytes-conn", "its length came split across reads, so its connection was closed"
+		reason, what = "transport-bytes-conn", "its length came split across reads and the overdraft was in use, so its connection was closed"
 	}
 	s.metrics.overload.WithLabelValues(reason).Inc()
 	if n, ok := s.overloadLog.Due(reason, time.Now()); ok {

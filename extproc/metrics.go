@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		overload: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_extproc_overload_total",
-			Help: "Requests refused at a resource limit, by reason (streams: --max-streams; transport-streams: refused before reading, --max-streams plus 64 open; buffered-bytes: --max-buffered-bytes; transport-bytes: a message over 64 KiB the same budget could not take as it arrived, its stream ended with gRPC RESOURCE_EXHAUSTED; transport-bytes-conn: the same with its length split across reads, the connection closed; idle-timeout: --stream-idle-timeout).",
+			Help: "Requests refused at a resource limit, by reason (streams: --max-streams; transport-streams: refused before reading, --max-streams plus 64 open; buffered-bytes: --max-buffered-bytes; transport-bytes: a message over 64 KiB the same budget could not take as it arrived, its stream ended with gRPC RESOURCE_EXHAUSTED; transport-bytes-conn: the same with its length split across reads and the overdraft in use, the connection closed; idle-timeout: --stream-idle-timeout).",
 		}, []string{"reason"}),
 		explain: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_extproc_explain_requests_total",

@@ -12,9 +12,10 @@
 // budget before grpc-go has read the prefix. A message the budget cannot take is refused:
 // the gate rewrites its length to 0xFFFFFFFF, over any receive limit, so grpc-go fails that
 // stream with ResourceExhausted without opening its window. Where some of the length's
-// bytes were handed to grpc-go by an earlier read, the gate cannot rewrite them and closes
-// the connection instead (a sender splitting a 5-byte prefix across reads while the budget
-// is full). A taken length is given back when the handler reports the message received
+// bytes were handed to grpc-go by an earlier read, the gate cannot rewrite them: it admits
+// the message on a small overdraft (Config.Overdraft, beyond the budget) or, when that is
+// spent too, closes the connection (a sender splitting 5-byte prefixes across reads while
+// the budget is full). A taken length is given back when the handler reports the message received
 // (Gate.Received), or when the stream or the connection ends.
 package h2gate
 
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -41,13 +43,44 @@ type Config struct {
 	// MaxMessage is grpc-go's receive limit (grpc.MaxRecvMsgSize): longer messages are
 	// refused by grpc-go itself before it reads them, so the gate lets them pass untaken.
 	MaxMessage int64
+	// Overdraft is what messages whose length came split across reads may take beyond
+	// the budget, all connections together, when the budget cannot take them: such a
+	// message can no longer be refused alone.
+	Overdraft int64
 	// Refused is called once per message refused; closed says the connection was closed
-	// (the length was split across reads).
+	// (the length was split across reads and the overdraft could not take it).
 	Refused func(closed bool)
 }
 
 // Gate admits the messages of the connections its credentials wrap.
-type Gate struct{ cfg Config }
+type Gate struct {
+	cfg  Config
+	over atomic.Int64 // taken on the overdraft
+}
+
+// held is a length a stream holds, from the budget or (over) from the overdraft.
+type held struct {
+	n    int64
+	over bool
+}
+
+func (g *Gate) give(h held) {
+	switch {
+	case h.over:
+		g.over.Add(-h.n)
+	case h.n > 0:
+		g.cfg.Give(h.n)
+	}
+}
+
+// overdraw takes n from the overdraft, reporting whether it could.
+func (g *Gate) overdraw(n int64) bool {
+	if g.over.Add(n) > g.cfg.Overdraft {
+		g.over.Add(-n)
+		return false
+	}
+	return true
+}
 
 // New returns a Gate. Take, Give and Refused must be set.
 func New(cfg Config) *Gate { return &Gate{cfg: cfg} }
@@ -124,10 +157,10 @@ type stream struct {
 	seq    [grpcPrefixLen]uint64 // ... whose conn.reads this is
 	got    int                   // prefix bytes in
 	left   int64                 // bytes of the current message still to come
-	taken  int64                 // taken for the current message
+	taken  held                  // taken for the current message
 	dead   bool                  // refused: grpc-go fails it; its further bytes are not followed
 	// waiting: lengths taken for messages whose bytes are all in, not yet Received.
-	waiting []int64
+	waiting []held
 }
 
 func (g *Gate) wrap(c net.Conn) net.Conn {
@@ -199,9 +232,9 @@ func (c *conn) data(id uint32, b []byte, off int) bool {
 			k := min(s.left, int64(len(b)-i))
 			s.left -= k
 			i += int(k)
-			if s.left == 0 && s.taken > 0 {
+			if s.left == 0 && s.taken.n > 0 {
 				s.waiting = append(s.waiting, s.taken)
-				s.taken = 0
+				s.taken = held{}
 			}
 			continue
 		}
@@ -212,25 +245,40 @@ func (c *conn) data(id uint32, b []byte, off int) bool {
 			continue
 		}
 		s.got = 0
-		n := int64(binary.BigEndian.Uint32(s.prefix[1:]))
-		switch {
-		case n > c.g.cfg.MaxMessage:
-			s.dead = true // grpc-go refuses it unread
-		case n > c.g.cfg.Threshold && !c.g.cfg.Take(n):
-			s.dead = true
-			split := s.seq[1] != c.reads // the length's bytes came in order: the first is the oldest
-			c.g.cfg.Refused(split)
-			if split {
-				return false
-			}
-			for _, p := range s.pos[1:] {
-				c.buf[p] = 0xff
-			}
-		case n > c.g.cfg.Threshold:
-			s.taken, s.left = n, n
-		default:
-			s.left = n
+		if !c.admit(s, int64(binary.BigEndian.Uint32(s.prefix[1:]))) {
+			return false
 		}
+	}
+	return true
+}
+
+// admit starts s's next message, of length n, whose prefix is complete (c.mu held): it
+// takes n from the budget (or, for a length split across reads, the overdraft), or refuses
+// the message. It reports false when the connection must close.
+func (c *conn) admit(s *stream, n int64) bool {
+	switch {
+	case n > c.g.cfg.MaxMessage:
+		s.dead = true // grpc-go refuses it unread
+		return true
+	case n <= c.g.cfg.Threshold:
+		s.left = n
+		return true
+	case c.g.cfg.Take(n):
+		s.taken, s.left = held{n: n}, n
+		return true
+	}
+	split := s.seq[1] != c.reads // the length's bytes came in order: the first is the oldest
+	if split && c.g.overdraw(n) {
+		s.taken, s.left = held{n: n, over: true}, n
+		return true
+	}
+	s.dead = true
+	c.g.cfg.Refused(split)
+	if split {
+		return false
+	}
+	for _, p := range s.pos[1:] {
+		c.buf[p] = 0xff
 	}
 	return true
 }
@@ -238,9 +286,9 @@ func (c *conn) data(id uint32, b []byte, off int) bool {
 // halfClosed implements events (c.mu held): a message the client ended without finishing
 // will not come; what awaits the handler still does.
 func (c *conn) halfClosed(id uint32) {
-	if s := c.streams[id]; s != nil && s.taken > 0 {
-		c.g.cfg.Give(s.taken)
-		s.taken, s.left = 0, 0
+	if s := c.streams[id]; s != nil && s.taken.n > 0 {
+		c.g.give(s.taken)
+		s.taken, s.left = held{}, 0
 	}
 }
 
@@ -250,12 +298,9 @@ func (c *conn) ended(id uint32) {
 	if s == nil {
 		return
 	}
-	n := s.taken
-	for _, w := range s.waiting {
-		n += w
-	}
-	if n > 0 {
-		c.g.cfg.Give(n)
+	c.g.give(s.taken)
+	for _, h := range s.waiting {
+		c.g.give(h)
 	}
 	delete(c.streams, id)
 }
@@ -265,10 +310,10 @@ func (c *conn) received(n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.streams {
-		for i, w := range s.waiting {
-			if w == n {
+		for i, h := range s.waiting {
+			if h.n == n {
 				s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-				c.g.cfg.Give(n)
+				c.g.give(h)
 				return
 			}
 		}

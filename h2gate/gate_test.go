@@ -141,18 +141,20 @@ func TestGate(t *testing.T) {
 	const threshold, maxMessage = 100, 10_000
 	big := msg(1000, fill(1000))
 	cases := []struct {
-		name    string
-		budget  int64
-		wire    *wire
-		sizes   []int        // read sizes
-		write   []byte       // what the server then writes
-		receive []int        // Received after the reads, in order
-		close   bool         // close the connection at the end
-		wantErr bool         // Read fails (the connection refused)
-		used    int64        // taken at the end
-		refused int64        // messages refused
-		rewrote bool         // the output differs from the input at the big message's length
-		check   func([]byte) // on the bytes grpc-go would see
+		name     string
+		budget   int64
+		over     int64 // the overdraft
+		wire     *wire
+		sizes    []int        // read sizes
+		write    []byte       // what the server then writes
+		receive  []int        // Received after the reads, in order
+		close    bool         // close the connection at the end
+		wantErr  bool         // Read fails (the connection refused)
+		used     int64        // taken at the end
+		overUsed int64        // taken on the overdraft at the end
+		refused  int64        // messages refused
+		rewrote  bool         // the output differs from the input at the big message's length
+		check    func([]byte) // on the bytes grpc-go would see
 	}{
 		{name: "a short message passes untaken", budget: 0,
 			wire: newWire().headers(1, false).data(1, false, msg(50, fill(50))), sizes: []int{7}},
@@ -179,6 +181,15 @@ func TestGate(t *testing.T) {
 				}
 			}},
 		{name: "over the budget, the length split across reads closes the connection", budget: 999,
+			wire: newWire().headers(1, false).data(1, false, big), sizes: []int{24 + 9 + 1 + 9 + 3, 4096},
+			wantErr: true, refused: 1},
+		{name: "split across reads, on the overdraft until received", budget: 999, over: 1000,
+			wire: newWire().headers(1, false).data(1, false, big), sizes: []int{24 + 9 + 1 + 9 + 3, 4096}, overUsed: 1000},
+		{name: "split across reads, the overdraft given back when received", budget: 999, over: 1000,
+			wire: newWire().headers(1, false).data(1, false, big), sizes: []int{24 + 9 + 1 + 9 + 3, 4096}, receive: []int{1000}},
+		{name: "split across reads, the overdraft given back when the stream ends", budget: 999, over: 1000,
+			wire: newWire().headers(1, false).data(1, false, big[:600]).rst(1), sizes: []int{24 + 9 + 1 + 9 + 3, 4096}},
+		{name: "split across reads, the overdraft too small closes the connection", budget: 999, over: 999,
 			wire: newWire().headers(1, false).data(1, false, big), sizes: []int{24 + 9 + 1 + 9 + 3, 4096},
 			wantErr: true, refused: 1},
 		{name: "the flag byte alone in an earlier read still rewrites", budget: 999,
@@ -210,7 +221,9 @@ func TestGate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var b budget
 			b.max.Store(tc.budget)
-			g := New(b.config(threshold, maxMessage))
+			cfg := b.config(threshold, maxMessage)
+			cfg.Overdraft = tc.over
+			g := New(cfg)
 			in := bytes.Clone(tc.wire.buf.Bytes())
 			raw := &chunkConn{src: in, sizes: tc.sizes}
 			c := g.wrap(raw)
@@ -235,6 +248,9 @@ func TestGate(t *testing.T) {
 			}
 			if u := b.used.Load(); u != tc.used {
 				t.Errorf("taken at the end %d, want %d", u, tc.used)
+			}
+			if o := g.over.Load(); o != tc.overUsed {
+				t.Errorf("on the overdraft at the end %d, want %d", o, tc.overUsed)
 			}
 			if r := b.refused.Load(); r != tc.refused {
 				t.Errorf("refused %d messages, want %d", r, tc.refused)
@@ -276,24 +292,26 @@ func TestReceivedWithoutAGatedPeer(t *testing.T) {
 	}
 }
 
-// FuzzScan: any bytes in any read sizes, and any server writes, leave the budget balanced
-// once the connection closes, and never take more than the budget.
+// FuzzScan: any bytes in any read sizes, and any server writes, leave the budget and the
+// overdraft balanced once the connection closes, and never take more than either.
 func FuzzScan(f *testing.F) {
 	f.Add(newWire().headers(1, false).padded(1, msg(300, fill(120)), 9).data(1, true, fill(180)).buf.Bytes(), uint8(7), trailers(1))
 	f.Add(newWire().headers(1, false).headers(3, false).data(3, false, msg(5000, nil)).rst(3).buf.Bytes(), uint8(1), []byte{})
 	f.Fuzz(func(t *testing.T, in []byte, size uint8, out []byte) {
 		var b budget
 		b.max.Store(4000)
-		g := New(b.config(100, 1<<20))
+		cfg := b.config(100, 1<<20)
+		cfg.Overdraft = 3000
+		g := New(cfg)
 		c := g.wrap(&chunkConn{src: in, sizes: []int{int(size%64) + 1}})
 		_, _ = readAll(c)
 		_, _ = c.Write(out)
-		if u := b.used.Load(); u < 0 || u > 4000 {
-			t.Fatalf("taken %d, outside [0, 4000]", u)
+		if u, o := b.used.Load(), g.over.Load(); u < 0 || u > 4000 || o < 0 || o > 3000 {
+			t.Fatalf("taken %d and %d on the overdraft, outside [0, 4000] and [0, 3000]", u, o)
 		}
 		_ = c.Close()
-		if u := b.used.Load(); u != 0 {
-			t.Fatalf("taken %d after close, want 0", u)
+		if u, o := b.used.Load(), g.over.Load(); u != 0 || o != 0 {
+			t.Fatalf("taken %d and %d on the overdraft after close, want 0", u, o)
 		}
 	})
 }

@@ -172,9 +172,9 @@ func (c *conn) RemoteAddr() net.Addr { return remoteAddr{Addr: c.Conn.RemoteAddr
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
+		ok := true
 		c.mu.Lock()
-		ok := !c.closed
-		if ok {
+		if !c.closed { // once closed, nothing is held: bytes still read pass unscanned
 			c.buf = p[:n]
 			c.reads++
 			ok = c.in.scan(p[:n], c)

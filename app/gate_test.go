@@ -12,6 +12,7 @@ import (
 	"github.com/loadaware/loadaware-epp/extproc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // TestTransportTakesLongMessagesFromTheBudget: with --max-buffered-bytes 1 MiB, a 1.5 MiB
@@ -70,5 +71,31 @@ func TestTransportTakesLongMessagesFromTheBudget(t *testing.T) {
 		if !strings.Contains(metrics, want+"\n") {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestHeaderListBounded: the ext_proc server takes a stream's HTTP/2 header block of at
+// most 64 KiB (grpc-go would buffer 16 MiB per connection); larger metadata is refused and a
+// stream with Envoy's few headers is served.
+func TestHeaderListBounded(t *testing.T) {
+	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}})
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if dest, err := routeOnce(conn); err != nil || dest != "10.0.0.1:8000" {
+		t.Fatalf("a stream with small metadata: %q, %v", dest, err)
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-big", strings.Repeat("v", 100<<10)), 5*time.Second)
+	defer cancel()
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err == nil {
+		_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			EndOfStream: true, Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/models")}}}}}})
+		_, err = st.Recv()
+	}
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("a stream with 100 KiB of metadata: %v, want refused before the deadline", err)
 	}
 }

@@ -41,6 +41,12 @@ const (
 	// against --max-buffered-bytes as it arrives (decision 1180).
 	DefaultMaxMessageBytes = 4 << 20
 
+	// grpcMaxHeaderListBytes bounds the HTTP/2 header block of one gRPC stream (grpc-go's
+	// default is 16 MiB, buffered while its CONTINUATION frames arrive, one block per
+	// connection at a time). Envoy's ext_proc stream carries a few hundred bytes of
+	// metadata: the request's own headers travel inside messages.
+	grpcMaxHeaderListBytes = 64 << 10
+
 	// gatedMessageBytes: ext_proc messages longer than this are taken from
 	// --max-buffered-bytes as their length arrives (h2gate, decision 1180); shorter ones
 	// (request headers among them) are what a stream's static window and one short message
@@ -66,6 +72,7 @@ func grpcOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
 		grpc.ConnectionTimeout(grpcHandshakeTimeout),
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
+		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinClientPing, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcIdleConnTimeout, Time: grpcPingInterval, Timeout: grpcPingTimeout}),
 	}

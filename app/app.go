@@ -19,6 +19,7 @@ import (
 	"github.com/loadaware/loadaware-epp/cachealarm"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/h2gate"
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
@@ -29,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -236,17 +238,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	if a.connRate != nil {
 		pacer = a.connRate.pacer
 	}
+	var received func(context.Context, int) // the transport gate's, set below once it exists
 	ext, err := extproc.NewServer(p, extproc.Config{
 		BodyMode: cfg.BodyMode, MaxBodyBytes: cfg.MaxBodyBytes, SessionHeader: cfg.SessionKey, Logger: log, Registerer: reg,
 		OmitScores: cfg.OmitScores,
 		Limits:     cfg.Limits, Explain: cfg.Explain, AdminToken: cfg.AdminToken, OnResponse: a.health.observe,
-		Pacer: pacer,
+		Pacer: pacer, Received: func(ctx context.Context, n int) { received(ctx, n) },
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	var creds credentials.TransportCredentials
+	creds := insecure.NewCredentials()
 	if cfg.SecureServing {
 		tc, err := serverTLS(cfg.CertPath, cfg.ClientCA)
 		if err != nil {
@@ -254,9 +257,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	// The ext_proc server's admission: at most --max-streams + extproc.TransportSlack streams,
-	// each receiving messages of at most MaxMessageBytes (decision 1131).
-	opts := append(grpcOptions(creds), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
+	// The ext_proc server's admission: at most --max-streams + extproc.TransportSlack streams
+	// (decision 1131), each message over gatedMessageBytes taken from --max-buffered-bytes
+	// as its length arrives, before grpc-go opens the stream's window to it; one message's
+	// worth of overdraft for a length split across reads (decision 1180).
+	gate := h2gate.New(h2gate.Config{Take: ext.TakeBuffered, Give: ext.GiveBuffered, Refused: ext.TransportRefused,
+		Threshold: gatedMessageBytes, MaxMessage: int64(cfg.MaxMessageBytes), Overdraft: int64(cfg.MaxMessageBytes)})
+	received = gate.Received
+	opts := append(grpcOptions(gate.Creds(creds)), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)

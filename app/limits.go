@@ -35,11 +35,23 @@ const (
 	grpcStreamWindow = 256 << 10
 	grpcConnWindow   = 4 << 20
 
-	// DefaultMaxMessageBytes is the largest ext_proc message received: gRPC's own default,
-	// made explicit because each open stream may hold one message of it while receiving
-	// (the RSS bound in docs/security.md). A full-duplex body chunk is what Envoy read at
-	// once (at most its connection buffer, 1 MiB by default); a buffered body comes whole.
+	// DefaultMaxMessageBytes is the largest ext_proc message received: gRPC's own default.
+	// A full-duplex body chunk is what Envoy read at once (at most its connection buffer,
+	// 1 MiB by default); a buffered body comes whole. One over gatedMessageBytes is counted
+	// against --max-buffered-bytes as it arrives (decision 1180).
 	DefaultMaxMessageBytes = 4 << 20
+
+	// grpcMaxHeaderListBytes bounds the HTTP/2 header block of one gRPC stream (grpc-go's
+	// default is 16 MiB, buffered while its CONTINUATION frames arrive, one block per
+	// connection at a time). Envoy's ext_proc stream carries a few hundred bytes of
+	// metadata: the request's own headers travel inside messages.
+	grpcMaxHeaderListBytes = 64 << 10
+
+	// gatedMessageBytes: ext_proc messages longer than this are taken from
+	// --max-buffered-bytes as their length arrives (h2gate, decision 1180); shorter ones
+	// (request headers among them) are what a stream's static window and one short message
+	// hold, the S(W + R) term of the bound.
+	gatedMessageBytes = 64 << 10
 
 	DefaultMaxConnsPerIP = 16 // metrics and health ports: Prometheus and probes need a few
 	httpMaxHeaderBytes   = 64 << 10
@@ -60,6 +72,7 @@ func grpcOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
 		grpc.ConnectionTimeout(grpcHandshakeTimeout),
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
+		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinClientPing, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcIdleConnTimeout, Time: grpcPingInterval, Timeout: grpcPingTimeout}),
 	}

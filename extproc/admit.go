@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,8 +26,9 @@ type admittedKey struct{}
 // refuses the stream (gRPC ResourceExhausted, counted in
 // loadaware_extproc_overload_total{reason="transport-streams"}) when Limits.MaxStreams +
 // TransportSlack ext_proc streams are open. Every open stream can make the transport hold
-// its flow-control window and one message being received; this bounds how many there are,
-// whatever the number of connections (decision 1131). Streams of other methods pass.
+// its flow-control window and one short message being received (a long one is counted by
+// TakeBuffered); this bounds how many there are, whatever the number of connections
+// (decisions 1131, 1180). Streams of other methods pass.
 func (s *Server) Admit(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName != processMethod {
 		return ctx, nil
@@ -44,5 +46,30 @@ func (s *Server) Admit(ctx context.Context, info *tap.Info) (context.Context, er
 func (s *Server) leaveAdmitted(ctx context.Context) {
 	if ctx.Value(admittedKey{}) != nil {
 		s.admitted.Add(-1)
+	}
+}
+
+// TakeBuffered reserves n bytes of the buffered-bytes budget (--max-buffered-bytes) for a
+// message the transport is receiving, before grpc-go opens the stream's window to it; it
+// reports false when the budget cannot take them. GiveBuffered returns them. Together
+// with the bodies held, what they reserve stays within the budget (decision 1180).
+func (s *Server) TakeBuffered(n int64) bool { return s.bytes.take(n) }
+
+// GiveBuffered returns what TakeBuffered reserved.
+func (s *Server) GiveBuffered(n int64) { s.bytes.give(n) }
+
+// TransportRefused counts a message refused at the transport because the budget could not
+// take it: its stream ends with gRPC RESOURCE_EXHAUSTED (reason "transport-bytes"), or, when
+// closed, its connection was closed (reason "transport-bytes-conn"). It logs like the other
+// refusals, at most once per reason every 10 s.
+func (s *Server) TransportRefused(closed bool) {
+	reason, what := "transport-bytes", "its stream ended with RESOURCE_EXHAUSTED"
+	if closed {
+		reason, what = "transport-bytes-conn", "its length came split across reads and the overdraft was in use, so its connection was closed"
+	}
+	s.metrics.overload.WithLabelValues(reason).Inc()
+	if n, ok := s.overloadLog.Due(reason, time.Now()); ok {
+		s.cfg.Logger.Warn("ext_proc messages refused as they arrived: --max-buffered-bytes could not take them (logged once per 10 s per limit; see loadaware_extproc_overload_total)",
+			"limit", reason, "refused", n, "last_reason", what)
 	}
 }

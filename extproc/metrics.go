@@ -31,14 +31,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		overload: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_extproc_overload_total",
-			Help: "Requests refused at a resource limit, by reason (streams: --max-streams; transport-streams: refused before reading, --max-streams plus 64 open; buffered-bytes: --max-buffered-bytes; idle-timeout: --stream-idle-timeout).",
+			Help: "Requests refused at a resource limit, by reason (streams: --max-streams; transport-streams: refused before reading, --max-streams plus 64 open; buffered-bytes: --max-buffered-bytes; transport-bytes: a message over 64 KiB the same budget could not take as it arrived, its stream ended with gRPC RESOURCE_EXHAUSTED; transport-bytes-conn: the same with its length split across reads and the overdraft in use, the connection closed; idle-timeout: --stream-idle-timeout).",
 		}, []string{"reason"}),
 		explain: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_extproc_explain_requests_total",
 			Help: "Requests that asked for the decision header, by outcome (given; refused: --explain and the admin token did not allow it).",
 		}, []string{"outcome"}),
 	}
-	for _, r := range []string{"streams", "transport-streams", "buffered-bytes", "idle-timeout"} {
+	for _, r := range []string{"streams", "transport-streams", "buffered-bytes", "transport-bytes", "transport-bytes-conn", "idle-timeout"} {
 		m.overload.WithLabelValues(r) // every limit's series from the start, for dashboards
 	}
 	if reg != nil {

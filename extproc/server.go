@@ -73,6 +73,11 @@ type Config struct {
 	// Pacer, when set, gives a stream the Pacer of the connection it came on (from the
 	// stream's context), or nil for none.
 	Pacer func(ctx context.Context) Pacer
+
+	// Received, when set, is told the wire length (proto.Size) of every request or
+	// response body message the stream of ctx has received, as soon as Recv returns it:
+	// the transport's gate (TakeBuffered) gives back what it took for the message.
+	Received func(ctx context.Context, n int)
 }
 
 // A Pacer slows the large bodies of one ext_proc connection (decision 0710). Delay is how long

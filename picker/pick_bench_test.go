@@ -126,8 +126,14 @@ func benchPickLMCache(b *testing.B, into bool) {
 // op returns what to do after its timing (nil: nothing).
 func timeEach(b *testing.B, op func() func()) {
 	b.Helper()
-	lat := make([]time.Duration, 0, 1<<16)
-	cpu := make([]time.Duration, 0, 1<<16)
+	// The samples' pages are touched before timing: each call's faults and CPU time are
+	// read before its samples are appended, and a first touch of the slices is not the
+	// call's.
+	lat := make([]time.Duration, 1<<16)
+	cpu := make([]time.Duration, 1<<16)
+	clear(lat)
+	clear(cpu)
+	lat, cpu = lat[:0], cpu[:0]
 	faulted := 0
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -140,11 +146,14 @@ func timeEach(b *testing.B, op func() func()) {
 		c0, cpuOK := threadCPU()
 		t := time.Now()
 		after := op()
-		lat = append(lat, time.Since(t))
-		if c1, _ := threadCPU(); cpuOK {
+		d := time.Since(t)
+		c1, _ := threadCPU()
+		f1, _ := threadFaults()
+		lat = append(lat, d)
+		if cpuOK {
 			cpu = append(cpu, c1-c0)
 		}
-		if f1, _ := threadFaults(); faultsOK && f1 > f0 {
+		if faultsOK && f1 > f0 {
 			faulted++
 		}
 		if after != nil {

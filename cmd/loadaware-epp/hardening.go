@@ -38,7 +38,7 @@ type hardening struct {
 
 func (h *hardening) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.maxStreams, "max-streams", extproc.DefaultMaxStreams, "concurrent ext_proc streams (requests); more are answered 503")
-	fs.Int64Var(&h.maxBufferedBytes, "max-buffered-bytes", extproc.DefaultMaxBufferedBytes, "request body bytes held across all requests being read; over it a request is answered 503")
+	fs.Int64Var(&h.maxBufferedBytes, "max-buffered-bytes", extproc.DefaultMaxBufferedBytes, "request body bytes held across all requests being read, and ext_proc messages over 64 KiB arriving; over it a request is answered 503 (a message arriving: its stream ends RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&h.idleTimeout, "stream-idle-timeout", extproc.DefaultIdleTimeout, "longest silence while a request is read (before routing); over it the request is answered 408")
 	fs.StringVar(&h.explain, "explain", "token", "who gets the x-loadaware-decision header on asking: token (requests with Authorization: Bearer <admin token>), all, or off")
 	fs.IntVar(&h.maxPromptBytes, "max-prompt-bytes", picker.DefaultMaxPromptBytes, "largest text or chat prompt tokenized; larger ones are routed on load alone; -1: no bound")
@@ -52,7 +52,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.lmMaxInstancesPerIP, "lmcache-max-instances-per-ip", lmcache.DefaultMaxInstancesPerIP, "LMCache instance ids admitted per engine IP; more are refused (counted)")
 	fs.Int64Var(&h.connReadRate, "grpc-conn-read-rate", app.DefaultConnReadRate, "bytes per second one ext_proc connection may send; over it, its requests with bodies past --grpc-unpaced-body-bytes wait (HTTP/2 flow control blocks their sender) and, one burst further, the whole connection is read slower; -1: no bound")
 	fs.Int64Var(&h.unpacedBodyBytes, "grpc-unpaced-body-bytes", extproc.DefaultUnpacedBodyBytes, "body bytes of one request (request and response) that never wait on --grpc-conn-read-rate, so small requests do not queue behind large ones")
-	fs.IntVar(&h.maxMessageBytes, "grpc-max-message-bytes", app.DefaultMaxMessageBytes, "largest ext_proc message received (a body chunk, or a whole buffered body); each open stream may hold one while it arrives (RSS bound: docs/security.md)")
+	fs.IntVar(&h.maxMessageBytes, "grpc-max-message-bytes", app.DefaultMaxMessageBytes, "largest ext_proc message received (a body chunk, or a whole buffered body); one over 64 KiB is counted against --max-buffered-bytes from its length prefix on (RSS bound: docs/security.md)")
 	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate")
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")

@@ -27,7 +27,7 @@ import (
 // with default limits (plus LOADAWARE_RSS_FLAGS) gets that many streams over 4 connections,
 // each sending request headers announcing a 15 MiB body and then 1 MiB chunks of it, never
 // ending it. After LOADAWARE_RSS_HOLD (default 3 s) it reports the process's peak RSS
-// (VmHWM) and the bytes the senders got through. LOADAWARE_RSS_BIN names a binary to run
+// (VmHWM), the bytes the senders got through, the picker's CPU time and its refusals by reason. LOADAWARE_RSS_BIN names a binary to run
 // instead of building this one (to compare builds). Skipped unless LOADAWARE_RSS is set: it
 // builds the binary and takes seconds per count.
 func TestRSSUnderUnfinishedBodies(t *testing.T) {
@@ -55,16 +55,16 @@ func TestRSSUnderUnfinishedBodies(t *testing.T) {
 		if err != nil || n < 1 {
 			t.Fatalf("LOADAWARE_RSS: %q is not a stream count", c)
 		}
-		peak, sent, idle := rssUnderBodies(t, bin, n, hold)
-		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB), senders got %7.1f MiB through", n, mib(peak), mib(idle), mib(sent))
+		peak, sent, idle, cpu, refused := rssUnderBodies(t, bin, n, hold)
+		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB), senders got %7.1f MiB through, picker CPU %5.2f s; refused: %s", n, mib(peak), mib(idle), mib(sent), cpu.Seconds(), refused)
 	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-// rssUnderBodies runs one measurement and returns the peak RSS, the bytes sent and the RSS
-// before the attack.
-func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64) {
+// rssUnderBodies runs one measurement and returns the peak RSS, the bytes sent, the RSS
+// before the attack, the picker's CPU time during it and the refusals it counted.
+func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64, cpu time.Duration, refused string) {
 	t.Helper()
 	gp, mp := freePort(t), freePort(t)
 	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(gp), "--grpc-health-port", "0",
@@ -96,6 +96,7 @@ func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (
 		time.Sleep(20 * time.Millisecond) // a separate process's readiness: no signal to await
 	}
 	idle = procStatus(t, cmd.Process.Pid, "VmRSS")
+	cpu0 := procCPU(t, cmd.Process.Pid)
 
 	const conns, bodySize, chunk = 4, 15 << 20, 1 << 20
 	var clients []extprocv3.ExternalProcessorClient
@@ -133,7 +134,57 @@ func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (
 		})
 	}
 	wg.Wait()
-	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle
+	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle, procCPU(t, cmd.Process.Pid) - cpu0, overloads(t, mp)
+}
+
+// procCPU is the user and system CPU time process pid has used (/proc/pid/stat fields 14
+// and 15, in clock ticks of 1/100 s, Linux's USER_HZ).
+func procCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		t.Fatalf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// overloads is the picker's non-zero loadaware_extproc_overload_total series, by reason
+// ("reason=count ..."), from its /metrics on port mp.
+func overloads(t *testing.T, mp int) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), `loadaware_extproc_overload_total{reason="`)
+		if !ok {
+			continue
+		}
+		if reason, n, ok := strings.Cut(rest, `"} `); ok && n != "0" {
+			out = append(out, reason+"="+n)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, " ")
 }
 
 // procStatus reads a kB field of /proc/pid/status, in bytes.

@@ -80,11 +80,12 @@ func newHealthWatch(cfg HealthConfig, log *slog.Logger, reg prometheus.Registere
 }
 
 // observe is extproc's OnResponse: 502, 503 and 504 (Envoy's answers for connect
-// failures, resets and timeouts) count against the endpoint; other statuses for it.
-func (w *healthWatch) observe(endpoint string, status int) {
+// failures, resets and timeouts) count against the endpoint; other statuses for it,
+// unless the request was routed before the endpoint's latest failure (fleet.Passive).
+func (w *healthWatch) observe(endpoint string, status int, decided time.Time) {
 	ok := status != http.StatusBadGateway && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout
 	// The reason is written only for a transition: this runs once per routed response.
-	if tr, changed := w.h.Passive(endpoint, ok, "", w.cfg.Now()); changed {
+	if tr, changed := w.h.Passive(endpoint, ok, "", decided, w.cfg.Now()); changed {
 		tr.Reason = fmt.Sprintf("response status %d", status)
 		w.note(tr)
 	}
@@ -154,7 +155,7 @@ func (w *healthWatch) checkOne(ctx context.Context, ep string) {
 	}
 	now := w.cfg.Now()
 	if refused {
-		if tr, changed := w.h.Passive(ep, false, reason, now); changed {
+		if tr, changed := w.h.Passive(ep, false, reason, time.Time{}, now); changed {
 			w.note(tr)
 		}
 	}

@@ -22,6 +22,7 @@ func TestObserveLogsEachTransitionWithItsStatus(t *testing.T) {
 		healthy   bool
 		wantLog   []string // substrings, in order
 		wantQuiet bool
+		lateLast  bool // the last status answers a request routed before the others
 	}{
 		{name: "successes move nothing", statuses: []int{200, 404, 500}, healthy: true, wantQuiet: true},
 		{name: "one 503 is not enough", statuses: []int{503}, healthy: true, wantQuiet: true},
@@ -31,6 +32,8 @@ func TestObserveLogsEachTransitionWithItsStatus(t *testing.T) {
 			wantLog: []string{"endpoint unhealthy", "response status 503"}},
 		{name: "a success brings it back", statuses: []int{502, 502, 200}, healthy: true,
 			wantLog: []string{"endpoint unhealthy", "response status 502", "endpoint healthy again", "response status 200"}},
+		{name: "a late success from before the failures leaves it out", statuses: []int{502, 502, 200}, lateLast: true, healthy: false,
+			wantLog: []string{"endpoint unhealthy", "response status 502"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -40,11 +43,18 @@ func TestObserveLogsEachTransitionWithItsStatus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range c.statuses {
-				w.observe("10.0.0.1:8000", s)
+			for i, s := range c.statuses {
+				decided := now
+				if c.lateLast && i == len(c.statuses)-1 {
+					decided = now.Add(-time.Second)
+				}
+				w.observe("10.0.0.1:8000", s, decided)
 			}
 			if got := w.h.Healthy("10.0.0.1:8000", now); got != c.healthy {
 				t.Fatalf("healthy %v after %v, want %v", got, c.statuses, c.healthy)
+			}
+			if c.lateLast && strings.Contains(logs.String(), "healthy again") {
+				t.Fatalf("a late success ended the ejection: %q", logs.String())
 			}
 			if c.wantQuiet && logs.Len() != 0 {
 				t.Fatalf("logged %q for statuses that move nothing", logs.String())

@@ -175,9 +175,11 @@ func TestIdleTimeoutWhileReadingOnly(t *testing.T) {
 func TestOnResponseSeesTheStatus(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
-	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000"}, cfg: Config{OnResponse: func(ep string, code int) {
+	var decided time.Time
+	start := time.Now()
+	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000"}, cfg: Config{OnResponse: func(ep string, code int, at time.Time) {
 		mu.Lock()
-		got = append(got, ep+" "+strconv.Itoa(code))
+		got, decided = append(got, ep+" "+strconv.Itoa(code)), at
 		mu.Unlock()
 	}}})
 	st, _ := h.open(t)
@@ -189,6 +191,9 @@ func TestOnResponseSeesTheStatus(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 1 || got[0] != "10.0.0.1:8000 503" {
 		t.Fatalf("OnResponse saw %v, want [10.0.0.1:8000 503]", got)
+	}
+	if decided.Before(start) || decided.After(time.Now()) {
+		t.Fatalf("OnResponse's decision time %v is not the request's (between %v and now)", decided, start)
 	}
 }
 

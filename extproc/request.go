@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -176,7 +177,7 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	if d == nil {
 		d = new(picker.Decision)
 	}
-	st.decision = d
+	st.decision, st.decidedAt = d, time.Now()
 	if err := st.s.picker.PickInto(st.srv.Context(), req, d); err != nil {
 		if d.Booking != nil { // Pick books nothing when it fails; should that change, nothing leaks
 			d.Booking.Release()

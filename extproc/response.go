@@ -24,7 +24,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 		for _, hv := range h.GetHeaders().GetHeaders() {
 			if hv.GetKey() == ":status" {
 				if code, err := strconv.Atoi(headerValue(hv)); err == nil {
-					st.s.cfg.OnResponse(st.decision.Endpoints[0], code)
+					st.s.cfg.OnResponse(st.decision.Endpoints[0], code, st.decidedAt)
 				}
 				break
 			}

@@ -67,8 +67,9 @@ type Config struct {
 
 	// OnResponse, when set, is told the HTTP status of every routed request's response
 	// (what Envoy saw from the first endpoint of the answer, or its own local reply such
-	// as a 503 for a connect failure). It must be fast and must not block.
-	OnResponse func(endpoint string, status int)
+	// as a 503 for a connect failure) and when that request was routed (time.Now at the
+	// decision). It must be fast and must not block.
+	OnResponse func(endpoint string, status int, decided time.Time)
 
 	// Pacer, when set, gives a stream the Pacer of the connection it came on (from the
 	// stream's context), or nil for none.

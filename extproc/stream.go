@@ -117,6 +117,7 @@ type stream struct {
 	chunked           int              // the length of chunks' bytes together
 	whole             []byte           // the request body, when it came in one frame
 	decision          *picker.Decision // &noDecision until decide takes one from the pool
+	decidedAt         time.Time        // when decide routed the request
 }
 
 // noDecision is a stream's decision before it has one: empty, never written.

@@ -68,6 +68,7 @@ type health struct {
 	passiveFails          int
 	ejections             int
 	ejectedUntil          time.Time
+	failedAt              time.Time // when the latest failed response was observed
 }
 
 // NewHealth returns a Health applying pol (zero fields take the defaults).
@@ -123,20 +124,31 @@ func (h *Health) Active(addr string, ok bool, reason string, now time.Time) (Tra
 }
 
 // Passive records the outcome of one response from addr at now: ok false for a connect
-// failure or a 502, 503 or 504.
-func (h *Health) Passive(addr string, ok bool, reason string, now time.Time) (Transition, bool) {
+// failure or a 502, 503 or 504. decided is when the request that response answers was
+// routed (zero: not a routed request). A success from a request routed before addr's
+// latest failure was observed says nothing of addr now (it was sent, or even answered,
+// before that failure: a late answer of an engine since killed) and is ignored, so it
+// neither ends an ejection nor resets the failure count.
+func (h *Health) Passive(addr string, ok bool, reason string, decided, now time.Time) (Transition, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.get(addr)
+	if ok && !decided.IsZero() && decided.Before(e.failedAt) {
+		return Transition{}, false
+	}
 	was := e.usable(now)
-	if ok {
+	switch {
+	case ok:
 		e.passiveFails, e.ejections = 0, 0
 		e.ejectedUntil = time.Time{}
-	} else if e.passiveFails++; e.passiveFails >= h.pol.PassiveFailures && !now.Before(e.ejectedUntil) {
-		d := h.pol.Ejection << min(e.ejections, 16)
-		e.ejections++
-		e.ejectedUntil = now.Add(min(d, h.pol.MaxEjection))
-		e.passiveFails = 0
+	default:
+		e.failedAt = now
+		if e.passiveFails++; e.passiveFails >= h.pol.PassiveFailures && !now.Before(e.ejectedUntil) {
+			d := h.pol.Ejection << min(e.ejections, 16)
+			e.ejections++
+			e.ejectedUntil = now.Add(min(d, h.pol.MaxEjection))
+			e.passiveFails = 0
+		}
 	}
 	h.file(addr, e)
 	if is := e.usable(now); is != was {

@@ -42,7 +42,7 @@ func TestHealthTransitions(t *testing.T) {
 				if s.active {
 					h.Active("a", s.ok, "", now)
 				} else {
-					h.Passive("a", s.ok, "", now)
+					h.Passive("a", s.ok, "", now, now)
 				}
 				if got := h.Healthy("a", now); got != s.healthy {
 					t.Fatalf("step %d (%+v): healthy %v, want %v", i, s, got, s.healthy)
@@ -97,7 +97,7 @@ func TestHealthUsableAgreesWithHealthy(t *testing.T) {
 			a := all[r.IntN(len(all))]
 			switch k := r.IntN(20); {
 			case k < 8:
-				h.Passive(a, r.IntN(3) > 0, "", now)
+				h.Passive(a, r.IntN(3) > 0, "", now, now)
 			case k < 16:
 				h.Active(a, r.IntN(3) > 0, "", now)
 			case k < 17:
@@ -142,10 +142,10 @@ func BenchmarkUsable(b *testing.B) {
 		for _, down := range []int{0, 1} {
 			h := NewHealth(HealthPolicy{PassiveFailures: 1, Ejection: time.Hour})
 			for _, a := range addrs {
-				h.Passive(a, true, "", now) // every endpoint observed
+				h.Passive(a, true, "", now, now) // every endpoint observed
 			}
 			for _, a := range addrs[:down] {
-				h.Passive(a, false, "", now)
+				h.Passive(a, false, "", now, now)
 			}
 			b.Run(fmt.Sprintf("endpoints=%d/down=%d", n, down), func(b *testing.B) {
 				for b.Loop() {
@@ -171,12 +171,16 @@ func TestHealthDefaultEjectsOnTheFirstFailedResponse(t *testing.T) {
 		{"out at once", func(*Health) {}, 0, false},
 		{"out for the ejection", func(*Health) {}, 999 * time.Millisecond, false},
 		{"back after it", func(*Health) {}, time.Second, true},
-		{"back at a success", func(h *Health) { h.Passive("a", true, "", t0.Add(time.Millisecond)) }, time.Millisecond, true},
+		{"back at a success", func(h *Health) { h.Passive("a", true, "", t0.Add(time.Millisecond), t0.Add(time.Millisecond)) }, time.Millisecond, true},
+		{"still out at a success routed before the failure", func(h *Health) {
+			h.Passive("a", true, "", t0.Add(-time.Millisecond), t0.Add(time.Millisecond))
+		}, time.Millisecond, false},
+		{"back at a success routed at the failure's instant", func(h *Health) { h.Passive("a", true, "", t0, t0.Add(time.Millisecond)) }, time.Millisecond, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := NewHealth(HealthPolicy{})
-			tr, changed := h.Passive("a", false, "503", t0)
+			tr, changed := h.Passive("a", false, "503", t0, t0)
 			if !changed || tr.Healthy || tr.Source != "passive" {
 				t.Fatalf("first failure: %+v, %v; want a passive transition to unhealthy", tr, changed)
 			}

@@ -309,7 +309,7 @@ func TestLeadersDecideAsTheWholeFleetWithSomeEjected(t *testing.T) {
 					out = addrs
 				}
 				for _, a := range out {
-					h.Passive(a, false, "", now)
+					h.Passive(a, false, "", now, now)
 				}
 				reg := prometheus.NewPedanticRegistry()
 				opts := func(c CacheView, hv HealthView, reg prometheus.Registerer) Options {

@@ -293,7 +293,7 @@ func BenchmarkPickIntoWithHealth(b *testing.B) {
 				h := fleet.NewHealth(fleet.HealthPolicy{PassiveFailures: 1, Ejection: time.Hour})
 				addrs := bf.fleet.View().Addrs()
 				for _, a := range addrs {
-					h.Passive(a, true, "", now)
+					h.Passive(a, true, "", now, now)
 				}
 				var out string // an endpoint that holds nothing
 				for _, a := range addrs {
@@ -303,7 +303,7 @@ func BenchmarkPickIntoWithHealth(b *testing.B) {
 					}
 				}
 				if ejected > 0 {
-					h.Passive(out, false, "", now)
+					h.Passive(out, false, "", now, now)
 				}
 				p := newPicker(b, Options{Fleet: bf.fleet, Cache: LMCacheView{Index: bf.index}, Health: h})
 				req := Request{Tokens: bf.tokens}

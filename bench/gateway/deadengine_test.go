@@ -156,21 +156,23 @@ func (r killResult) failedAfterKill() int {
 // k's send time plus ejection was therefore decided inside the ejection and must not go
 // to the killed engine; with one endpoint per decision, going there fails it.
 //
-// The picker ends an ejection on a success (fleet.Health.Passive), and a 200 the killed
-// engine sent before it died may reach the picker's response phase after k's 503 on a
-// loaded machine; such a 200 (its client had the headers at or after k was sent) voids
-// k's window. It returns how many requests lay inside some window (the check's coverage)
-// and how many of those failed.
+// The picker ends an ejection on a success, but only on one whose request was routed
+// after the endpoint's latest failure (fleet.Health.Passive): a 200 the killed engine
+// sent before it died, reaching the picker after k's 503, does not end k's ejection. Only
+// a 200 from the killed engine for a request sent after k's 503 reached its client voids
+// k's window (none should exist: such a request was decided inside it). It returns how
+// many requests lay inside some window (the check's coverage) and how many of those
+// failed.
 func (r killResult) insideEjections(ejection time.Duration) (covered, failed int) {
-	var late []time.Time // when the clients of the killed engine's 200s had the headers
+	var late []time.Time // when the requests the killed engine answered 200 were sent
 	for _, q := range r.reqs {
 		if q.endpoint == r.killed && q.status == http.StatusOK {
-			late = append(late, q.head)
+			late = append(late, q.at)
 		}
 	}
 	voided := func(k sent) bool {
-		for _, h := range late {
-			if !h.Before(k.at) {
+		for _, at := range late {
+			if !at.Before(k.done) {
 				return true
 			}
 		}

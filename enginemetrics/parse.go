@@ -8,6 +8,7 @@ package enginemetrics
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 
 	"github.com/loadaware/loadaware-epp/lora"
 	dto "github.com/prometheus/client_model/go"
@@ -22,9 +23,10 @@ const (
 	metricWaiting    = "vllm:num_requests_waiting"
 	metricKVUsage    = "vllm:kv_cache_usage_perc"
 	metricKVUsageOld = "vllm:gpu_cache_usage_perc"
+	metricCacheInfo  = "vllm:cache_config_info"
 )
 
-var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, lora.Metric}
+var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, lora.Metric, metricCacheInfo}
 
 // maxCount bounds a request count read from a page: anything larger is not a count.
 const maxCount = 1e9
@@ -38,6 +40,10 @@ type Reading struct {
 	// when the page has no parsable one (an engine without --enable-lora).
 	LoRA      lora.Info
 	LoRAKnown bool
+	// KVPoolTokens is the engine's GPU KV pool in tokens, num_gpu_blocks x block_size of
+	// vllm:cache_config_info's labels (the smallest of its label sets); 0 when the page has
+	// no such gauge or its labels are not positive integers (KVPool).
+	KVPoolTokens int
 }
 
 // Families parses, of a Prometheus text page, only the sample lines of the metrics named
@@ -118,5 +124,47 @@ func Parse(page []byte) (Reading, error) {
 		series = append(series, lora.Series{Labels: labels, Value: m.GetUntyped().GetValue()})
 	}
 	r.LoRA, r.LoRAKnown = lora.Latest(series)
+	r.KVPoolTokens = KVPool(fams[metricCacheInfo])
 	return r, nil
+}
+
+// maxPoolTokens bounds a KV pool read from vllm:cache_config_info: 2^40 tokens is more than
+// any GPU holds, and keeps the product of two labels from overflowing.
+const maxPoolTokens = 1 << 40
+
+// KVPool is the KV pool in tokens that vllm:cache_config_info's labels describe:
+// num_gpu_blocks x block_size, the smallest over its label sets (one per data-parallel
+// engine; the smallest pool fills first). It is 0, meaning unknown, when f is nil or a
+// label set lacks either label, or either is not a positive integer, or the pool exceeds
+// 2^40 tokens: the caller then assumes its own default. vLLM has exported the gauge since
+// v0.4 with both labels; an engine without it (or a proxy that drops it) is not an error.
+func KVPool(f *dto.MetricFamily) int {
+	pool := 0
+	for _, m := range f.GetMetric() {
+		blocks, size := 0, 0
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "num_gpu_blocks":
+				blocks = positive(l.GetValue())
+			case "block_size":
+				size = positive(l.GetValue())
+			}
+		}
+		if blocks == 0 || size == 0 || blocks > maxPoolTokens/size {
+			return 0
+		}
+		if pool == 0 || blocks*size < pool {
+			pool = blocks * size
+		}
+	}
+	return pool
+}
+
+// positive is s as a positive integer of at most 2^40, or 0.
+func positive(s string) int {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > maxPoolTokens {
+		return 0
+	}
+	return int(n)
 }

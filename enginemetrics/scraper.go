@@ -195,5 +195,5 @@ func (s *Scraper) Engine(addr string, now time.Time) scoring.EngineMetrics {
 		return scoring.EngineMetrics{}
 	}
 	return scoring.EngineMetrics{Known: true, Running: v.r.Running, Waiting: v.r.Waiting, KVUsage: v.r.KVUsage,
-		Age: max(now.Sub(v.at), 0)}
+		KVPoolTokens: v.r.KVPoolTokens, Age: max(now.Sub(v.at), 0)}
 }

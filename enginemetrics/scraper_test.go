@@ -33,7 +33,8 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no", http.StatusInternalServerError)
 		return
 	}
-	w.Write([]byte("vllm:num_requests_running " + itoa(e.running.Load()) + "\nvllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc 0.75\n"))
+	w.Write([]byte("vllm:num_requests_running " + itoa(e.running.Load()) + "\nvllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc 0.75\n" +
+		"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} 1\n"))
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -59,8 +60,8 @@ func TestRoundAgesAndForgets(t *testing.T) {
 	b.fail.Store(true)
 	s.Round(context.Background())
 	got := s.Engine(addr(sa), now.Add(30*time.Millisecond))
-	if !got.Known || got.Running != 3 || got.Waiting != 2 || got.KVUsage != 0.75 || got.Age != 30*time.Millisecond {
-		t.Fatalf("engine a after a round, read 30ms later: %+v; want running 3, waiting 2, usage 0.75, age 30ms", got)
+	if !got.Known || got.Running != 3 || got.Waiting != 2 || got.KVUsage != 0.75 || got.KVPoolTokens != 1600 || got.Age != 30*time.Millisecond {
+		t.Fatalf("engine a after a round, read 30ms later: %+v; want running 3, waiting 2, usage 0.75, pool 1600, age 30ms", got)
 	}
 	if got := s.Engine(addr(sb), now); got.Known {
 		t.Fatalf("engine b answered 500: %+v; want not known", got)

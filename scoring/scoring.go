@@ -56,6 +56,9 @@ type EngineMetrics struct {
 	Running int     // vllm:num_requests_running: requests in the engine's running batch
 	Waiting int     // vllm:num_requests_waiting: requests queued in the engine, not yet scheduled
 	KVUsage float64 // vllm:kv_cache_usage_perc: share of the GPU KV blocks in use, 0..1
+	// KVPoolTokens is the GPU KV pool in tokens (vllm:cache_config_info's num_gpu_blocks x
+	// block_size); 0 when the engine does not export it.
+	KVPoolTokens int
 	// Age is how long before the decision the scrape was taken: the staleness of the
 	// three numbers above (0 up to the scraper's interval in steady state).
 	Age time.Duration

@@ -66,7 +66,8 @@ const (
 	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
 	StepTokens = 2048
 	// KVPoolTokens is the tokens of KV the engine's GPU pool holds (vLLM's num_gpu_blocks
-	// x block_size: 6,187 blocks of 16 on the A10 at 0.9 GPU memory utilization).
+	// x block_size: 6,187 blocks of 16 on the A10 at 0.9 GPU memory utilization), assumed
+	// for an engine that does not export vllm:cache_config_info.
 	KVPoolTokens = 99000
 )
 
@@ -91,13 +92,15 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 // seconds, from its scraped metrics, the picker's requests decoding there and their mean
 // decode duration (pace):
 //
-//	used    = min(KVUsage x KVPoolTokens + decode x steps,   KV held, grown by one token per
-//	              KVPoolTokens)                               decoding sequence and step since the
+//	pool    = Engine.KVPoolTokens, or KVPoolTokens when the   the engine's GPU KV pool in tokens
+//	          engine does not export it
+//	used    = min(KVUsage x pool + decode x steps, pool)      KV held, grown by one token per
+//	                                                          decoding sequence and step since the
 //	                                                          scrape; never more than the pool (a
 //	                                                          full engine preempts instead)
 //	need    = prompt + Waiting x used / max(1, Running)       the prompt's blocks and those of the
 //	                                                          requests waiting ahead (an average footprint each)
-//	deficit = need - (KVPoolTokens - used)
+//	deficit = need - (pool - used)
 //	kvwait  = max(0, deficit) x pace / used                   running sequences free used tokens per pace
 //
 // steps counts the engine steps from the scrape until the prompt's admission (the scrape's
@@ -112,12 +115,16 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 	}
 	step := StepCost.Seconds() + float64(max(c.Decode, 0))*SeqStepCost.Seconds()
 	grown := float64(max(c.Decode, 0)) * (e.Age.Seconds()/step + steps)
-	used := min(min(max(e.KVUsage, 0), 1)*KVPoolTokens+grown, KVPoolTokens)
+	pool := float64(KVPoolTokens)
+	if e.KVPoolTokens > 0 {
+		pool = float64(e.KVPoolTokens)
+	}
+	used := min(min(max(e.KVUsage, 0), 1)*pool+grown, pool)
 	if used <= 0 {
 		return 0
 	}
 	need := float64(max(prompt, 0)) + float64(max(e.Waiting, 0))*used/float64(max(e.Running, 1))
-	deficit := need - (KVPoolTokens - used)
+	deficit := need - (pool - used)
 	if deficit <= 0 {
 		return 0
 	}

@@ -108,6 +108,9 @@ func TestKVWait(t *testing.T) {
 		{"a stale scrape grows the KV held up to the pool, not past it", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10, Age: time.Hour}, 10, 100 * time.Second, 1000, 0,
 			1000 * 100 / 99000.0},
 		{"an empty engine: no wait", EngineMetrics{Known: true}, 0, 100 * time.Second, 1000, 1, 0},
+		{"the engine's exported pool replaces the A10's: half full of 49,500 holds 24,750", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10, KVPoolTokens: 49500}, 0, 100 * time.Second, 30000, 0,
+			(30000 - 24750) * 100 / 24750.0},
+		{"the same reading on the A10's pool fits", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10}, 0, 100 * time.Second, 30000, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -85,8 +85,10 @@ func (v engineView) Engine(addr string, now time.Time) scoring.EngineMetrics {
 	for i, a := range v.w.addrs {
 		if a == addr {
 			m := g.seen[i]
+			c := v.w.engines[i].Config() // vllm:cache_config_info
 			return scoring.EngineMetrics{Known: true, Running: m.Running, Waiting: m.Waiting,
-				KVUsage: min(max(m.KVUsage, 0), 1), Age: max(now.Sub(epoch.Add(g.last)), 0)}
+				KVUsage: min(max(m.KVUsage, 0), 1), KVPoolTokens: c.Blocks() * c.BlockSize,
+				Age: max(now.Sub(epoch.Add(g.last)), 0)}
 		}
 	}
 	return scoring.EngineMetrics{}

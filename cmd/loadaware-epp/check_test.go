@@ -327,13 +327,8 @@ func freePortOn(t *testing.T, net16 string, n int) int {
 	return 0
 }
 
-// runCheck runs the subcommand against s and returns its exit code and table.
-func runCheck(t *testing.T, s *stack, extra ...string) (int, string) {
-	t.Helper()
-	return runCheckEnv(t, s, env("LOADAWARE_ADMIN_TOKEN", "tok"), extra...)
-}
-
-// runCheckEnv is runCheck with the given environment.
+// runCheckEnv runs the subcommand against s with the given environment and returns its
+// exit code and table.
 func runCheckEnv(t *testing.T, s *stack, getenv func(string) string, extra ...string) (int, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer

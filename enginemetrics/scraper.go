@@ -197,3 +197,20 @@ func (s *Scraper) Engine(addr string, now time.Time) scoring.EngineMetrics {
 	return scoring.EngineMetrics{Known: true, Running: v.r.Running, Waiting: v.r.Waiting, KVUsage: v.r.KVUsage,
 		Age: max(now.Sub(v.at), 0)}
 }
+
+// RankLoads implements picker.RankEngineView: each data-parallel rank's load at addr's
+// last successful scrape as vLLM's balancer weighs it, waiting*4 + running, rank r at
+// dst[len(dst)+r], with the scrape's time in Unix nanoseconds as its stamp; ok false when
+// that scrape named no ranks (Reading.Ranks). It allocates nothing when dst has room.
+func (s *Scraper) RankLoads(addr string, dst []int) ([]int, int64, bool) {
+	s.mu.RLock()
+	v, ok := s.last[addr]
+	s.mu.RUnlock()
+	if !ok || len(v.r.Ranks) == 0 {
+		return dst, 0, false
+	}
+	for _, c := range v.r.Ranks {
+		dst = append(dst, 4*c.Waiting+c.Running)
+	}
+	return dst, v.at.UnixNano(), true
+}

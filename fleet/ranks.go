@@ -8,6 +8,8 @@ import (
 // rankLoad is one data-parallel rank's share of an endpoint's bookings.
 type rankLoad struct {
 	prefill, decode atomic.Int64
+	pins            atomic.Int64 // bookings ever pinned here
+	mark            atomic.Int64 // pins when the endpoint's rankStamp was set
 }
 
 func (r *rankLoad) release(inPrefill bool) {
@@ -58,6 +60,7 @@ func (b *Booking) Pin(rank, ranks int) error {
 	default:
 		return nil // released: nothing to count
 	}
+	r.pins.Add(1)
 	b.rank = r
 	return nil
 }
@@ -75,6 +78,31 @@ func (b *Booking) Ranks(n int, dst []Load) []Load {
 			l.Prefill, l.Decode = int((*t)[r].prefill.Load()), int((*t)[r].decode.Load())
 		}
 		dst = append(dst, l)
+	}
+	return dst
+}
+
+// PinsSince appends to dst how many bookings were pinned to each of the first n
+// data-parallel ranks of the booked endpoint since stamp was first passed for it: a stamp
+// other than the last one passed restarts every rank's count at 0. The stamp names a
+// scrape of the engine's per-rank counts (its time), so the result is the bookings the
+// scrape cannot show yet, which vLLM's own balancer adds to its coordinator's counts.
+// Calls for one endpoint must not race each other (the picker's decide lock serialises
+// them); it allocates nothing when dst has room.
+func (b *Booking) PinsSince(n int, stamp int64, dst []int) []int {
+	t := b.ep.ranks.Load()
+	restart := b.ep.rankStamp.Swap(stamp) != stamp
+	for r := range n {
+		since := 0
+		if t != nil && r < len(*t) {
+			rl := &(*t)[r]
+			pins := rl.pins.Load()
+			if restart {
+				rl.mark.Store(pins)
+			}
+			since = int(pins - rl.mark.Load())
+		}
+		dst = append(dst, since)
 	}
 	return dst
 }

@@ -282,6 +282,7 @@ func New(opts Options) (*Picker, error) {
 	p.scratch.New = func() any { return new(pickScratch) }
 	if n := dpRanks(opts.Cache); n > 1 {
 		p.ranks = &rankPicker{n: n}
+		p.ranks.scraped, _ = opts.Engines.(RankEngineView)
 	}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
@@ -309,10 +310,12 @@ func (p *Picker) SetConfig(c Config) error {
 }
 
 // NeedsEngineMetrics reports whether the policy in force reads the engines' scraped
-// metrics (scoring.NeedsEngineMetrics): a scraper need run only while it does.
+// metrics (scoring.NeedsEngineMetrics), the adapter term does, or the rank choice does
+// (a RankEngineView over data-parallel ranks): a scraper need run only while one does.
 func (p *Picker) NeedsEngineMetrics() bool {
 	return p.active.Load().needs&scoring.NeedsEngineMetrics != 0 ||
-		(p.opts.Adapters != nil && len(p.base) > 0 && p.opts.AdapterCost != (AdapterCost{}))
+		(p.opts.Adapters != nil && len(p.base) > 0 && p.opts.AdapterCost != (AdapterCost{})) ||
+		(p.ranks != nil && p.ranks.scraped != nil)
 }
 
 // Forget drops the routing history of endpoints not in keep (they left the fleet).

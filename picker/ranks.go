@@ -47,11 +47,26 @@ const RankSlack = 4
 // bookings pinned to it: a request without a first token yet counts 4, one decoding 1.
 func RankLoad(l fleet.Load) int { return 4*l.Prefill + l.Decode }
 
+// RankEngineView is an EngineView that also reports each data-parallel rank's load as
+// the engine exported it (vLLM labels num_requests_running and _waiting by `engine`, the
+// rank; enginemetrics.Scraper). RankLoads appends to dst each rank's RankLoad at the last
+// scrape (waiting*4 + running), rank r at dst[len(dst)+r], and returns the scrape's stamp
+// (its time, in nanoseconds); ok false when addr has no per-rank scrape. It must be fast,
+// safe for concurrent use, and allocate nothing when dst has room.
+type RankEngineView interface {
+	EngineView
+	RankLoads(addr string, dst []int) (loads []int, stamp int64, ok bool)
+}
+
 // rankPicker chooses the data-parallel rank behind a booked endpoint. Guarded by the
 // picker's decide lock.
 type rankPicker struct {
-	n     int          // ranks behind each endpoint (more than 1)
-	loads []fleet.Load // scratch
+	n       int            // ranks behind each endpoint (more than 1)
+	scraped RankEngineView // nil: the bookings alone
+	loads   []fleet.Load   // scratch
+	seen    []int          // scratch: the scraped RankLoads
+	since   []int          // scratch: the pins since that scrape
+	score   []int          // scratch: each rank's RankLoad as weighed
 }
 
 // choose pins b to the rank holding the endpoint's credited prefix m (m.PinRank) when
@@ -62,16 +77,39 @@ type rankPicker struct {
 // The endpoint was chosen by the policy on its whole load and its best rank's prefix;
 // the ranks are weighed by vLLM's own rule, which the policies' relative-load terms
 // did not match at this grain (decision 0830: TTFT p95 +65-70 % on the dp profile).
+//
+// A rank's load is its pinned bookings' RankLoad, or, when the engines' per-rank counts
+// are scraped (RankEngineView) and say more, the scraped RankLoad plus 4 for each booking
+// pinned to the rank since that scrape: vLLM's balancer reads its coordinator's counts
+// plus one waiting request per request it sent since, and the larger of the two is how
+// the endpoint's load treats a scrape against the bookings (replica: the last scrape plus
+// the bookings since, at least this picker's own). The scrape shows what other picker
+// replicas sent to the rank, which the bookings cannot (decision 0831).
 func (rp *rankPicker) choose(b *fleet.Booking, m CacheMatch) int {
 	rp.loads = b.Ranks(rp.n, rp.loads[:0])
+	rp.score = rp.score[:0]
+	for _, l := range rp.loads {
+		rp.score = append(rp.score, RankLoad(l))
+	}
+	if rp.scraped != nil {
+		var stamp int64
+		var ok bool
+		rp.seen, stamp, ok = rp.scraped.RankLoads(b.Addr(), rp.seen[:0])
+		if ok {
+			rp.since = b.PinsSince(rp.n, stamp, rp.since[:0])
+			for r := range min(len(rp.seen), rp.n) {
+				rp.score[r] = max(rp.score[r], rp.seen[r]+4*rp.since[r])
+			}
+		}
+	}
 	least := 0
-	for r, l := range rp.loads {
-		if RankLoad(l) < RankLoad(rp.loads[least]) {
+	for r, s := range rp.score {
+		if s < rp.score[least] {
 			least = r
 		}
 	}
 	r := least
-	if h := m.PinRank - 1; m.Matched > 0 && h >= 0 && h < rp.n && RankLoad(rp.loads[h]) <= RankLoad(rp.loads[least])+RankSlack {
+	if h := m.PinRank - 1; m.Matched > 0 && h >= 0 && h < rp.n && rp.score[h] <= rp.score[least]+RankSlack {
 		r = h
 	}
 	if b.Pin(r, rp.n) != nil {

@@ -91,3 +91,25 @@ func (v engineView) Engine(addr string, now time.Time) scoring.EngineMetrics {
 	}
 	return scoring.EngineMetrics{}
 }
+
+// RankLoads implements picker.RankEngineView: each data-parallel rank's
+// waiting*4 + running at the last scrape, stamped with its virtual time; not
+// known before the first scrape or for an engine of one rank.
+func (v engineView) RankLoads(addr string, dst []int) ([]int, int64, bool) {
+	g := v.w.scr
+	if g == nil || !g.scraped {
+		return dst, 0, false
+	}
+	for i, a := range v.w.addrs {
+		if a == addr {
+			if len(g.seen[i].Ranks) == 0 {
+				return dst, 0, false
+			}
+			for _, r := range g.seen[i].Ranks {
+				dst = append(dst, 4*r.Waiting+r.Running)
+			}
+			return dst, epoch.Add(g.last).UnixNano(), true
+		}
+	}
+	return dst, 0, false
+}

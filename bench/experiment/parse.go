@@ -48,6 +48,17 @@ func parseArm(item string) (Arm, error) {
 	if item == "recommended" {
 		item = RecommendedPolicy
 	}
+	if base, ok := strings.CutSuffix(item, BookedSuffix); ok {
+		arm, err := parseArm(base)
+		switch {
+		case err != nil:
+			return Arm{}, err
+		case !arm.Ranks || arm.BookedRanks:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once, after %s", item, BookedSuffix, RanksSuffix)
+		}
+		arm.Name, arm.BookedRanks = arm.Name+BookedSuffix, true
+		return arm, nil
+	}
 	if base, ok := strings.CutSuffix(item, RanksSuffix); ok {
 		arm, err := parseArm(base)
 		switch {

@@ -113,3 +113,12 @@ func (v engineView) RankLoads(addr string, dst []int) ([]int, int64, bool) {
 	}
 	return dst, 0, false
 }
+
+// bookedView is engineView without the ranks' loads (experiment.Arm.BookedRanks):
+// the picker weighs the ranks on its bookings alone.
+type bookedView struct{ v engineView }
+
+// Engine implements picker.EngineView.
+func (b bookedView) Engine(addr string, now time.Time) scoring.EngineMetrics {
+	return b.v.Engine(addr, now)
+}

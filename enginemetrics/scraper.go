@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 	"io"
 	"log/slog"
@@ -198,11 +199,11 @@ func (s *Scraper) Engine(addr string, now time.Time) scoring.EngineMetrics {
 		Age: max(now.Sub(v.at), 0)}
 }
 
-// RankLoads implements picker.RankEngineView: each data-parallel rank's load at addr's
-// last successful scrape as vLLM's balancer weighs it, waiting*4 + running, rank r at
+// RankLoads implements picker.RankEngineView: each data-parallel rank's requests at
+// addr's last successful scrape, waiting as Prefill and running as Decode, rank r at
 // dst[len(dst)+r], with the scrape's time in Unix nanoseconds as its stamp; ok false when
 // that scrape named no ranks (Reading.Ranks). It allocates nothing when dst has room.
-func (s *Scraper) RankLoads(addr string, dst []int) ([]int, int64, bool) {
+func (s *Scraper) RankLoads(addr string, dst []fleet.Load) ([]fleet.Load, int64, bool) {
 	s.mu.RLock()
 	v, ok := s.last[addr]
 	s.mu.RUnlock()
@@ -210,7 +211,7 @@ func (s *Scraper) RankLoads(addr string, dst []int) ([]int, int64, bool) {
 		return dst, 0, false
 	}
 	for _, c := range v.r.Ranks {
-		dst = append(dst, 4*c.Waiting+c.Running)
+		dst = append(dst, fleet.Load{Addr: addr, Prefill: c.Waiting, Decode: c.Running})
 	}
 	return dst, v.at.UnixNano(), true
 }

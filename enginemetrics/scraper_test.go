@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -166,7 +167,7 @@ func TestStateReadsLoRAInfo(t *testing.T) {
 	}
 }
 
-// RankLoads reports each rank's waiting*4 + running from a page that names ranks, stamped
+// RankLoads reports each rank's waiting and running from a page that names ranks, stamped
 // with the scrape's time, and nothing for one that does not or before a scrape.
 func TestRankLoadsReadsTheEngineLabel(t *testing.T) {
 	ranked := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -185,9 +186,11 @@ func TestRankLoadsReadsTheEngineLabel(t *testing.T) {
 		t.Fatalf("before a scrape: %v", got)
 	}
 	s.Round(context.Background())
-	got, stamp, ok := s.RankLoads(addr(sr), []int{-1})
-	if !ok || !slices.Equal(got, []int{-1, 5, 15}) || stamp != at.UnixNano() {
-		t.Errorf("RankLoads(ranked) = %v, %d, %v; want [-1 5 15], %d, true", got, stamp, ok, at.UnixNano())
+	a := addr(sr)
+	got, stamp, ok := s.RankLoads(a, []fleet.Load{{}})
+	want := []fleet.Load{{}, {Addr: a, Prefill: 1, Decode: 1}, {Addr: a, Prefill: 3, Decode: 3}}
+	if !ok || !slices.Equal(got, want) || stamp != at.UnixNano() {
+		t.Errorf("RankLoads(ranked) = %v, %d, %v; want %v, %d, true", got, stamp, ok, want, at.UnixNano())
 	}
 	if got, _, ok := s.RankLoads(addr(sp), nil); ok {
 		t.Errorf("RankLoads(no engine label) = %v, true; want not known", got)

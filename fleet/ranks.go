@@ -8,8 +8,9 @@ import (
 // rankLoad is one data-parallel rank's share of an endpoint's bookings.
 type rankLoad struct {
 	prefill, decode atomic.Int64
-	pins            atomic.Int64 // bookings ever pinned here
-	mark            atomic.Int64 // pins when the endpoint's rankStamp was set
+	// markPrefill and markDecode are prefill and decode when the endpoint's rankStamp was
+	// last set (Booking.RanksAt).
+	markPrefill, markDecode atomic.Int64
 }
 
 func (r *rankLoad) release(inPrefill bool) {
@@ -60,7 +61,6 @@ func (b *Booking) Pin(rank, ranks int) error {
 	default:
 		return nil // released: nothing to count
 	}
-	r.pins.Add(1)
 	b.rank = r
 	return nil
 }
@@ -82,27 +82,27 @@ func (b *Booking) Ranks(n int, dst []Load) []Load {
 	return dst
 }
 
-// PinsSince appends to dst how many bookings were pinned to each of the first n
-// data-parallel ranks of the booked endpoint since stamp was first passed for it: a stamp
-// other than the last one passed restarts every rank's count at 0. The stamp names a
-// scrape of the engine's per-rank counts (its time), so the result is the bookings the
-// scrape cannot show yet, which vLLM's own balancer adds to its coordinator's counts.
-// Calls for one endpoint must not race each other (the picker's decide lock serialises
-// them); it allocates nothing when dst has room.
-func (b *Booking) PinsSince(n int, stamp int64, dst []int) []int {
+// RanksAt appends to dst the loads of the first n data-parallel ranks of the booked
+// endpoint as Ranks showed them when stamp was first passed for it: a stamp other than
+// the last one passed takes the loads of now. The stamp names a scrape of the engine's
+// per-rank counts (its time), so the result is this picker's share of what that scrape
+// counted, and Ranks less it is how this picker's share moved since. Calls for one
+// endpoint must not race each other (the picker's decide lock serialises them); it
+// allocates nothing when dst has room.
+func (b *Booking) RanksAt(n int, stamp int64, dst []Load) []Load {
 	t := b.ep.ranks.Load()
 	restart := b.ep.rankStamp.Swap(stamp) != stamp
 	for r := range n {
-		since := 0
+		l := Load{Addr: b.ep.addr}
 		if t != nil && r < len(*t) {
 			rl := &(*t)[r]
-			pins := rl.pins.Load()
 			if restart {
-				rl.mark.Store(pins)
+				rl.markPrefill.Store(rl.prefill.Load())
+				rl.markDecode.Store(rl.decode.Load())
 			}
-			since = int(pins - rl.mark.Load())
+			l.Prefill, l.Decode = int(rl.markPrefill.Load()), int(rl.markDecode.Load())
 		}
-		dst = append(dst, since)
+		dst = append(dst, l)
 	}
 	return dst
 }

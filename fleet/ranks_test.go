@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// PinsSince counts the pins on each rank since the stamp was first passed, restarts at a
-// new stamp, and counts a pin made after a release nothing.
-func TestPinsSinceCountsFromTheStamp(t *testing.T) {
+// RanksAt keeps the ranks' loads as they were when a stamp was first passed, and takes
+// them anew at another stamp.
+func TestRanksAtKeepsTheLoadsOfTheStamp(t *testing.T) {
 	const ep = "10.0.0.2:8000"
 	s := New()
 	s.Update([]string{ep})
@@ -24,42 +24,34 @@ func TestPinsSinceCountsFromTheStamp(t *testing.T) {
 	}
 	first := pin(0)
 	defer first.Release()
+	second := pin(1)
 	steps := []struct {
 		name  string
 		stamp int64
-		pins  []int // ranks pinned before the call
-		want  []int
+		edit  func()
+		want  []int // each rank's InFlight
 	}{
-		{"a first stamp counts from now", 10, nil, []int{0, 0, 0}},
-		{"pins since under the same stamp", 10, []int{1, 1, 2}, []int{0, 2, 1}},
-		{"a new stamp restarts", 20, nil, []int{0, 0, 0}},
-		{"and counts again", 20, []int{0}, []int{1, 0, 0}},
-		{"an older stamp is a new one too", 10, []int{2}, []int{0, 0, 0}},
+		{"a first stamp takes now", 10, func() {}, []int{1, 1, 0}},
+		{"the same stamp keeps them", 10, func() { defer pin(2).Release(); second.Release() }, []int{1, 1, 0}},
+		{"a new stamp takes now", 20, func() {}, []int{1, 0, 0}},
+		{"an older stamp is a new one too", 10, func() { pin(2) }, []int{1, 0, 1}},
 	}
 	for _, st := range steps {
-		for _, r := range st.pins {
-			defer pin(r).Release()
+		st.edit()
+		got := first.RanksAt(3, st.stamp, []Load{{}})
+		var flight []int
+		for _, l := range got[1:] {
+			flight = append(flight, l.InFlight())
 		}
-		got := first.PinsSince(3, st.stamp, []int{-1})
-		if !slices.Equal(got, append([]int{-1}, st.want...)) {
-			t.Errorf("%s: PinsSince = %v, want -1 then %v", st.name, got, st.want)
+		if len(got) != 4 || got[0] != (Load{}) || !slices.Equal(flight, st.want) {
+			t.Errorf("%s: RanksAt = %v, want {} then in flight %v", st.name, got, st.want)
 		}
-	}
-	gone, err := s.Book(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone.Release()
-	if err := gone.Pin(1, 3); err != nil {
-		t.Fatal(err)
-	}
-	if got := first.PinsSince(3, 10, nil); !slices.Equal(got, []int{0, 0, 0}) {
-		t.Errorf("a released booking's pin counted: %v", got)
 	}
 }
 
-// An endpoint nothing was pinned to reports no pins, and allocates nothing with room.
-func TestPinsSinceWithoutATable(t *testing.T) {
+// An endpoint nothing was pinned to has no load at any stamp, and allocates nothing with
+// room.
+func TestRanksAtWithoutATable(t *testing.T) {
 	s := New()
 	s.Update([]string{"10.0.0.2:8000"})
 	b, err := s.Book("10.0.0.2:8000")
@@ -67,11 +59,11 @@ func TestPinsSinceWithoutATable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Release()
-	dst := make([]int, 0, 4)
-	if n := testing.AllocsPerRun(50, func() { dst = b.PinsSince(4, 1, dst[:0]) }); n != 0 {
-		t.Errorf("PinsSince allocates %.0f times", n)
+	dst := make([]Load, 0, 4)
+	if n := testing.AllocsPerRun(50, func() { dst = b.RanksAt(4, 1, dst[:0]) }); n != 0 {
+		t.Errorf("RanksAt allocates %.0f times", n)
 	}
-	if !slices.Equal(dst, []int{0, 0, 0, 0}) {
-		t.Errorf("PinsSince = %v, want zeros", dst)
+	if len(dst) != 4 || dst[3].InFlight() != 0 || dst[3].Addr != "10.0.0.2:8000" {
+		t.Errorf("RanksAt = %v, want 4 empty loads of the endpoint", dst)
 	}
 }

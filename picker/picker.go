@@ -187,6 +187,11 @@ type Options struct {
 	// Engines gives each candidate's scraped vLLM metrics to the policies that read them
 	// (scoring.NeedsEngineMetrics); nil: they see none (scoring.EngineMetrics's zero value).
 	Engines EngineView
+	// RankMetrics has the rank choice weigh the ranks' scraped loads too, when Engines is
+	// a RankEngineView and the cache view tells ranks apart: each rank's load is then this
+	// picker's bookings plus the scrape's requests beyond them (rankPicker.choose). Off,
+	// the bookings alone (decision 0831: in virtual time the scrape cost TTFT p95).
+	RankMetrics bool
 }
 
 // AdapterView tells what an endpoint's adapter slots mean for a request for adapter
@@ -282,7 +287,9 @@ func New(opts Options) (*Picker, error) {
 	p.scratch.New = func() any { return new(pickScratch) }
 	if n := dpRanks(opts.Cache); n > 1 {
 		p.ranks = &rankPicker{n: n}
-		p.ranks.scraped, _ = opts.Engines.(RankEngineView)
+		if opts.RankMetrics {
+			p.ranks.scraped, _ = opts.Engines.(RankEngineView)
+		}
 	}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err

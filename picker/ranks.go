@@ -49,13 +49,14 @@ func RankLoad(l fleet.Load) int { return 4*l.Prefill + l.Decode }
 
 // RankEngineView is an EngineView that also reports each data-parallel rank's load as
 // the engine exported it (vLLM labels num_requests_running and _waiting by `engine`, the
-// rank; enginemetrics.Scraper). RankLoads appends to dst each rank's RankLoad at the last
-// scrape (waiting*4 + running), rank r at dst[len(dst)+r], and returns the scrape's stamp
-// (its time, in nanoseconds); ok false when addr has no per-rank scrape. It must be fast,
-// safe for concurrent use, and allocate nothing when dst has room.
+// rank; enginemetrics.Scraper). RankLoads appends to dst each rank's counts at the last
+// scrape, rank r at dst[len(dst)+r], as a fleet.Load whose Prefill is the rank's waiting
+// requests and Decode its running ones (so RankLoad is vLLM's score), and returns the
+// scrape's stamp (its time, in nanoseconds); ok false when addr has no per-rank scrape.
+// It must be fast, safe for concurrent use, and allocate nothing when dst has room.
 type RankEngineView interface {
 	EngineView
-	RankLoads(addr string, dst []int) (loads []int, stamp int64, ok bool)
+	RankLoads(addr string, dst []fleet.Load) (loads []fleet.Load, stamp int64, ok bool)
 }
 
 // rankPicker chooses the data-parallel rank behind a booked endpoint. Guarded by the
@@ -64,8 +65,8 @@ type rankPicker struct {
 	n       int            // ranks behind each endpoint (more than 1)
 	scraped RankEngineView // nil: the bookings alone
 	loads   []fleet.Load   // scratch
-	seen    []int          // scratch: the scraped RankLoads
-	since   []int          // scratch: the pins since that scrape
+	seen    []fleet.Load   // scratch: the scraped counts
+	at      []fleet.Load   // scratch: the bookings' loads at that scrape
 	score   []int          // scratch: each rank's RankLoad as weighed
 }
 
@@ -78,12 +79,11 @@ type rankPicker struct {
 // the ranks are weighed by vLLM's own rule, which the policies' relative-load terms
 // did not match at this grain (decision 0830: TTFT p95 +65-70 % on the dp profile).
 //
-// A rank's load is its pinned bookings' RankLoad, or, when the engines' per-rank counts
-// are scraped (RankEngineView) and say more, the scraped RankLoad plus 4 for each booking
-// pinned to the rank since that scrape: vLLM's balancer reads its coordinator's counts
-// plus one waiting request per request it sent since, and the larger of the two is how
-// the endpoint's load treats a scrape against the bookings (replica: the last scrape plus
-// the bookings since, at least this picker's own). The scrape shows what other picker
+// A rank's load is its pinned bookings' RankLoad plus, when the engines' per-rank counts
+// are scraped (RankEngineView), the others' share: the requests the scrape counted less
+// this picker's bookings on the rank when it first saw that scrape (at least 0), each
+// weighed as the scrape's requests weigh on average in RankLoad. So the endpoint's load
+// is this picker's bookings plus the other replicas'. The scrape shows what other picker
 // replicas sent to the rank, which the bookings cannot (decision 0831).
 func (rp *rankPicker) choose(b *fleet.Booking, m CacheMatch) int {
 	rp.loads = b.Ranks(rp.n, rp.loads[:0])
@@ -96,9 +96,11 @@ func (rp *rankPicker) choose(b *fleet.Booking, m CacheMatch) int {
 		var ok bool
 		rp.seen, stamp, ok = rp.scraped.RankLoads(b.Addr(), rp.seen[:0])
 		if ok {
-			rp.since = b.PinsSince(rp.n, stamp, rp.since[:0])
+			rp.at = b.RanksAt(rp.n, stamp, rp.at[:0])
 			for r := range min(len(rp.seen), rp.n) {
-				rp.score[r] = max(rp.score[r], rp.seen[r]+4*rp.since[r])
+				if n := rp.seen[r].InFlight(); n > 0 {
+					rp.score[r] += max(n-rp.at[r].InFlight(), 0) * RankLoad(rp.seen[r]) / n
+				}
 			}
 		}
 	}

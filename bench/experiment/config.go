@@ -40,15 +40,15 @@ type Arm struct {
 	// request to it. Without it the picker sees one endpoint and vLLM's balancer
 	// chooses. Its name ends in RanksSuffix.
 	Ranks bool
-	// BookedRanks has a Ranks arm weigh the ranks on the picker's bookings alone, not
-	// on the engines' per-rank scraped loads too (decision 0830's rule, before 0831);
-	// its name ends in BookedSuffix.
-	BookedRanks bool
+	// ScrapedRanks has a Ranks arm weigh the ranks' scraped loads besides its bookings
+	// (picker.Options.RankMetrics, --kv-events-dp-rank-metrics; decision 0831); its name
+	// ends in ScrapedSuffix.
+	ScrapedRanks bool
 }
 
-// BookedSuffix ends the name of a Ranks arm that weighs the ranks on its bookings
-// alone ("loadaware-b1+ranks+booked").
-const BookedSuffix = "+booked"
+// ScrapedSuffix ends the name of a Ranks arm that weighs the ranks' scraped loads too
+// ("loadaware-b1+ranks+scraped").
+const ScrapedSuffix = "+scraped"
 
 // MaxPickers bounds Config.Pickers: a handful of replicas is what deployments run.
 const MaxPickers = 16
@@ -104,7 +104,7 @@ type Config struct {
 	// endpoint as remote load at once (the replicas' gossip without delay or loss), but
 	// not per rank; virtual time only. 0 or 1: one picker.
 	Pickers int
-	Workers        int                // runs in parallel; 0 = GOMAXPROCS
+	Workers int // runs in parallel; 0 = GOMAXPROCS
 }
 
 // The protocols a sweep can follow.

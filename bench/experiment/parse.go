@@ -48,15 +48,15 @@ func parseArm(item string) (Arm, error) {
 	if item == "recommended" {
 		item = RecommendedPolicy
 	}
-	if base, ok := strings.CutSuffix(item, BookedSuffix); ok {
+	if base, ok := strings.CutSuffix(item, ScrapedSuffix); ok {
 		arm, err := parseArm(base)
 		switch {
 		case err != nil:
 			return Arm{}, err
-		case !arm.Ranks || arm.BookedRanks:
-			return Arm{}, fmt.Errorf("arm %q: %s applies once, after %s", item, BookedSuffix, RanksSuffix)
+		case !arm.Ranks || arm.ScrapedRanks:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once, after %s", item, ScrapedSuffix, RanksSuffix)
 		}
-		arm.Name, arm.BookedRanks = arm.Name+BookedSuffix, true
+		arm.Name, arm.ScrapedRanks = arm.Name+ScrapedSuffix, true
 		return arm, nil
 	}
 	if base, ok := strings.CutSuffix(item, RanksSuffix); ok {

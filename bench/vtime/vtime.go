@@ -278,11 +278,11 @@ type world struct {
 	// being picker on fleet; sent counts the requests they routed.
 	replicas []replica
 	sent     int
-	gie     *gieArm        // the gie arm's router, else nil
-	scr     *scrapeGrid    // the engines' metrics as scraped, when the router reads them; else nil
-	fleet   *fleet.Set
-	index   *lmcache.Index
-	now     time.Duration
+	gie      *gieArm     // the gie arm's router, else nil
+	scr      *scrapeGrid // the engines' metrics as scraped, when the router reads them; else nil
+	fleet    *fleet.Set
+	index    *lmcache.Index
+	now      time.Duration
 	// adapters is what the engines' vllm:lora_requests_info said at the last scrape
 	// (scrapeGrid), for the arms that weigh adapter residency; nil otherwise.
 	adapters *lora.Table
@@ -408,16 +408,14 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
 		opts := picker.Options{
-			Fleet:      set,
-			Policy:     arm.Policy,
-			Params:     params,
-			Cache:      w.cacheView(w.cfg.CacheSource),
-			BaseModels: []string{baseModel},
-			Now:        func() time.Time { return epoch.Add(w.now) },
-			Engines:    engineView{w},
-		}
-		if arm.BookedRanks {
-			opts.Engines = bookedView{engineView{w}}
+			Fleet:       set,
+			Policy:      arm.Policy,
+			Params:      params,
+			Cache:       w.cacheView(w.cfg.CacheSource),
+			BaseModels:  []string{baseModel},
+			Now:         func() time.Time { return epoch.Add(w.now) },
+			Engines:     engineView{w},
+			RankMetrics: arm.ScrapedRanks,
 		}
 		w.adapters = nil
 		if arm.Residency {

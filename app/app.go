@@ -208,7 +208,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	popts := picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
 		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, BaseModels: cfg.BaseModels, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
-		Engines: engines, AdapterCost: cfg.AdapterCost,
+		Engines: engines, AdapterCost: cfg.AdapterCost, RankMetrics: cfg.KVEvents != nil && cfg.KVEvents.RankMetrics,
 	}
 	if a.EngineMetrics != nil && cfg.AdapterCost != (picker.AdapterCost{}) {
 		popts.Adapters = a.EngineMetrics

@@ -13,10 +13,13 @@ import (
 
 // KVEventsConfig configures the vLLM KV events cache source.
 type KVEventsConfig struct {
-	Port          int    // the engines' KV events PUB port (vLLM default 5557)
-	ReplayPort    int    // the engines' replay ROUTER port; 0: no replay
-	Topic         string // topic prefix filter; empty: every topic
-	Ranks         int    // data-parallel ranks per endpoint (rank r on Port+r); 0: 1
+	Port       int    // the engines' KV events PUB port (vLLM default 5557)
+	ReplayPort int    // the engines' replay ROUTER port; 0: no replay
+	Topic      string // topic prefix filter; empty: every topic
+	Ranks      int    // data-parallel ranks per endpoint (rank r on Port+r); 0: 1
+	// RankMetrics has the rank choice weigh each rank's scraped load (vLLM's gauges by
+	// engine label) besides this picker's bookings (picker.Options.RankMetrics).
+	RankMetrics   bool
 	Credits       kvindex.Credits
 	Remote        kvindex.RemotePolicy // what REMOTE blocks get
 	ExtraKeys     bool                 // index LoRA and cache_salt blocks under their own key

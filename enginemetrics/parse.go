@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -44,6 +45,33 @@ type Reading struct {
 	// vllm:cache_config_info's labels (the smallest of its label sets); 0 when the page has
 	// no such gauge or its labels are not positive integers (KVPool).
 	KVPoolTokens int
+	// Ranks are the counts of each data-parallel rank, Ranks[r] those of the series whose
+	// `engine` label is r (vLLM's DP engines label their gauges by rank), summed over their
+	// other labels; nil unless every running and waiting series carries an integer
+	// `engine` label in [0, fleet.MaxRanks) and some is above 0 (one engine: nothing to
+	// tell apart).
+	Ranks []RankCounts
+}
+
+// RankCounts is one data-parallel rank's requests.
+type RankCounts struct{ Running, Waiting int }
+
+// engineLabel is the label vLLM's PrometheusStatLogger puts the data-parallel rank in
+// (labelnames ["model_name", "engine"], vllm/v1/metrics/loggers.py).
+const engineLabel = "engine"
+
+// rankOf is m's `engine` label as a rank, -1 when it has none or it is not one.
+func rankOf(m *dto.Metric) int {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == engineLabel {
+			r, err := strconv.Atoi(l.GetValue())
+			if err != nil || r < 0 || r >= fleet.MaxRanks {
+				return -1
+			}
+			return r
+		}
+	}
+	return -1
 }
 
 // Families parses, of a Prometheus text page, only the sample lines of the metrics named
@@ -70,7 +98,8 @@ func Families(page []byte, names []string) (map[string]*dto.MetricFamily, error)
 
 // Parse reads a Prometheus text page as vLLM serves it. It reads only the metrics it needs
 // (Families). Running and waiting are summed
-// over label sets (one per model, or per data-parallel engine); the KV usage is the largest
+// over label sets (one per model, or per data-parallel engine), and kept per rank
+// (Reading.Ranks) when the series name ranks; the KV usage is the largest
 // (the fullest engine behind the address decides whether it can take more). It fails,
 // naming the metric and what to check, when a line is not in the text format, when one of
 // the three is missing, or when a value is out of range (counts 0..1e9, usage 0..1).
@@ -80,10 +109,13 @@ func Parse(page []byte) (Reading, error) {
 		return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %w", err)
 	}
 	var r Reading
+	ranked := true
 	for _, f := range []struct {
 		name string
 		into *int
-	}{{metricRunning, &r.Running}, {metricWaiting, &r.Waiting}} {
+		rank func(*RankCounts) *int
+	}{{metricRunning, &r.Running, func(c *RankCounts) *int { return &c.Running }},
+		{metricWaiting, &r.Waiting, func(c *RankCounts) *int { return &c.Waiting }}} {
 		ms := fams[f.name].GetMetric()
 		if len(ms) == 0 {
 			return Reading{}, fmt.Errorf("enginemetrics: engine /metrics has no %s: is this a vLLM engine's /metrics (its API port)?", f.name)
@@ -95,11 +127,22 @@ func Parse(page []byte) (Reading, error) {
 				return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %s value %v is not a request count", f.name, v)
 			}
 			total += v
+			if rk := rankOf(m); rk < 0 {
+				ranked = false
+			} else if ranked {
+				for len(r.Ranks) <= rk {
+					r.Ranks = append(r.Ranks, RankCounts{})
+				}
+				*f.rank(&r.Ranks[rk]) += int(v + 0.5)
+			}
 		}
 		if total > maxCount {
 			return Reading{}, fmt.Errorf("enginemetrics: engine /metrics: %s sums to %v, not a request count", f.name, total)
 		}
 		*f.into = int(total + 0.5)
+	}
+	if !ranked || len(r.Ranks) < 2 {
+		r.Ranks = nil
 	}
 	kv := fams[metricKVUsage].GetMetric()
 	if len(kv) == 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 )
 
@@ -30,7 +31,16 @@ func TestParse(t *testing.T) {
 		want       Reading
 		err        string // substring of the error; "" for none
 	}{
-		{"summed running, largest usage", page, Reading{Running: 5, Waiting: 4, KVUsage: 0.5}, ""},
+		{"summed running, largest usage, counts per rank", page, Reading{Running: 5, Waiting: 4, KVUsage: 0.5,
+			Ranks: []RankCounts{{Running: 3, Waiting: 4}, {Running: 2}}}, ""},
+		{"ranks summed over models, a rank with no series counts nothing", rankedPage(
+			`{engine="2",model_name="a"} 1`, `{engine="2",model_name="b"} 2`, `{engine="0",model_name="a"} 0`),
+			Reading{Running: 3, Waiting: 3, Ranks: []RankCounts{{}, {}, {Running: 3, Waiting: 3}}}, ""},
+		{"one engine: no ranks", rankedPage(`{engine="0"} 2`), Reading{Running: 2, Waiting: 2}, ""},
+		{"a series without the engine label: no ranks", rankedPage(`{engine="1"} 1`, `{model_name="a"} 1`), Reading{Running: 2, Waiting: 2}, ""},
+		{"an engine label that is not a rank: no ranks", rankedPage(`{engine="1"} 1`, `{engine="x"} 1`), Reading{Running: 2, Waiting: 2}, ""},
+		{"a negative engine label: no ranks", rankedPage(`{engine="1"} 1`, `{engine="-1"} 1`), Reading{Running: 2, Waiting: 2}, ""},
+		{"an engine label past fleet.MaxRanks: no ranks", rankedPage(`{engine="1"} 1`, `{engine="1024"} 1`), Reading{Running: 2, Waiting: 2}, ""},
 		{"older vLLM name for usage", "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.125\n",
 			Reading{Running: 1, KVUsage: 0.125}, ""},
 		{"newer name wins over the older", "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1",
@@ -69,11 +79,24 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// rankedPage is a page whose running and waiting series each carry the labels and value
+// of every one of series (`{engine="0"} 1`).
+func rankedPage(series ...string) string {
+	var b strings.Builder
+	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting"} {
+		for _, s := range series {
+			b.WriteString(name + s + "\n")
+		}
+	}
+	return b.String() + "vllm:kv_cache_usage_perc 0\n"
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(page))
 	f.Add([]byte("vllm:num_requests_running 1e300\nvllm:num_requests_waiting 1e300\nvllm:kv_cache_usage_perc 1\n"))
 	f.Add([]byte("vllm:num_requests_running{a=\"b\"} +Inf\n"))
 	f.Add([]byte("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1099511627776\"} 1\n"))
+	f.Add([]byte(rankedPage(`{engine="1"} 1.6`, `{engine="0"} 2`)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Parse(b)
 		if err != nil {
@@ -82,6 +105,14 @@ func FuzzParse(f *testing.F) {
 		if r.Running < 0 || r.Waiting < 0 || r.Running > maxCount || r.Waiting > maxCount || !(r.KVUsage >= 0 && r.KVUsage <= 1) ||
 			r.KVPoolTokens < 0 || r.KVPoolTokens > maxPoolTokens {
 			t.Fatalf("Parse accepted out-of-range values %+v", r)
+		}
+		if len(r.Ranks) == 1 || len(r.Ranks) > fleet.MaxRanks {
+			t.Fatalf("Parse kept %d ranks, want none or 2..%d", len(r.Ranks), fleet.MaxRanks)
+		}
+		for _, c := range r.Ranks {
+			if c.Running < 0 || c.Waiting < 0 || c.Running > r.Running+len(r.Ranks) || c.Waiting > r.Waiting+len(r.Ranks) {
+				t.Fatalf("Parse kept rank counts %+v outside the totals %+v", c, r)
+			}
 		}
 	})
 }

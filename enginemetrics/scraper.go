@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 	"io"
 	"log/slog"
@@ -196,4 +197,21 @@ func (s *Scraper) Engine(addr string, now time.Time) scoring.EngineMetrics {
 	}
 	return scoring.EngineMetrics{Known: true, Running: v.r.Running, Waiting: v.r.Waiting, KVUsage: v.r.KVUsage,
 		KVPoolTokens: v.r.KVPoolTokens, Age: max(now.Sub(v.at), 0)}
+}
+
+// RankLoads implements picker.RankEngineView: each data-parallel rank's requests at
+// addr's last successful scrape, waiting as Prefill and running as Decode, rank r at
+// dst[len(dst)+r], with the scrape's time in Unix nanoseconds as its stamp; ok false when
+// that scrape named no ranks (Reading.Ranks). It allocates nothing when dst has room.
+func (s *Scraper) RankLoads(addr string, dst []fleet.Load) ([]fleet.Load, int64, bool) {
+	s.mu.RLock()
+	v, ok := s.last[addr]
+	s.mu.RUnlock()
+	if !ok || len(v.r.Ranks) == 0 {
+		return dst, 0, false
+	}
+	for _, c := range v.r.Ranks {
+		dst = append(dst, fleet.Load{Addr: addr, Prefill: c.Waiting, Decode: c.Running})
+	}
+	return dst, v.at.UnixNano(), true
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -163,5 +165,35 @@ func TestStateReadsLoRAInfo(t *testing.T) {
 		if got := s.State(c.addr, c.adapter); got != c.want {
 			t.Errorf("State(%s, %s) = %v, want %v", c.addr, c.adapter, got, c.want)
 		}
+	}
+}
+
+// RankLoads reports each rank's waiting and running from a page that names ranks, stamped
+// with the scrape's time, and nothing for one that does not or before a scrape.
+func TestRankLoadsReadsTheEngineLabel(t *testing.T) {
+	ranked := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(rankedPage(`{engine="0"} 1`, `{engine="1"} 3`)))
+	})
+	sr, sp := httptest.NewServer(ranked), httptest.NewServer(&engine{})
+	defer sr.Close()
+	defer sp.Close()
+	list := []string{addr(sr), addr(sp)}
+	at := time.Unix(1_800_000_000, 5)
+	s, err := New(Config{Endpoints: func() []string { return list }, Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, ok := s.RankLoads(addr(sr), nil); ok {
+		t.Fatalf("before a scrape: %v", got)
+	}
+	s.Round(context.Background())
+	a := addr(sr)
+	got, stamp, ok := s.RankLoads(a, []fleet.Load{{}})
+	want := []fleet.Load{{}, {Addr: a, Prefill: 1, Decode: 1}, {Addr: a, Prefill: 3, Decode: 3}}
+	if !ok || !slices.Equal(got, want) || stamp != at.UnixNano() {
+		t.Errorf("RankLoads(ranked) = %v, %d, %v; want %v, %d, true", got, stamp, ok, want, at.UnixNano())
+	}
+	if got, _, ok := s.RankLoads(addr(sp), nil); ok {
+		t.Errorf("RankLoads(no engine label) = %v, true; want not known", got)
 	}
 }

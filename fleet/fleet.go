@@ -97,6 +97,8 @@ type endpoint struct {
 	remote atomic.Uint64
 	pace   pace
 	ranks  atomic.Pointer[[]rankLoad] // bookings per data-parallel rank (Booking.Pin); nil: none pinned yet
+	// rankStamp is the stamp of the last Booking.RanksAt, whose loads the ranks' marks keep.
+	rankStamp atomic.Int64
 
 	set   *Set  // the set it was made for, whose load order it moves in
 	place int32 // in set.order; -1 once it has left the set. Guarded by set.orderMu

@@ -8,6 +8,9 @@ import (
 // rankLoad is one data-parallel rank's share of an endpoint's bookings.
 type rankLoad struct {
 	prefill, decode atomic.Int64
+	// markPrefill and markDecode are prefill and decode when the endpoint's rankStamp was
+	// last set (Booking.RanksAt).
+	markPrefill, markDecode atomic.Int64
 }
 
 func (r *rankLoad) release(inPrefill bool) {
@@ -73,6 +76,31 @@ func (b *Booking) Ranks(n int, dst []Load) []Load {
 		l := Load{Addr: b.ep.addr}
 		if t != nil && r < len(*t) {
 			l.Prefill, l.Decode = int((*t)[r].prefill.Load()), int((*t)[r].decode.Load())
+		}
+		dst = append(dst, l)
+	}
+	return dst
+}
+
+// RanksAt appends to dst the loads of the first n data-parallel ranks of the booked
+// endpoint as Ranks showed them when stamp was first passed for it: a stamp other than
+// the last one passed takes the loads of now. The stamp names a scrape of the engine's
+// per-rank counts (its time), so the result is this picker's share of what that scrape
+// counted, and Ranks less it is how this picker's share moved since. Calls for one
+// endpoint must not race each other (the picker's decide lock serialises them); it
+// allocates nothing when dst has room.
+func (b *Booking) RanksAt(n int, stamp int64, dst []Load) []Load {
+	t := b.ep.ranks.Load()
+	restart := b.ep.rankStamp.Swap(stamp) != stamp
+	for r := range n {
+		l := Load{Addr: b.ep.addr}
+		if t != nil && r < len(*t) {
+			rl := &(*t)[r]
+			if restart {
+				rl.markPrefill.Store(rl.prefill.Load())
+				rl.markDecode.Store(rl.decode.Load())
+			}
+			l.Prefill, l.Decode = int(rl.markPrefill.Load()), int(rl.markDecode.Load())
 		}
 		dst = append(dst, l)
 	}

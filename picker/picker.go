@@ -187,6 +187,11 @@ type Options struct {
 	// Engines gives each candidate's scraped vLLM metrics to the policies that read them
 	// (scoring.NeedsEngineMetrics); nil: they see none (scoring.EngineMetrics's zero value).
 	Engines EngineView
+	// RankMetrics has the rank choice weigh the ranks' scraped loads too, when Engines is
+	// a RankEngineView and the cache view tells ranks apart: each rank's load is then this
+	// picker's bookings plus the scrape's requests beyond them (rankPicker.choose). Off,
+	// the bookings alone (decision 0831: in virtual time the scrape cost TTFT p95).
+	RankMetrics bool
 }
 
 // AdapterView tells what an endpoint's adapter slots mean for a request for adapter
@@ -282,6 +287,9 @@ func New(opts Options) (*Picker, error) {
 	p.scratch.New = func() any { return new(pickScratch) }
 	if n := dpRanks(opts.Cache); n > 1 {
 		p.ranks = &rankPicker{n: n}
+		if opts.RankMetrics {
+			p.ranks.scraped, _ = opts.Engines.(RankEngineView)
+		}
 	}
 	if err := p.SetConfig(Config{Policy: opts.Policy, Beta: opts.Params.Beta}); err != nil {
 		return nil, err
@@ -309,10 +317,12 @@ func (p *Picker) SetConfig(c Config) error {
 }
 
 // NeedsEngineMetrics reports whether the policy in force reads the engines' scraped
-// metrics (scoring.NeedsEngineMetrics): a scraper need run only while it does.
+// metrics (scoring.NeedsEngineMetrics), the adapter term does, or the rank choice does
+// (a RankEngineView over data-parallel ranks): a scraper need run only while one does.
 func (p *Picker) NeedsEngineMetrics() bool {
 	return p.active.Load().needs&scoring.NeedsEngineMetrics != 0 ||
-		(p.opts.Adapters != nil && len(p.base) > 0 && p.opts.AdapterCost != (AdapterCost{}))
+		(p.opts.Adapters != nil && len(p.base) > 0 && p.opts.AdapterCost != (AdapterCost{})) ||
+		(p.ranks != nil && p.ranks.scraped != nil)
 }
 
 // Forget drops the routing history of endpoints not in keep (they left the fleet).

@@ -3,9 +3,11 @@ package picker
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvindex"
+	"github.com/loadaware/loadaware-epp/scoring"
 )
 
 // rankTokens is a 64-token prompt; rankIndex an index where endpoint ep's rank holds its
@@ -65,6 +67,73 @@ func TestPickChoosesARank(t *testing.T) {
 				if !ok {
 					r = -1
 				}
+				got = append(got, r)
+			}
+			if !equalInts(got, tc.picks) {
+				t.Errorf("ranks picked %v, want %v", got, tc.picks)
+			}
+		})
+	}
+}
+
+// rankScrape is a RankEngineView serving fixed per-rank loads, each that many running
+// requests; fresh stamps each call as a new scrape.
+type rankScrape struct {
+	loads []int // nil: not known
+	fresh bool
+	stamp int64
+}
+
+func (rankScrape) Engine(string, time.Time) scoring.EngineMetrics { return scoring.EngineMetrics{} }
+
+func (v *rankScrape) RankLoads(addr string, dst []fleet.Load) ([]fleet.Load, int64, bool) {
+	if v.loads == nil {
+		return dst, 0, false
+	}
+	if v.fresh {
+		v.stamp++
+	}
+	for _, n := range v.loads {
+		dst = append(dst, fleet.Load{Addr: addr, Decode: n})
+	}
+	return dst, v.stamp, true
+}
+
+// With the ranks' scraped loads, a rank's load is its bookings' plus the scrape's
+// requests beyond the bookings when the picker first saw that scrape (at least 0), each
+// weighed as the scrape's weigh on average; the choice is RankSlack's rule over that.
+func TestPickReadsTheRanksScrapedLoads(t *testing.T) {
+	const ep = "10.0.0.2:8000"
+	tests := []struct {
+		name  string
+		view  rankScrape
+		picks []int // the rank of each successive pick (bookings kept); rank 2 holds the prompt
+	}{
+		{"no per-rank scrape: the bookings alone", rankScrape{}, []int{2, 2, 0, 1, 3, 2}},
+		// Rank 2 at 9 from another replica: past the slack over 0.
+		{"another replica's load on the holder", rankScrape{loads: []int{0, 0, 9, 0}}, []int{0, 1, 3, 0}},
+		// Rank 2 at 3, then 3 + 4 for the pin since (its bookings alone say 4, within the slack).
+		{"pins since the scrape add to it", rankScrape{loads: []int{0, 0, 3, 0}}, []int{2, 0, 1, 3}},
+		// Each scrape shows one request on rank 2, the picker's own booking from the second on.
+		{"a scrape that counts the picker's own: not twice", rankScrape{loads: []int{0, 0, 1, 0}, fresh: true}, []int{2, 2, 0, 1}},
+		{"a scrape that misses the picker's own bookings: the bookings", rankScrape{loads: []int{0, 0, 0, 0}, fresh: true}, []int{2, 2, 0, 1, 3, 2}},
+		{"fewer ranks scraped than told apart: the rest on bookings", rankScrape{loads: []int{9, 9}}, []int{2, 2, 3, 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			view := tc.view
+			p := newPicker(t, Options{Fleet: newFleet(ep), Policy: "kvaware", Engines: &view, RankMetrics: true, Cache: KVEventsView{Index: rankIndex(t, ep, 2, 64), Ranks: 4}})
+			if !p.NeedsEngineMetrics() {
+				t.Error("NeedsEngineMetrics = false with a RankEngineView over ranks: nothing would scrape them")
+			}
+			var got []int
+			for range tc.picks {
+				d, err := p.Pick(context.Background(), Request{Tokens: rankTokens})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.Booking.Release()
+				r, _ := d.Rank()
 				got = append(got, r)
 			}
 			if !equalInts(got, tc.picks) {
@@ -149,12 +218,14 @@ func TestPinRefusesBadRanks(t *testing.T) {
 	}
 }
 
-// Choosing a rank allocates nothing: a decision over ranks allocates what one without
-// ranks does (the view's CacheMatches), once the rank names and scratch exist.
+// Choosing a rank allocates nothing: a decision over ranks, reading their scraped loads,
+// allocates what one without ranks does (the view's CacheMatches), once the rank names
+// and scratch exist.
 func TestRankChoiceAllocatesNothing(t *testing.T) {
 	const ep = "10.0.0.2:8000"
 	allocs := func(ranks int) float64 {
-		p := newPicker(t, Options{Fleet: newFleet(ep, "10.0.0.3:8000"), Cache: KVEventsView{Index: rankIndex(t, ep, 1, 64), Ranks: ranks}})
+		view := &rankScrape{loads: []int{1, 5, 0, 2}}
+		p := newPicker(t, Options{Fleet: newFleet(ep, "10.0.0.3:8000"), Engines: view, RankMetrics: true, Cache: KVEventsView{Index: rankIndex(t, ep, 1, 64), Ranks: ranks}})
 		var d Decision
 		return testing.AllocsPerRun(200, func() {
 			if err := p.PickInto(context.Background(), Request{Tokens: rankTokens}, &d); err != nil {
@@ -165,5 +236,24 @@ func TestRankChoiceAllocatesNothing(t *testing.T) {
 	}
 	if one, four := allocs(1), allocs(4); four > one {
 		t.Errorf("a decision over 4 ranks allocates %.1f times, one without ranks %.1f", four, one)
+	}
+}
+
+// Without Options.RankMetrics the ranks' scraped loads are not read, and nothing needs
+// scraping for them.
+func TestRankMetricsAreOptIn(t *testing.T) {
+	const ep = "10.0.0.2:8000"
+	view := &rankScrape{loads: []int{0, 0, 9, 0}}
+	p := newPicker(t, Options{Fleet: newFleet(ep), Policy: "kvaware", Engines: view, Cache: KVEventsView{Index: rankIndex(t, ep, 2, 64), Ranks: 4}})
+	if p.NeedsEngineMetrics() {
+		t.Error("NeedsEngineMetrics = true for kvaware without RankMetrics")
+	}
+	d, err := p.Pick(context.Background(), Request{Tokens: rankTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Booking.Release()
+	if r, _ := d.Rank(); r != 2 {
+		t.Errorf("rank %d, want the holder 2 (the scrape's 9 on it not read)", r)
 	}
 }

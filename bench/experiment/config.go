@@ -40,7 +40,18 @@ type Arm struct {
 	// request to it. Without it the picker sees one endpoint and vLLM's balancer
 	// chooses. Its name ends in RanksSuffix.
 	Ranks bool
+	// ScrapedRanks has a Ranks arm weigh the ranks' scraped loads besides its bookings
+	// (picker.Options.RankMetrics, --kv-events-dp-rank-metrics; decision 0831); its name
+	// ends in ScrapedSuffix.
+	ScrapedRanks bool
 }
+
+// ScrapedSuffix ends the name of a Ranks arm that weighs the ranks' scraped loads too
+// ("loadaware-b1+ranks+scraped").
+const ScrapedSuffix = "+scraped"
+
+// MaxPickers bounds Config.Pickers: a handful of replicas is what deployments run.
+const MaxPickers = 16
 
 // RanksSuffix ends the name of an arm that tells data-parallel ranks apart
 // ("loadaware-b1+ranks").
@@ -88,7 +99,12 @@ type Config struct {
 	CacheSource    string             // what the picker learns the engines' caches from: picker.SourceLMCache (default when empty), SourceVLLMEvents or SourceBoth
 	AdapterCost    picker.AdapterCost // the residency term of the arms with Residency
 	DPRanks        int                // data-parallel ranks behind each engine's port (sim.DP); 0 or 1: none
-	Workers        int                // runs in parallel; 0 = GOMAXPROCS
+	// Pickers is how many picker replicas route in turn (request i by replica i mod
+	// Pickers), each booking on its own fleet and seeing the others' bookings per
+	// endpoint as remote load at once (the replicas' gossip without delay or loss), but
+	// not per rank; virtual time only. 0 or 1: one picker.
+	Pickers int
+	Workers int // runs in parallel; 0 = GOMAXPROCS
 }
 
 // The protocols a sweep can follow.
@@ -158,6 +174,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("experiment: %d slowdowns for %d engines: give at most one per engine", len(c.Slowdowns), c.Engines)
 	case len(c.HostDelays) > c.Engines:
 		return fmt.Errorf("experiment: %d host delays for %d engines: give at most one per engine", len(c.HostDelays), c.Engines)
+	case c.Pickers < 0 || c.Pickers > MaxPickers:
+		return fmt.Errorf("experiment: %d picker replicas: use 0 or 1 (one) up to %d", c.Pickers, MaxPickers)
 	case c.DPRanks < 0 || c.DPRanks > sim.MaxDPRanks:
 		return fmt.Errorf("experiment: %d data-parallel ranks per engine: use 0 or 1 (none) up to %d", c.DPRanks, sim.MaxDPRanks)
 	}

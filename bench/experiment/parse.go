@@ -48,6 +48,17 @@ func parseArm(item string) (Arm, error) {
 	if item == "recommended" {
 		item = RecommendedPolicy
 	}
+	if base, ok := strings.CutSuffix(item, ScrapedSuffix); ok {
+		arm, err := parseArm(base)
+		switch {
+		case err != nil:
+			return Arm{}, err
+		case !arm.Ranks || arm.ScrapedRanks:
+			return Arm{}, fmt.Errorf("arm %q: %s applies once, after %s", item, ScrapedSuffix, RanksSuffix)
+		}
+		arm.Name, arm.ScrapedRanks = arm.Name+ScrapedSuffix, true
+		return arm, nil
+	}
 	if base, ok := strings.CutSuffix(item, RanksSuffix); ok {
 		arm, err := parseArm(base)
 		switch {

@@ -132,14 +132,16 @@ func (d *DP) Finish() Outcome {
 
 // Metrics returns the ranks' gauges and totals summed (the KV usage is their mean, the
 // adapters the running and waiting ones of any rank, MaxLoRAs per rank): what a scrape of
-// vLLM's /metrics sums over its engine label. One rank: its own.
+// vLLM's /metrics sums over its engine label, with each rank's running and waiting kept
+// apart (Metrics.Ranks). One rank: its own.
 func (d *DP) Metrics() Metrics {
 	if len(d.ranks) == 1 {
 		return d.ranks[0].Metrics()
 	}
-	var m Metrics
-	for _, e := range d.ranks {
+	m := Metrics{Ranks: make([]RankGauges, len(d.ranks))}
+	for i, e := range d.ranks {
 		r := e.Metrics()
+		m.Ranks[i] = RankGauges{Running: r.Running, Waiting: r.Waiting}
 		m.Running += r.Running
 		m.Waiting += r.Waiting
 		m.KVUsage += r.KVUsage / float64(len(d.ranks))

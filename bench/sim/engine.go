@@ -133,7 +133,14 @@ type Metrics struct {
 	RunningAdapters []string
 	WaitingAdapters []string
 	AdapterLoads    int64
+
+	// Ranks are the running and waiting gauges of each data-parallel rank behind the
+	// port (vLLM's series with the `engine` label r), Ranks[r] rank r's; nil for one rank.
+	Ranks []RankGauges
 }
+
+// RankGauges are one data-parallel rank's vllm:num_requests_running and _waiting.
+type RankGauges struct{ Running, Waiting int }
 
 // ErrTooLong is returned by Add for a request that can never fit the KV pool.
 var ErrTooLong = errors.New("sim: request longer than the KV pool")

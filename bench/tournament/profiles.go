@@ -124,6 +124,10 @@ func shippedProfiles() []Profile {
 //     per rank; the picker learns the caches from vLLM's KV events, which
 //     name the rank (arms ending in +ranks tell the ranks apart;
 //     docs/decisions/0830).
+//   - dp-replicas: dp routed by DPPickers picker replicas in turn, each
+//     seeing the others' bookings per endpoint (instant gossip) but only its
+//     own per rank: what the engines' per-rank metrics make up for
+//     (docs/decisions/0831).
 func ExtraProfiles() []Profile {
 	lora := scaled(experiment.DefaultConfig(), []float64{1, 1.3, 1, 1.3})
 	lora.Router = experiment.EnvoyRouter()
@@ -137,8 +141,11 @@ func ExtraProfiles() []Profile {
 	dp.Workload.Rate = PerEngineRate * DPEngines * DPRanks
 	dp.Workload.Requests = perEngineRequests * DPEngines * DPRanks
 	dp.CacheSource = picker.SourceVLLMEvents
+	dpReplicas := dp
+	dpReplicas.Pickers = DPPickers
 	return []Profile{
 		{Name: "dp", About: fmt.Sprintf("the published prompts on %d engines of %d data-parallel ranks behind one port each (step factors 1 and 1.3), %d req/s per rank, the caches learnt from vLLM's KV events", DPEngines, DPRanks, PerEngineRate), Fleet: dp},
+		{Name: "dp-replicas", About: fmt.Sprintf("dp routed by %d picker replicas in turn, sharing their endpoint loads at once but not their ranks'", DPPickers), Fleet: dpReplicas},
 		{Name: "lora", About: fmt.Sprintf("the published prompts for %d LoRA adapters (prefix k is adapter k mod %d) at %g req/s on the fleet4 engines, each running at most %d adapters at once", LoRAAdapters, LoRAAdapters, LoRARate, LoRASlots), Fleet: lora},
 	}
 }
@@ -155,6 +162,7 @@ const (
 const (
 	DPEngines = 2 // servers, one port each
 	DPRanks   = 4 // data-parallel ranks per server (vllm serve --data-parallel-size 4)
+	DPPickers = 2 // picker replicas of the dp-replicas profile
 )
 
 // The rates of the profiles whose prompts cost more prefill than the

@@ -80,3 +80,44 @@ func TestRanksArmNeedsRanksAndKVEvents(t *testing.T) {
 		t.Error("WarmUp of data-parallel engines (for the live mode) succeeded")
 	}
 }
+
+// With Config.Pickers replicas the requests are routed by each in turn, and each sees
+// what the others have in flight as its endpoints' remote load; a count outside
+// 0..MaxPickers is refused.
+func TestPickerReplicasShareEndpointLoads(t *testing.T) {
+	cfg := dpConfig()
+	cfg.Engines, cfg.Slowdowns = 2, nil
+	cfg.Pickers = 2
+	w := &world{cfg: cfg, addrs: experiment.Addrs(2)}
+	var err error
+	if w.hasher, err = hasherFor(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.build(cfg.Arms[1], 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.replicas) != 2 || w.replicas[0].picker != w.picker || w.replicas[1].fleet == w.fleet {
+		t.Fatalf("replicas %+v: want 2, the first the world's picker, each on its own fleet", w.replicas)
+	}
+	b, err := w.replicas[1].fleet.Book(w.addrs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	w.shareLoads(w.replicas[0].fleet)
+	for i, want := range []int{0, 1} {
+		if got := w.replicas[0].fleet.Loads(w.addrs[i : i+1])[0].InFlight(); got != want {
+			t.Errorf("replica 0 sees %d in flight on %s, want %d (replica 1's booking)", got, w.addrs[i], want)
+		}
+	}
+	if got := w.replicas[1].fleet.Loads(w.addrs[1:2])[0].InFlight(); got != 1 {
+		t.Errorf("replica 1 sees %d in flight on its own booking's endpoint, want 1", got)
+	}
+	for _, n := range []int{-1, experiment.MaxPickers + 1} {
+		bad := dpConfig()
+		bad.Pickers = n
+		if _, err := RunOne(context.Background(), bad, bad.Arms[0], 1); err == nil || !strings.Contains(err.Error(), "picker replicas") {
+			t.Errorf("Pickers %d: err = %v, want one naming the picker replicas", n, err)
+		}
+	}
+}

@@ -1,10 +1,12 @@
 package vtime
 
 import (
+	"slices"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/enginemetrics"
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/scoring"
 )
@@ -19,7 +21,10 @@ const scrapeEvery = enginemetrics.DefaultInterval
 // enginemetrics.Scraper read. Between ticks the numbers are stale, as a real
 // scrape's are.
 type scrapeGrid struct {
-	seen    []sim.Metrics // the last scrape, by engine
+	seen []sim.Metrics // the last scrape, by engine
+	// moved is, by engine, when a scrape last saw its ranks' gauges differ from the
+	// scrape before (the stamp of RankLoads).
+	moved   []time.Duration
 	last    time.Duration // when the last scrape happened
 	scraped bool          // a scrape has happened
 	due     bool          // the next scrape is in the event queue
@@ -29,7 +34,14 @@ type scrapeGrid struct {
 func (w *world) scrape() {
 	g := w.scr
 	for i, e := range w.engines {
-		g.seen[i] = e.Metrics()
+		m := e.Metrics()
+		if len(g.moved) < len(g.seen) {
+			g.moved = make([]time.Duration, len(g.seen))
+		}
+		if !slices.Equal(m.Ranks, g.seen[i].Ranks) {
+			g.moved[i] = w.now
+		}
+		g.seen[i] = m
 	}
 	g.last, g.scraped = w.now, true
 	if w.adapters != nil {
@@ -92,4 +104,28 @@ func (v engineView) Engine(addr string, now time.Time) scoring.EngineMetrics {
 		}
 	}
 	return scoring.EngineMetrics{}
+}
+
+// RankLoads implements picker.RankEngineView: each data-parallel rank's
+// waiting (as Prefill) and running (as Decode) at the last scrape, stamped with the virtual time of the
+// scrape that first showed these gauges (a scrape between two of the engine's
+// updates shows nothing new); not known before the first scrape or for an
+// engine of one rank.
+func (v engineView) RankLoads(addr string, dst []fleet.Load) ([]fleet.Load, int64, bool) {
+	g := v.w.scr
+	if g == nil || !g.scraped {
+		return dst, 0, false
+	}
+	for i, a := range v.w.addrs {
+		if a == addr {
+			if len(g.seen[i].Ranks) == 0 {
+				return dst, 0, false
+			}
+			for _, r := range g.seen[i].Ranks {
+				dst = append(dst, fleet.Load{Addr: addr, Prefill: r.Waiting, Decode: r.Running})
+			}
+			return dst, epoch.Add(g.moved[i]).UnixNano(), true
+		}
+	}
+	return dst, 0, false
 }

@@ -274,11 +274,15 @@ type world struct {
 	engines []*sim.DP      // one per address: its data-parallel ranks (one without DPRanks)
 	ranks   int            // the ranks the picker tells apart (arm.Ranks: DPRanks); 0: none
 	picker  *picker.Picker // nil for the gie arm
-	gie     *gieArm        // the gie arm's router, else nil
-	scr     *scrapeGrid    // the engines' metrics as scraped, when the router reads them; else nil
-	fleet   *fleet.Set
-	index   *lmcache.Index
-	now     time.Duration
+	// replicas are the picker replicas routing in turn (Config.Pickers), replicas[0]
+	// being picker on fleet; sent counts the requests they routed.
+	replicas []replica
+	sent     int
+	gie      *gieArm     // the gie arm's router, else nil
+	scr      *scrapeGrid // the engines' metrics as scraped, when the router reads them; else nil
+	fleet    *fleet.Set
+	index    *lmcache.Index
+	now      time.Duration
 	// adapters is what the engines' vllm:lora_requests_info said at the last scrape
 	// (scrapeGrid), for the arms that weigh adapter residency; nil otherwise.
 	adapters *lora.Table
@@ -308,6 +312,7 @@ type world struct {
 
 type pending struct {
 	req     workload.Request
+	replica int // the picker replica that routed it
 	sent    time.Duration
 	engine  int
 	booking *fleet.Booking // nil until the router's statistics show the request
@@ -336,7 +341,7 @@ func (p *pending) release() {
 
 // book makes the booking the router's statistics show from now on.
 func (w *world) book(p *pending) error {
-	b, err := w.fleet.Book(w.addrs[p.engine])
+	b, err := w.replicas[p.replica].fleet.Book(w.addrs[p.engine])
 	if err != nil {
 		return fmt.Errorf("vtime: book %s: %w", w.addrs[p.engine], err)
 	}
@@ -403,13 +408,14 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
 		opts := picker.Options{
-			Fleet:      set,
-			Policy:     arm.Policy,
-			Params:     params,
-			Cache:      w.cacheView(w.cfg.CacheSource),
-			BaseModels: []string{baseModel},
-			Now:        func() time.Time { return epoch.Add(w.now) },
-			Engines:    engineView{w},
+			Fleet:       set,
+			Policy:      arm.Policy,
+			Params:      params,
+			Cache:       w.cacheView(w.cfg.CacheSource),
+			BaseModels:  []string{baseModel},
+			Now:         func() time.Time { return epoch.Add(w.now) },
+			Engines:     engineView{w},
+			RankMetrics: arm.ScrapedRanks,
 		}
 		w.adapters = nil
 		if arm.Residency {
@@ -421,6 +427,18 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.picker = p
+		w.replicas = []replica{{p, set}}
+		for range max(w.cfg.Pickers, 1) - 1 {
+			rs := fleet.New()
+			rs.Update(w.addrs)
+			rs.SetClock(func() time.Time { return epoch.Add(w.now) })
+			opts.Fleet = rs
+			rp, err := picker.New(opts)
+			if err != nil {
+				return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
+			}
+			w.replicas = append(w.replicas, replica{rp, rs})
+		}
 		if p.NeedsEngineMetrics() || arm.Residency {
 			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
 		}
@@ -600,7 +618,11 @@ func (w *world) send(ctx context.Context, p *pending) error {
 	if stale != "" {
 		preq.Subset = []string{stale}
 	}
-	d, err := w.picker.Pick(ctx, preq)
+	p.replica = w.sent % len(w.replicas)
+	w.sent++
+	r := w.replicas[p.replica]
+	w.shareLoads(r.fleet)
+	d, err := r.picker.Pick(ctx, preq)
 	if err != nil {
 		p.errText = err.Error()
 		return nil
@@ -609,6 +631,31 @@ func (w *world) send(ctx context.Context, p *pending) error {
 		w.fallback.addr, w.fallback.at = d.Endpoints[0], w.now
 	}
 	return w.dispatch(p, d.Endpoints[0], d.Booking, d.PinRank)
+}
+
+// replica is one picker replica and the fleet it books on.
+type replica struct {
+	picker *picker.Picker
+	fleet  *fleet.Set
+}
+
+// shareLoads sets on set, as its remote load, what the other replicas have in flight on
+// each endpoint now: the replicas' gossip, instantaneous. Per-rank bookings are not
+// shared (the replicas publish endpoint loads only).
+func (w *world) shareLoads(set *fleet.Set) {
+	if len(w.replicas) < 2 {
+		return
+	}
+	for _, a := range w.addrs {
+		var rp, rd int
+		for _, r := range w.replicas {
+			if r.fleet != set {
+				l := r.fleet.LocalLoads([]string{a})[0]
+				rp, rd = rp+l.Prefill, rd+l.Decode
+			}
+		}
+		set.SetRemote(a, rp, rd)
+	}
 }
 
 // dispatch sends p to the engine at addr, pinned to data-parallel rank

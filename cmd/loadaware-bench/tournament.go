@@ -27,7 +27,7 @@ func init() {
 // [-json FILE] [-out FILE.md] [-workers N] [-quiet]` plus the profile overrides.
 func runTournament(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	profiles := fs.String("profiles", "all", "profiles, comma-separated: all, or any of "+strings.Join(tournament.ProfileNames(), ", ")+"; run only when named: "+strings.Join(tournament.ExtraNames(), ", "))
-	arms := fs.String("arms", "all", "arms, comma-separated: all (every policy but session, loadaware at beta 0, 0.5, 1 and 2, and gie), or names as in sweep (kvaware, loadaware-b1, a policy, policy:beta, gie), a policy's ending in +residency to weigh the engines' LoRA adapters, or in +ranks to tell the engines' data-parallel ranks apart (the dp profile)")
+	arms := fs.String("arms", "all", "arms, comma-separated: all (every policy but session, loadaware at beta 0, 0.5, 1 and 2, and gie), or names as in sweep (kvaware, loadaware-b1, a policy, policy:beta, gie), a policy's ending in +residency to weigh the engines' LoRA adapters, or in +ranks to tell the engines' data-parallel ranks apart (the dp and dp-replicas profiles), then +scraped to weigh the ranks' scraped loads too")
 	seeds := fs.String("seeds", "1-20", "seeds, the same for every profile and arm: N, A-B or a comma-separated list (the published profile has the measured seeds 1-20)")
 	out := fs.String("out", "tournament.md", "markdown report; the summary figure goes beside it (same name, .png)")
 	jsonOut := fs.String("json", "", "also write every seed's metrics as JSON to this file")

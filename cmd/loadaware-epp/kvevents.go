@@ -15,6 +15,7 @@ type kvFlags struct {
 	source        string
 	port, replay  int
 	ranks         int
+	rankMetrics   bool
 	topic         string
 	credit        string
 	remote        string
@@ -27,6 +28,7 @@ func (k *kvFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.port, "kv-events-port", 5557, "the engines' vLLM KV events PUB port (the port of --kv-events-config endpoint); one SUB per endpoint IP")
 	fs.IntVar(&k.replay, "kv-events-replay-port", 0, "the engines' KV events replay (ROUTER) port (replay_endpoint); 0: no replay, a lost batch drops that engine's entries")
 	fs.IntVar(&k.ranks, "kv-events-dp-size", 1, "data-parallel ranks behind each endpoint: rank r publishes on --kv-events-port+r (and replays on --kv-events-replay-port+r), as vLLM offsets them; the endpoint gets its best rank's prefix, and the request is pinned (x-data-parallel-rank) to that rank unless it has more than one waiting request over the least loaded rank, then to that one")
+	fs.BoolVar(&k.rankMetrics, "kv-events-dp-rank-metrics", false, "with --kv-events-dp-size over 1: weigh each rank's load as scraped from the engine's /metrics (vLLM's running and waiting gauges by engine label) besides this picker's bookings, so other picker replicas' requests count; off: the bookings alone (in the simulator the scrape cost TTFT p95, docs/decisions/0831)")
 	fs.StringVar(&k.topic, "kv-events-topic", "", "topic prefix of the KV events to follow (vLLM's topic; default empty: all)")
 	fs.StringVar(&k.credit, "kv-events-medium-credit", kvindex.DefaultCredits().String(), "fraction of a cached block credited per tier (GPU, CPU, DISK, STORAGE); a medium spelling sets its tier (CPU_PINNED and CPU_TIER1 are CPU, CPU_TIER2 and NVME DISK, FS, OBJ and SHARED_STORAGE STORAGE); blocks of an unknown medium are refused and counted")
 	fs.StringVar(&k.remote, "kv-events-remote", "refuse", "blocks whose locality is REMOTE (not the publishing engine's own): refuse (not credited) or credit (credited to the publisher at their medium's tier; a REMOTE GPU block is refused either way)")
@@ -67,7 +69,7 @@ func (k kvFlags) config(lm *app.LMCacheConfig) (string, *app.LMCacheConfig, *app
 	if k.replayTimeout <= 0 {
 		return "", nil, nil, fmt.Errorf("--kv-events-replay-timeout %v: use a positive duration such as 2s", k.replayTimeout)
 	}
-	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, Credits: credits, Remote: remote, ExtraKeys: k.extraKeys, ReplayTimeout: k.replayTimeout}
+	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, RankMetrics: k.rankMetrics, Credits: credits, Remote: remote, ExtraKeys: k.extraKeys, ReplayTimeout: k.replayTimeout}
 	if source == picker.SourceVLLMEvents {
 		return source, nil, kv, nil // no LMCache controller: its ports stay free
 	}

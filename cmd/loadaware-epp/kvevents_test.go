@@ -42,6 +42,23 @@ func TestParseCacheSource(t *testing.T) {
 	}
 }
 
+// --kv-events-dp-rank-metrics reaches the KV events config, off unless given.
+func TestDPRankMetricsFlag(t *testing.T) {
+	base := []string{"--endpoints=10.0.0.1:8000", "--cache-source", "vllm-events", "--kv-events-dp-size", "4"}
+	for _, tc := range []struct {
+		extra []string
+		want  bool
+	}{{nil, false}, {[]string{"--kv-events-dp-rank-metrics"}, true}} {
+		cfg, _, err := parse(append(append([]string{}, base...), tc.extra...), env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv := cfg.KVEvents; kv == nil || kv.Ranks != 4 || kv.RankMetrics != tc.want {
+			t.Errorf("%v: KVEvents = %+v, want 4 ranks and RankMetrics %v", tc.extra, kv, tc.want)
+		}
+	}
+}
+
 func TestKVEventsFlagsRejected(t *testing.T) {
 	ep := "--endpoints=10.0.0.1:8000"
 	for _, args := range [][]string{

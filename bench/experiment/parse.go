@@ -12,7 +12,7 @@ import (
 
 // RecommendedPolicy is the policy the README's "Which policy" paragraph recommends;
 // the arm "recommended" is it at the default beta. A test holds the two together.
-const RecommendedPolicy = "loadaware"
+const RecommendedPolicy = "ttftaware"
 
 // ParseArms reads a list of arms as the commands' -arms flag takes it: "all"
 // (DefaultArms), or comma-separated names of DefaultArms, policies (scoring.Names)

@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func TestPickChoosesARank(t *testing.T) {
 				}
 				got = append(got, r)
 			}
-			if !equalInts(got, tc.picks) {
+			if !slices.Equal(got, tc.picks) {
 				t.Errorf("ranks picked %v, want %v", got, tc.picks)
 			}
 		})
@@ -136,7 +137,7 @@ func TestPickReadsTheRanksScrapedLoads(t *testing.T) {
 				r, _ := d.Rank()
 				got = append(got, r)
 			}
-			if !equalInts(got, tc.picks) {
+			if !slices.Equal(got, tc.picks) {
 				t.Errorf("ranks picked %v, want %v", got, tc.picks)
 			}
 		})
@@ -153,18 +154,6 @@ func TestRankLoadWeighsWaitingFourTimes(t *testing.T) {
 			t.Errorf("RankLoad(%+v) = %d, want %d", c.l, got, c.want)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestRankLoadsFollowTheBookings(t *testing.T) {

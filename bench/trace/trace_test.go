@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,10 +214,10 @@ func TestTokenMapIsAFixedRunPerBlock(t *testing.T) {
 	if len(a) != 600 || len(b) != 1024 {
 		t.Fatalf("lengths %d, %d", len(a), len(b))
 	}
-	if !equal(a[:512], b[:512]) {
+	if !slices.Equal(a[:512], b[:512]) {
 		t.Fatal("the same first block gave different tokens")
 	}
-	if equal(a[512:600], b[512:600]) {
+	if slices.Equal(a[512:600], b[512:600]) {
 		t.Fatal("different second blocks gave the same tokens")
 	}
 	for _, id := range a {
@@ -224,18 +225,6 @@ func TestTokenMapIsAFixedRunPerBlock(t *testing.T) {
 			t.Fatalf("token %d outside [%d, %d)", id, m.Base, m.Base+m.Size)
 		}
 	}
-}
-
-func equal(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestEmbeddedConversationReplaysItsOwnReuse checks the carried conversation

@@ -124,9 +124,10 @@ func TestDemoIsTheLiveDemo(t *testing.T) {
 	// kvaware seed sends no ZeroMQ traffic. A warm-up of 100 random requests
 	// leaves prefixes for the live seed to store.
 	out, _ := runCmd(t, "demo", "-requests", "24", "-rate", "40", "-max-tokens", "4", "-warmup", "100", "-samples", "1", "-vtime-seeds", "3", "-progress=false")
-	for _, want := range []string{`(?m)^\s*engine 1 \([\d.]+x slower steps\)\s+\d+\s+\d+\s+\d+\s*$`, `warmed up with 100 requests`, `(?m)^\s*kvaware\s+\S+\s+\S+.*\s(\d+)/(\d+)\s+\S+\s*$`,
+	for _, want := range []string{`(?m)^\s*engine 1 \([\d.]+x slower steps\)\s+\d+\s+\d+\s+\d+\s+\d+\s*$`, `warmed up with 100 requests`, `(?m)^\s*kvaware\s+\S+\s+\S+.*\s(\d+)/(\d+)\s+\S+\s*$`,
 		`loadaware-b1\s+request \d+: policy=loadaware beta=1 winner=127\.0\.1\.\d+:\d+ reason=\S+ prompt_tokens=1579 tokens=request; candidates: .*matched=`,
 		`latencyaware\s+request \d+: policy=latencyaware beta=1 winner=\S+ reason=\S+ .* load=[\d.]+ affinity=[\d.]+`,
+		`ttftaware\s+request \d+: policy=ttftaware winner=\S+ reason=\S+ .* est_ttft=[\d.]+ queued=[\d.]+ kv_wait=[\d.]+`,
 		`The same arms on seeds 1-3 of this workload in virtual time`, `loadaware-b1 vs kvaware, imbalance: median reduction`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("demo output does not match %q:\n%s", want, out)

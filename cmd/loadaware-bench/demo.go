@@ -10,13 +10,13 @@ import (
 )
 
 func init() {
-	register(command{name: "demo", summary: "a short live run through the real gateway, ext_proc and ZeroMQ paths (kvaware, loadaware, latencyaware), then the same arms in virtual time", run: runDemo})
+	register(command{name: "demo", summary: "a short live run through the real gateway, ext_proc and ZeroMQ paths (kvaware, loadaware, latencyaware, ttftaware), then the same arms in virtual time", run: runDemo})
 }
 
 // runDemo is `loadaware-bench demo` (bench/demo).
 func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var c demo.Config
-	fs.StringVar(&c.Arms, "arms", "kvaware,loadaware-b1,latencyaware", "arms to run in turn (names as in sweep -arms)")
+	fs.StringVar(&c.Arms, "arms", "kvaware,loadaware-b1,latencyaware,ttftaware", "arms to run in turn (names as in sweep -arms)")
 	fs.IntVar(&c.Requests, "requests", 100, "live requests per arm")
 	fs.Float64Var(&c.Rate, "rate", 16, "mean arrival rate, requests/s (open-loop Poisson)")
 	fs.IntVar(&c.Tokens, "max-tokens", 64, "output tokens per request")

@@ -15,6 +15,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"github.com/loadaware/loadaware-epp/lmcache"
@@ -257,10 +258,10 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 	}
 	text, _ := io.ReadAll(page.Body)
 	page.Body.Close()
-	if r, err := enginemetrics.Parse(text); err != nil || !cmp.Equal(r, enginemetrics.Reading{LoRAKnown: true}) {
-		t.Errorf("enginemetrics.Parse = %+v, %v; want an idle engine read without error", r, err)
-	}
 	c := sim.DefaultConfig()
+	if r, err := enginemetrics.Parse(text); err != nil || !cmp.Equal(r, enginemetrics.Reading{LoRAKnown: true, KVPoolTokens: c.Blocks() * c.BlockSize}, cmpopts.EquateEmpty()) {
+		t.Errorf("enginemetrics.Parse = %+v, %v; want an idle engine with the simulated pool (%d blocks of %d), read without error", r, err, c.Blocks(), c.BlockSize)
+	}
 	for _, line := range []string{
 		`vllm:time_to_first_token_seconds_bucket{model_name="` + DefaultModelName + `",le="0.001"} 0`,
 		`vllm:time_to_first_token_seconds_bucket{model_name="` + DefaultModelName + `",le="2560"} 2`,

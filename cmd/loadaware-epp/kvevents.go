@@ -43,6 +43,9 @@ func (k kvFlags) config(lm *app.LMCacheConfig) (string, *app.LMCacheConfig, *app
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("--cache-source: %v", err)
 	}
+	if k.rankMetrics && (source == picker.SourceLMCache || k.ranks < 2) {
+		return "", nil, nil, fmt.Errorf("--kv-events-dp-rank-metrics weighs data-parallel ranks: it needs vLLM's KV events (--cache-source vllm-events or both) and --kv-events-dp-size 2 or more; drop it, or give those")
+	}
 	if source == picker.SourceLMCache {
 		return source, lm, nil, nil
 	}

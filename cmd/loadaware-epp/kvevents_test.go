@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/loadaware/loadaware-epp/kvindex"
@@ -68,6 +69,21 @@ func TestKVEventsFlagsRejected(t *testing.T) {
 	} {
 		if _, _, err := parse(append([]string{ep, "--cache-source", "vllm-events"}, args...), env()); err == nil {
 			t.Errorf("%v: accepted", args)
+		}
+	}
+}
+
+// TestDPRankMetricsNeedsRanksOfKVEvents: the flag is refused, naming what it needs, where
+// it could weigh nothing (LMCache alone, or one rank).
+func TestDPRankMetricsNeedsRanksOfKVEvents(t *testing.T) {
+	for _, args := range [][]string{
+		{"--cache-source", "lmcache", "--kv-events-dp-rank-metrics"},
+		{"--cache-source", "vllm-events", "--kv-events-dp-rank-metrics"},
+		{"--cache-source", "vllm-events", "--kv-events-dp-size", "1", "--kv-events-dp-rank-metrics"},
+	} {
+		_, _, err := parse(append([]string{"--endpoints=10.0.0.1:8000"}, args...), env())
+		if err == nil || !strings.Contains(err.Error(), "--kv-events-dp-size 2 or more") {
+			t.Errorf("%v: err %v, want the flag refused with what it needs", args, err)
 		}
 	}
 }

@@ -150,24 +150,17 @@ func (r *stateReader) byte() byte {
 	return 0
 }
 
-func (r *stateReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.p)
-	if n <= 0 {
-		r.err = errShortState
-		return 0
-	}
-	r.p = r.p[n:]
-	return v
-}
+func (r *stateReader) uvarint() uint64 { return readVar(r, binary.Uvarint) }
 
-func (r *stateReader) varint() int64 {
+func (r *stateReader) varint() int64 { return readVar(r, binary.Varint) }
+
+// readVar reads one variable-length integer with decode (binary.Uvarint or Varint); on a
+// short or overlong one it sets r.err and returns 0, as after any earlier error.
+func readVar[T uint64 | int64](r *stateReader, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.p)
+	v, n := decode(r.p)
 	if n <= 0 {
 		r.err = errShortState
 		return 0

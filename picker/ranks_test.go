@@ -57,24 +57,31 @@ func TestPickChoosesARank(t *testing.T) {
 				ix = rankIndex(t, "10.0.0.9:8000", 0, 64)
 			}
 			p := newPicker(t, Options{Fleet: newFleet(ep), Policy: tc.policy, Cache: KVEventsView{Index: ix, Ranks: tc.ranks}})
-			var got []int
-			for range tc.picks {
-				d, err := p.Pick(context.Background(), Request{Tokens: rankTokens})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer d.Booking.Release()
-				r, ok := d.Rank()
-				if !ok {
-					r = -1
-				}
-				got = append(got, r)
-			}
-			if !slices.Equal(got, tc.picks) {
+			if got := pickRanks(t, p, len(tc.picks)); !slices.Equal(got, tc.picks) {
 				t.Errorf("ranks picked %v, want %v", got, tc.picks)
 			}
 		})
 	}
+}
+
+// pickRanks makes n decisions for rankTokens on p, holding their bookings until the test
+// ends, and returns each one's pinned rank (-1: none).
+func pickRanks(t *testing.T, p *Picker, n int) []int {
+	t.Helper()
+	var got []int
+	for range n {
+		d, err := p.Pick(context.Background(), Request{Tokens: rankTokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Booking.Release() })
+		r, ok := d.Rank()
+		if !ok {
+			r = -1
+		}
+		got = append(got, r)
+	}
+	return got
 }
 
 // rankScrape is a RankEngineView serving fixed per-rank loads, each that many running
@@ -127,17 +134,7 @@ func TestPickReadsTheRanksScrapedLoads(t *testing.T) {
 			if !p.NeedsEngineMetrics() {
 				t.Error("NeedsEngineMetrics = false with a RankEngineView over ranks: nothing would scrape them")
 			}
-			var got []int
-			for range tc.picks {
-				d, err := p.Pick(context.Background(), Request{Tokens: rankTokens})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer d.Booking.Release()
-				r, _ := d.Rank()
-				got = append(got, r)
-			}
-			if !slices.Equal(got, tc.picks) {
+			if got := pickRanks(t, p, len(tc.picks)); !slices.Equal(got, tc.picks) {
 				t.Errorf("ranks picked %v, want %v", got, tc.picks)
 			}
 		})

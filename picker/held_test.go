@@ -121,21 +121,7 @@ func TestLeadersDecideAsTheWholeFleet(t *testing.T) {
 			}
 			for _, maxEndpoints := range []int{1, 3, 20} {
 				t.Run(fmt.Sprintf("endpoints=%d/busy-holders=%v/max-endpoints=%d", n, busyHolders, maxEndpoints), func(t *testing.T) {
-					reg := prometheus.NewPedanticRegistry()
-					opts := func(c CacheView, reg prometheus.Registerer) Options {
-						return Options{Fleet: bf.fleet, Cache: c, MaxEndpoints: maxEndpoints, Params: scoring.Params{Beta: 0.5, KVThreshold: 2000}, Registerer: reg}
-					}
-					leaders := newPicker(t, opts(LMCacheView{Index: bf.index}, reg))
-					dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, nil))
-					for i := range 6 {
-						req := Request{Tokens: bf.tokens[:256*(1+i%6)+i], Explain: i%2 == 1}
-						if d := decideBoth(t, dense, leaders, req); d != "" {
-							t.Fatalf("decision %d differs (-whole +leaders):\n%s", i, d)
-						}
-					}
-					if got := testutil.ToFloat64(leaders.metrics.rankings.WithLabelValues("leaders")); got != 6 {
-						t.Fatalf("%v of 6 decisions ranked the leaders only", got)
-					}
+					leadersDecideAsDense(t, bf, maxEndpoints, 0.5, func(i int) int { return 256*(1+i%6) + i })
 				})
 			}
 		}
@@ -146,6 +132,28 @@ func TestLeadersDecideAsTheWholeFleet(t *testing.T) {
 // the least loaded holders (holderLeaders), and decides as the dense path does, whether the
 // longest holders are idle or the busiest, for every number of endpoints kept and with an
 // explanation's longer list.
+// leadersDecideAsDense makes six decisions (prompts of bf.tokens[:length(i)], every other
+// one explained) on a picker ranking the leaders and on one ranking every candidate, over
+// bf's fleet and index, and fails unless they agree and the first ranked the leaders only.
+func leadersDecideAsDense(t *testing.T, bf *benchFleet, maxEndpoints int, beta float64, length func(i int) int) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	opts := func(c CacheView, reg prometheus.Registerer) Options {
+		return Options{Fleet: bf.fleet, Cache: c, MaxEndpoints: maxEndpoints, Params: scoring.Params{Beta: beta, KVThreshold: 2000}, Registerer: reg}
+	}
+	leaders := newPicker(t, opts(LMCacheView{Index: bf.index}, reg))
+	dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, nil))
+	for i := range 6 {
+		req := Request{Tokens: bf.tokens[:length(i)], Explain: i%2 == 1}
+		if d := decideBoth(t, dense, leaders, req); d != "" {
+			t.Fatalf("decision %d differs (-whole +leaders):\n%s", i, d)
+		}
+	}
+	if got := testutil.ToFloat64(leaders.metrics.rankings.WithLabelValues("leaders")); got != 6 {
+		t.Fatalf("%v of 6 decisions ranked the leaders only", got)
+	}
+}
+
 func TestLeadersAmongHoldersOfManyLengths(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, c := range []struct {
@@ -191,21 +199,7 @@ func TestLeadersAmongHoldersOfManyLengths(t *testing.T) {
 		}
 		for _, maxEndpoints := range []int{1, 3, 20} {
 			t.Run(fmt.Sprintf("endpoints=%d/every=%d/lengths=%d/busy-longest=%v/max-endpoints=%d", c.n, c.every, c.lengths, c.busyLongest, maxEndpoints), func(t *testing.T) {
-				reg := prometheus.NewPedanticRegistry()
-				opts := func(cv CacheView, reg prometheus.Registerer) Options {
-					return Options{Fleet: bf.fleet, Cache: cv, MaxEndpoints: maxEndpoints, Params: scoring.Params{Beta: 0.3, KVThreshold: 2000}, Registerer: reg}
-				}
-				leaders := newPicker(t, opts(LMCacheView{Index: bf.index}, reg))
-				dense := newPicker(t, opts(denseOnly{LMCacheView{Index: bf.index}}, nil))
-				for i := range 6 {
-					req := Request{Tokens: bf.tokens[:256*(2+i%5)+i], Explain: i%2 == 1}
-					if d := decideBoth(t, dense, leaders, req); d != "" {
-						t.Fatalf("decision %d differs (-whole +leaders):\n%s", i, d)
-					}
-				}
-				if got := testutil.ToFloat64(leaders.metrics.rankings.WithLabelValues("leaders")); got != 6 {
-					t.Fatalf("%v of 6 decisions ranked the leaders only", got)
-				}
+				leadersDecideAsDense(t, bf, maxEndpoints, 0.3, func(i int) int { return 256*(2+i%5) + i })
 			})
 		}
 	}

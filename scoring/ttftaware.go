@@ -32,9 +32,10 @@ import (
 //	    is left when its queue outweighs the recompute its move imposes.
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
-//	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When every candidate is saturated nothing is diverted: a move then only
-//	    adds work to a fleet that has none to spare, so the prompt goes where most of it is
-//	    held (its lowest miss), the estimate deciding among equals.
+//	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When
+//	    every candidate is saturated nothing is diverted: a move then only adds work to a
+//	    fleet that has none to spare, so the prompt goes where most of it is held (its
+//	    lowest miss), the estimate deciding among equals.
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.

@@ -208,6 +208,9 @@ func TestPinRefusesBadRanks(t *testing.T) {
 // allocates what one without ranks does (the view's CacheMatches), once the rank names
 // and scratch exist.
 func TestRankChoiceAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under -race")
+	}
 	const ep = "10.0.0.2:8000"
 	allocs := func(ranks int) float64 {
 		view := &rankScrape{loads: []int{1, 5, 0, 2}}

@@ -76,7 +76,9 @@ const (
 func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
-func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached | NeedsEngineMetrics }
+func (*TTFTAware) Needs() Needs {
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics
+}
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
 // queued ahead and the wait for KV capacity, in seconds.
@@ -143,8 +145,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	leastMiss := math.MaxInt
 	saturated := true
 	p.state.mu.Lock()
+	holder, held, since := p.state.presumption(in)
 	for i, c := range in.Candidates {
-		miss := max(in.PromptTokens-max(min(c.Matched, in.PromptTokens), 0), 0)
+		if c.Addr == holder && presumedHeld(c, since) {
+			rs[i].Presumed = held
+		}
+		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
 		ahead := 0.0
 		if c.Prefill > 0 {
@@ -161,7 +167,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate
 	for i, c := range in.Candidates {
-		miss := max(in.PromptTokens-max(min(c.Matched, in.PromptTokens), 0), 0)
+		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
 		if saturated {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
@@ -181,6 +187,49 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// missOf is the prompt tokens a candidate would prefill: those neither matched in the
+// cache index nor presumed held.
+func missOf(prompt, matched, presumed int) int {
+	return max(prompt-max(min(matched, prompt), presumed, 0), 0)
+}
+
+// presumption returns, when the cache index shows no candidate holding any of the prompt,
+// the endpoint its prefix key was last routed to, the tokens presumed held there (the
+// shorter of this prompt and that one) and the uncached tokens booked there since ("" when
+// there is none, or the index knows the prompt); s.mu must be held.
+func (s *State) presumption(in Input) (addr string, held int, since float64) {
+	if in.PrefixKey == 0 || in.PromptTokens <= 0 {
+		return "", 0, 0
+	}
+	for _, c := range in.Candidates {
+		if c.Matched > 0 {
+			return "", 0, 0
+		}
+	}
+	r, ok := s.recent[in.PrefixKey]
+	if !ok || r.tokens <= 0 {
+		return "", 0, 0
+	}
+	return r.addr, min(r.tokens, in.PromptTokens), s.allocated[r.addr] - r.mark
+}
+
+// presumedHeld says whether c still holds a prompt routed to it before since uncached
+// prompt tokens were booked on it: vLLM frees a finished request's blocks to the tail of
+// an LRU queue and allocates from its head, so they are evicted once the free blocks ahead
+// of them, the pool less what the running sequences use, have been allocated again. The
+// pool and its use are the scraped ones; the use is 0 when c is not scraped.
+func presumedHeld(c Candidate, since float64) bool {
+	pool := float64(KVPoolTokens)
+	if c.Engine.KVPoolTokens > 0 {
+		pool = float64(c.Engine.KVPoolTokens)
+	}
+	used := 0.0
+	if c.Engine.Known {
+		used = min(max(c.Engine.KVUsage, 0), 1) * pool
+	}
+	return since < pool-used
 }
 
 // saturatedMiss weighs a token of miss beyond the least when the fleet is saturated: more

@@ -10,7 +10,7 @@ import (
 // engine's physics and picks the lowest, with the two valves the field converged on:
 //
 //		ahead(s)   = prefill(s) x uncached(s)                  prefill tokens queued on s
-//		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - matched(s)
+//		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - max(matched(s), presumed(s))
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
 //		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
@@ -21,6 +21,12 @@ import (
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
 //	    records each with State.Uncached): the work a queued request still holds.
+//	  - presumed(s): when the cache index shows no candidate holding any of the prompt (an
+//	    engine without a CPU tier publishes no KV events; a prefix just prefilled is not yet
+//	    published), the engine its prefix key (the first 256 tokens) was last routed to is
+//	    presumed to hold the shorter of that prompt and this one, until its free KV has
+//	    been allocated again since (presumedHeld); elsewhere 0. The caller records each
+//	    routing with State.Routed.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
@@ -81,14 +87,17 @@ func (*TTFTAware) Needs() Needs {
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
-// queued ahead and the wait for KV capacity, in seconds.
+// queued ahead and the wait for KV capacity, in seconds, and the prompt tokens presumed
+// held from the routing history.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
 	b = append(b, " queued="...)
 	b = strconv.AppendFloat(b, r.Load, 'f', 3, 64)
 	b = append(b, " kv_wait="...)
-	return strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
+	b = strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
+	b = append(b, " presumed="...)
+	return strconv.AppendInt(b, int64(r.Presumed), 10)
 }
 
 // KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in

@@ -82,7 +82,17 @@ type routed struct {
 	at   time.Time
 	rate float64 // requests per second, exponentially decayed over HotTau
 	// tokens is the routed prompt's length (0: not known), mark the uncached tokens
-	// booked on addr before it (State.allocated): ttftaware's presumption (presumed).
+	// booked on addr before it (State.allocated); prev is the same of the last route
+	// before to another endpoint: ttftaware's presumption (presumption).
+	tokens int
+	mark   float64
+	prev   route
+}
+
+// route is a prompt of tokens tokens routed to addr after mark uncached tokens were booked
+// there.
+type route struct {
+	addr   string
 	tokens int
 	mark   float64
 }
@@ -115,6 +125,9 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 	}
 	r := s.recent[key]
 	r.rate = decayed(r, now) + 1/HotTau.Seconds()
+	if r.addr != "" && r.addr != addr {
+		r.prev = route{addr: r.addr, tokens: r.tokens, mark: r.mark}
+	}
 	r.addr, r.at = addr, now
 	r.tokens, r.mark = max(tokens, 0), s.allocated[addr]
 	s.recent[key] = r

@@ -23,10 +23,10 @@ import (
 //	    records each with State.Uncached): the work a queued request still holds.
 //	  - presumed(s): when the cache index shows no candidate holding any of the prompt (an
 //	    engine without a CPU tier publishes no KV events; a prefix just prefilled is not yet
-//	    published), the engine its prefix key (the first 256 tokens) was last routed to is
-//	    presumed to hold the shorter of that prompt and this one, until its free KV has
-//	    been allocated again since (presumedHeld); elsewhere 0. The caller records each
-//	    routing with State.Routed.
+//	    published), the last two engines its prefix key (the first 256 tokens) was routed
+//	    to are each presumed to hold the shorter of the prompt routed there and this one,
+//	    until its free KV has been allocated again since (presumedHeld); elsewhere 0. The
+//	    caller records each routing with State.Routed.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
@@ -154,10 +154,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	leastMiss := math.MaxInt
 	saturated := true
 	p.state.mu.Lock()
-	holder, held, since := p.state.presumption(in)
+	routes := p.state.presumption(in)
 	for i, c := range in.Candidates {
-		if c.Addr == holder && presumedHeld(c, since) {
-			rs[i].Presumed = held
+		for _, r := range routes {
+			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
+				rs[i].Presumed = min(r.tokens, in.PromptTokens)
+			}
 		}
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
@@ -205,23 +207,34 @@ func missOf(prompt, matched, presumed int) int {
 }
 
 // presumption returns, when the cache index shows no candidate holding any of the prompt,
-// the endpoint its prefix key was last routed to, the tokens presumed held there (the
-// shorter of this prompt and that one) and the uncached tokens booked there since ("" when
-// there is none, or the index knows the prompt); s.mu must be held.
-func (s *State) presumption(in Input) (addr string, held int, since float64) {
+// the last two endpoints its prefix key was routed to (none when there are none, or the
+// index knows the prompt); s.mu must be held.
+func (s *State) presumption(in Input) [2]pastRoute {
 	if in.PrefixKey == 0 || in.PromptTokens <= 0 {
-		return "", 0, 0
+		return [2]pastRoute{}
 	}
 	for _, c := range in.Candidates {
 		if c.Matched > 0 {
-			return "", 0, 0
+			return [2]pastRoute{}
 		}
 	}
 	r, ok := s.recent[in.PrefixKey]
-	if !ok || r.tokens <= 0 {
-		return "", 0, 0
+	if !ok {
+		return [2]pastRoute{}
 	}
-	return r.addr, min(r.tokens, in.PromptTokens), s.allocated[r.addr] - r.mark
+	var out [2]pastRoute
+	for i, rt := range [2]route{{addr: r.addr, tokens: r.tokens, mark: r.mark}, r.prev} {
+		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
+	}
+	return out
+}
+
+// pastRoute is a prompt of tokens tokens routed to addr, since which uncached tokens were
+// booked there.
+type pastRoute struct {
+	addr   string
+	tokens int
+	since  float64
 }
 
 // presumedHeld says whether c still holds a prompt routed to it before since uncached

@@ -212,6 +212,38 @@ func TestTTFTAwarePresumesTheLastRoute(t *testing.T) {
 	}
 }
 
+func TestTTFTAwarePresumesTheLastTwoEngines(t *testing.T) {
+	// The key went to a:1, then b:1, then b:1 again, then c:1 is asked about: a:1 and b:1
+	// are presumed to hold it, c:1 not; a:1 after 99,000 uncached tokens booked there, not.
+	const key = 0x77
+	for _, tt := range []struct {
+		name  string
+		since int // uncached tokens booked on a:1 after its route
+		want  map[string]int
+	}{
+		{"both routes held", 0, map[string]int{"a:1": 1000, "b:1": 1200, "c:1": 0}},
+		{"the earlier route evicted", KVPoolTokens, map[string]int{"a:1": 0, "b:1": 1200, "c:1": 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Routed(key, "a:1", 1000, t0)
+			st.Uncached("a:1", tt.since)
+			st.Routed(key, "b:1", 900, t0)
+			st.Routed(key, "b:1", 1500, t0)
+			cands := []Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0), lcand("c:1", 0, 0, 0, 0)}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 1200, PrefixKey: key, Now: t0, Candidates: cands})
+			for _, r := range rs {
+				if r.Presumed != tt.want[r.Addr] {
+					t.Errorf("%s presumed %d, want %d", r.Addr, r.Presumed, tt.want[r.Addr])
+				}
+			}
+			if rs[0].Addr != "b:1" {
+				t.Errorf("winner %s, want b:1 (presumes the most)", rs[0].Addr)
+			}
+		})
+	}
+}
+
 func TestStateUncachedMean(t *testing.T) {
 	st := NewState()
 	st.Uncached("a:1", 1600)

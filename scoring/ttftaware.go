@@ -241,8 +241,12 @@ type pastRoute struct {
 // prompt tokens were booked on it: vLLM frees a finished request's blocks to the tail of
 // an LRU queue and allocates from its head, so they are evicted once the free blocks ahead
 // of them, the pool less what the running sequences use, have been allocated again. The
-// pool and its use are the scraped ones; the use is 0 when c is not scraped.
+// pool and its use are the scraped ones; the use is 0 when c is not scraped. A negative
+// since (the endpoint was forgotten and came back: its count restarted) holds nothing.
 func presumedHeld(c Candidate, since float64) bool {
+	if since < 0 {
+		return false
+	}
 	pool := float64(KVPoolTokens)
 	if c.Engine.KVPoolTokens > 0 {
 		pool = float64(c.Engine.KVPoolTokens)

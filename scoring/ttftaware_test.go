@@ -244,6 +244,24 @@ func TestTTFTAwarePresumesTheLastTwoEngines(t *testing.T) {
 	}
 }
 
+func TestTTFTAwarePresumesNothingOfAForgottenEndpoint(t *testing.T) {
+	// b:1 took the prompt after 5,000 uncached tokens, left the fleet (Forget) and came back
+	// with an empty cache: its count restarts below the route's mark, which holds nothing.
+	const key = 0x99
+	st := NewState()
+	st.Uncached("b:1", 5000)
+	st.Routed(key, "b:1", 1600, t0)
+	st.Forget([]string{"a:1"})
+	st.Uncached("b:1", 100)
+	cands := []Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}
+	rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 1600, PrefixKey: key, Now: t0, Candidates: cands})
+	for _, r := range rs {
+		if r.Presumed != 0 {
+			t.Errorf("%s presumed %d, want 0", r.Addr, r.Presumed)
+		}
+	}
+}
+
 func TestStateUncachedMean(t *testing.T) {
 	st := NewState()
 	st.Uncached("a:1", 1600)

@@ -340,7 +340,7 @@ func (p *Picker) Forget(keep []string) {
 func (p *Picker) PeerBooked(addr string, key uint64) {
 	now := p.opts.Now()
 	p.state.Booked(addr, now)
-	p.state.Routed(key, addr, now)
+	p.state.Routed(key, addr, 0, now)
 }
 
 // Pick chooses endpoints for r and books the first. The caller must Release the
@@ -567,10 +567,10 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 			d.PinRank = p.ranks.choose(b, m)
 		}
 		p.state.Booked(b.Addr(), now)
-		p.state.Routed(in.PrefixKey, b.Addr(), now)
 		if act.needs&scoring.NeedsUncached != 0 {
-			p.state.Uncached(b.Addr(), max(in.PromptTokens-max(ranked[i].Matched, 0), 0))
+			p.state.Uncached(b.Addr(), max(in.PromptTokens-max(ranked[i].Matched, ranked[i].Presumed, 0), 0))
 		}
+		p.state.Routed(in.PrefixKey, b.Addr(), in.PromptTokens, now)
 	}
 	if r.Explain || p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 		d.Sources = rs.sources(d.Sources, d.Ranked, cands, matches, held, useHeld)

@@ -76,7 +76,7 @@ func TestLatencyAwareColdPrefixAffinity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := NewState()
 			for _, d := range tt.history {
-				st.Routed(key, "b:1", t0.Add(d))
+				st.Routed(key, "b:1", 0, t0.Add(d))
 			}
 			rs := mustNew(t, "latencyaware", DefaultParams(), st).Rank(Input{PromptTokens: 1000, PrefixKey: key, Now: t0.Add(tt.at), Candidates: even})
 			if rs[0].Addr != tt.want {
@@ -89,12 +89,12 @@ func TestLatencyAwareColdPrefixAffinity(t *testing.T) {
 func TestRoutedHistoryIsBounded(t *testing.T) {
 	st := NewState()
 	for k := uint64(1); k <= maxRecent+10; k++ {
-		st.Routed(k, "a:1", t0)
+		st.Routed(k, "a:1", 0, t0)
 	}
 	if n := len(st.recent); n > maxRecent {
 		t.Fatalf("%d keys remembered, bound is %d", n, maxRecent)
 	}
-	st.Routed(0, "a:1", t0)
+	st.Routed(0, "a:1", 0, t0)
 	if _, ok := st.recent[0]; ok {
 		t.Error("key 0 (no tokens) must record nothing")
 	}

@@ -116,6 +116,7 @@ type Ranked struct {
 	Affinity     float64 // latencyaware: its cold-prefix affinity credit; 0 for the others
 	Estimate     float64 // ttftaware: estimated time to first token, seconds; 0 for the others
 	KVWait       float64 // ttftaware: of Estimate, the wait for KV capacity, seconds; 0 for the others
+	Presumed     int     // ttftaware: prompt tokens presumed held from the routing history (TTFTAware); 0 for the others
 }
 
 // Policy ranks candidates. See the package comment for the contract.

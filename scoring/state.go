@@ -31,6 +31,9 @@ type State struct {
 	// uncached is ttftaware's mean uncached prompt of the requests booked on each
 	// endpoint lately (Uncached), in tokens.
 	uncached map[string]float64
+	// allocated is ttftaware's count of the uncached prompt tokens booked on each endpoint
+	// since the picker started (Uncached): the KV blocks those requests took there.
+	allocated map[string]float64
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
@@ -43,8 +46,9 @@ func (s *State) Uncached(addr string, tokens int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.uncached == nil {
-		s.uncached = map[string]float64{}
+		s.uncached, s.allocated = map[string]float64{}, map[string]float64{}
 	}
+	s.allocated[addr] += float64(max(tokens, 0))
 	m, ok := s.uncached[addr]
 	if !ok {
 		s.uncached[addr] = float64(tokens)
@@ -77,15 +81,30 @@ type routed struct {
 	addr string
 	at   time.Time
 	rate float64 // requests per second, exponentially decayed over HotTau
+	// tokens is the routed prompt's length (0: not known), mark the uncached tokens
+	// booked on addr before it (State.allocated); prev is the same of the last route
+	// before to another endpoint: ttftaware's presumption (presumption).
+	tokens int
+	mark   float64
+	prev   route
+}
+
+// route is a prompt of tokens tokens routed to addr after mark uncached tokens were booked
+// there.
+type route struct {
+	addr   string
+	tokens int
+	mark   float64
 }
 
 // maxRecent bounds the prefix keys latencyaware remembers; past it, keys idle longer
 // than AffinityWindow are dropped, and if that frees nothing, all of them.
 const maxRecent = 1 << 16
 
-// Routed records that a prompt with the prefix key went to addr at now (latencyaware's
-// history; key 0 records nothing).
-func (s *State) Routed(key uint64, addr string, now time.Time) {
+// Routed records that a prompt of tokens tokens (0: not known) with the prefix key went
+// to addr at now (latencyaware's and ttftaware's history; key 0 records nothing). A
+// caller that also records the request's uncached tokens (Uncached) does so first.
+func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 	if key == 0 {
 		return
 	}
@@ -106,7 +125,11 @@ func (s *State) Routed(key uint64, addr string, now time.Time) {
 	}
 	r := s.recent[key]
 	r.rate = decayed(r, now) + 1/HotTau.Seconds()
+	if r.addr != "" && r.addr != addr {
+		r.prev = route{addr: r.addr, tokens: r.tokens, mark: r.mark}
+	}
 	r.addr, r.at = addr, now
+	r.tokens, r.mark = max(tokens, 0), s.allocated[addr]
 	s.recent[key] = r
 }
 
@@ -170,6 +193,7 @@ func (s *State) Forget(keep []string) {
 	for a := range s.uncached {
 		if !k[a] {
 			delete(s.uncached, a)
+			delete(s.allocated, a)
 		}
 	}
 }

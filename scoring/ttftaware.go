@@ -10,7 +10,7 @@ import (
 // engine's physics and picks the lowest, with the two valves the field converged on:
 //
 //		ahead(s)   = prefill(s) x uncached(s)                  prefill tokens queued on s
-//		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - matched(s)
+//		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - max(matched(s), presumed(s))
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
 //		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
@@ -21,6 +21,12 @@ import (
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
 //	    records each with State.Uncached): the work a queued request still holds.
+//	  - presumed(s): when the cache index shows no candidate holding any of the prompt (an
+//	    engine without a CPU tier publishes no KV events; a prefix just prefilled is not yet
+//	    published), the last two engines its prefix key (the first 256 tokens) was routed
+//	    to are each presumed to hold the shorter of the prompt routed there and this one,
+//	    until its free KV has been allocated again since (presumedHeld); elsewhere 0. The
+//	    caller records each routing with State.Routed.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
@@ -76,17 +82,22 @@ const (
 func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
-func (*TTFTAware) Needs() Needs { return NeedsCache | NeedsUncached | NeedsEngineMetrics }
+func (*TTFTAware) Needs() Needs {
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics
+}
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
-// queued ahead and the wait for KV capacity, in seconds.
+// queued ahead and the wait for KV capacity, in seconds, and the prompt tokens presumed
+// held from the routing history.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
 	b = append(b, " queued="...)
 	b = strconv.AppendFloat(b, r.Load, 'f', 3, 64)
 	b = append(b, " kv_wait="...)
-	return strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
+	b = strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
+	b = append(b, " presumed="...)
+	return strconv.AppendInt(b, int64(r.Presumed), 10)
 }
 
 // KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
@@ -143,8 +154,14 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	leastMiss := math.MaxInt
 	saturated := true
 	p.state.mu.Lock()
+	routes := p.state.presumption(in)
 	for i, c := range in.Candidates {
-		miss := max(in.PromptTokens-max(min(c.Matched, in.PromptTokens), 0), 0)
+		for _, r := range routes {
+			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
+				rs[i].Presumed = min(r.tokens, in.PromptTokens)
+			}
+		}
+		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
 		ahead := 0.0
 		if c.Prefill > 0 {
@@ -161,7 +178,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate
 	for i, c := range in.Candidates {
-		miss := max(in.PromptTokens-max(min(c.Matched, in.PromptTokens), 0), 0)
+		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
 		if saturated {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
@@ -181,6 +198,64 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// missOf is the prompt tokens a candidate would prefill: those neither matched in the
+// cache index nor presumed held.
+func missOf(prompt, matched, presumed int) int {
+	return max(prompt-max(min(matched, prompt), presumed, 0), 0)
+}
+
+// presumption returns, when the cache index shows no candidate holding any of the prompt,
+// the last two endpoints its prefix key was routed to (none when there are none, or the
+// index knows the prompt); s.mu must be held.
+func (s *State) presumption(in Input) [2]pastRoute {
+	if in.PrefixKey == 0 || in.PromptTokens <= 0 {
+		return [2]pastRoute{}
+	}
+	for _, c := range in.Candidates {
+		if c.Matched > 0 {
+			return [2]pastRoute{}
+		}
+	}
+	r, ok := s.recent[in.PrefixKey]
+	if !ok {
+		return [2]pastRoute{}
+	}
+	var out [2]pastRoute
+	for i, rt := range [2]route{{addr: r.addr, tokens: r.tokens, mark: r.mark}, r.prev} {
+		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
+	}
+	return out
+}
+
+// pastRoute is a prompt of tokens tokens routed to addr, since which uncached tokens were
+// booked there.
+type pastRoute struct {
+	addr   string
+	tokens int
+	since  float64
+}
+
+// presumedHeld says whether c still holds a prompt routed to it before since uncached
+// prompt tokens were booked on it: vLLM frees a finished request's blocks to the tail of
+// an LRU queue and allocates from its head, so they are evicted once the free blocks ahead
+// of them, the pool less what the running sequences use, have been allocated again. The
+// pool and its use are the scraped ones; the use is 0 when c is not scraped. A negative
+// since (the endpoint was forgotten and came back: its count restarted) holds nothing.
+func presumedHeld(c Candidate, since float64) bool {
+	if since < 0 {
+		return false
+	}
+	pool := float64(KVPoolTokens)
+	if c.Engine.KVPoolTokens > 0 {
+		pool = float64(c.Engine.KVPoolTokens)
+	}
+	used := 0.0
+	if c.Engine.Known {
+		used = min(max(c.Engine.KVUsage, 0), 1) * pool
+	}
+	return since < pool-used
 }
 
 // saturatedMiss weighs a token of miss beyond the least when the fleet is saturated: more

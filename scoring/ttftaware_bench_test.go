@@ -7,23 +7,33 @@ import (
 )
 
 // BenchmarkTTFTAwareRank ranks 256 candidates, with the engines not scraped (the
-// estimate without its KV wait) and scraped near a full pool (every candidate's KV wait
-// computed), in reused scratch memory: the ranking allocates nothing.
+// estimate without its KV wait), scraped near a full pool (every candidate's KV wait
+// computed), and with an index that shows none of the prompt, whose prefix key was routed
+// before (the presumption looked up), in reused scratch memory: the ranking allocates
+// nothing.
 func BenchmarkTTFTAwareRank(b *testing.B) {
-	for _, scraped := range []bool{false, true} {
-		b.Run("scraped="+strconv.FormatBool(scraped), func(b *testing.B) {
+	for _, bc := range []struct {
+		name             string
+		scraped, presume bool
+	}{{"scraped=false", false, false}, {"scraped=true", true, false}, {"presumed", true, true}} {
+		b.Run(bc.name, func(b *testing.B) {
 			st := NewState()
 			cands := make([]Candidate, 256)
 			for i := range cands {
 				addr := "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + ":8000"
 				cands[i] = Candidate{Addr: addr, Matched: (i % 7) * 256, HolderRank: -1, Prefill: i % 3, Decode: i % 20, DecodePace: 10 * time.Second}
-				if scraped {
+				if bc.presume {
+					cands[i].Matched = 0
+				}
+				if bc.scraped {
 					cands[i].Engine = EngineMetrics{Known: true, Running: i%20 + 1, Waiting: i % 2, KVUsage: 0.97, Age: 20 * time.Millisecond}
 				}
 				st.Uncached(addr, 100+i)
 			}
+			const key = 0x5eed
+			st.Routed(key, cands[100].Addr, 1578, t0)
 			p := mustNew(b, "ttftaware", DefaultParams(), st)
-			in := Input{PromptTokens: 1578, Now: t0, Candidates: cands, Sorted: true, Scratch: make([]Ranked, 0, len(cands))}
+			in := Input{PromptTokens: 1578, PrefixKey: key, Now: t0, Candidates: cands, Sorted: true, Scratch: make([]Ranked, 0, len(cands))}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

@@ -77,7 +77,7 @@ func TestTTFTAwareEmptyAndTerms(t *testing.T) {
 	if !ok {
 		t.Fatal("ttftaware explains no terms")
 	}
-	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, KVWait: 0.02})); got != " est_ttft=0.123 queued=0.050 kv_wait=0.020" {
+	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, KVWait: 0.02, Presumed: 1544})); got != " est_ttft=0.123 queued=0.050 kv_wait=0.020 presumed=1544" {
 		t.Errorf("terms %q", got)
 	}
 }
@@ -147,6 +147,118 @@ func TestTTFTAwareLeavesAFullPool(t *testing.T) {
 				t.Errorf("the full holder's KV wait %v, want positive", rs[1].KVWait)
 			}
 		})
+	}
+}
+
+func TestTTFTAwarePresumesTheLastRoute(t *testing.T) {
+	const key = 0xabc1
+	scraped := func(c Candidate, usage float64) Candidate {
+		c.Engine = EngineMetrics{Known: true, KVUsage: usage, Running: 1, KVPoolTokens: 49500}
+		return c
+	}
+	tests := []struct {
+		name         string
+		routedTokens int // the prompt routed to b:1 before; 0: not known
+		since        int // uncached tokens booked on b:1 after it
+		key          uint64
+		cands        []Candidate
+		want         string
+		wantPresumed int // b:1's
+	}{
+		{"the index shows nothing: the last route holds the shorter prompt", 1600, 0, key,
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", 1600},
+		{"a longer earlier prompt: this whole prompt is presumed", 5000, 0, key,
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", 1700},
+		{"the index knows part of the prompt: no presumption", 1600, 0, key,
+			[]Candidate{lcand("a:1", 256, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", 0},
+		{"a pool's worth allocated since: evicted", 1600, KVPoolTokens, key,
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", 0},
+		{"less than the pool allocated since: held", 1600, KVPoolTokens - 2000, key,
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", 1600},
+		{"scraped: the free blocks are the exported pool less its use, 19,800 of 49,500", 1600, 20000, key,
+			[]Candidate{scraped(lcand("a:1", 0, 0, 0, 0), 0.6), scraped(lcand("b:1", 0, 0, 0, 0), 0.6)}, "a:1", 0},
+		{"scraped: fewer allocated than free: held", 1600, 19000, key,
+			[]Candidate{scraped(lcand("a:1", 0, 0, 0, 0), 0.6), scraped(lcand("b:1", 0, 0, 0, 0), 0.6)}, "b:1", 1600},
+		{"the routed prompt's length not known (a peer's booking): no presumption", 0, 0, key,
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", 0},
+		{"no prefix key: no presumption", 1600, 0, 0,
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("b:1", 1600)
+			st.Routed(key, "b:1", tt.routedTokens, t0)
+			st.Uncached("b:1", tt.since)
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 1700, PrefixKey: tt.key, Now: t0.Add(time.Second), Candidates: tt.cands})
+			if rs[0].Addr != tt.want {
+				t.Fatalf("winner %s, want %s: %+v", rs[0].Addr, tt.want, rs)
+			}
+			for _, r := range rs {
+				want := 0
+				if r.Addr == "b:1" {
+					want = tt.wantPresumed
+				}
+				if r.Presumed != want {
+					t.Errorf("%s presumed %d, want %d", r.Addr, r.Presumed, want)
+				}
+			}
+			if tt.wantPresumed > 0 {
+				if want := 0.025 + float64(1700-tt.wantPresumed)*198e-6 + 0.019; math.Abs(rs[0].Estimate-want) > 1e-9 {
+					t.Errorf("holder's estimate %.6f s, want %.6f s (only the unpresumed tokens prefilled)", rs[0].Estimate, want)
+				}
+			}
+		})
+	}
+}
+
+func TestTTFTAwarePresumesTheLastTwoEngines(t *testing.T) {
+	// The key went to a:1, then b:1, then b:1 again, then c:1 is asked about: a:1 and b:1
+	// are presumed to hold it, c:1 not; a:1 after 99,000 uncached tokens booked there, not.
+	const key = 0x77
+	for _, tt := range []struct {
+		name  string
+		since int // uncached tokens booked on a:1 after its route
+		want  map[string]int
+	}{
+		{"both routes held", 0, map[string]int{"a:1": 1000, "b:1": 1200, "c:1": 0}},
+		{"the earlier route evicted", KVPoolTokens, map[string]int{"a:1": 0, "b:1": 1200, "c:1": 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Routed(key, "a:1", 1000, t0)
+			st.Uncached("a:1", tt.since)
+			st.Routed(key, "b:1", 900, t0)
+			st.Routed(key, "b:1", 1500, t0)
+			cands := []Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0), lcand("c:1", 0, 0, 0, 0)}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 1200, PrefixKey: key, Now: t0, Candidates: cands})
+			for _, r := range rs {
+				if r.Presumed != tt.want[r.Addr] {
+					t.Errorf("%s presumed %d, want %d", r.Addr, r.Presumed, tt.want[r.Addr])
+				}
+			}
+			if rs[0].Addr != "b:1" {
+				t.Errorf("winner %s, want b:1 (presumes the most)", rs[0].Addr)
+			}
+		})
+	}
+}
+
+func TestTTFTAwarePresumesNothingOfAForgottenEndpoint(t *testing.T) {
+	// b:1 took the prompt after 5,000 uncached tokens, left the fleet (Forget) and came back
+	// with an empty cache: its count restarts below the route's mark, which holds nothing.
+	const key = 0x99
+	st := NewState()
+	st.Uncached("b:1", 5000)
+	st.Routed(key, "b:1", 1600, t0)
+	st.Forget([]string{"a:1"})
+	st.Uncached("b:1", 100)
+	cands := []Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}
+	rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 1600, PrefixKey: key, Now: t0, Candidates: cands})
+	for _, r := range rs {
+		if r.Presumed != 0 {
+			t.Errorf("%s presumed %d, want 0", r.Addr, r.Presumed)
+		}
 	}
 }
 

@@ -246,12 +246,7 @@ func cellSeeds(prof Profile, seeds []uint64) ([]vtime.CellSeed, error) {
 // seedResults computes every seed's Metrics from a cell run, with
 // bench/capture's code on the cell in the measured layout.
 func seedResults(name string, cr vtime.CellResult) (ArmResult, error) {
-	cell := replay.SimCell(name, cr)
-	ms, err := cell.SeedMetrics()
-	if err != nil {
-		return ArmResult{}, err
-	}
-	facts, err := cell.SeedFacts()
+	cell, ms, facts, err := replay.SimCell(name, cr)
 	if err != nil {
 		return ArmResult{}, err
 	}

@@ -94,14 +94,26 @@ func (a Analysis) WriteSeedsCSV(w io.Writer) error {
 	return nil
 }
 
-func num(x float64, prec int) string {
+// num formats x with prec decimals, NaN and +Inf as the CSVs spell them.
+func num(x float64, prec int) string { return formatNum(x, prec, "NaN", "Inf") }
+
+// formatNum formats x with prec decimals, NaN as nan and +Inf as inf.
+func formatNum(x float64, prec int, nan, inf string) string {
 	switch {
 	case math.IsNaN(x):
-		return "NaN"
+		return nan
 	case math.IsInf(x, 1):
-		return "Inf"
+		return inf
 	}
 	return fmt.Sprintf("%.*f", prec, x)
+}
+
+// metricDecimals is the decimals the report's tables give a metric.
+func metricDecimals(metric string) int {
+	if metric == "req/s" || metric == "e2e p95" {
+		return 2
+	}
+	return 3
 }
 
 // fmtP formats a p-value.
@@ -145,13 +157,7 @@ func (a Analysis) WriteResultsTable(w io.Writer) error {
 	return err
 }
 
-func cell(metric string, v float64) string {
-	switch metric {
-	case "req/s", "e2e p95":
-		return num(v, 2)
-	}
-	return num(v, 3)
-}
+func cell(metric string, v float64) string { return num(v, metricDecimals(metric)) }
 
 // WriteComparisonTable writes every paired comparison with the baseline.
 func (a Analysis) WriteComparisonTable(w io.Writer) error {
@@ -286,15 +292,7 @@ func metricCells(r experiment.Run, cols []string) ([]string, int) {
 
 // FormatMetric formats a metric value as the report's tables do.
 func FormatMetric(name string, v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "-"
-	case math.IsInf(v, 1):
-		return "inf"
-	case name == "req/s" || name == "e2e p95":
-		return fmt.Sprintf("%.2f", v)
-	}
-	return fmt.Sprintf("%.3f", v)
+	return formatNum(v, metricDecimals(name), "-", "inf")
 }
 
 // WriteTwinsText writes, as an aligned text table, each live run's metrics, with its

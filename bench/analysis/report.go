@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // ReportOptions describe how the sweep was produced, for the report's
@@ -380,7 +381,7 @@ func WriteCSV(w io.Writer, rows []experiment.Row) error {
 }
 
 func secs(x float64) string {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
+	if !stats.Finite(x) {
 		return ""
 	}
 	return strconv.FormatFloat(x, 'f', 6, 64)

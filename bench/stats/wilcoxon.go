@@ -51,7 +51,7 @@ func WilcoxonSignedRank(d []float64, alt Alternative) (WilcoxonResult, error) {
 	res := WilcoxonResult{Alternative: alt}
 	var nz []float64
 	for i, x := range d {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
+		if !Finite(x) {
 			return WilcoxonResult{}, fmt.Errorf("stats: difference %d is %v: drop failed seeds before testing", i, x)
 		}
 		if x == 0 {

@@ -37,25 +37,9 @@ func PublishedFor(arm string) (Published, bool) {
 // value returns the published value of a results-table metric (NaN-free: ok
 // is false for metrics the table does not have).
 func (p Published) value(metric string) (float64, bool) {
-	switch metric {
-	case "TTFT p50":
-		return p.TTFTP50, true
-	case "TTFT p95":
-		return p.TTFTP95, true
-	case "TTFT p99":
-		return p.TTFTP99, true
-	case "ITL p95":
-		return p.ITLP95, true
-	case "e2e p95":
-		return p.E2EP95, true
-	case "req/s":
-		return p.ReqPerSec, true
-	case "imbalance":
-		return p.Imb, true
-	case "hit rate":
-		return p.HitRate, true
-	}
-	return 0, false
+	v, ok := map[string]float64{"TTFT p50": p.TTFTP50, "TTFT p95": p.TTFTP95, "TTFT p99": p.TTFTP99, "ITL p95": p.ITLP95,
+		"e2e p95": p.E2EP95, "req/s": p.ReqPerSec, "imbalance": p.Imb, "hit rate": p.HitRate}[metric]
+	return v, ok
 }
 
 // Tolerances for "reproduced" (spec/bench.md): relative for TTFT p95 and

@@ -2,15 +2,19 @@ package analysis
 
 import (
 	"bytes"
+	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // ReportOptions describe how the sweep was produced, for the report's
@@ -42,37 +46,27 @@ func WriteReport(dir string, res experiment.Results, opts ReportOptions) (Analys
 		if err := os.MkdirAll(armDir, 0o755); err != nil {
 			return Analysis{}, fmt.Errorf("analysis: %w", err)
 		}
-		var buf bytes.Buffer
-		if err := WriteCSV(&buf, run.Rows); err != nil {
-			return Analysis{}, err
-		}
-		if err := writeFile(filepath.Join(armDir, fmt.Sprintf("seed-%02d.csv", run.Seed)), buf.Bytes()); err != nil {
+		if err := writeWith(filepath.Join(armDir, fmt.Sprintf("seed-%02d.csv", run.Seed)), func(w io.Writer) error { return WriteCSV(w, run.Rows) }); err != nil {
 			return Analysis{}, err
 		}
 	}
-	var buf bytes.Buffer
-	if err := a.WriteSeedsCSV(&buf); err != nil {
-		return Analysis{}, err
-	}
-	if err := writeFile(filepath.Join(dir, "seeds.csv"), buf.Bytes()); err != nil {
+	if err := writeWith(filepath.Join(dir, "seeds.csv"), a.WriteSeedsCSV); err != nil {
 		return Analysis{}, err
 	}
 	figs, err := Figures(filepath.Join(dir, "figures"), res, a)
 	if err != nil {
 		return Analysis{}, err
 	}
-	buf.Reset()
-	if err := a.WriteMarkdown(&buf, res, opts, figs); err != nil {
-		return Analysis{}, err
-	}
-	if err := writeFile(filepath.Join(dir, "REPORT.md"), buf.Bytes()); err != nil {
-		return Analysis{}, err
-	}
-	return a, nil
+	return a, writeWith(filepath.Join(dir, "REPORT.md"), func(w io.Writer) error { return a.WriteMarkdown(w, res, opts, figs) })
 }
 
-func writeFile(path string, data []byte) error {
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+// writeWith writes what fill writes to the file at path; nothing when fill fails.
+func writeWith(path string, fill func(io.Writer) error) error {
+	var buf bytes.Buffer
+	if err := fill(&buf); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("analysis: write %s: %w", path, err)
 	}
 	return nil
@@ -101,14 +95,26 @@ func (a Analysis) WriteSeedsCSV(w io.Writer) error {
 	return nil
 }
 
-func num(x float64, prec int) string {
+// num formats x with prec decimals, NaN and +Inf as the CSVs spell them.
+func num(x float64, prec int) string { return formatNum(x, prec, "NaN", "Inf") }
+
+// formatNum formats x with prec decimals, NaN as nan and +Inf as inf.
+func formatNum(x float64, prec int, nan, inf string) string {
 	switch {
 	case math.IsNaN(x):
-		return "NaN"
+		return nan
 	case math.IsInf(x, 1):
-		return "Inf"
+		return inf
 	}
 	return fmt.Sprintf("%.*f", prec, x)
+}
+
+// metricDecimals is the decimals the report's tables give a metric.
+func metricDecimals(metric string) int {
+	if metric == "req/s" || metric == "e2e p95" {
+		return 2
+	}
+	return 3
 }
 
 // fmtP formats a p-value.
@@ -152,13 +158,7 @@ func (a Analysis) WriteResultsTable(w io.Writer) error {
 	return err
 }
 
-func cell(metric string, v float64) string {
-	switch metric {
-	case "req/s", "e2e p95":
-		return num(v, 2)
-	}
-	return num(v, 3)
-}
+func cell(metric string, v float64) string { return num(v, metricDecimals(metric)) }
 
 // WriteComparisonTable writes every paired comparison with the baseline.
 func (a Analysis) WriteComparisonTable(w io.Writer) error {
@@ -201,4 +201,188 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "**no**"
+}
+
+// WriteAll writes dir's report (WriteReport: REPORT.md, figures, seeds.csv and the
+// per-request CSVs), adds the live sections when meta.Mode is experiment.ModeLive and, with
+// save, saves the runs in dir/experiment.FileName (experiment.Save).
+func WriteAll(dir string, res experiment.Results, meta experiment.Meta, save bool) (Analysis, error) {
+	a, err := WriteReport(dir, res, ReportOptions{Command: meta.Command, WallTime: meta.Wall, Workers: meta.Workers, NoCSVs: meta.NoCSVs})
+	if err != nil {
+		return a, err
+	}
+	if meta.Mode == experiment.ModeLive {
+		if err := amendLiveReport(filepath.Join(dir, "REPORT.md"), res, meta); err != nil {
+			return a, err
+		}
+	}
+	if !save {
+		return a, nil
+	}
+	return a, experiment.Save(dir, res, meta)
+}
+
+// amendLiveReport retitles REPORT.md for a live run, says what ran live, and adds the
+// per-seed comparison with virtual time.
+func amendLiveReport(path string, res experiment.Results, meta experiment.Meta) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	title, body, _ := strings.Cut(string(raw), "\n")
+	if !strings.HasPrefix(title, "# ") {
+		return fmt.Errorf("%s does not start with a title line", path)
+	}
+	var msgs, recv int64
+	var warm int
+	for _, l := range meta.Live {
+		msgs, recv, warm = msgs+l.Messages, recv+l.Received, warm+l.WarmEvents
+	}
+	var b strings.Builder
+	b.WriteString("# Benchmark report: the published experiment, live\n\n")
+	fmt.Fprintf(&b, "**Live mode** (`bench/live`): every engine was a real HTTP server (OpenAI streaming, vLLM `/metrics`) running the `bench/sim` model against the wall clock on its own loopback IP; every request went from the client through `bench/gateway` and the real ext_proc server (`app.Start`); the engines' LMCache tiers pushed %d messages over ZeroMQ to the embedded controller, which received %d. Running counts were scraped from the engines' `/metrics`. Each seed started from its virtual-time warm-up (%d chunk events applied to the index directly). Latencies include the real HTTP, gRPC and scheduling overheads of this machine.\n", msgs, recv, warm)
+	b.WriteString(body)
+	if len(meta.Reference) > 0 {
+		b.WriteString("\n## Live against virtual time (same arms, seeds and warm-up)\n\n")
+		b.WriteString("The same seeds through the same picker code in virtual time (`vtime.RunOne`); each live row is followed by its virtual-time twin.\n\n")
+		writeTwinTable(&b, res.Runs, meta.Reference, meta.Live)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeTwinTable writes one line per live run and one per virtual-time twin.
+func writeTwinTable(w io.Writer, live, ref []experiment.Run, info []experiment.LiveInfo) {
+	cols := []string{"TTFT p50", "TTFT p95", "TTFT p99", "ITL p95", "e2e p95", "req/s", "imbalance", "hit rate", "miss@150ms"}
+	fmt.Fprintf(w, "| arm | seed | mode | %s | errors | wall s |\n|---|---|---|%s---|---|\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	eachTwin(live, ref, func(r experiment.Run, mode string, i int) {
+		wall := ""
+		if i >= 0 && i < len(info) {
+			wall = fmt.Sprintf("%.1f", info[i].WallSeconds)
+		}
+		cells, errs := metricCells(r, cols)
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %s |\n", r.Arm.Name, r.Seed, mode, strings.Join(cells, " | "), errs, wall)
+	})
+}
+
+// eachTwin calls f for each live run (mode "live", i its index) and after it for each of
+// its virtual-time twins in ref (mode "virtual time", i -1).
+func eachTwin(live, ref []experiment.Run, f func(r experiment.Run, mode string, i int)) {
+	for i, r := range live {
+		f(r, "live", i)
+		for _, t := range ref {
+			if t.Arm.Name == r.Arm.Name && t.Seed == r.Seed {
+				f(t, "virtual time", -1)
+			}
+		}
+	}
+}
+
+// metricCells returns r's values of the metrics cols, formatted, and its errors.
+func metricCells(r experiment.Run, cols []string) ([]string, int) {
+	m := SeedMetricsOf(r)
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		met, _ := MetricByName(c)
+		out[i] = FormatMetric(c, met.Value(m))
+	}
+	return out, m.Errors
+}
+
+// FormatMetric formats a metric value as the report's tables do.
+func FormatMetric(name string, v float64) string {
+	return formatNum(v, metricDecimals(name), "-", "inf")
+}
+
+// WriteTwinsText writes, as an aligned text table, each live run's metrics, with its
+// virtual-time twin when there is one.
+func WriteTwinsText(w io.Writer, runs []experiment.Run, meta experiment.Meta) {
+	cols := []string{"TTFT p50", "TTFT p95", "TTFT p99", "ITL p95", "e2e p95", "req/s", "imbalance", "hit rate"}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "arm\tseed\tmode\t%s\terrors\tLMCache msgs pushed/received\twall s\t\n", strings.Join(cols, "\t"))
+	eachTwin(runs, meta.Reference, func(r experiment.Run, mode string, i int) {
+		extra := "\t"
+		if i >= 0 && i < len(meta.Live) {
+			l := meta.Live[i]
+			extra = fmt.Sprintf("%d/%d\t%.1f", l.Messages, l.Received, l.WallSeconds)
+		}
+		cells, errs := metricCells(r, cols)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t\n", r.Arm.Name, r.Seed, mode, strings.Join(cells, "\t"), errs, extra)
+	})
+	_ = tw.Flush()
+}
+
+// AppendEnvoySection analyses res, the same sweep as a report's behind Envoy and this
+// picker (experiment.EnvoyRouter), and appends its tables to the report at path.
+func AppendEnvoySection(path string, res experiment.Results) error {
+	a, err := Analyze(res)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("\n## The same fleet behind Envoy and this picker\n\n")
+	b.WriteString("The same engines, workload, protocol and seeds, with `experiment.EnvoyRouter()` in front instead of the published Python router: ")
+	b.WriteString("every decision sees every earlier booking at once (no shared statistics snapshot), and the data path adds 1 ms each way instead of the Python router's 48 ms on the first token. ")
+	b.WriteString("The warm-up then alternates prompts one by one between the engines instead of in batches of four, so kvaware's busy engine gets a smaller share.\n\n")
+	if err := a.WriteResultsTable(&b); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\nPaired comparisons with %s (behind Envoy):\n\n", Baseline)
+	if err := a.WriteComparisonTable(&b); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(f, b.String()); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// CSVHeader is the published per-request CSV's header.
+var CSVHeader = []string{"index", "prefix_id", "send_ts", "ttft_s", "e2e_s", "prompt_tokens", "completion_tokens", "status", "error", "itls_ms"}
+
+// WriteCSV writes one run's requests in the published per-request format:
+// times in seconds with microsecond precision, itls_ms as a ';'-separated list
+// of milliseconds, empty cells for values a failed request does not have.
+func WriteCSV(w io.Writer, rows []experiment.Row) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		itls := make([]string, len(r.ITLs))
+		for i, g := range r.ITLs {
+			itls[i] = strconv.FormatFloat(g, 'f', 3, 64)
+		}
+		rec := []string{
+			strconv.Itoa(r.Index),
+			strconv.Itoa(r.PrefixID),
+			secs(r.SendAt),
+			secs(r.TTFT),
+			secs(r.E2E),
+			strconv.Itoa(r.PromptTokens),
+			strconv.Itoa(r.CompletionTokens),
+			r.Status,
+			r.Error,
+			strings.Join(itls, ";"),
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func secs(x float64) string {
+	if !stats.Finite(x) {
+		return ""
+	}
+	return strconv.FormatFloat(x, 'f', 6, 64)
 }

@@ -48,37 +48,28 @@ func parseArm(item string) (Arm, error) {
 	if item == "recommended" {
 		item = RecommendedPolicy
 	}
-	if base, ok := strings.CutSuffix(item, ScrapedSuffix); ok {
+	for _, m := range []struct {
+		suffix, rule string
+		refused      func(Arm) bool
+		set          func(*Arm)
+	}{
+		{ScrapedSuffix, "once, after " + RanksSuffix, func(a Arm) bool { return !a.Ranks || a.ScrapedRanks }, func(a *Arm) { a.ScrapedRanks = true }},
+		{RanksSuffix, "once, to a policy of ours", func(a Arm) bool { return a.Ranks || a.Policy == PolicyGIE }, func(a *Arm) { a.Ranks = true }},
+		{ResidencySuffix, "once", func(a Arm) bool { return a.Residency }, func(a *Arm) { a.Residency = true }},
+	} {
+		base, ok := strings.CutSuffix(item, m.suffix)
+		if !ok {
+			continue
+		}
 		arm, err := parseArm(base)
 		switch {
 		case err != nil:
 			return Arm{}, err
-		case !arm.Ranks || arm.ScrapedRanks:
-			return Arm{}, fmt.Errorf("arm %q: %s applies once, after %s", item, ScrapedSuffix, RanksSuffix)
+		case m.refused(arm):
+			return Arm{}, fmt.Errorf("arm %q: %s applies %s", item, m.suffix, m.rule)
 		}
-		arm.Name, arm.ScrapedRanks = arm.Name+ScrapedSuffix, true
-		return arm, nil
-	}
-	if base, ok := strings.CutSuffix(item, RanksSuffix); ok {
-		arm, err := parseArm(base)
-		switch {
-		case err != nil:
-			return Arm{}, err
-		case arm.Ranks || arm.Policy == PolicyGIE:
-			return Arm{}, fmt.Errorf("arm %q: %s applies once, to a policy of ours", item, RanksSuffix)
-		}
-		arm.Name, arm.Ranks = arm.Name+RanksSuffix, true
-		return arm, nil
-	}
-	if base, ok := strings.CutSuffix(item, ResidencySuffix); ok {
-		arm, err := parseArm(base)
-		switch {
-		case err != nil:
-			return Arm{}, err
-		case arm.Residency:
-			return Arm{}, fmt.Errorf("arm %q: %s applies once", item, ResidencySuffix)
-		}
-		arm.Name, arm.Residency = arm.Name+ResidencySuffix, true
+		m.set(&arm)
+		arm.Name += m.suffix
 		return arm, nil
 	}
 	for _, a := range DefaultArms() {

@@ -87,7 +87,7 @@ func ECDF(path string, ax Axes, series []Series) error {
 		for j, y := range ys {
 			pts = append(pts, plotter.XY{X: y, Y: float64(j) / float64(len(ys))}, plotter.XY{X: y, Y: float64(j+1) / float64(len(ys))})
 		}
-		if err := addLine(p, s, pts, i, false); err != nil {
+		if err := addLine(p, s, pts, i, plain); err != nil {
 			return err
 		}
 	}
@@ -95,41 +95,22 @@ func ECDF(path string, ax Axes, series []Series) error {
 }
 
 // Lines draws each series as a line through its points, with markers.
-func Lines(path string, ax Axes, series []Series) error {
-	p := newPlot(ax)
-	for i, s := range series {
-		pts, err := xys(s)
-		if err != nil {
-			return err
-		}
-		if err := addLine(p, s, pts, i, true); err != nil {
-			return err
-		}
-	}
-	return save(p, path)
-}
+func Lines(path string, ax Axes, series []Series) error { return drawXY(path, ax, series, withMarkers) }
 
 // Steps draws each series as a step function over X (e.g. a gauge sampled at
 // a fixed interval).
-func Steps(path string, ax Axes, series []Series) error {
+func Steps(path string, ax Axes, series []Series) error { return drawXY(path, ax, series, steps) }
+
+func drawXY(path string, ax Axes, series []Series, kind lineKind) error {
 	p := newPlot(ax)
 	for i, s := range series {
 		pts, err := xys(s)
 		if err != nil {
 			return err
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
-			return fmt.Errorf("plot: series %q: %w", s.Name, err)
+		if err := addLine(p, s, pts, i, kind); err != nil {
+			return err
 		}
-		l.StepStyle = plotter.PostStep
-		l.Color = Color(i)
-		l.Width = vg.Points(1.2)
-		if s.Dashed {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
-		}
-		p.Add(l)
-		p.Legend.Add(s.Name, l)
 	}
 	return save(p, path)
 }
@@ -174,30 +155,42 @@ func Paired(path string, ax Axes, series []Series) error {
 	return save(p, path)
 }
 
-func addLine(p *plot.Plot, s Series, pts plotter.XYs, i int, markers bool) error {
-	name := s.Name
+// lineKind is how addLine draws a series: a plain line, a line with a marker
+// at each point, or a thinner step function.
+type lineKind int
+
+const (
+	plain lineKind = iota
+	withMarkers
+	steps
+)
+
+func addLine(p *plot.Plot, s Series, pts plotter.XYs, i int, kind lineKind) error {
 	l, err := plotter.NewLine(pts)
 	if err != nil {
-		return fmt.Errorf("plot: series %q: %w", name, err)
+		return fmt.Errorf("plot: series %q: %w", s.Name, err)
 	}
-	l.Color = Color(i)
-	l.Width = vg.Points(1.5)
+	dash := vg.Points(5)
+	l.Color, l.Width = Color(i), vg.Points(1.5)
+	if kind == steps {
+		l.StepStyle, l.Width, dash = plotter.PostStep, vg.Points(1.2), vg.Points(4)
+	}
 	if s.Dashed {
-		l.Dashes = []vg.Length{vg.Points(5), vg.Points(2)}
+		l.Dashes = []vg.Length{dash, vg.Points(2)}
 	}
 	p.Add(l)
-	if markers {
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return err
-		}
-		sc.GlyphStyle.Color = Color(i)
-		sc.GlyphStyle.Radius = vg.Points(2.5)
-		p.Add(sc)
-		p.Legend.Add(name, l, sc)
+	if kind != withMarkers {
+		p.Legend.Add(s.Name, l)
 		return nil
 	}
-	p.Legend.Add(name, l)
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return err
+	}
+	sc.GlyphStyle.Color = Color(i)
+	sc.GlyphStyle.Radius = vg.Points(2.5)
+	p.Add(sc)
+	p.Legend.Add(s.Name, l, sc)
 	return nil
 }
 

@@ -148,15 +148,13 @@ func Paired(baseline, candidate map[uint64]float64) (Side, error) {
 	return s, nil
 }
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-
 // Spearman is the rank correlation of x and y (average ranks for ties),
 // over the pairs where both are finite; NaN with fewer than 3 such pairs or
 // when either side is constant.
 func Spearman(x, y []float64) float64 {
 	var a, b []float64
 	for i := range x {
-		if i < len(y) && finite(x[i]) && finite(y[i]) {
+		if i < len(y) && stats.Finite(x[i]) && stats.Finite(y[i]) {
 			a, b = append(a, x[i]), append(b, y[i])
 		}
 	}

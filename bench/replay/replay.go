@@ -13,10 +13,12 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -213,10 +215,21 @@ func CellSeeds(cc capture.CompactCell, prefixes int) ([]vtime.CellSeed, error) {
 
 // SimCell turns a simulated cell into the measured layout (client rows and
 // engine series), so bench/capture computes its metrics with the very code
-// that computes the real ones. The cell is called name, its arm is the
-// policy, and its times are seconds from the first seed's first send; res
-// must come from vtime.RunCell.
-func SimCell(name string, res vtime.CellResult) capture.Cell {
+// that computes the real ones, and returns it with those per-seed metrics
+// (Cell.SeedMetrics) and engine facts (Cell.SeedFacts). The cell is called
+// name, its arm is the policy, and its times are seconds from the first
+// seed's first send; res must come from vtime.RunCell.
+func SimCell(name string, res vtime.CellResult) (capture.Cell, []map[string]float64, []capture.Facts, error) {
+	c := simCell(name, res)
+	ms, err := c.SeedMetrics()
+	if err != nil {
+		return c, nil, nil, err
+	}
+	facts, err := c.SeedFacts()
+	return c, ms, facts, err
+}
+
+func simCell(name string, res vtime.CellResult) capture.Cell {
 	c := capture.Cell{Name: name, Arm: res.Arm.Policy, Prom: map[string][]capture.Series{}}
 	for k, run := range res.Runs {
 		base := res.SeedStart[k].Seconds() - run.Rows[0].SendAt
@@ -258,8 +271,7 @@ func SimCell(name string, res vtime.CellResult) capture.Cell {
 // compareCell computes the simulated cell's metrics and sets them beside the
 // measured ones.
 func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
-	sc := SimCell(cc.Name, res)
-	simSeeds, err := sc.SeedMetrics()
+	sc, simSeeds, simSeedFacts, err := SimCell(cc.Name, res)
 	if err != nil {
 		return Cell{}, err
 	}
@@ -273,10 +285,6 @@ func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
 	out := Cell{Cell: cc.Name, Arm: cc.ArmLabel(), HitRate: Pair{cc.Facts.HitRate, simFacts.HitRate},
 		Medians: map[string]Pair{}, RankCorr: map[string]float64{}}
 	realSeedFacts, err := cc.Cell().SeedFacts()
-	if err != nil {
-		return Cell{}, err
-	}
-	simSeedFacts, err := sc.SeedFacts()
 	if err != nil {
 		return Cell{}, err
 	}
@@ -369,16 +377,14 @@ func factLists(f capture.Facts, idx []int) map[string][]float64 {
 	}
 }
 
+// busiestFirst lists the engines by request share, largest first; ties, and
+// the all-NaN shares of a window without requests, keep engine order.
 func busiestFirst(share []float64) []int {
 	idx := make([]int, len(share))
 	for i := range idx {
 		idx[i] = i
 	}
-	for i := 1; i < len(idx); i++ {
-		for j := i; j > 0 && share[idx[j]] > share[idx[j-1]]; j-- {
-			idx[j], idx[j-1] = idx[j-1], idx[j]
-		}
-	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(share[b], share[a]) })
 	return idx
 }
 

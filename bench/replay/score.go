@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // Score is how far a replay is from the real cells, for a search over the
@@ -24,7 +25,7 @@ type Score struct {
 func (r Report) Score() Score {
 	var s Score
 	add := func(x float64) {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
+		if !stats.Finite(x) {
 			x = 10
 		}
 		s.Loss += x * x

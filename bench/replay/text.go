@@ -148,7 +148,7 @@ func plain(v reflect.Value) any {
 	switch v.Kind() {
 	case reflect.Float32, reflect.Float64:
 		f := v.Float()
-		if math.IsNaN(f) || math.IsInf(f, 0) {
+		if !stats.Finite(f) {
 			return nil
 		}
 		return f

@@ -47,7 +47,7 @@ func PairBySeed(baseline, candidate map[uint64]float64) Pairs {
 	kept := p.Seeds[:0]
 	for _, s := range p.Seeds {
 		b, c := baseline[s], candidate[s]
-		if finite(b) && finite(c) && b != 0 {
+		if Finite(b) && Finite(c) && b != 0 {
 			kept = append(kept, s)
 			p.Baseline, p.Candidate = append(p.Baseline, b), append(p.Candidate, c)
 		}
@@ -56,7 +56,8 @@ func PairBySeed(baseline, candidate map[uint64]float64) Pairs {
 	return p
 }
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+// Finite reports whether x is a number: neither NaN nor an infinity.
+func Finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // Comparison is the paired comparison of a candidate arm with a baseline arm
 // on one metric where smaller is better (latency, imbalance).

@@ -19,19 +19,6 @@ const (
 	TwoSided
 )
 
-// String returns scipy's name of the alternative.
-func (a Alternative) String() string {
-	switch a {
-	case Greater:
-		return "greater"
-	case Less:
-		return "less"
-	case TwoSided:
-		return "two-sided"
-	}
-	return fmt.Sprintf("Alternative(%d)", int(a))
-}
-
 // MaxWilcoxonPairs bounds the number of non-zero differences the exact test
 // accepts; its null distribution costs O(n^3) time and O(n^2) memory.
 const MaxWilcoxonPairs = 1000
@@ -64,7 +51,7 @@ func WilcoxonSignedRank(d []float64, alt Alternative) (WilcoxonResult, error) {
 	res := WilcoxonResult{Alternative: alt}
 	var nz []float64
 	for i, x := range d {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
+		if !Finite(x) {
 			return WilcoxonResult{}, fmt.Errorf("stats: difference %d is %v: drop failed seeds before testing", i, x)
 		}
 		if x == 0 {

@@ -124,14 +124,6 @@ func TestWilcoxonRejectsBadInput(t *testing.T) {
 	}
 }
 
-func TestAlternativeString(t *testing.T) {
-	for alt, want := range map[Alternative]string{Greater: "greater", Less: "less", TwoSided: "two-sided", 9: "Alternative(9)"} {
-		if got := alt.String(); got != want {
-			t.Errorf("%d.String() = %q, want %q", int(alt), got, want)
-		}
-	}
-}
-
 func FuzzWilcoxonSignedRank(f *testing.F) {
 	f.Add(1.0, -2.0, 3.0, 0.0, 2.0)
 	f.Add(0.0, 0.0, 0.0, 0.0, 0.0)

@@ -123,8 +123,6 @@ func pairedTest(arm, against ArmResult) Test {
 	return t
 }
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-
 // Relative returns each arm's median RankMetric over the profile's best
 // arm's (1 for the best; NaN when either is undefined), in Config.Arms order.
 func (p ProfileResult) Relative() []float64 {
@@ -132,7 +130,7 @@ func (p ProfileResult) Relative() []float64 {
 	out := make([]float64, len(p.Arms))
 	for i, a := range p.Arms {
 		out[i] = a.Median(RankMetric) / best
-		if !finite(out[i]) {
+		if !stats.Finite(out[i]) {
 			out[i] = math.NaN()
 		}
 	}

@@ -3,8 +3,9 @@ package tournament
 import (
 	"encoding/json"
 	"io"
-	"math"
 	"strconv"
+
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // The JSON results, for other tools to check:
@@ -105,7 +106,7 @@ func WriteJSON(w io.Writer, res Result) error {
 
 // finiteOrNil is x to 6 significant digits, or nil when x is not finite.
 func finiteOrNil(x float64) *float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
+	if !stats.Finite(x) {
 		return nil
 	}
 	r, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 6, 64), 64)

@@ -3,11 +3,9 @@ package tournament
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -234,10 +232,6 @@ func joinRates(rs []float64) string {
 // it (same name, .png) and, with jsonOut, the ladder's JSON results (one
 // profile per point, as WriteJSON writes them).
 func WriteKneeFiles(res Result, k Knee, out, jsonOut, command string) error {
-	if err := experiment.MkdirFor(out); err != nil {
-		return err
-	}
-	fig := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
 	var series []plot.Series
 	for a, arm := range res.Profiles[0].Arms {
 		s := plot.Series{Name: arm.Arm.Name, X: k.Rates}
@@ -246,19 +240,7 @@ func WriteKneeFiles(res Result, k Knee, out, jsonOut, command string) error {
 		}
 		series = append(series, s)
 	}
-	opt := ReportOptions{Command: command}
-	err := plot.Lines(fig, plot.Axes{Title: k.Name + ": TTFT p90 against offered load", X: "offered req/s", Y: "TTFT p90 (s)"}, series)
-	switch {
-	case err == nil:
-		opt.Figure = relTo(out, fig)
-	case !errors.Is(err, plot.ErrNoData):
-		return err
-	}
-	if jsonOut != "" {
-		if err := experiment.WriteFile(jsonOut, func(w io.Writer) error { return WriteJSON(w, res) }); err != nil {
-			return err
-		}
-		opt.JSON = relTo(out, jsonOut)
-	}
-	return experiment.WriteFile(out, func(w io.Writer) error { return WriteKnee(w, res, k, opt) })
+	return writeFiles(res, out, jsonOut, command, func(fig string) error {
+		return plot.Lines(fig, plot.Axes{Title: k.Name + ": TTFT p90 against offered load", X: "offered req/s", Y: "TTFT p90 (s)"}, series)
+	}, func(w io.Writer, opt ReportOptions) error { return WriteKnee(w, res, k, opt) })
 }

@@ -20,9 +20,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/capture"
+	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/replay"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 	"github.com/loadaware/loadaware-epp/bench/workload"
@@ -243,15 +242,66 @@ func cellSeeds(prof Profile, seeds []uint64) ([]vtime.CellSeed, error) {
 	return out, nil
 }
 
+// publishedCell is the embedded capture's cell whose seeds the published
+// profile replays.
+const publishedCell = "kvaware"
+
+// measuredSeeds returns the published profile's seeds: for each of seeds,
+// the embedded kvaware cell's measured seed of that number, cut to its first
+// requests requests (more than it has is an error). The seeds share their slices with every caller: they
+// must not be modified.
+func measuredSeeds(seeds []uint64, requests, prefixes int) ([]vtime.CellSeed, error) {
+	all, err := publishedSeeds()
+	if err != nil {
+		return nil, err
+	}
+	byNumber := map[uint64]vtime.CellSeed{}
+	for _, sd := range all {
+		byNumber[sd.Seed] = sd
+	}
+	out := make([]vtime.CellSeed, len(seeds))
+	for i, s := range seeds {
+		sd, ok := byNumber[s]
+		if !ok {
+			return nil, fmt.Errorf("the published profile has the measured seeds %d-%d only, not seed %d: pass -seeds within them", all[0].Seed, all[len(all)-1].Seed, s)
+		}
+		for j, id := range sd.PrefixIDs {
+			if id >= prefixes {
+				return nil, fmt.Errorf("measured seed %d request %d uses prefix %d: the profile's pool has prefixes 0..%d (-prefixes)", s, j, id, prefixes-1)
+			}
+		}
+		if requests > len(sd.PrefixIDs) {
+			return nil, fmt.Errorf("measured seed %d has %d requests: -requests %d asks for more (the published profile replays at most its measured requests)", s, len(sd.PrefixIDs), requests)
+		}
+		sd.PrefixIDs, sd.SendAt = sd.PrefixIDs[:requests], sd.SendAt[:requests]
+		out[i] = sd
+	}
+	return out, nil
+}
+
+// publishedSeeds decodes the embedded capture's kvaware cell once: its
+// seeds in seed order, on the published pool of 128 prefixes.
+var publishedSeeds = sync.OnceValues(func() ([]vtime.CellSeed, error) {
+	data, err := capture.Embedded()
+	if err != nil {
+		return nil, err
+	}
+	for _, cc := range data.Cells {
+		if cc.ArmLabel() == publishedCell {
+			seeds, err := replay.CellSeeds(cc, workload.DefaultConfig().Prefixes)
+			if err == nil && len(seeds) == 0 {
+				err = fmt.Errorf("the embedded %s cell has no seeds", publishedCell)
+			}
+			return seeds, err
+		}
+	}
+	return nil, fmt.Errorf("the embedded capture has no %s cell", publishedCell)
+})
+
 // seedResults computes every seed's Metrics from a cell run, with
 // bench/capture's code on the cell in the measured layout.
 func seedResults(name string, cr vtime.CellResult) (ArmResult, error) {
-	cell := replay.SimCell(name, cr)
-	ms, err := cell.SeedMetrics()
-	if err != nil {
-		return ArmResult{}, err
-	}
-	facts, err := cell.SeedFacts()
+	cell, ms, facts, err := replay.SimCell(name, cr)
 	if err != nil {
 		return ArmResult{}, err
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/internal/errcheck"
 )
 
 func TestReadRefusesWhatIsNotATrace(t *testing.T) {
@@ -131,14 +133,8 @@ func TestSelect(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sel, err := Select(in, c.o)
-			if c.wantError != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantError) {
-					t.Fatalf("got error %v, want %q", err, c.wantError)
-				}
+			if errcheck.Done(t, err, c.wantError) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if len(sel.Requests) != len(c.lines) || sel.Capped != c.capped || sel.Dropped != c.dropped {
 				t.Fatalf("got %d requests, %d capped, %d dropped; want %d, %d, %d", len(sel.Requests), sel.Capped, sel.Dropped, len(c.lines), c.capped, c.dropped)

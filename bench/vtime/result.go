@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/workload"
 )
 

@@ -374,10 +374,13 @@ func (w *world) close() {
 // build makes the world's fleet, index, router and engines for arm; seed
 // seeds the gie arm's tie-break.
 func (w *world) build(arm experiment.Arm, seed uint64) error {
-	set := fleet.New()
-	set.Update(w.addrs)
-	set.SetClock(func() time.Time { return epoch.Add(w.now) })
-	w.fleet = set
+	newSet := func() *fleet.Set {
+		set := fleet.New()
+		set.Update(w.addrs)
+		set.SetClock(func() time.Time { return epoch.Add(w.now) })
+		return set
+	}
+	w.fleet = newSet()
 	ix, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: w.hasher.Config()})
 	if err != nil {
 		return fmt.Errorf("vtime: lmcache index: %w", err)
@@ -408,7 +411,6 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
 		opts := picker.Options{
-			Fleet:       set,
 			Policy:      arm.Policy,
 			Params:      params,
 			Cache:       w.cacheView(w.cfg.CacheSource),
@@ -422,24 +424,19 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			w.adapters = &lora.Table{}
 			opts.Adapters, opts.AdapterCost = w.adapters, w.cfg.AdapterCost
 		}
-		p, err := picker.New(opts)
-		if err != nil {
-			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
-		}
-		w.picker = p
-		w.replicas = []replica{{p, set}}
-		for range max(w.cfg.Pickers, 1) - 1 {
-			rs := fleet.New()
-			rs.Update(w.addrs)
-			rs.SetClock(func() time.Time { return epoch.Add(w.now) })
-			opts.Fleet = rs
-			rp, err := picker.New(opts)
+		w.replicas = nil
+		for r := range max(w.cfg.Pickers, 1) {
+			if opts.Fleet = w.fleet; r > 0 {
+				opts.Fleet = newSet()
+			}
+			p, err := picker.New(opts)
 			if err != nil {
 				return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 			}
-			w.replicas = append(w.replicas, replica{rp, rs})
+			w.replicas = append(w.replicas, replica{p, opts.Fleet})
 		}
-		if p.NeedsEngineMetrics() || arm.Residency {
+		w.picker = w.replicas[0].picker
+		if w.picker.NeedsEngineMetrics() || arm.Residency {
 			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
 		}
 	}

@@ -7,9 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,12 +78,7 @@ func ParseFile(r io.Reader, base Config) (File, error) {
 	fs := flag.NewFlagSet("workload", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.Config.RegisterFlags(fs)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if metaKeys[k] {
 			if err := f.setMeta(k, m[k]); err != nil {
 				return File{}, fmt.Errorf("workload file: key %q: %w", k, err)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/bench/internal/errcheck"
 )
 
 func TestParseFile(t *testing.T) {
@@ -58,14 +60,8 @@ func TestParseFile(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f, err := ParseFile(strings.NewReader(c.in), DefaultConfig())
-			if c.want != "" {
-				if err == nil || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("got error %v, want one containing %q", err, c.want)
-				}
+			if errcheck.Done(t, err, c.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !c.check(f) {
 				t.Fatalf("parsed %+v", f)

@@ -23,7 +23,6 @@ import (
 	"strings"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )

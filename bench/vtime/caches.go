@@ -2,11 +2,13 @@ package vtime
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
-
 	"github.com/loadaware/loadaware-epp/bench/sim"
+	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvindex"
+	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
@@ -58,4 +60,17 @@ func (w *world) cacheView(source string) picker.CacheView {
 		return picker.Longest{lm, picker.KVEventsView{Index: w.kv.index, Ranks: w.ranks}}
 	}
 	return lm
+}
+
+// register announces every engine's LMCache worker to the index, as LMCache
+// 0.3.9 does at start-up (RegisterMsg on the pull channel).
+func register(ix *lmcache.Index, addrs []string, at time.Time) error {
+	for i, a := range addrs {
+		url := fmt.Sprintf("%s:%d", fleet.IP(a), 30081)
+		msg := lmcache.RegisterMsg{InstanceID: experiment.InstanceID(i), WorkerID: 0, IP: fleet.IP(a), Port: 8001, DistributedURL: &url}
+		if err := ix.Apply(msg, at); err != nil {
+			return fmt.Errorf("vtime: register engine %s: %w", a, err)
+		}
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/loadaware/loadaware-epp/cachealarm"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/grpcbuf"
 	"github.com/loadaware/loadaware-epp/h2gate"
 	"github.com/loadaware/loadaware-epp/kvevents"
 	"github.com/loadaware/loadaware-epp/kvindex"
@@ -264,7 +265,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	gate := h2gate.New(h2gate.Config{Take: ext.TakeBuffered, Give: ext.GiveBuffered, Refused: ext.TransportRefused,
 		Threshold: gatedMessageBytes, MaxMessage: int64(cfg.MaxMessageBytes), Overdraft: int64(cfg.MaxMessageBytes)})
 	received = gate.Received
+	// Messages are received into buffers that are not cleared first (decision 1182).
 	opts := append(grpcOptions(gate.Creds(creds)), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
+	opts = append(opts, grpcbuf.ServerOptions()...)
 	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)

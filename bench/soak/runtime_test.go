@@ -14,6 +14,7 @@ import (
 type runtimeSnap struct {
 	at        time.Time
 	cpu       time.Duration // user+system CPU of the whole process (getrusage)
+	faults    int64         // minor page faults of the whole process (getrusage): first touches of memory
 	gcCPU     float64       // /cpu/classes/gc/total:cpu-seconds
 	mutexWait float64       // /sync/mutex/wait/total:seconds
 	gcCycles  uint64
@@ -39,6 +40,7 @@ func readRuntime() runtimeSnap {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		r.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		r.faults = ru.Minflt
 	}
 	for _, v := range s {
 		switch v.Name {
@@ -76,6 +78,7 @@ func histOK(v metrics.Sample) *metrics.Float64Histogram {
 // runtimePhase is what happened between two readings.
 type runtimePhase struct {
 	cores        float64 // process CPU per wall second
+	faultsPerSec float64 // minor page faults per wall second
 	gcShare      float64 // of the process's CPU
 	mutexWaitMS  float64 // per wall second
 	gcPerSec     float64
@@ -89,7 +92,7 @@ func phase(a, b runtimeSnap) runtimePhase {
 	wall := b.at.Sub(a.at).Seconds()
 	cpu := (b.cpu - a.cpu).Seconds()
 	p := runtimePhase{cores: cpu / wall, mutexWaitMS: (b.mutexWait - a.mutexWait) * 1000 / wall,
-		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall}
+		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall, faultsPerSec: float64(b.faults-a.faults) / wall}
 	if cpu > 0 {
 		p.gcShare = (b.gcCPU - a.gcCPU) / cpu
 	}
@@ -140,6 +143,6 @@ func finite(v float64) float64 {
 }
 
 func (p runtimePhase) String() string {
-	return fmt.Sprintf("process CPU %.2f cores (GC %.0f%%, %.1f cycles/s, longest stop-the-world <= %.2f ms); goroutines' wait to run p99 %.0f us, p99.9 %.0f us (%d waits); mutex wait %.1f ms/s",
-		p.cores, p.gcShare*100, p.gcPerSec, p.stwMaxMS, p.schedP99us, p.schedP999us, p.schedSamples, p.mutexWaitMS)
+	return fmt.Sprintf("process CPU %.2f cores (GC %.0f%%, %.1f cycles/s, longest stop-the-world <= %.2f ms); goroutines' wait to run p99 %.0f us, p99.9 %.0f us (%d waits); mutex wait %.1f ms/s; %.0f minor page faults/s",
+		p.cores, p.gcShare*100, p.gcPerSec, p.stwMaxMS, p.schedP99us, p.schedP999us, p.schedSamples, p.mutexWaitMS, p.faultsPerSec)
 }

@@ -40,7 +40,8 @@ type sample struct {
 	goroutines int
 	p99ms      float64 // of the steady requests finished since the previous sample
 	ok, failed int
-	refused    int // hostile requests refused (ImmediateResponse) since the start
+	refused    int          // hostile requests refused (ImmediateResponse) since the start
+	rt         runtimePhase // the process since the previous sample
 }
 
 func rssMiB() float64 {
@@ -143,6 +144,7 @@ func TestSoak(t *testing.T) {
 	hostile := startHostile(ctx, t, targets{GRPC: a.GRPCAddr(), Metrics: a.MetricsAddr(), LMCachePull: a.LMCachePullAddr(),
 		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE"), CPUs: hostileCPUs})
 	var samples []sample
+	rtPrev := rtHostile
 	every := min(5*time.Second, d/6)
 	tick := time.NewTicker(every)
 	for ctx.Err() == nil {
@@ -160,6 +162,8 @@ func TestSoak(t *testing.T) {
 			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(hostile.now().Refused)}
 			st.mu.Unlock()
 			s.p99ms = p99(window)
+			rtNow := readRuntime()
+			s.rt, rtPrev = phase(rtPrev, rtNow), rtNow
 			samples = append(samples, s)
 			t.Logf("%+v", s)
 		}
@@ -190,9 +194,11 @@ func TestSoak(t *testing.T) {
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
 		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(got.BodyBytes)/(1<<20)/hostileSecs, float64(got.LMCacheFrames)/hostileSecs, float64(got.PromptsRouted)/hostileSecs, float64(got.SharedBytes)/(1<<20)/hostileSecs)
-	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections.\n\n")
+	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused)
+		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
+			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec)
 	}
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
 	out := os.Getenv("LOADAWARE_SOAK_OUT")

@@ -1,0 +1,167 @@
+package grpcbuf
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func TestGetSizesAndTiers(t *testing.T) {
+	for _, c := range []struct {
+		n, wantCap int
+	}{
+		{0, 256}, {1, 256}, {256, 256}, {257, 512}, {16 << 10, 16 << 10}, {16<<10 + 1, 32 << 10},
+		{256<<10 + 5, 512 << 10}, {1 << 20, 1 << 20}, {16 << 20, 16 << 20}, {16<<20 + 1, 16<<20 + 1},
+	} {
+		var p Pool
+		b := p.Get(c.n)
+		if len(*b) != c.n || cap(*b) != c.wantCap {
+			t.Errorf("Get(%d): len %d cap %d, want len %d cap %d", c.n, len(*b), cap(*b), c.n, c.wantCap)
+		}
+		p.Put(b)
+	}
+}
+
+func TestPutDropsOddCapacities(t *testing.T) {
+	for _, c := range []int{100, 300, 5000, 1<<20 - 1} {
+		var p Pool
+		b := make([]byte, c)
+		p.Put(&b) // a capacity no tier has: dropped, never handed out
+		if got := p.Get(c); cap(*got) == c {
+			t.Errorf("Get(%d) returned the odd-capacity buffer put back", c)
+		}
+	}
+}
+
+// A server receiving through Pool gets every message's bytes exactly, whatever the buffers
+// held before: random payloads of many sizes, interleaved on several streams.
+func TestServerReceivesExactBytes(t *testing.T) {
+	conn := echoServer(t, ServerOptions()...)
+	r := rand.NewChaCha8([32]byte{1, 2})
+	sizes := []int{0, 1, 255, 257, 4095, 16 << 10, 16<<10 + 1, 100 << 10, 256 << 10, 300 << 10, 1 << 20, 3 << 20}
+	for stream := range 3 {
+		st, err := conn.NewStream(context.Background(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/grpcbuf.Echo/Echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 24 {
+			n := sizes[(i*7+stream)%len(sizes)]
+			msg := make([]byte, n)
+			_, _ = r.Read(msg)
+			if err := st.SendMsg(wrapperspb.Bytes(msg)); err != nil {
+				t.Fatal(err)
+			}
+			var got wrapperspb.BytesValue
+			if err := st.RecvMsg(&got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Value, msg) {
+				t.Fatalf("stream %d message %d (%d bytes): the server received other bytes", stream, i, n)
+			}
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// echoServer serves a stream that sends back every message it receives, with opts, and
+// returns a client connection to it.
+func echoServer(tb testing.TB, opts ...grpc.ServerOption) *grpc.ClientConn {
+	tb.Helper()
+	return serve(tb, append(opts, grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+		for {
+			var m wrapperspb.BytesValue
+			if err := st.RecvMsg(&m); err != nil {
+				return nil
+			}
+			if err := st.SendMsg(&m); err != nil {
+				return err
+			}
+		}
+	})))
+}
+
+// serve starts a gRPC server with opts on a free loopback port until tb ends, and returns a
+// client connection to it.
+func serve(tb testing.TB, opts []grpc.ServerOption) *grpc.ClientConn {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(8<<20))...)
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// BenchmarkReceive256KiB sends one stream of 64 messages of 256 KiB (the soak's hostile body
+// chunks) to a server that only receives them, with gRPC's default pool and codec and with
+// ServerOptions. cpu-ns/op is the whole process's CPU time (both ends) per stream.
+func BenchmarkReceive256KiB(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []grpc.ServerOption
+	}{{"pool=grpc-default", nil}, {"pool=grpcbuf", ServerOptions()}} {
+		b.Run(c.name, func(b *testing.B) {
+			conn := drainServer(b, c.opts...)
+			msg := wrapperspb.Bytes(make([]byte, 256<<10))
+			b.SetBytes(64 << 18)
+			cpu0 := processCPU()
+			for b.Loop() {
+				st, err := conn.NewStream(context.Background(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/grpcbuf.Drain/Drain")
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range 64 {
+					if err := st.SendMsg(msg); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := st.CloseSend(); err != nil {
+					b.Fatal(err)
+				}
+				if err := st.RecvMsg(&wrapperspb.BytesValue{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// processCPU is the process's user and system CPU time so far, in ns: both ends' work,
+// whatever the host's other load does to the wall clock.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// drainServer serves a stream that receives messages until the client ends, then answers
+// once; it returns a client connection to it.
+func drainServer(tb testing.TB, opts ...grpc.ServerOption) *grpc.ClientConn {
+	tb.Helper()
+	return serve(tb, append(opts, grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+		var m wrapperspb.BytesValue
+		for st.RecvMsg(&m) == nil {
+		}
+		return st.SendMsg(&wrapperspb.BytesValue{})
+	})))
+}

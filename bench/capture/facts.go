@@ -73,7 +73,7 @@ func (c Cell) Facts() (Facts, error) { return c.window(math.Inf(-1), math.Inf(1)
 func (c Cell) SeedFacts() ([]Facts, error) {
 	out := make([]Facts, len(c.Seeds))
 	for i, s := range c.Seeds {
-		from, to := sendWindow(s.Requests)
+		from, to := SendWindow(s.Requests)
 		f, err := c.window(from, to).facts()
 		if err != nil {
 			return nil, fmt.Errorf("capture: %s seed %d: %w", c.Name, s.Seed, err)

@@ -54,6 +54,24 @@ func Load(dir string) ([]Cell, error) {
 	return cells, nil
 }
 
+// IsCapture reports whether dir is a capture in the published layout: a cell
+// directory (it holds run.json) or a directory holding one or more.
+func IsCapture(dir string) bool {
+	if isCellDir(dir) {
+		return true
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.IsDir() && isCellDir(filepath.Join(dir, e.Name())) {
+			return true
+		}
+	}
+	return false
+}
+
 func isCellDir(dir string) bool {
 	st, err := os.Stat(filepath.Join(dir, "run.json"))
 	return err == nil && st.Mode().IsRegular()
@@ -284,7 +302,7 @@ func readPromDir(dir string) (map[string][]Series, error) {
 		if err != nil {
 			return nil, fmt.Errorf("capture: %w", err)
 		}
-		ss, err := parseProm(data, path)
+		ss, err := ParseQueryRange(data, path)
 		if err != nil {
 			return nil, fmt.Errorf("capture: %w", err)
 		}

@@ -27,12 +27,13 @@ func isEngine(labels map[string]string) bool {
 	return labels["instance"] != "" && labels["job"] != "router"
 }
 
-// parseProm parses a query_range matrix and returns its engine series, sorted
-// by instance and then by their other labels. The matrix must be non-empty,
-// every series must have samples with ascending timestamps and finite values,
-// and each sample must be [<unix seconds number>, "<value string>"]. name is
-// used in errors.
-func parseProm(data []byte, name string) ([]Series, error) {
+// ParseQueryRange parses the body of a Prometheus /api/v1/query_range answer
+// (a matrix, as a prom/ file of a cell holds) and returns its engine series
+// (see Series), sorted by instance and then by their other labels. The matrix
+// must be non-empty, every series must have samples with ascending timestamps
+// and finite values, and each sample must be [<unix seconds number>, "<value
+// string>"]. name is used in errors.
+func ParseQueryRange(data []byte, name string) ([]Series, error) {
 	var resp promResponse
 	if err := json.Unmarshal(data, &resp); err != nil {
 		return nil, fmt.Errorf("%s: bad JSON: %w", name, err)

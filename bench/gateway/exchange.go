@@ -199,14 +199,7 @@ func (ex *exchange) requestPhase() bool {
 				}
 				continue
 			}
-			switch m := cr.GetBodyMutation().GetMutation().(type) {
-			case *extprocv3.BodyMutation_Body:
-				ex.body = m.Body
-			case *extprocv3.BodyMutation_ClearBody:
-				if m.ClearBody {
-					ex.body = nil
-				}
-			}
+			ex.body = mutateBody(ex.body, cr.GetBodyMutation())
 			ex.out.PickerTime = time.Since(sent)
 			return ex.requestDone()
 		default:
@@ -232,14 +225,22 @@ func (ex *exchange) headersAnswer(got *bool, phase string, m *message, mut *extp
 // requestDone waits for the request-body sender (its last message has gone out: the picker
 // answered end of stream) so the response phase may send.
 func (ex *exchange) requestDone() bool {
+	if !ex.sendersDone() {
+		return false
+	}
+	ex.out.RequestID = ex.req.header.Get("x-request-id")
+	return true
+}
+
+// sendersDone waits for the body senders; false when one failed (the client is answered).
+func (ex *exchange) sendersDone() bool {
 	ex.senders.Wait()
 	select {
 	case err := <-ex.sendErr:
 		return ex.sourceFailed(err)
 	default:
+		return true
 	}
-	ex.out.RequestID = ex.req.header.Get("x-request-id")
-	return true
 }
 
 // forward sends the request to the endpoints of the picker's list in turn until one answers
@@ -466,11 +467,8 @@ func (ex *exchange) recvExpect(what string) (*extprocv3.ProcessingResponse, bool
 
 // responseDone waits for the response-body sender and records the upstream time.
 func (ex *exchange) responseDone() bool {
-	ex.senders.Wait()
-	select {
-	case err := <-ex.sendErr:
-		return ex.sourceFailed(err)
-	default:
+	if !ex.sendersDone() {
+		return false
 	}
 	ex.out.Upstream = ex.upEnd.Sub(ex.upStart)
 	return true

@@ -199,13 +199,19 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 	}()
 	ips := engineIPs(cfg.Engines)
 	listeners := make([]net.Listener, len(ips))
+	defer func() { // the listeners no engine took
+		if err != nil {
+			for _, l := range listeners[len(f.engines):] {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+		}
+	}()
 	endpoints := make([]string, len(ips))
 	for i, ip := range ips {
-		if listeners[i], err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
-			for _, l := range listeners[:i] {
-				_ = l.Close()
-			}
-			return nil, fmt.Errorf("live: listen on %s: %w (all of 127/8 is loopback on Linux; elsewhere add the address to the loopback interface)", ip, err)
+		if listeners[i], err = listenOn(ip); err != nil {
+			return nil, err
 		}
 		endpoints[i] = listeners[i].Addr().String()
 	}
@@ -225,9 +231,6 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 		acfg.KVEvents = &app.KVEventsConfig{Port: kvCfg.Port, ReplayPort: kvCfg.ReplayPort}
 	}
 	if err := f.startApps(ctx, acfg, log, opts); err != nil {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
 		return nil, fmt.Errorf("live: start the picker: %w", err)
 	}
 	before, err := f.received(ctx)
@@ -239,9 +242,6 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 		e, err := StartEngine(EngineConfig{From: warm.Engines[i], Clock: warm.Now, IP: ip, Listener: listeners[i],
 			InstanceID: experiment.InstanceID(i), PullAddr: f.apps[i%len(f.apps)].LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
 		if err != nil {
-			for _, l := range listeners[i:] {
-				_ = l.Close()
-			}
 			return nil, err
 		}
 		f.engines = append(f.engines, e)

@@ -64,7 +64,9 @@ func (a Arm) Quantiles(ps ...float64) []float64 { return millis(a.Window.Totals,
 // DecisionQuantiles returns the p-th percentiles of the request phases, in milliseconds.
 func (a Arm) DecisionQuantiles(ps ...float64) []float64 { return millis(a.Window.Choices, ps...) }
 
-func millis(ds []time.Duration, ps ...float64) []float64 { return stats.Percentiles(inMillis(ds), ps...) }
+func millis(ds []time.Duration, ps ...float64) []float64 {
+	return stats.Percentiles(inMillis(ds), ps...)
+}
 
 // inMillis is ds in milliseconds.
 func inMillis(ds []time.Duration) []float64 {

@@ -9,16 +9,21 @@ import (
 	"strings"
 )
 
-// promResponse is the body of a Prometheus /api/v1/query_range answer.
+// promResponse is the body of a Prometheus /api/v1/query_range answer, as
+// ParseQueryRange reads it and WriteProm writes it.
 type promResponse struct {
 	Status string `json:"status"`
 	Data   struct {
-		ResultType string `json:"resultType"`
-		Result     []struct {
-			Metric map[string]string `json:"metric"`
-			Values [][2]any          `json:"values"`
-		} `json:"result"`
+		ResultType string         `json:"resultType"`
+		Result     []matrixSeries `json:"result"`
 	} `json:"data"`
+}
+
+// matrixSeries is one series of a query_range matrix: its labels and its
+// [time, "value"] samples.
+type matrixSeries struct {
+	Metric map[string]string `json:"metric"`
+	Values [][2]any          `json:"values"`
 }
 
 // isEngine reports whether a series is an engine's own: it carries an

@@ -432,7 +432,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 	}
 	receivedBefore -= f.baseReceived
 
-	sentMsgs, sentBytes := f.sharedSent(ctx)
+	sentBefore := f.replicaSums(ctx, sentMetrics...)
 	recs := make([]record, len(reqs))
 	ids := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -557,7 +557,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 	for i, row := range run.Rows {
 		failed[i] = row.Status != "ok"
 	}
-	res.Replicas = f.replicaStats(context.WithoutCancel(ctx), start, outcomes, ids, failed, sentMsgs, sentBytes)
+	res.Replicas = f.replicaStats(context.WithoutCancel(ctx), start, outcomes, ids, failed, sentBefore)
 	return res, nil
 }
 

@@ -225,21 +225,21 @@ func (ex *exchange) headersAnswer(got *bool, phase string, m *message, mut *extp
 // requestDone waits for the request-body sender (its last message has gone out: the picker
 // answered end of stream) so the response phase may send.
 func (ex *exchange) requestDone() bool {
-	if !ex.sendersDone() {
-		return false
+	if err := ex.sendersErr(); err != nil {
+		return ex.sourceFailed(err)
 	}
 	ex.out.RequestID = ex.req.header.Get("x-request-id")
 	return true
 }
 
-// sendersDone waits for the body senders; false when one failed (the client is answered).
-func (ex *exchange) sendersDone() bool {
+// sendersErr waits for the body senders and returns the first one's error (nil: none failed).
+func (ex *exchange) sendersErr() error {
 	ex.senders.Wait()
 	select {
 	case err := <-ex.sendErr:
-		return ex.sourceFailed(err)
+		return err
 	default:
-		return true
+		return nil
 	}
 }
 
@@ -467,8 +467,8 @@ func (ex *exchange) recvExpect(what string) (*extprocv3.ProcessingResponse, bool
 
 // responseDone waits for the response-body sender and records the upstream time.
 func (ex *exchange) responseDone() bool {
-	if !ex.sendersDone() {
-		return false
+	if err := ex.sendersErr(); err != nil {
+		return ex.sourceFailed(err)
 	}
 	ex.out.Upstream = ex.upEnd.Sub(ex.upStart)
 	return true

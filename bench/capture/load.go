@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -244,10 +245,7 @@ func readSeeds(dir string, manifest []int) ([]Seed, error) {
 	}
 	want := manifest
 	if len(want) == 0 {
-		for n := range present {
-			want = append(want, n)
-		}
-		slices.Sort(want)
+		want = slices.Sorted(maps.Keys(present))
 		if len(want) > 0 && want[0] >= 1 {
 			want = make([]int, want[len(want)-1])
 			for i := range want {

@@ -3,6 +3,7 @@ package capture
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -107,13 +108,8 @@ func SortSeries(ss []Series) {
 // LabelKey is a canonical string of a label set: name=value pairs in name
 // order, each value quoted, so two sets have the same key only when equal.
 func LabelKey(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(l)) {
 		b.WriteString(k + "=" + strconv.Quote(l[k]) + ",")
 	}
 	return b.String()

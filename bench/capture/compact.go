@@ -310,7 +310,7 @@ func WriteCompact(w io.Writer, c Compact) error {
 				prev = at
 				ds.TTFT = append(ds.TTFT, micros(s.TTFT[i]))
 				ds.E2E = append(ds.E2E, micros(s.E2E[i]))
-				ok.WriteByte("01"[b2i(s.OK[i])])
+				ok.WriteByte(okDigit[s.OK[i]])
 			}
 			ds.OK = ok.String()
 			dc.Seeds = append(dc.Seeds, ds)
@@ -385,12 +385,8 @@ func ReadCompact(r io.Reader) (Compact, error) {
 	return c, nil
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
+// okDigit is a request's character in diskSeed.OK.
+var okDigit = map[bool]byte{false: '0', true: '1'}
 
 type diskCompact struct {
 	Format string     `json:"format"`

@@ -190,14 +190,11 @@ func runSeed(ctx context.Context, reqs []workload.Request, send Send, lim Limits
 			case <-timer.C:
 			}
 		}
-		if ctx.Err() != nil {
-			break
-		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil { // a slot taken then is never used: the loop ends here
 			break
 		}
 		sent++

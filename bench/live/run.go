@@ -15,6 +15,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/openai"
+	"github.com/loadaware/loadaware-epp/bench/promtext"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
@@ -647,4 +648,13 @@ func (f *liveFleet) send(ctx context.Context, id string, r workload.Request, exp
 		rec.err = err.Error()
 	}
 	return rec
+}
+
+// scrape reads url (a /metrics endpoint) and sums its samples by metric name.
+func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
+	p, err := promtext.Get(ctx, c, url)
+	if err != nil {
+		return nil, err
+	}
+	return p.Totals(), nil
 }

@@ -283,13 +283,9 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 	if err := f.dialGateways(log, opts.FailOpen); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("live: listen for the gateway on a loopback port: %w", err)
+	if f.srv, f.url, err = gateway.ServeLoopback(f.front()); err != nil {
+		return nil, fmt.Errorf("live: %w", err)
 	}
-	f.srv = &http.Server{Handler: f.front(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = f.srv.Serve(lis) }()
-	f.url = "http://" + lis.Addr().String()
 	return f, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
 // Metric file stems Facts reads.
@@ -73,7 +75,7 @@ func (c Cell) Facts() (Facts, error) { return c.window(math.Inf(-1), math.Inf(1)
 func (c Cell) SeedFacts() ([]Facts, error) {
 	out := make([]Facts, len(c.Seeds))
 	for i, s := range c.Seeds {
-		from, to := sendWindow(s.Requests)
+		from, to := SendWindow(s.Requests)
 		f, err := c.window(from, to).facts()
 		if err != nil {
 			return nil, fmt.Errorf("capture: %s seed %d: %w", c.Name, s.Seed, err)
@@ -143,7 +145,7 @@ func (c Cell) facts() (Facts, error) {
 		{QueriesMetric, inc, &queries},
 		{PreemptionsMetric, inc, &f.Preemptions},
 		{KVUsageMetric, func(s Series) float64 { return maxOf(s.V) }, &f.KVUsageMax},
-		{CPUTierMetric, func(s Series) float64 { return mean(s.V) }, &f.CPUTierBytes},
+		{CPUTierMetric, func(s Series) float64 { return stats.Mean(s.V) }, &f.CPUTierBytes},
 		{WaitingMetric, func(s Series) float64 { return shareAbove0(s.V) }, &f.WaitingShareEngine},
 		{TTFTCountMetric, inc, &ttftN},
 		{TTFTSumMetric, inc, &ttftSum},
@@ -173,9 +175,7 @@ func sum(v []float64) float64 {
 	return s
 }
 
-// mean is NaN for no values (a window without samples), like maxOf and shareAbove0.
-func mean(v []float64) float64 { return ratio(sum(v), float64(len(v))) }
-
+// maxOf and shareAbove0 are NaN for no values (a window without samples), as stats.Mean is.
 func maxOf(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()

@@ -45,7 +45,7 @@ func FuzzParseProm(f *testing.F) {
 	f.Add([]byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"instance":"a","le":"0.1"},"values":[[1.5,"NaN"]]}]}}`))
 	f.Add([]byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"instance":"a"},"values":[[1,"1",3]]}]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ss, err := parseProm(data, "fuzz.json")
+		ss, err := ParseQueryRange(data, "fuzz.json")
 		if err != nil {
 			return
 		}

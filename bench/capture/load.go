@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -52,6 +53,24 @@ func Load(dir string) ([]Cell, error) {
 		return nil, fmt.Errorf("capture: %s: no cell directories (a cell directory holds run.json)", dir)
 	}
 	return cells, nil
+}
+
+// IsCapture reports whether dir is a capture in the published layout: a cell
+// directory (it holds run.json) or a directory holding one or more.
+func IsCapture(dir string) bool {
+	if isCellDir(dir) {
+		return true
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.IsDir() && isCellDir(filepath.Join(dir, e.Name())) {
+			return true
+		}
+	}
+	return false
 }
 
 func isCellDir(dir string) bool {
@@ -226,10 +245,7 @@ func readSeeds(dir string, manifest []int) ([]Seed, error) {
 	}
 	want := manifest
 	if len(want) == 0 {
-		for n := range present {
-			want = append(want, n)
-		}
-		slices.Sort(want)
+		want = slices.Sorted(maps.Keys(present))
 		if len(want) > 0 && want[0] >= 1 {
 			want = make([]int, want[len(want)-1])
 			for i := range want {
@@ -284,7 +300,7 @@ func readPromDir(dir string) (map[string][]Series, error) {
 		if err != nil {
 			return nil, fmt.Errorf("capture: %w", err)
 		}
-		ss, err := parseProm(data, path)
+		ss, err := ParseQueryRange(data, path)
 		if err != nil {
 			return nil, fmt.Errorf("capture: %w", err)
 		}

@@ -160,14 +160,16 @@ func (c Cell) SeedMetrics() ([]map[string]float64, error) {
 	out := make([]map[string]float64, len(c.Seeds))
 	for i, s := range c.Seeds {
 		m := SeedMetrics(s.Requests)
-		from, to := sendWindow(s.Requests)
+		from, to := SendWindow(s.Requests)
 		m[ImbalanceKey] = Imbalance(running, from, to)
 		out[i] = m
 	}
 	return out, nil
 }
 
-func sendWindow(rows []Request) (from, to float64) {
+// SendWindow is the first and the last send among rows: the window a seed's
+// imbalance and facts are measured over.
+func SendWindow(rows []Request) (from, to float64) {
 	from, to = math.Inf(1), math.Inf(-1)
 	for _, r := range rows {
 		from, to = math.Min(from, r.Send), math.Max(to, r.Send)

@@ -3,22 +3,28 @@ package capture
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// promResponse is the body of a Prometheus /api/v1/query_range answer.
+// promResponse is the body of a Prometheus /api/v1/query_range answer, as
+// ParseQueryRange reads it and WriteProm writes it.
 type promResponse struct {
 	Status string `json:"status"`
 	Data   struct {
-		ResultType string `json:"resultType"`
-		Result     []struct {
-			Metric map[string]string `json:"metric"`
-			Values [][2]any          `json:"values"`
-		} `json:"result"`
+		ResultType string         `json:"resultType"`
+		Result     []matrixSeries `json:"result"`
 	} `json:"data"`
+}
+
+// matrixSeries is one series of a query_range matrix: its labels and its
+// [time, "value"] samples.
+type matrixSeries struct {
+	Metric map[string]string `json:"metric"`
+	Values [][2]any          `json:"values"`
 }
 
 // isEngine reports whether a series is an engine's own: it carries an
@@ -27,12 +33,13 @@ func isEngine(labels map[string]string) bool {
 	return labels["instance"] != "" && labels["job"] != "router"
 }
 
-// parseProm parses a query_range matrix and returns its engine series, sorted
-// by instance and then by their other labels. The matrix must be non-empty,
-// every series must have samples with ascending timestamps and finite values,
-// and each sample must be [<unix seconds number>, "<value string>"]. name is
-// used in errors.
-func parseProm(data []byte, name string) ([]Series, error) {
+// ParseQueryRange parses the body of a Prometheus /api/v1/query_range answer
+// (a matrix, as a prom/ file of a cell holds) and returns its engine series
+// (see Series), sorted by instance and then by their other labels. The matrix
+// must be non-empty, every series must have samples with ascending timestamps
+// and finite values, and each sample must be [<unix seconds number>, "<value
+// string>"]. name is used in errors.
+func ParseQueryRange(data []byte, name string) ([]Series, error) {
 	var resp promResponse
 	if err := json.Unmarshal(data, &resp); err != nil {
 		return nil, fmt.Errorf("%s: bad JSON: %w", name, err)
@@ -101,13 +108,8 @@ func SortSeries(ss []Series) {
 // LabelKey is a canonical string of a label set: name=value pairs in name
 // order, each value quoted, so two sets have the same key only when equal.
 func LabelKey(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(l)) {
 		b.WriteString(k + "=" + strconv.Quote(l[k]) + ",")
 	}
 	return b.String()

@@ -118,19 +118,9 @@ func WriteProm(dir, metric string, series []Series) error {
 	if !metricName.MatchString(metric) {
 		return fmt.Errorf("capture: write %s: %q is not a metric name", dir, metric)
 	}
-	type result struct {
-		Metric map[string]string `json:"metric"`
-		Values [][2]any          `json:"values"`
-	}
-	out := struct {
-		Status string `json:"status"`
-		Data   struct {
-			ResultType string   `json:"resultType"`
-			Result     []result `json:"result"`
-		} `json:"data"`
-	}{Status: "success"}
+	out := promResponse{Status: "success"}
 	out.Data.ResultType = "matrix"
-	out.Data.Result = []result{}
+	out.Data.Result = []matrixSeries{}
 	for _, s := range series {
 		if s.Instance == "" || len(s.T) == 0 || len(s.T) != len(s.V) {
 			return fmt.Errorf("capture: write %s: %s: a series needs an instance and as many values as times, at least one", dir, metric)
@@ -138,7 +128,7 @@ func WriteProm(dir, metric string, series []Series) error {
 		labels := map[string]string{}
 		maps.Copy(labels, s.Labels)
 		labels["__name__"], labels["instance"] = metric, s.Instance
-		r := result{Metric: labels, Values: make([][2]any, len(s.T))}
+		r := matrixSeries{Metric: labels, Values: make([][2]any, len(s.T))}
 		for i := range s.T {
 			if math.IsNaN(s.V[i]) || math.IsInf(s.V[i], 0) || math.IsNaN(s.T[i]) || (i > 0 && !(s.T[i] > s.T[i-1])) {
 				return fmt.Errorf("capture: write %s: %s instance %s sample %d: times ascend and values are finite", dir, metric, s.Instance, i)

@@ -13,9 +13,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -110,15 +110,13 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 	for i, arm := range arms {
 		bar := progress.New(stderr, fmt.Sprintf("%-14s", arm.Name), c.Progress)
 		opts := live.Options{WarmUp: vtime.WarmUp, Timeout: c.Timeout, Explain: explain, Progress: bar.Update, Logger: log, CacheSource: c.Cache}
-		if c.Hold && i == len(arms)-1 {
-			opts.AdminToken = token
-		}
 		var metricsURL, gatewayURL string
 		opts.Started = func(m, g string) {
 			metricsURL, gatewayURL = m, g
 			fmt.Fprintf(stdout, "%s: the picker's metrics are at %s while its requests run\n", arm.Name, m)
 		}
 		if c.Hold && i == len(arms)-1 {
+			opts.AdminToken = token
 			opts.Hold = func(ctx context.Context, r live.Result) {
 				bar.Finish()
 				held, results = true, append(results, r)
@@ -157,6 +155,9 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// cols are the metrics the demo's tables show.
+var cols = []string{"TTFT p50", "TTFT p95", "e2e p95", "imbalance", "hit rate", "miss@150ms"}
+
 func printLive(w io.Writer, cfg experiment.Config, results []live.Result) {
 	fmt.Fprintln(w, "\nRequests per engine:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -179,7 +180,6 @@ func printLive(w io.Writer, cfg experiment.Config, results []live.Result) {
 	_ = tw.Flush()
 
 	fmt.Fprintln(w, "\nAs the client saw it (seconds; imbalance = mean running requests of the busiest engine / the idlest, sampled from /metrics):")
-	cols := []string{"TTFT p50", "TTFT p95", "e2e p95", "imbalance", "hit rate", "miss@150ms"}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "arm\t%s\terrors\tLMCache msgs pushed/received\twall s\t\n", strings.Join(cols, "\t"))
 	metrics := make([]analysis.SeedMetrics, len(results))
@@ -202,12 +202,7 @@ func printLive(w io.Writer, cfg experiment.Config, results []live.Result) {
 
 	fmt.Fprintln(w, "\nSample decisions (x-loadaware-decision: matched = prompt tokens the engine holds, by the LMCache index):")
 	for _, r := range results {
-		idx := make([]int, 0, len(r.Decisions))
-		for i := range r.Decisions {
-			idx = append(idx, i)
-		}
-		sort.Ints(idx)
-		for _, i := range idx {
+		for _, i := range slices.Sorted(maps.Keys(r.Decisions)) {
 			fmt.Fprintf(w, "  %-14s request %d: %s\n", r.Run.Arm.Name, i, r.Decisions[i])
 		}
 	}
@@ -247,7 +242,6 @@ func virtualSweep(ctx context.Context, cfg experiment.Config, c Config, stdout, 
 	fmt.Fprintf(stdout, "\nThe same arms on seeds 1-%d of this workload in virtual time (%.1f s): medians over seeds, then each arm against %s\n",
 		c.VSeeds, time.Since(start).Seconds(), analysis.Baseline)
 	fmt.Fprintf(stdout, "(one-sided exact Wilcoxon signed-rank on paired seeds, significant below p = %.3f):\n", analysis.Alpha)
-	cols := []string{"TTFT p50", "TTFT p95", "e2e p95", "imbalance", "hit rate", "miss@150ms"}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "arm\t%s\t\n", strings.Join(cols, "\t"))
 	for _, s := range a.Arms {

@@ -136,7 +136,8 @@ func RunCell(ctx context.Context, c Cell, send Send, lim Limits, metrics func(st
 		}
 		end = last
 		sums = append(sums, SeedSummary{Seed: s.Seed, TTFTP95: capture.SeedMetrics(rows)[capture.TTFTP95], Imbalance: math.NaN()})
-		windows = append(windows, sendWindow(rows))
+		from, to := capture.SendWindow(rows)
+		windows = append(windows, [2]float64{from, to})
 		if err := capture.WriteSeed(c.Dir, capture.Seed{Seed: s.Seed, Requests: rows}); err != nil {
 			return sums, err
 		}
@@ -169,16 +170,6 @@ func RunCell(ctx context.Context, c Cell, send Send, lim Limits, metrics func(st
 	return sums, nil
 }
 
-// sendWindow is the first and the last send among rows, as replay measures a
-// seed's imbalance over.
-func sendWindow(rows []capture.Request) [2]float64 {
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, r := range rows {
-		lo, hi = min(lo, r.Send), max(hi, r.Send)
-	}
-	return [2]float64{lo, hi}
-}
-
 var errStopped = errors.New("stopped")
 
 // runSeed sends reqs open loop from now and returns their rows in request
@@ -199,14 +190,11 @@ func runSeed(ctx context.Context, reqs []workload.Request, send Send, lim Limits
 			case <-timer.C:
 			}
 		}
-		if ctx.Err() != nil {
-			break
-		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil { // a slot taken then is never used: the loop ends here
 			break
 		}
 		sent++

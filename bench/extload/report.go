@@ -65,11 +65,16 @@ func (a Arm) Quantiles(ps ...float64) []float64 { return millis(a.Window.Totals,
 func (a Arm) DecisionQuantiles(ps ...float64) []float64 { return millis(a.Window.Choices, ps...) }
 
 func millis(ds []time.Duration, ps ...float64) []float64 {
+	return stats.Percentiles(inMillis(ds), ps...)
+}
+
+// inMillis is ds in milliseconds.
+func inMillis(ds []time.Duration) []float64 {
 	xs := make([]float64, len(ds))
 	for i, d := range ds {
 		xs[i] = float64(d) / float64(time.Millisecond)
 	}
-	return stats.Percentiles(xs, ps...)
+	return xs
 }
 
 // Pool adds a to arms: to the arm of the same server and rate if there is one (its
@@ -255,12 +260,8 @@ func p99RatioCI(server, floor [][]time.Duration, seed uint64) (stats.Interval, b
 func sortedRounds(rounds [][]time.Duration) [][]float64 {
 	out := make([][]float64, len(rounds))
 	for i, r := range rounds {
-		xs := make([]float64, len(r))
-		for j, d := range r {
-			xs[j] = float64(d) / float64(time.Millisecond)
-		}
-		slices.Sort(xs)
-		out[i] = xs
+		out[i] = inMillis(r)
+		slices.Sort(out[i])
 	}
 	return out
 }

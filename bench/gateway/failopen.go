@@ -96,11 +96,7 @@ func (ex *exchange) failOpen(err error) (done, ok bool) {
 // openRequest sends the client's request to the next Fallback engine, as Envoy's
 // fallback route does for a request the picker did not route, and relays its response.
 func (ex *exchange) openRequest(cause error) bool {
-	ex.senders.Wait()
-	select {
-	case <-ex.sendErr:
-	default:
-	}
+	_ = ex.sendersErr() // a sender stops at its first failed send; cause says why
 	fb := ex.g.opts.Fallback
 	ep := fb[int(ex.g.fallbackN.Add(1)-1)%len(fb)]
 	ex.out.FailedOpen, ex.out.Destinations = "request", []string{ep}
@@ -135,11 +131,7 @@ func (ex *exchange) openRequest(cause error) bool {
 // openResponse continues the endpoint's response to the client without the picker: the
 // bytes the picker had not echoed yet, then the rest of the body as it arrives.
 func (ex *exchange) openResponse(cause error) bool {
-	ex.senders.Wait() // the sender stops at its first failed send
-	select {
-	case <-ex.sendErr:
-	default:
-	}
+	_ = ex.sendersErr() // the sender stops at its first failed send; cause says why
 	ex.out.FailedOpen = "response"
 	ex.g.log.Warn("gateway: the picker's stream failed during the response; continuing it unprocessed (failure_mode_allow)",
 		"request_id", ex.out.RequestID, "endpoint", ex.out.Endpoint, "err", cause)

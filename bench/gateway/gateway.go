@@ -241,6 +241,18 @@ func (g *Gateway) Close() error {
 	return nil
 }
 
+// ServeLoopback serves h (a Gateway, or a front spreading requests over several) over HTTP on
+// a free loopback port, and returns the server, which Close stops, and its base URL.
+func ServeLoopback(h http.Handler) (*http.Server, string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("listen for the gateway on a loopback port: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	return srv, "http://" + lis.Addr().String(), nil
+}
+
 // ServeHTTP routes one request through the picker to an endpoint. When the picker's stream or the
 // endpoint fails after the response has started, the response is aborted (http.ErrAbortHandler),
 // as Envoy resets the downstream stream.

@@ -2,8 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,12 +49,7 @@ func (m *message) headerMap(response bool) *corev3.HeaderMap {
 		add(":method", m.method)
 		add(":scheme", m.scheme)
 	}
-	keys := make([]string, 0, len(m.header))
-	for k := range m.header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m.header)) {
 		lk := strings.ToLower(k)
 		if hopByHop[lk] {
 			continue
@@ -94,24 +90,21 @@ func (m *message) apply(mut *extprocv3.HeaderMutation) error {
 		if k == "" || strings.ContainsAny(v, "\r\n\x00") {
 			return fmt.Errorf("header mutation has an invalid header %q: %q", h.GetKey(), v)
 		}
-		exists := m.has(k)
-		set := false
-		switch {
-		case o.GetAppendAction() == corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD,
-			o.GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
+		var set bool
+		switch o.GetAppendAction() {
+		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
 			set = true
-		case o.GetAppendAction() == corev3.HeaderValueOption_ADD_IF_ABSENT:
-			set = !exists
-		case o.GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS:
-			set = exists
+		case corev3.HeaderValueOption_ADD_IF_ABSENT:
+			set = !m.has(k)
+		case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS:
+			set = m.has(k)
 		default:
 			return fmt.Errorf("header mutation of %q has an unknown append_action %v", k, o.GetAppendAction())
 		}
-		if !set {
-			continue
-		}
-		if err := m.set(k, v); err != nil {
-			return err
+		if set {
+			if err := m.set(k, v); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -113,17 +113,14 @@ func bindSocket(zctx *zmq.Context, kind zmq.Type, addr string) (*zmq.Socket, str
 	if err != nil {
 		return nil, "", err
 	}
-	if err := so.SetLinger(0); err != nil {
-		so.Close()
-		return nil, "", err
+	err = so.SetLinger(0)
+	if err == nil && kind == zmq.XPUB {
+		err = so.SetXpubVerbose(1)
 	}
-	if kind == zmq.XPUB {
-		if err := so.SetXpubVerbose(1); err != nil {
-			so.Close()
-			return nil, "", err
-		}
+	if err == nil {
+		err = so.SetSndhwm(100000)
 	}
-	if err := so.SetSndhwm(100000); err != nil {
+	if err != nil {
 		so.Close()
 		return nil, "", err
 	}

@@ -161,13 +161,16 @@ func StartEngine(cfg EngineConfig) (_ *Engine, err error) {
 	}
 	e.lis = cfg.Listener
 	if e.lis == nil {
-		if e.lis, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, "0")); err != nil {
-			return nil, fmt.Errorf("live: listen on %s: %w (all of 127/8 is loopback on Linux; elsewhere add the address to the loopback interface)", cfg.IP, err)
+		if e.lis, err = listenOn(cfg.IP); err != nil {
+			return nil, err
 		}
 	}
 	defer func() {
 		if err != nil {
 			_ = e.lis.Close()
+			if e.push != nil {
+				_ = e.push.close()
+			}
 		}
 	}()
 	if host, _, _ := net.SplitHostPort(e.lis.Addr().String()); host != cfg.IP {
@@ -179,15 +182,11 @@ func StartEngine(cfg EngineConfig) (_ *Engine, err error) {
 		}
 		url := net.JoinHostPort(cfg.IP, "30081")
 		if err := e.push.enqueue(lmcache.RegisterMsg{InstanceID: cfg.InstanceID, WorkerID: 0, IP: cfg.IP, Port: 8001, DistributedURL: &url}); err != nil {
-			_ = e.push.close()
 			return nil, err
 		}
 	}
 	if cfg.KVEvents != nil {
 		if e.kv, err = startKVPub(cfg.IP, *cfg.KVEvents, keys.ChunkKeys, modelCfg.ChunkSize); err != nil {
-			if e.push != nil {
-				_ = e.push.close()
-			}
 			return nil, err
 		}
 	}
@@ -198,6 +197,15 @@ func StartEngine(cfg EngineConfig) (_ *Engine, err error) {
 	e.srv = &http.Server{Handler: e.routes(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = e.srv.Serve(e.lis) }()
 	return e, nil
+}
+
+// listenOn listens on a free port of the loopback ip.
+func listenOn(ip string) (net.Listener, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("live: listen on %s: %w (all of 127/8 is loopback on Linux; elsewhere add the address to the loopback interface)", ip, err)
+	}
+	return l, nil
 }
 
 // Addr is the engine's "ip:port".

@@ -151,18 +151,43 @@ func TestEngineStreamsAsVLLMDoes(t *testing.T) {
 
 func TestEngineAnswersWithoutStreaming(t *testing.T) {
 	e := startEngine(t, EngineConfig{})
-	resp, body := post(t, "http://"+e.Addr()+"/v1/completions", `{"model":"m","prompt":[1,2,3],"max_tokens":2}`)
-	var got struct {
-		Choices []struct {
-			Text string `json:"text"`
-		} `json:"choices"`
-		Usage usage `json:"usage"`
+	tests := []struct {
+		name, path, body, object string
+		prompt                   int // prompt tokens without a tokenizer
+	}{
+		{"completion", "/v1/completions", `{"model":"m","prompt":[1,2,3],"max_tokens":2}`, "text_completion", 3},
+		{"chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, "chat.completion", len("user: hi\n")},
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
-	}
-	if got.Choices[0].Text != strings.Repeat(outputText, 2) || got.Usage != (usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}) {
-		t.Errorf("answer %s", body)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := post(t, "http://"+e.Addr()+tc.path, tc.body)
+			var got struct {
+				Object  string `json:"object"`
+				Choices []struct {
+					Text    string `json:"text"`
+					Message *struct {
+						Role, Content string
+					} `json:"message"`
+					FinishReason string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage usage `json:"usage"`
+			}
+			if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got.Choices) != 1 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			c, want := got.Choices[0], strings.Repeat(outputText, 2)
+			text := c.Text
+			if c.Message != nil {
+				if c.Message.Role != "assistant" || c.Text != "" {
+					t.Errorf("chat message %+v beside text %q: %s", *c.Message, c.Text, body)
+				}
+				text = c.Message.Content
+			}
+			if got.Object != tc.object || text != want || (c.Message != nil) != (tc.object == "chat.completion") || c.FinishReason != "length" ||
+				got.Usage != (usage{PromptTokens: tc.prompt, CompletionTokens: 2, TotalTokens: tc.prompt + 2}) {
+				t.Errorf("answer %s", body)
+			}
+		})
 	}
 }
 

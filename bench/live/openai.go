@@ -186,17 +186,15 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, statusOf(j.err), j.err.Error())
 		return
 	}
-	u := usage{PromptTokens: len(g.tokens), CompletionTokens: n, TotalTokens: len(g.tokens) + n}
 	text := strings.Repeat(outputText, n)
+	object, choice := "text_completion", map[string]any{"index": 0, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}
 	if chat {
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": e.cfg.ModelName,
-			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
-			"usage":   u})
-		return
+		object, choice["message"] = "chat.completion", map[string]any{"role": "assistant", "content": text}
+	} else {
+		choice["text"] = text
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": e.cfg.ModelName,
-		"choices": []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
-		"usage":   u})
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": time.Now().Unix(), "model": e.cfg.ModelName,
+		"choices": []any{choice}, "usage": g.usage(n)})
 }
 
 // wait reads every token of j; ok is false when the client went away first.
@@ -227,6 +225,11 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	TotalTokens      int `json:"total_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
+}
+
+// usage is the request's usage after n output tokens.
+func (g genRequest) usage(n int) usage {
+	return usage{PromptTokens: len(g.tokens), CompletionTokens: n, TotalTokens: len(g.tokens) + n}
 }
 
 // stream writes the response as server-sent events, as vLLM does: the status line with the
@@ -279,8 +282,7 @@ func (e *Engine) stream(ctx context.Context, w http.ResponseWriter, j *job, g ge
 					return // after the first byte an error can only cut the stream
 				}
 				if g.includeUsage {
-					u := usage{PromptTokens: len(g.tokens), CompletionTokens: n, TotalTokens: len(g.tokens) + n}
-					if !write(map[string]any{"id": id, "object": object, "created": created, "model": e.cfg.ModelName, "choices": []any{}, "usage": u}) {
+					if !write(map[string]any{"id": id, "object": object, "created": created, "model": e.cfg.ModelName, "choices": []any{}, "usage": g.usage(n)}) {
 						return
 					}
 				}

@@ -6,11 +6,11 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/lmworker"
 	"github.com/loadaware/loadaware-epp/lmcache"
+	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
 )
 
@@ -104,7 +104,7 @@ func (p *pusher) send(batch [][]byte) bool {
 		case err == nil:
 			p.pushed.Add(int64(len(batch)))
 			return true
-		case zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+		case zmqwait.IsAgain(err): // the socket is full or not yet connected
 			select {
 			case <-p.quit:
 				return false

@@ -245,20 +245,16 @@ func (f *liveFleet) watchHealing(killed int) time.Duration {
 	return -1
 }
 
+// sentMetrics are the shared-state counters a seed's replica figures are differences of:
+// messages and payload bytes published; replicaStats reads the load corrections with them.
+var sentMetrics = []string{"loadaware_replica_messages_sent_total", "loadaware_replica_bytes_sent_total"}
+
 // replicaStats fills the figures of a run with replicas from its outcomes (by request
-// id), which requests failed, and the shared-state counters before the seed.
-func (f *liveFleet) replicaStats(ctx context.Context, start time.Time, outcomes map[string]gateway.Outcome, ids []string, failed []bool, before, beforeBytes float64) ReplicaStats {
+// id), which requests failed, and the sentMetrics sums before the seed.
+func (f *liveFleet) replicaStats(ctx context.Context, start time.Time, outcomes map[string]gateway.Outcome, ids []string, failed []bool, before []float64) ReplicaStats {
 	st := ReplicaStats{Replicas: len(f.apps), Naive: f.naive, ViewHealed: -1}
-	msgs, bytes := f.sharedSent(ctx)
-	st.Messages, st.Bytes = msgs-before, bytes-beforeBytes
-	for i, a := range f.apps {
-		if i == f.killed {
-			continue
-		}
-		if m, err := scrape(ctx, f.client, "http://"+a.MetricsAddr()+"/metrics"); err == nil {
-			st.Corrections += m["loadaware_replica_load_corrections_total"]
-		}
-	}
+	now := f.replicaSums(ctx, append(sentMetrics, "loadaware_replica_load_corrections_total")...)
+	st.Messages, st.Bytes, st.Corrections = now[0]-before[0], now[1]-before[1], now[2]
 	var times []time.Duration
 	for _, id := range ids {
 		if o, ok := outcomes[id]; ok && o.PickerTime > 0 {
@@ -289,8 +285,10 @@ func (f *liveFleet) replicaStats(ctx context.Context, start time.Time, outcomes 
 	return st
 }
 
-// sharedSent sums the shared-state messages and bytes the live replicas published.
-func (f *liveFleet) sharedSent(ctx context.Context) (msgs, bytes float64) {
+// replicaSums sums each named metric over the live replicas' /metrics; a replica whose
+// page cannot be read counts for none of them.
+func (f *liveFleet) replicaSums(ctx context.Context, names ...string) []float64 {
+	sums := make([]float64, len(names))
 	for i, a := range f.apps {
 		if i == f.killed {
 			continue
@@ -299,8 +297,9 @@ func (f *liveFleet) sharedSent(ctx context.Context) (msgs, bytes float64) {
 		if err != nil {
 			continue
 		}
-		msgs += m["loadaware_replica_messages_sent_total"]
-		bytes += m["loadaware_replica_bytes_sent_total"]
+		for j, name := range names {
+			sums[j] += m[name]
+		}
 	}
-	return msgs, bytes
+	return sums
 }

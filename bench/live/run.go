@@ -15,6 +15,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/experiment"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/bench/openai"
+	"github.com/loadaware/loadaware-epp/bench/promtext"
 	"github.com/loadaware/loadaware-epp/bench/workload"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
@@ -199,13 +200,19 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 	}()
 	ips := engineIPs(cfg.Engines)
 	listeners := make([]net.Listener, len(ips))
+	defer func() { // the listeners no engine took
+		if err != nil {
+			for _, l := range listeners[len(f.engines):] {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+		}
+	}()
 	endpoints := make([]string, len(ips))
 	for i, ip := range ips {
-		if listeners[i], err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
-			for _, l := range listeners[:i] {
-				_ = l.Close()
-			}
-			return nil, fmt.Errorf("live: listen on %s: %w (all of 127/8 is loopback on Linux; elsewhere add the address to the loopback interface)", ip, err)
+		if listeners[i], err = listenOn(ip); err != nil {
+			return nil, err
 		}
 		endpoints[i] = listeners[i].Addr().String()
 	}
@@ -225,9 +232,6 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 		acfg.KVEvents = &app.KVEventsConfig{Port: kvCfg.Port, ReplayPort: kvCfg.ReplayPort}
 	}
 	if err := f.startApps(ctx, acfg, log, opts); err != nil {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
 		return nil, fmt.Errorf("live: start the picker: %w", err)
 	}
 	before, err := f.received(ctx)
@@ -239,9 +243,6 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 		e, err := StartEngine(EngineConfig{From: warm.Engines[i], Clock: warm.Now, IP: ip, Listener: listeners[i],
 			InstanceID: experiment.InstanceID(i), PullAddr: f.apps[i%len(f.apps)].LMCachePullAddr(), Keys: keys, KVEvents: kvCfg, Logger: log})
 		if err != nil {
-			for _, l := range listeners[i:] {
-				_ = l.Close()
-			}
 			return nil, err
 		}
 		f.engines = append(f.engines, e)
@@ -282,13 +283,9 @@ func startFleet(ctx context.Context, cfg experiment.Config, arm experiment.Arm, 
 	if err := f.dialGateways(log, opts.FailOpen); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("live: listen for the gateway on a loopback port: %w", err)
+	if f.srv, f.url, err = gateway.ServeLoopback(f.front()); err != nil {
+		return nil, fmt.Errorf("live: %w", err)
 	}
-	f.srv = &http.Server{Handler: f.front(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = f.srv.Serve(lis) }()
-	f.url = "http://" + lis.Addr().String()
 	return f, nil
 }
 
@@ -407,14 +404,10 @@ func (f *liveFleet) awaitDelivered(ctx context.Context, limit time.Duration) (re
 	return received, err
 }
 
-// record is one request as the client saw it.
+// record is one request as the client saw it: its answer, and why it failed if it did.
 type record struct {
-	sent     time.Time
-	tokens   []time.Time
-	status   int
-	err      string
-	usage    int // completion tokens the usage chunk reported; -1 without one
-	decision string
+	openai.Response
+	err string
 }
 
 func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm experiment.Arm, seed uint64, reqs []workload.Request, opts Options) (Result, error) {
@@ -436,8 +429,12 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 	}
 	receivedBefore -= f.baseReceived
 
-	sentMsgs, sentBytes := f.sharedSent(ctx)
+	sentBefore := f.replicaSums(ctx, sentMetrics...)
 	recs := make([]record, len(reqs))
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
+	}
 	start := time.Now()
 	stop := make(chan struct{})
 	var samples [][]int
@@ -460,7 +457,7 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 	}
 	for i, r := range reqs {
 		explain := opts.Explain != nil && opts.Explain(r.Index)
-		id := fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
+		id := ids[i]
 		if opts.Sequential {
 			if i > 0 {
 				f.waitGateways()
@@ -527,13 +524,11 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 	first, last := math.Inf(1), math.Inf(-1)
 	served := map[string]int{}
 	for i, r := range reqs {
-		rec := recs[i]
-		id := fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
-		row := rowOf(r, rec, start)
-		row.Engine = outcomes[id].Endpoint
+		row := rowOf(r, recs[i], start)
+		row.Engine = outcomes[ids[i]].Endpoint
 		served[row.Engine]++
-		if rec.decision != "" {
-			res.Decisions[r.Index] = rec.decision
+		if d := recs[i].Header.Get("X-Loadaware-Decision"); d != "" {
+			res.Decisions[r.Index] = d
 		}
 		first = math.Min(first, row.SendAt)
 		if !math.IsNaN(row.E2E) {
@@ -555,35 +550,34 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 		})
 	}
 	res.Run = run
-	ids := make([]string, len(reqs))
 	failed := make([]bool, len(reqs))
-	for i, r := range reqs {
-		ids[i] = fmt.Sprintf("live-%s-%d-%d", arm.Name, seed, r.Index)
-		failed[i] = run.Rows[i].Status != "ok"
+	for i, row := range run.Rows {
+		failed[i] = row.Status != "ok"
 	}
-	res.Replicas = f.replicaStats(context.WithoutCancel(ctx), start, outcomes, ids, failed, sentMsgs, sentBytes)
+	res.Replicas = f.replicaStats(context.WithoutCancel(ctx), start, outcomes, ids, failed, sentBefore)
 	return res, nil
 }
 
 // rowOf turns what the client saw into the per-request row virtual time writes.
 func rowOf(r workload.Request, rec record, start time.Time) experiment.Row {
-	row := experiment.Row{Index: r.Index, PrefixID: r.PrefixID, SendAt: rec.sent.Sub(start).Seconds(), TTFT: math.NaN(), E2E: math.NaN(),
-		PromptTokens: len(r.Tokens), CompletionTokens: len(rec.tokens), Status: "ok"}
-	if len(rec.tokens) > 0 {
-		row.TTFT = rec.tokens[0].Sub(rec.sent).Seconds()
-		row.E2E = rec.tokens[len(rec.tokens)-1].Sub(rec.sent).Seconds()
-		row.ITLs = make([]float64, len(rec.tokens)-1)
-		for i := 1; i < len(rec.tokens); i++ {
-			row.ITLs[i-1] = float64(rec.tokens[i].Sub(rec.tokens[i-1])) / 1e6
+	toks := rec.Tokens
+	row := experiment.Row{Index: r.Index, PrefixID: r.PrefixID, SendAt: rec.Sent.Sub(start).Seconds(), TTFT: math.NaN(), E2E: math.NaN(),
+		PromptTokens: len(r.Tokens), CompletionTokens: len(toks), Status: "ok"}
+	if len(toks) > 0 {
+		row.TTFT = rec.TTFT().Seconds()
+		row.E2E = toks[len(toks)-1].Sub(rec.Sent).Seconds()
+		row.ITLs = make([]float64, len(toks)-1)
+		for i, d := range rec.ITLs() {
+			row.ITLs[i] = float64(d) / 1e6
 		}
 	}
 	switch {
 	case rec.err != "":
 		row.Status, row.Error = "error", rec.err
-	case rec.usage >= 0 && rec.usage != len(rec.tokens):
-		row.Status, row.Error = "error", fmt.Sprintf("usage reports %d completion tokens, %d arrived", rec.usage, len(rec.tokens))
-	case len(rec.tokens) != r.MaxTokens:
-		row.Status, row.Error = "error", fmt.Sprintf("%d of %d tokens arrived", len(rec.tokens), r.MaxTokens)
+	case rec.CompletionTokens >= 0 && rec.CompletionTokens != len(toks):
+		row.Status, row.Error = "error", fmt.Sprintf("usage reports %d completion tokens, %d arrived", rec.CompletionTokens, len(toks))
+	case len(toks) != r.MaxTokens:
+		row.Status, row.Error = "error", fmt.Sprintf("%d of %d tokens arrived", len(toks), r.MaxTokens)
 	}
 	return row
 }
@@ -645,9 +639,18 @@ func (f *liveFleet) send(ctx context.Context, id string, r workload.Request, exp
 	}
 	c := openai.Client{HTTP: f.client, BaseURL: f.url}
 	resp, err := c.Do(ctx, openai.Request{Model: DefaultModelName, Prompt: r.Tokens, MaxTokens: r.MaxTokens, Stream: true, Header: h})
-	rec := record{sent: resp.Sent, tokens: resp.Tokens, status: resp.Status, usage: resp.CompletionTokens, decision: resp.Header.Get("X-Loadaware-Decision")}
+	rec := record{Response: resp}
 	if err != nil {
 		rec.err = err.Error()
 	}
 	return rec
+}
+
+// scrape reads url (a /metrics endpoint) and sums its samples by metric name.
+func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
+	p, err := promtext.Get(ctx, c, url)
+	if err != nil {
+		return nil, err
+	}
+	return p.Totals(), nil
 }

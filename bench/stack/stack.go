@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/gateway"
@@ -93,13 +91,9 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listen for the gateway on a loopback port: %w", err)
+	if s.srv, s.URL, err = gateway.ServeLoopback(s.Gateway); err != nil {
+		return nil, err
 	}
-	s.srv = &http.Server{Handler: s.Gateway, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(lis) }()
-	s.URL = "http://" + lis.Addr().String()
 	return s, nil
 }
 

@@ -75,7 +75,7 @@ func TestEmbeddedReproducesPublished(t *testing.T) {
 		for i, s := range cc.Seeds {
 			pub := cc.Published[i]
 			got := SeedMetrics(s.Requests())
-			from, to := sendWindow(s.Requests())
+			from, to := SendWindow(s.Requests())
 			got[ImbalanceKey] = Imbalance(cc.Running, from, to)
 			for _, k := range []string{TTFTP50, TTFTP90, TTFTP95, TTFTP99, TTFTMean, E2EMean, E2EP95, E2EP99, ReqS, OKCount, Errors, ImbalanceKey} {
 				p, ok := pub[k]

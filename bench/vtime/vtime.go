@@ -403,7 +403,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.gie = &gieArm{p: g, seen: make(map[string]gie.Metrics, len(w.addrs))}
-		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
+		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs)), speed: newSpeeds(len(w.addrs))}
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
@@ -440,7 +440,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			w.replicas = append(w.replicas, replica{rp, rs})
 		}
 		if p.NeedsEngineMetrics() || arm.Residency {
-			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
+			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs)), speed: newSpeeds(len(w.addrs))}
 		}
 	}
 	for i := range w.addrs {
@@ -736,6 +736,7 @@ func (w *world) finishStep(i int) (int, error) {
 			f.n++
 			f.ttft += (r.TokenTimes[0] - arrived).Seconds()
 			f.prefill += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
+			f.computed += int64(len(r.Tokens) - r.CachedTokens - r.LoadedTokens)
 		}
 	}
 	for _, r := range out.Finished {
@@ -773,7 +774,7 @@ func (w *world) pause(gap time.Duration) {
 // firstTokens counts one engine's first tokens as vLLM's TTFT and prefill-time
 // histograms do (count and sums).
 type firstTokens struct {
-	n             int64
+	n, computed   int64 // first tokens; prompt tokens computed (neither cached nor loaded)
 	ttft, prefill float64
 }
 

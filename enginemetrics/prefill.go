@@ -14,37 +14,37 @@ import (
 const PrefillWindow = 100
 
 // PrefillSpeed follows one engine's measured prefill time against the calibrated engine
-// model's (scoring's A10 constants) from its cumulative counters, read at each scrape:
-// vllm:request_prefill_time_seconds (sum and count: first scheduling to first token) and
-// the prompt tokens the engine computed (prompt tokens less prefix-cache and connector
-// hits). The model charges a request AdmitCost + StepCost and each computed token
-// TokenCost + StepCost/StepTokens (its share of the steps its chunks take). Its zero value
-// is ready; it is not safe for concurrent use.
+// model's (scoring's A10 constants) from its cumulative prefill counters, read at each
+// scrape (PrefillCounters). The model charges a request AdmitCost + StepCost and each
+// computed token TokenCost + StepCost/StepTokens (its share of the steps its chunks take).
+// Its zero value is ready; it is not safe for concurrent use.
 type PrefillSpeed struct {
-	seen              bool
-	sum               float64 // the counters at the last Observe
-	count, computed   int64
-	took, model, reqs float64 // decayed sums of the measured and modelled times and of requests
+	last              PrefillCounters // the counters at the last Observe; Known once seen
+	took, model, reqs float64         // decayed sums of the measured and modelled times and of requests
 }
 
-// Observe takes an engine's cumulative counters. Counters that go back (an engine
-// restart) start the window again.
-func (p *PrefillSpeed) Observe(sum float64, count, computed int64) {
-	if !p.seen || sum < p.sum || count < p.count || computed < p.computed {
-		*p = PrefillSpeed{seen: true, sum: sum, count: count, computed: computed}
+// Observe takes an engine's cumulative counters; unknown ones are ignored. Counters that
+// go back (an engine restart) start the window again.
+func (p *PrefillSpeed) Observe(c PrefillCounters) {
+	if !c.Known {
 		return
 	}
-	dn := count - p.count
+	l := p.last
+	if !l.Known || c.Seconds < l.Seconds || c.Count < l.Count || c.Computed < l.Computed {
+		*p = PrefillSpeed{last: c}
+		return
+	}
+	dn := c.Count - l.Count
 	if dn == 0 {
 		return
 	}
 	perReq := scoring.AdmitCost.Seconds() + scoring.StepCost.Seconds()
 	perTok := scoring.TokenCost.Seconds() + scoring.StepCost.Seconds()/scoring.StepTokens
-	w := math.Exp(-float64(dn) / PrefillWindow)
-	p.took = p.took*w + (sum - p.sum)
-	p.model = p.model*w + float64(dn)*perReq + float64(computed-p.computed)*perTok
-	p.reqs = p.reqs*w + float64(dn)
-	p.sum, p.count, p.computed = sum, count, computed
+	w := math.Exp(-dn / PrefillWindow)
+	p.took = p.took*w + (c.Seconds - l.Seconds)
+	p.model = p.model*w + dn*perReq + (c.Computed-l.Computed)*perTok
+	p.reqs = p.reqs*w + dn
+	p.last = c
 }
 
 // Slowdown is the measured prefill time over the model's within the window: 1.3 for an

@@ -44,7 +44,7 @@ func (w *world) scrape() {
 		}
 		g.seen[i] = m
 		f := w.firsts[i]
-		g.speed[i].Observe(f.prefill, f.n, f.computed)
+		g.speed[i].Observe(enginemetrics.PrefillCounters{Known: true, Seconds: f.prefill, Count: float64(f.n), Computed: float64(f.computed)})
 	}
 	g.last, g.scraped = w.now, true
 	if w.adapters != nil {

@@ -43,8 +43,9 @@ func (w *world) scrape() {
 			g.moved[i] = w.now
 		}
 		g.seen[i] = m
-		f := w.firsts[i]
-		g.speed[i].Observe(enginemetrics.PrefillCounters{Known: true, Seconds: f.prefill, Count: float64(f.n), Computed: float64(f.computed)})
+		c := w.firsts[i].finished
+		c.Known = true
+		g.speed[i].Observe(c)
 	}
 	g.last, g.scraped = w.now, true
 	if w.adapters != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/peers/gie"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/lora"
@@ -736,10 +737,14 @@ func (w *world) finishStep(i int) (int, error) {
 			f.n++
 			f.ttft += (r.TokenTimes[0] - arrived).Seconds()
 			f.prefill += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
-			f.computed += int64(len(r.Tokens) - r.CachedTokens - r.LoadedTokens)
 		}
 	}
 	for _, r := range out.Finished {
+		// vLLM observes a request's prefill time and computed tokens when it finishes.
+		f := &w.firsts[i]
+		f.finished.Count++
+		f.finished.Seconds += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
+		f.finished.Computed += float64(len(r.Tokens) - r.CachedTokens - r.LoadedTokens)
 		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
 		w.owners[r].release()
 		delete(w.owners, r)
@@ -772,10 +777,13 @@ func (w *world) pause(gap time.Duration) {
 }
 
 // firstTokens counts one engine's first tokens as vLLM's TTFT and prefill-time
-// histograms do (count and sums).
+// histograms do (count and sums), and its finished requests' prefill counters as vLLM
+// exports them (observed at the finish; the prompt tokens computed are neither cached
+// nor loaded).
 type firstTokens struct {
-	n, computed   int64 // first tokens; prompt tokens computed (neither cached nor loaded)
+	n             int64
 	ttft, prefill float64
+	finished      enginemetrics.PrefillCounters
 }
 
 func (w *world) engineStats() []experiment.EngineStats {

@@ -25,9 +25,16 @@ const (
 	metricKVUsage    = "vllm:kv_cache_usage_perc"
 	metricKVUsageOld = "vllm:gpu_cache_usage_perc"
 	metricCacheInfo  = "vllm:cache_config_info"
+	// The prefill histograms' sums and count (vLLM V1 observes both when a request
+	// finishes): the time from first scheduling to first token, and the prompt tokens
+	// computed (neither prefix-cache nor connector hits).
+	metricPrefillSum      = "vllm:request_prefill_time_seconds_sum"
+	metricPrefillCount    = "vllm:request_prefill_time_seconds_count"
+	metricPrefillComputed = "vllm:request_prefill_kv_computed_tokens_sum"
 )
 
-var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, lora.Metric, metricCacheInfo}
+var picked = []string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, lora.Metric, metricCacheInfo,
+	metricPrefillSum, metricPrefillCount, metricPrefillComputed}
 
 // maxCount bounds a request count read from a page: anything larger is not a count.
 const maxCount = 1e9
@@ -45,6 +52,9 @@ type Reading struct {
 	// vllm:cache_config_info's labels (the smallest of its label sets); 0 when the page has
 	// no such gauge or its labels are not positive integers (KVPool).
 	KVPoolTokens int
+	// Prefill is the engine's cumulative prefill counters (PrefillCounters); Known false
+	// when the page lacks one of them (a vLLM before the computed-tokens histogram).
+	Prefill PrefillCounters
 	// Ranks are the counts of each data-parallel rank, Ranks[r] those of the series whose
 	// `engine` label is r (vLLM's DP engines label their gauges by rank), summed over their
 	// other labels; nil unless every running and waiting series carries an integer
@@ -168,7 +178,47 @@ func Parse(page []byte) (Reading, error) {
 	}
 	r.LoRA, r.LoRAKnown = lora.Latest(series)
 	r.KVPoolTokens = KVPool(fams[metricCacheInfo])
+	r.Prefill = prefillCounters(fams)
 	return r, nil
+}
+
+// PrefillCounters are an engine's cumulative prefill counters, each summed over its label
+// sets (one per model or data-parallel engine).
+type PrefillCounters struct {
+	Known    bool    // all three were on the page, each a finite non-negative number
+	Seconds  float64 // vllm:request_prefill_time_seconds_sum
+	Count    float64 // vllm:request_prefill_time_seconds_count: the requests
+	Computed float64 // vllm:request_prefill_kv_computed_tokens_sum: their computed prompt tokens
+}
+
+// maxCounter bounds a cumulative counter read from a page: beyond 2^53 a float64 no longer
+// counts by ones.
+const maxCounter = 1 << 53
+
+// prefillCounters reads the three prefill counters of fams. A counter missing or not a
+// finite number in 0..2^53 leaves them unknown rather than failing the scrape: they are
+// optional (older engines lack the computed-tokens histogram) and only refine the
+// estimate.
+func prefillCounters(fams map[string]*dto.MetricFamily) PrefillCounters {
+	var c PrefillCounters
+	for _, f := range []struct {
+		name string
+		into *float64
+	}{{metricPrefillSum, &c.Seconds}, {metricPrefillCount, &c.Count}, {metricPrefillComputed, &c.Computed}} {
+		ms := fams[f.name].GetMetric()
+		if len(ms) == 0 {
+			return PrefillCounters{}
+		}
+		for _, m := range ms {
+			v := m.GetUntyped().GetValue()
+			if !(v >= 0 && v <= maxCounter) {
+				return PrefillCounters{}
+			}
+			*f.into += v
+		}
+	}
+	c.Known = true
+	return c
 }
 
 // maxPoolTokens bounds a KV pool read from vllm:cache_config_info: 2^40 tokens is more than

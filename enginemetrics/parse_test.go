@@ -1,6 +1,7 @@
 package enginemetrics
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -55,6 +56,18 @@ func TestParse(t *testing.T) {
 			Reading{KVPoolTokens: 96000}, ""},
 		{"KV pool unknown: no blocks yet", "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n" +
 			"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n", Reading{}, ""},
+		{"prefill counters summed over ranks, the bucket lines ignored", base0 +
+			"vllm:request_prefill_time_seconds_bucket{engine=\"0\",le=\"0.3\"} 1\n" +
+			"vllm:request_prefill_time_seconds_sum{engine=\"0\"} 2.5\nvllm:request_prefill_time_seconds_sum{engine=\"1\"} 1.5\n" +
+			"vllm:request_prefill_time_seconds_count{engine=\"0\"} 3\nvllm:request_prefill_time_seconds_count{engine=\"1\"} 1\n" +
+			"vllm:request_prefill_kv_computed_tokens_sum{engine=\"0\"} 6000\nvllm:request_prefill_kv_computed_tokens_sum{engine=\"1\"} 2000\n",
+			Reading{Prefill: PrefillCounters{Known: true, Seconds: 4, Count: 4, Computed: 8000}}, ""},
+		{"prefill counters without the computed tokens (a vLLM before the histogram): unknown", base0 +
+			"vllm:request_prefill_time_seconds_sum 2.5\nvllm:request_prefill_time_seconds_count 3\n", Reading{}, ""},
+		{"a negative prefill counter: unknown, not an error", base0 +
+			"vllm:request_prefill_time_seconds_sum -1\nvllm:request_prefill_time_seconds_count 3\nvllm:request_prefill_kv_computed_tokens_sum 9\n", Reading{}, ""},
+		{"a NaN prefill counter: unknown, not an error", base0 +
+			"vllm:request_prefill_time_seconds_sum 1\nvllm:request_prefill_time_seconds_count NaN\nvllm:request_prefill_kv_computed_tokens_sum 9\n", Reading{}, ""},
 		{"no running", "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n", Reading{}, "no vllm:num_requests_running"},
 		{"no waiting", "vllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n", Reading{}, "no vllm:num_requests_waiting"},
 		{"no usage", "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n", Reading{}, "neither vllm:kv_cache_usage_perc"},
@@ -79,6 +92,9 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// base0 is a page's three required gauges, all zero.
+const base0 = "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n"
+
 // rankedPage is a page whose running and waiting series each carry the labels and value
 // of every one of series (`{engine="0"} 1`).
 func rankedPage(series ...string) string {
@@ -97,6 +113,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("vllm:num_requests_running{a=\"b\"} +Inf\n"))
 	f.Add([]byte("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1099511627776\"} 1\n"))
 	f.Add([]byte(rankedPage(`{engine="1"} 1.6`, `{engine="0"} 2`)))
+	f.Add([]byte(base0 + "vllm:request_prefill_time_seconds_sum 1e300\nvllm:request_prefill_time_seconds_count 3\nvllm:request_prefill_kv_computed_tokens_sum 9\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Parse(b)
 		if err != nil {
@@ -105,6 +122,9 @@ func FuzzParse(f *testing.F) {
 		if r.Running < 0 || r.Waiting < 0 || r.Running > maxCount || r.Waiting > maxCount || !(r.KVUsage >= 0 && r.KVUsage <= 1) ||
 			r.KVPoolTokens < 0 || r.KVPoolTokens > maxPoolTokens {
 			t.Fatalf("Parse accepted out-of-range values %+v", r)
+		}
+		if p := r.Prefill; p.Known && !(p.Seconds >= 0 && p.Count >= 0 && p.Computed >= 0 && !math.IsInf(p.Seconds+p.Count+p.Computed, 0)) {
+			t.Fatalf("Parse accepted prefill counters %+v", p)
 		}
 		if len(r.Ranks) == 1 || len(r.Ranks) > fleet.MaxRanks {
 			t.Fatalf("Parse kept %d ranks, want none or 2..%d", len(r.Ranks), fleet.MaxRanks)

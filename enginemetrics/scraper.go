@@ -45,8 +45,9 @@ type Config struct {
 }
 
 type sample struct {
-	r  Reading
-	at time.Time
+	r     Reading
+	at    time.Time
+	speed PrefillSpeed // over every scrape of the endpoint so far
 }
 
 // Scraper keeps the last successful scrape of every endpoint. Engine is safe for concurrent
@@ -56,6 +57,7 @@ type Scraper struct {
 	mu      sync.RWMutex
 	last    map[string]sample
 	scrapes *prometheus.CounterVec // by outcome
+	slow    *prometheus.GaugeVec   // each endpoint's prefill slowdown, by endpoint
 }
 
 // New checks cfg and returns a Scraper; Run starts it.
@@ -84,11 +86,15 @@ func New(cfg Config) (*Scraper, error) {
 	s := &Scraper{cfg: cfg, last: make(map[string]sample),
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_engine_metrics_scrapes_total",
 			Help: "Scrapes of the engines' /metrics for the policies that read vLLM's running, waiting and KV-usage gauges, by outcome (ok, error)."}, []string{"outcome"})}
+	s.slow = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "loadaware_engine_prefill_slowdown_ratio",
+		Help: "Each engine's measured prefill time over the calibrated model's for the tokens it computed (1.3: 30% slower than the A10 model), smoothed over its last 100 requests; 0 until 50 are measured."}, []string{"endpoint"})
 	s.scrapes.WithLabelValues("ok")
 	s.scrapes.WithLabelValues("error")
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(s.scrapes); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{s.scrapes, s.slow} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -134,8 +140,11 @@ func (s *Scraper) Round(ctx context.Context) {
 			s.scrapes.WithLabelValues("ok").Inc()
 			at := s.cfg.Now()
 			s.mu.Lock()
-			s.last[addr] = sample{r: r, at: at}
+			v := s.last[addr]
+			v.speed.Observe(r.Prefill)
+			s.last[addr] = sample{r: r, at: at, speed: v.speed}
 			s.mu.Unlock()
+			s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())
 		})
 	}
 	wg.Wait()
@@ -147,6 +156,7 @@ func (s *Scraper) Round(ctx context.Context) {
 	for a := range s.last {
 		if !keep[a] {
 			delete(s.last, a)
+			s.slow.DeleteLabelValues(a)
 		}
 	}
 	s.mu.Unlock()
@@ -196,7 +206,7 @@ func (s *Scraper) Engine(addr string, now time.Time) scoring.EngineMetrics {
 		return scoring.EngineMetrics{}
 	}
 	return scoring.EngineMetrics{Known: true, Running: v.r.Running, Waiting: v.r.Waiting, KVUsage: v.r.KVUsage,
-		KVPoolTokens: v.r.KVPoolTokens, Age: max(now.Sub(v.at), 0)}
+		KVPoolTokens: v.r.KVPoolTokens, PrefillSlowdown: v.speed.Slowdown(), Age: max(now.Sub(v.at), 0)}
 }
 
 // RankLoads implements picker.RankEngineView: each data-parallel rank's requests at

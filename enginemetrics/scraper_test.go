@@ -2,6 +2,8 @@ package enginemetrics
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -195,5 +197,43 @@ func TestRankLoadsReadsTheEngineLabel(t *testing.T) {
 	}
 	if got, _, ok := s.RankLoads(addr(sp), nil); ok {
 		t.Errorf("RankLoads(no engine label) = %v, true; want not known", got)
+	}
+}
+
+func TestScraperMeasuresPrefillSlowdown(t *testing.T) {
+	// Each scrape shows 10 more requests of 2,000 computed tokens, each 1.3 times the
+	// model's prefill time.
+	var rounds atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := float64(10 * rounds.Add(1))
+		fmt.Fprintf(w, "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.5\n"+
+			"vllm:request_prefill_time_seconds_sum %v\nvllm:request_prefill_time_seconds_count %v\nvllm:request_prefill_kv_computed_tokens_sum %v\n",
+			1.3*modelled(n, 2000), n, n*2000)
+	}))
+	defer srv.Close()
+	now := time.Unix(1000, 0)
+	list := []string{addr(srv)}
+	reg := prometheus.NewRegistry()
+	s, err := New(Config{Endpoints: func() []string { return list }, Now: func() time.Time { return now }, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := func() float64 { return testutil.ToFloat64(s.slow.WithLabelValues(addr(srv))) }
+	for range 3 {
+		s.Round(context.Background())
+	}
+	if got := s.Engine(addr(srv), now).PrefillSlowdown; got != 0 || gauge() != 0 {
+		t.Fatalf("after 20 requests: slowdown %v, gauge %v; want 0 (unknown) until %d", got, gauge(), PrefillWindow/2)
+	}
+	for range 20 {
+		s.Round(context.Background())
+	}
+	if got := s.Engine(addr(srv), now).PrefillSlowdown; math.Abs(got-1.3) > 1e-9 || math.Abs(gauge()-1.3) > 1e-9 {
+		t.Fatalf("after 220 requests: slowdown %v, gauge %v; want 1.3", got, gauge())
+	}
+	list = nil
+	s.Round(context.Background())
+	if n := testutil.CollectAndCount(s.slow); n != 0 {
+		t.Fatalf("after the endpoint left: %d gauge series, want 0", n)
 	}
 }

@@ -59,6 +59,10 @@ type EngineMetrics struct {
 	// KVPoolTokens is the GPU KV pool in tokens (vllm:cache_config_info's num_gpu_blocks x
 	// block_size); 0 when the engine does not export it.
 	KVPoolTokens int
+	// PrefillSlowdown is the engine's measured prefill time over the calibrated model's,
+	// smoothed over its recent requests (enginemetrics.PrefillSpeed): 1.3 for an engine
+	// whose prefill takes 1.3 times the A10's; 0 when not measured.
+	PrefillSlowdown float64
 	// Age is how long before the decision the scrape was taken: the staleness of the
 	// three numbers above (0 up to the scraper's interval in steady state).
 	Age time.Duration
@@ -117,6 +121,7 @@ type Ranked struct {
 	Estimate     float64 // ttftaware: estimated time to first token, seconds; 0 for the others
 	KVWait       float64 // ttftaware: of Estimate, the wait for KV capacity, seconds; 0 for the others
 	Presumed     int     // ttftaware: prompt tokens presumed held from the routing history (TTFTAware); 0 for the others
+	Slowdown     float64 // ttftaware: the engine's measured prefill slowdown Estimate was scaled by (1: not measured); 0 for the others
 }
 
 // Policy ranks candidates. See the package comment for the contract.

@@ -29,6 +29,9 @@ import (
 //	    caller records each routing with State.Routed.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
+//	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
+//	    multiplied by slowdown(s), the engine's measured prefill time over the model's
+//	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
 //	    the fleet compute the difference again, work the requests that queue behind it on the
 //	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x
@@ -87,8 +90,9 @@ func (*TTFTAware) Needs() Needs {
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
-// queued ahead and the wait for KV capacity, in seconds, and the prompt tokens presumed
-// held from the routing history.
+// queued ahead and the wait for KV capacity, in seconds, the prompt tokens presumed held
+// from the routing history, and the engine's measured prefill slowdown the estimate was
+// scaled by.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
@@ -97,7 +101,9 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " kv_wait="...)
 	b = strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
 	b = append(b, " presumed="...)
-	return strconv.AppendInt(b, int64(r.Presumed), 10)
+	b = strconv.AppendInt(b, int64(r.Presumed), 10)
+	b = append(b, " slowdown="...)
+	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
 }
 
 // KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
@@ -113,12 +119,19 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 //	need    = prompt + Waiting x used / max(1, Running)       the prompt's blocks and those of the
 //	                                                          requests waiting ahead (an average footprint each)
 //	deficit = need - (pool - used)
-//	kvwait  = max(0, deficit) x pace / used                   running sequences free used tokens per pace
+//	k       = ceil(deficit / (used / n)),  n = max(1, Running)  the sequences that must finish
+//	kvwait  = pace x k / (n + 1)  when deficit > 0, else 0     the k-th of n to finish
 //
 // steps counts the engine steps from the scrape until the prompt's admission (the scrape's
 // age, and the prompt's own steps, at StepCost + decode x SeqStepCost each). A prompt that
-// fits waits for nothing; one that does not waits until sequences holding the deficit
-// finish, which free their KV at used/pace tokens a second. An engine not scraped
+// fits waits for nothing; one that does not waits until enough running sequences finish to
+// free the deficit. A sequence frees its KV all at once when it finishes, not token by
+// token: each holds used/n tokens, and with their remaining times spread evenly over pace
+// the k-th finishes after pace x k/(n+1) (the mean of the k-th of n uniform times). A
+// deficit of one token thus costs the wait for a whole sequence: vLLM admits a prompt with
+// blocks for its first chunk only, and when the running sequences' growth leaves its later
+// chunks none it preempts the newest request, this one, which then waits and recomputes
+// (decision 1606). An engine not scraped
 // (Engine.Known false), holding no KV, or whose pace is not measured waits for nothing.
 func KVWait(c Candidate, prompt int, steps float64) float64 {
 	e := c.Engine
@@ -140,7 +153,8 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 	if deficit <= 0 {
 		return 0
 	}
-	return deficit * c.DecodePace.Seconds() / used
+	n := float64(max(e.Running, 1))
+	return c.DecodePace.Seconds() * math.Ceil(deficit*n/used) / (n + 1)
 }
 
 // Rank implements Policy.
@@ -170,10 +184,11 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		tokens := ahead + float64(miss)
 		steps := max(1, math.Ceil(tokens/StepTokens))
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
-		rs[i].Load = float64(c.Prefill)*admit + ahead*tok
+		rs[i].Slowdown = PrefillSlowdown(c)
+		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
 		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
-		rs[i].Estimate = rs[i].Load + admit + float64(miss)*tok + steps*(step+float64(c.Decode)*seq) + rs[i].KVWait
+		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate
@@ -183,7 +198,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		if saturated {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		} else {
-			rs[i].Score = -(rs[i].Estimate + extra*tok*float64(max(c.Prefill, 0)))
+			rs[i].Score = -(rs[i].Estimate + extra*tok*rs[i].Slowdown*float64(max(c.Prefill, 0)))
 		}
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)

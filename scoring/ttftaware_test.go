@@ -77,7 +77,7 @@ func TestTTFTAwareEmptyAndTerms(t *testing.T) {
 	if !ok {
 		t.Fatal("ttftaware explains no terms")
 	}
-	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, KVWait: 0.02, Presumed: 1544})); got != " est_ttft=0.123 queued=0.050 kv_wait=0.020 presumed=1544" {
+	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, KVWait: 0.02, Presumed: 1544, Slowdown: 1.3})); got != " est_ttft=0.123 queued=0.050 kv_wait=0.020 presumed=1544 slowdown=1.30" {
 		t.Errorf("terms %q", got)
 	}
 }
@@ -96,20 +96,27 @@ func TestKVWait(t *testing.T) {
 		{"not scraped: no wait", EngineMetrics{}, 10, 100 * time.Second, 1000, 1, 0},
 		{"pace not measured: no wait", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 10, 0, 1000, 1, 0},
 		{"the prompt fits: no wait", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10}, 10, 100 * time.Second, 1000, 0, 0},
-		{"a full pool: the prompt waits for its tokens to be freed", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 0, 100 * time.Second, 990, 0,
-			990 * 100 / 99000.0},
+		{"a full pool: the prompt waits for the first of 10 sequences to finish", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 0, 100 * time.Second, 990, 0,
+			100 / 11.0},
+		{"a deficit of two sequences' footprints and one token waits for the third", EngineMetrics{Known: true, KVUsage: 1, Running: 10}, 0, 100 * time.Second, 2*9900 + 1, 0,
+			100 * 3 / 11.0},
+		{"a prompt larger than the pool waits for every sequence and more", EngineMetrics{Known: true, KVUsage: 1, Running: 1}, 0, 100 * time.Second, 2 * 99000, 0,
+			100 * 2 / 2.0},
 		{"the requests waiting ahead need an average footprint each", EngineMetrics{Known: true, KVUsage: 0.9, Running: 9, Waiting: 2}, 0, 50 * time.Second, 100, 0,
-			(100 + 2*9900 - 9900) * 50 / 89100.0},
+			50 * 2 / 10.0}, // need 100 + 2 x 9,900 against 9,900 free: two of 9 sequences (9,900 each) finish
 		{"decoding sequences grow the KV held since the scrape and until admission", EngineMetrics{Known: true, KVUsage: 0.99, Running: 10, Age: 50 * time.Millisecond}, 10, 100 * time.Second, 1000, 2,
 			func() float64 {
 				used := 0.99*99000 + 10*(0.05/step+2) // 990 tokens free at the scrape, 949 at admission
-				return (1000 - (99000 - used)) * 100 / used
+				if 1000-(99000-used) <= 0 {
+					return 0
+				}
+				return 100 / 11.0 // a deficit of 51 tokens: the first of 10 sequences
 			}()},
 		{"a stale scrape grows the KV held up to the pool, not past it", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10, Age: time.Hour}, 10, 100 * time.Second, 1000, 0,
-			1000 * 100 / 99000.0},
+			100 / 11.0},
 		{"an empty engine: no wait", EngineMetrics{Known: true}, 0, 100 * time.Second, 1000, 1, 0},
 		{"the engine's exported pool replaces the A10's: half full of 49,500 holds 24,750", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10, KVPoolTokens: 49500}, 0, 100 * time.Second, 30000, 0,
-			(30000 - 24750) * 100 / 24750.0},
+			100 * 3 / 11.0}, // a deficit of 5,250 tokens, sequences of 2,475 each: the third of 10
 		{"the same reading on the A10's pool fits", EngineMetrics{Known: true, KVUsage: 0.5, Running: 10}, 0, 100 * time.Second, 30000, 0, 0},
 	}
 	for _, tt := range tests {

@@ -107,13 +107,17 @@ type job struct {
 // (first admission to first token), vllm:request_queue_time_seconds (arrival to first
 // admission), vllm:inter_token_latency_seconds (between consecutive output tokens) and
 // vllm:e2e_request_latency_seconds (arrival to last token). Written by the driver.
+// computed is the sum of vllm:request_prefill_kv_computed_tokens: the prompt tokens the
+// requests in prefill's count computed (neither prefix-cache nor connector hits).
 type latencies struct {
 	ttft, prefill, queue, itl, e2e *histogram
+	computed                       *atomic.Int64
 }
 
 func newLatencies() latencies {
 	return latencies{ttft: newHistogram(ttftBuckets), prefill: newHistogram(requestBuckets),
-		queue: newHistogram(requestBuckets), itl: newHistogram(itlBuckets), e2e: newHistogram(requestBuckets)}
+		queue: newHistogram(requestBuckets), itl: newHistogram(itlBuckets), e2e: newHistogram(requestBuckets),
+		computed: new(atomic.Int64)}
 }
 
 // StartEngine starts an engine and serves it until Close. With a PullAddr, its LMCache
@@ -318,6 +322,7 @@ func (e *Engine) drive() {
 				if n := len(r.TokenTimes); n == 1 { // its first token
 					e.lat.ttft.observe(r.TokenTimes[0] - jobs[r].arrived)
 					e.lat.prefill.observe(r.TokenTimes[0] - r.AdmittedAt)
+					e.lat.computed.Add(int64(len(r.Tokens) - r.CachedTokens - r.LoadedTokens))
 					e.lat.queue.observe(r.AdmittedAt - jobs[r].arrived)
 				} else {
 					e.lat.itl.observe(r.TokenTimes[n-1] - r.TokenTimes[n-2])

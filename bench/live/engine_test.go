@@ -264,9 +264,10 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 		// Two first tokens observed; the CPU tier holds the prompt once (600 tokens of KV).
 		"vllm:time_to_first_token_seconds": 2, "vllm:request_prefill_time_seconds": 2,
 		"vllm:request_queue_time_seconds": 2, "vllm:e2e_request_latency_seconds": 2,
-		"vllm:inter_token_latency_seconds": 0, // one output token each: no gap between tokens
-		"vllm:cache_config_info":           1,
-		"lmcache:local_cache_usage":        float64(600 * sim.DefaultConfig().KVBytesPerToken()),
+		"vllm:request_prefill_kv_computed_tokens": 2,
+		"vllm:inter_token_latency_seconds":        0, // one output token each: no gap between tokens
+		"vllm:cache_config_info":                  1,
+		"lmcache:local_cache_usage":               float64(600 * sim.DefaultConfig().KVBytesPerToken()),
 	}
 	if lora := m["vllm:lora_requests_info"]; lora < 1e9 { // a unix time, as vLLM sets it
 		t.Errorf("vllm:lora_requests_info = %v; want the time its adapter lists last changed", lora)
@@ -284,7 +285,14 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 	text, _ := io.ReadAll(page.Body)
 	page.Body.Close()
 	c := sim.DefaultConfig()
-	if r, err := enginemetrics.Parse(text); err != nil || !cmp.Equal(r, enginemetrics.Reading{LoRAKnown: true, KVPoolTokens: c.Blocks() * c.BlockSize}, cmpopts.EquateEmpty()) {
+	r, err := enginemetrics.Parse(text)
+	// The prefill counters: two requests, computing 600 tokens and then 1 (592 from the
+	// prefix cache, 7 loaded from the CPU tier, one always left to compute).
+	if p := r.Prefill; !p.Known || p.Count != 2 || p.Computed != 601 || !(p.Seconds > 0) {
+		t.Errorf("prefill counters %+v; want 2 requests, 601 computed tokens, a positive time", p)
+	}
+	r.Prefill = enginemetrics.PrefillCounters{}
+	if err != nil || !cmp.Equal(r, enginemetrics.Reading{LoRAKnown: true, KVPoolTokens: c.Blocks() * c.BlockSize}, cmpopts.EquateEmpty()) {
 		t.Errorf("enginemetrics.Parse = %+v, %v; want an idle engine with the simulated pool (%d blocks of %d), read without error", r, err, c.Blocks(), c.BlockSize)
 	}
 	for _, line := range []string{

@@ -54,3 +54,12 @@ func (h *histogram) write(b *strings.Builder, name, help, label string) {
 	}
 	fmt.Fprintf(b, "%s_sum{%s} %v\n%s_count{%s} %d\n", name, label, float64(h.sum.Load())/1e9, name, label, cum)
 }
+
+// count is the observations recorded.
+func (h *histogram) count() int64 {
+	n := int64(0)
+	for i := range h.counts {
+		n += h.counts[i].Load()
+	}
+	return n
+}

@@ -349,6 +349,11 @@ func (e *Engine) metricsHandler(w http.ResponseWriter, _ *http.Request) {
 	inner := fmt.Sprintf("model_name=%q", e.cfg.ModelName)
 	e.lat.ttft.write(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", inner)
 	e.lat.prefill.write(&b, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", inner)
+	n := e.lat.prefill.count()
+	fmt.Fprintf(&b, "# HELP vllm:request_prefill_kv_computed_tokens Histogram of new KV tokens computed during prefill (excluding cached tokens).\n"+
+		"# TYPE vllm:request_prefill_kv_computed_tokens histogram\nvllm:request_prefill_kv_computed_tokens_bucket{%s,le=\"+Inf\"} %d\n"+
+		"vllm:request_prefill_kv_computed_tokens_sum{%s} %d\nvllm:request_prefill_kv_computed_tokens_count{%s} %d\n",
+		inner, n, inner, e.lat.computed.Load(), inner, n)
 	e.lat.queue.write(&b, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", inner)
 	e.lat.itl.write(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", inner)
 	e.lat.e2e.write(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", inner)

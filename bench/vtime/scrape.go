@@ -25,9 +25,10 @@ type scrapeGrid struct {
 	// moved is, by engine, when a scrape last saw its ranks' gauges differ from the
 	// scrape before (the stamp of RankLoads).
 	moved   []time.Duration
-	last    time.Duration // when the last scrape happened
-	scraped bool          // a scrape has happened
-	due     bool          // the next scrape is in the event queue
+	speed   []enginemetrics.PrefillSpeed // each engine's prefill speed, updated at each scrape
+	last    time.Duration                // when the last scrape happened
+	scraped bool                         // a scrape has happened
+	due     bool                         // the next scrape is in the event queue
 }
 
 // scrape reads every engine's metrics now, as vLLM's /metrics shows them.
@@ -42,6 +43,9 @@ func (w *world) scrape() {
 			g.moved[i] = w.now
 		}
 		g.seen[i] = m
+		c := w.firsts[i].finished
+		c.Known = true
+		g.speed[i].Observe(c)
 	}
 	g.last, g.scraped = w.now, true
 	if w.adapters != nil {
@@ -100,7 +104,7 @@ func (v engineView) Engine(addr string, now time.Time) scoring.EngineMetrics {
 			c := v.w.engines[i].Config() // vllm:cache_config_info
 			return scoring.EngineMetrics{Known: true, Running: m.Running, Waiting: m.Waiting,
 				KVUsage: min(max(m.KVUsage, 0), 1), KVPoolTokens: c.Blocks() * c.BlockSize,
-				Age: max(now.Sub(epoch.Add(g.last)), 0)}
+				PrefillSlowdown: g.speed[i].Slowdown(), Age: max(now.Sub(epoch.Add(g.last)), 0)}
 		}
 	}
 	return scoring.EngineMetrics{}
@@ -129,3 +133,6 @@ func (v engineView) RankLoads(addr string, dst []fleet.Load) ([]fleet.Load, int6
 	}
 	return dst, 0, false
 }
+
+// newSpeeds is a prefill-speed tracker per engine.
+func newSpeeds(n int) []enginemetrics.PrefillSpeed { return make([]enginemetrics.PrefillSpeed, n) }

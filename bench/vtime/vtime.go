@@ -21,6 +21,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/peers/gie"
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/workload"
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/lora"
@@ -406,7 +407,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.gie = &gieArm{p: g, seen: make(map[string]gie.Metrics, len(w.addrs))}
-		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
+		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs)), speed: newSpeeds(len(w.addrs))}
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
@@ -437,7 +438,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		}
 		w.picker = w.replicas[0].picker
 		if w.picker.NeedsEngineMetrics() || arm.Residency {
-			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs))}
+			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs)), speed: newSpeeds(len(w.addrs))}
 		}
 	}
 	for i := range w.addrs {
@@ -736,6 +737,11 @@ func (w *world) finishStep(i int) (int, error) {
 		}
 	}
 	for _, r := range out.Finished {
+		// vLLM observes a request's prefill time and computed tokens when it finishes.
+		f := &w.firsts[i]
+		f.finished.Count++
+		f.finished.Seconds += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
+		f.finished.Computed += float64(len(r.Tokens) - r.CachedTokens - r.LoadedTokens)
 		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
 		w.owners[r].release()
 		delete(w.owners, r)
@@ -768,10 +774,13 @@ func (w *world) pause(gap time.Duration) {
 }
 
 // firstTokens counts one engine's first tokens as vLLM's TTFT and prefill-time
-// histograms do (count and sums).
+// histograms do (count and sums), and its finished requests' prefill counters as vLLM
+// exports them (observed at the finish; the prompt tokens computed are neither cached
+// nor loaded).
 type firstTokens struct {
 	n             int64
 	ttft, prefill float64
+	finished      enginemetrics.PrefillCounters
 }
 
 func (w *world) engineStats() []experiment.EngineStats {

@@ -1,0 +1,58 @@
+package enginemetrics
+
+import (
+	"math"
+
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// PrefillWindow is the requests PrefillSpeed's ratio is smoothed over: each request's
+// weight decays by e per PrefillWindow requests after it. A request's prefill time strays
+// from the model by its batch's decode load and chunk boundaries; over 100 requests that
+// noise falls to a tenth (1/sqrt(100)), and one request, even 3x off the model, moves the
+// ratio by under 2%.
+const PrefillWindow = 100
+
+// PrefillSpeed follows one engine's measured prefill time against the calibrated engine
+// model's (scoring's A10 constants) from its cumulative prefill counters, read at each
+// scrape (PrefillCounters). The model charges a request AdmitCost + StepCost and each
+// computed token TokenCost + StepCost/StepTokens (its share of the steps its chunks take).
+// Its zero value is ready; it is not safe for concurrent use.
+type PrefillSpeed struct {
+	last              PrefillCounters // the counters at the last Observe; Known once seen
+	took, model, reqs float64         // decayed sums of the measured and modelled times and of requests
+}
+
+// Observe takes an engine's cumulative counters; unknown ones are ignored. Counters that
+// go back (an engine restart) start the window again.
+func (p *PrefillSpeed) Observe(c PrefillCounters) {
+	if !c.Known {
+		return
+	}
+	l := p.last
+	if !l.Known || c.Seconds < l.Seconds || c.Count < l.Count || c.Computed < l.Computed {
+		*p = PrefillSpeed{last: c}
+		return
+	}
+	dn := c.Count - l.Count
+	if dn == 0 {
+		return
+	}
+	perReq := scoring.AdmitCost.Seconds() + scoring.StepCost.Seconds()
+	perTok := scoring.TokenCost.Seconds() + scoring.StepCost.Seconds()/scoring.StepTokens
+	w := math.Exp(-dn / PrefillWindow)
+	p.took = p.took*w + (c.Seconds - l.Seconds)
+	p.model = p.model*w + dn*perReq + (c.Computed-l.Computed)*perTok
+	p.reqs = p.reqs*w + dn
+	p.last = c
+}
+
+// Slowdown is the measured prefill time over the model's within the window: 1.3 for an
+// engine whose prefill takes 1.3 times the A10's. It is 0, meaning unknown, until half a
+// window of requests has been seen.
+func (p *PrefillSpeed) Slowdown() float64 {
+	if p.reqs < PrefillWindow/2 || p.model <= 0 {
+		return 0
+	}
+	return p.took / p.model
+}

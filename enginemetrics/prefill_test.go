@@ -1,0 +1,78 @@
+package enginemetrics
+
+import (
+	"math"
+	"testing"
+
+	"github.com/loadaware/loadaware-epp/scoring"
+)
+
+// modelled is the calibrated model's prefill time for n requests computing tokens each.
+func modelled(n, tokens float64) float64 {
+	return n * (scoring.AdmitCost.Seconds() + scoring.StepCost.Seconds() +
+		tokens*(scoring.TokenCost.Seconds()+scoring.StepCost.Seconds()/scoring.StepTokens))
+}
+
+// feed observes, from c on, rounds scrapes of per requests each computing tokens, each
+// request taking factor times the model's time; it returns the last counters.
+func feed(p *PrefillSpeed, c PrefillCounters, rounds int, per, tokens, factor float64) PrefillCounters {
+	for range rounds {
+		c.Known = true
+		c.Count += per
+		c.Computed += per * tokens
+		c.Seconds += factor * modelled(per, tokens)
+		p.Observe(c)
+	}
+	return c
+}
+
+func TestPrefillSpeed(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		run  func(p *PrefillSpeed)
+		want float64 // the slowdown; 0 is unknown
+	}{
+		{"nothing seen: unknown", func(*PrefillSpeed) {}, 0},
+		{"under half a window: unknown", func(p *PrefillSpeed) { feed(p, PrefillCounters{}, 1+PrefillWindow/2-1, 1, 2000, 1.3) }, 0},
+		{"a steady 1.3x engine reads 1.3", func(p *PrefillSpeed) { feed(p, PrefillCounters{}, 1+PrefillWindow, 1, 2000, 1.3) }, 1.3},
+		{"the model's own speed reads 1, whatever the prompt length", func(p *PrefillSpeed) {
+			c := feed(p, PrefillCounters{}, 1+PrefillWindow, 1, 100, 1)
+			feed(p, c, PrefillWindow, 1, 30000, 1)
+		}, 1},
+		{"unknown counters change nothing", func(p *PrefillSpeed) {
+			feed(p, PrefillCounters{}, 1+PrefillWindow, 1, 2000, 1.3)
+			p.Observe(PrefillCounters{Seconds: 1e9, Count: 1e9})
+		}, 1.3},
+		{"counters that go back (a restart) start the window again", func(p *PrefillSpeed) {
+			feed(p, PrefillCounters{}, 1+PrefillWindow, 1, 2000, 1.3)
+			p.Observe(PrefillCounters{Known: true})
+		}, 0},
+		{"a scrape with no new request changes nothing", func(p *PrefillSpeed) {
+			c := feed(p, PrefillCounters{}, 1+PrefillWindow, 1, 2000, 1.3)
+			p.Observe(c)
+		}, 1.3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var p PrefillSpeed
+			tt.run(&p)
+			if got := p.Slowdown(); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("Slowdown = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPrefillSpeedForgets(t *testing.T) {
+	// An engine that slows from 1x to 2x: after one window the old speed weighs e^-1 of
+	// the requests; after five, under 1%.
+	var p PrefillSpeed
+	c := feed(&p, PrefillCounters{}, 1+5*PrefillWindow, 1, 2000, 1)
+	c = feed(&p, c, PrefillWindow, 1, 2000, 2)
+	if got, want := p.Slowdown(), 2-math.Exp(-1); math.Abs(got-want) > 0.01 {
+		t.Fatalf("one window after the change: %v, want about %v", got, want)
+	}
+	feed(&p, c, 4*PrefillWindow, 1, 2000, 2)
+	if got := p.Slowdown(); math.Abs(got-2) > 0.01 {
+		t.Fatalf("five windows after the change: %v, want about 2", got)
+	}
+}

@@ -385,3 +385,44 @@ func TestZMQEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestServerPullRestsBetweenDrains holds the pull loop to ServerConfig.DrainInterval: a
+// batch pushed right after one was applied waits out the interval, every batch pushed
+// meanwhile is applied together after it, none is lost, and Close ends a rest at once.
+func TestServerPullRestsBetweenDrains(t *testing.T) {
+	noLeaks(t)
+	const interval = 400 * time.Millisecond
+	ls := startServer(t, ServerConfig{Allow: AllowAny, DrainInterval: interval}, nil)
+	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+	applied := func() float64 { return testutil.ToFloat64(ls.idx.met.ops[0][0]) }
+	send := func(key int64) {
+		t.Helper()
+		if _, err := push.SendMessage(encodeAll(t, []Message{KVAdmitMsg{InstanceID: "vllm-0", Key: key, Location: "LocalCPUBackend"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1)
+	eventually(t, "the first batch", func() bool { return applied() == 1 })
+	first := time.Now()
+	for k := range int64(5) {
+		send(10 + k)
+	}
+	eventually(t, "the batches pushed during the rest", func() bool { return applied() == 6 })
+	// The first batch was applied at most a poll (2 ms) before first was read; the loop
+	// woke for it before that. Half the interval is far above that slack.
+	if waited := time.Since(first); waited < interval/2 {
+		t.Errorf("the batches pushed right after a drain were applied %v later; the drain interval is %v", waited, interval)
+	}
+	// A rest in progress (the loop just drained) ends with Close, not with the interval.
+	send(20)
+	eventually(t, "the last batch", func() bool { return applied() == 7 })
+	push.Close()
+	ls.closePeers(t)
+	start := time.Now()
+	if err := ls.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= interval/2 {
+		t.Errorf("Close took %v during a rest of %v", took, interval)
+	}
+}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -86,10 +87,12 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 }
 
 // scrapeFollower is the replica's reader of the engine-metrics scraper's pages, when the
-// replicas scrape the engines (then each engine's page is fetched once for both: decision
-// 1191); nil otherwise. The replica starts before the scraper runs.
+// replicas scrape the engines no more often than that scraper's rounds come (then each
+// engine's page is fetched once for both: decision 1191); nil otherwise. The replica
+// starts before the scraper runs.
 func (a *App) scrapeFollower() func(string) func(enginemetrics.Reading, error) {
-	if rc := a.cfg.Replicas; rc == nil || rc.ScrapeInterval < 0 {
+	rounds := cmp.Or(a.cfg.EngineMetricsInterval, enginemetrics.DefaultInterval)
+	if rc := a.cfg.Replicas; rc == nil || rc.ScrapeInterval < 0 || a.cfg.EngineMetricsInterval < 0 || rounds > a.followInterval() {
 		return nil
 	}
 	return func(addr string) func(enginemetrics.Reading, error) { return a.Replica.FollowScrape(addr) }

@@ -89,50 +89,46 @@ func pacedSend(spec string) error {
 // BenchmarkServerIngestPaced is an engine's worker pushing 200 batches of 7 admits a second,
 // as extload -lmcache-rate 200 does, from a process of its own: one op is one batch
 // (-benchtime 400x is two seconds). cpu-us/batch is this process's CPU (the pull loop and
-// ZeroMQ's I/O thread) per batch, the cost of each batch's wake-up included, which a
-// benchmark pushing as fast as it can (BenchmarkServerIngest) amortizes away. drain is
-// ServerConfig.DrainInterval (-1ns: a wake-up for every batch).
+// ZeroMQ's I/O thread) per batch, the cost of each batch's wake-ups included, which a
+// benchmark pushing as fast as it can (BenchmarkServerIngest) amortizes away.
 func BenchmarkServerIngestPaced(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, drain := range []time.Duration{-1, DefaultDrainInterval} {
-		b.Run("drain="+drain.String(), func(b *testing.B) {
-			idx := newTestIndex(b, IndexConfig{})
-			srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1, DrainInterval: drain}, idx, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.Start(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Close()
-			applied := func() float64 { return testutil.ToFloat64(idx.met.ops[0][0]) }
-			cmd := exec.Command(exe)
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,200", pacedSenderEnv, srv.PullAddr(), b.N))
-			cmd.Stderr = os.Stderr
-			b.ResetTimer()
-			cpu0, cpuOK := processCPU()
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			if err := cmd.Wait(); err != nil {
-				b.Fatalf("the sender process: %v", err)
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for applied() < float64(7*b.N) {
-				if time.Now().After(deadline) {
-					b.Fatalf("applied %v of %d admits", applied(), 7*b.N)
-				}
-				time.Sleep(time.Millisecond)
-			}
-			cpu1, _ := processCPU()
-			b.StopTimer()
-			if cpuOK {
-				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-us/batch")
-			}
-		})
+	idx := newTestIndex(b, IndexConfig{})
+	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	applied := func() float64 { return testutil.ToFloat64(idx.met.ops[0][0]) }
+	base := applied()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,200", pacedSenderEnv, srv.PullAddr(), b.N))
+	cmd.Stderr = os.Stderr
+	b.ResetTimer()
+	cpu0, cpuOK := processCPU()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("the sender process: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for applied()-base < float64(7*b.N) {
+		if time.Now().After(deadline) {
+			b.Fatalf("applied %v of %d admits", applied()-base, 7*b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cpu1, _ := processCPU()
+	b.StopTimer()
+	if cpuOK {
+		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-us/batch")
 	}
 }
 
@@ -142,7 +138,7 @@ func BenchmarkServerIngestPaced(b *testing.B) {
 // seconds) while an engine's worker in another process pushes 200 batches of 7 admits a
 // second to the controller. p50-us, p99-us and p999-us are the pings' round trips;
 // cpu-us/op is the process's CPU per ping, the echo's work, the pings' and ingestion's.
-// ingest=none pushes nothing (the floor); drain is ServerConfig.DrainInterval.
+// ingest=none pushes nothing (the floor), ingest=200/s the batches.
 func BenchmarkIngestBesideWork(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -151,17 +147,14 @@ func BenchmarkIngestBesideWork(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		ingest bool
-		drain  time.Duration
 	}{
-		{"ingest=none", false, 0},
-		{"drain=-1ns", true, -1},
-		{"drain=" + DefaultDrainInterval.String(), true, DefaultDrainInterval},
-		{"drain=25ms", true, 25 * time.Millisecond},
+		{"ingest=none", false},
+		{"ingest=200/s", true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			idx := newTestIndex(b, IndexConfig{})
-			srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1, DrainInterval: c.drain}, idx, nil, nil)
+			srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -88,17 +88,7 @@ type ServerConfig struct {
 	// PeerBurst is how many bytes a peer may send at once above PeerRate (a full sync);
 	// 0 means DefaultPeerBurst.
 	PeerBurst int64
-	// DrainInterval is the least time between two wake-ups of the pull loop: once the
-	// queue it drains is empty, the loop rests until DrainInterval has passed since it
-	// last woke, then takes everything that came meanwhile in one go. Messages wait at most
-	// that long (they queue in ZeroMQ, up to RcvHWM; none is dropped for it), and a flow of
-	// small batches costs one wake-up per interval instead of one per batch. 0 means
-	// DefaultDrainInterval; negative: wake for every message.
-	DrainInterval time.Duration
 }
-
-// DefaultDrainInterval lets the pull loop wake at most 100 times a second (decision 1190).
-const DefaultDrainInterval = 10 * time.Millisecond
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
 // with NewServer, then Start; Close stops it.
@@ -157,9 +147,6 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	}
 	if cfg.PeerBurst <= 0 {
 		cfg.PeerBurst = DefaultPeerBurst
-	}
-	if cfg.DrainInterval == 0 {
-		cfg.DrainInterval = DefaultDrainInterval
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -457,10 +444,6 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer
 // frames slice and its two functions are made once, not per message: the frames are the
 // loop's again once ingest has returned (IngestFunc's contract), and the message of the
 // moment is read through the variables the functions share.
-//
-// Once the queue is empty it rests until ServerConfig.DrainInterval has passed since it
-// last woke (rest), and only then waits for a message: whatever came during the rest is
-// taken without a wait.
 func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	var frames [][]byte
@@ -470,19 +453,9 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 		return err
 	}
 	applyFrames := func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 }
-	restTimer := time.NewTimer(0)
-	defer restTimer.Stop()
-	var woke time.Time
 	for {
 		clear(frames) // hold no message's memory while waiting for the next
-		err := recv(zmq.DONTWAIT)
-		if zmqwait.IsAgain(err) {
-			if !s.rest(restTimer, woke) {
-				return
-			}
-			err = w.Receive(time.Time{}, recv)
-			woke = time.Now()
-		}
+		err := w.Receive(time.Time{}, recv)
 		if err != nil {
 			if isTerm(err) {
 				return
@@ -502,22 +475,6 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 			continue
 		}
 		s.ingest(peer, frames, applyFrames)
-	}
-}
-
-// rest waits, on t, until the drain interval has passed since woke; it reports false when
-// the server closes meanwhile.
-func (s *Server) rest(t *time.Timer, woke time.Time) bool {
-	d := time.Until(woke.Add(s.cfg.DrainInterval))
-	if d <= 0 {
-		return true
-	}
-	t.Reset(d)
-	select {
-	case <-t.C:
-		return true
-	case <-s.done:
-		return false
 	}
 }
 

@@ -200,7 +200,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		a.EngineMetrics, err = enginemetrics.New(enginemetrics.Config{Interval: cfg.EngineMetricsInterval,
 			Endpoints: func() []string { return a.Fleet.View().Addrs() },
 			Needed:    func() bool { return a.Picker.NeedsEngineMetrics() },
-			Logger:    log, Registerer: reg})
+			Logger:    log, Registerer: reg, Follow: a.scrapeFollower(), FollowInterval: a.followInterval()})
 		if err != nil {
 			return nil, err
 		}

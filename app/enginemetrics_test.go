@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/picker"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // A policy that reads engine metrics gets them from the engines' /metrics, scraped by the
@@ -44,5 +46,73 @@ func TestEngineMetricsReachTheirPolicy(t *testing.T) {
 	defer d.Booking.Release()
 	if d.Endpoints[0] != idleAddr {
 		t.Fatalf("gie-default chose %s; want the idle engine %s (the busy one has 5 waiting, KV 0.9)", d.Endpoints[0], idleAddr)
+	}
+}
+
+// With replicas and a policy that reads engine metrics, each engine's page is fetched once
+// for both: the replica's load view reads the engine-metrics scraper's fetches (decision
+// 1191). Counted at a real HTTP engine: its fetches are the scraper's, none more, while the
+// replica records scrapes of its own.
+func TestReplicaReadsTheEngineMetricsFetches(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	var fetches atomic.Int64
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		fmt.Fprint(w, "vllm:num_requests_running 2\nvllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc 0.1\n")
+	}))
+	defer engine.Close()
+	addr := strings.TrimPrefix(engine.URL, "http://")
+	cfg := Config{Endpoints: []string{addr}, Policy: "gie-default", EngineMetricsInterval: 10 * time.Millisecond,
+		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
+		Replicas: &ReplicaConfig{URL: ns.ClientURL(), ScrapeInterval: 30 * time.Millisecond}}
+	a, err := Start(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := func(name, outcome string) float64 {
+		fams, err := a.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && (outcome == "" || l.GetValue() == outcome) {
+						sum += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return sum
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for counter("loadaware_replica_scrapes_total", "ok") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica recorded no 3 scrapes of the engine in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, scraper, replica := fetches.Load(), counter("loadaware_engine_metrics_scrapes_total", ""), counter("loadaware_replica_scrapes_total", "")
+	// A fetch cut by Close may count as the scraper's error without reaching the engine.
+	if float64(got) > scraper {
+		t.Errorf("the engine served %d fetches, the engine-metrics scraper made %v and the replica recorded %v: the replica fetched pages of its own", got, scraper, replica)
+	}
+	if replica >= scraper {
+		t.Errorf("the replica recorded %v scrapes and the scraper made %v: at a 30 ms replica interval and 10 ms rounds it should record about a third", replica, scraper)
 	}
 }

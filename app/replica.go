@@ -1,10 +1,12 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/enginemetrics"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/replica"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,7 +71,7 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 	}
 	cfg := replica.Config{URL: rc.URL, Subject: rc.Subject, Name: rc.Name, Fleet: a.Fleet, StateInterval: rc.StateInterval,
 		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, CeilingWindow: rc.CeilingWindow, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg,
-		History: a.Picker}
+		History: a.Picker, ScrapeFollowed: a.EngineMetrics != nil && a.scrapeFollower() != nil}
 	if a.gate != nil {
 		cfg.Gate = a.gate
 	}
@@ -82,6 +84,26 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 	}
 	a.Replica = r
 	return nil
+}
+
+// scrapeFollower is the replica's reader of the engine-metrics scraper's pages, when the
+// replicas scrape the engines no more often than that scraper's rounds come (then each
+// engine's page is fetched once for both: decision 1191); nil otherwise. The replica
+// starts before the scraper runs.
+func (a *App) scrapeFollower() func(string) func(enginemetrics.Reading, error) {
+	rounds := cmp.Or(a.cfg.EngineMetricsInterval, enginemetrics.DefaultInterval)
+	if rc := a.cfg.Replicas; rc == nil || rc.ScrapeInterval < 0 || a.cfg.EngineMetricsInterval < 0 || rounds > a.followInterval() {
+		return nil
+	}
+	return func(addr string) func(enginemetrics.Reading, error) { return a.Replica.FollowScrape(addr) }
+}
+
+// followInterval is how often the replica reads the engines' pages (its ScrapeInterval).
+func (a *App) followInterval() time.Duration {
+	if rc := a.cfg.Replicas; rc != nil && rc.ScrapeInterval > 0 {
+		return rc.ScrapeInterval
+	}
+	return replica.DefaultScrapeInterval
 }
 
 // replicaReady is closed once the shared index is warm (at once without replicas).

@@ -42,6 +42,14 @@ type Config struct {
 	Now        func() time.Time
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics are not registered
+	// Follow, when set, is a second reader of the same pages (package replica's load view),
+	// so that each engine's page is fetched once for both. Every FollowInterval, a round
+	// runs whether or not Needed says so, and Follow is called as each of its fetches
+	// starts; the function it returns (nil: none) gets that fetch's Reading or error.
+	Follow func(addr string) func(Reading, error)
+	// FollowInterval is how often Follow's rounds come, rounded to the nearest Interval;
+	// 0 means every round.
+	FollowInterval time.Duration
 }
 
 type sample struct {
@@ -67,6 +75,9 @@ func New(cfg Config) (*Scraper, error) {
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
+	}
+	if cfg.FollowInterval < 0 {
+		return nil, fmt.Errorf("enginemetrics: follow interval %v is negative: use 0 (every round) or a positive duration", cfg.FollowInterval)
 	}
 	if cfg.Endpoints == nil {
 		return nil, errors.New("enginemetrics: Config.Endpoints is nil")
@@ -103,13 +114,21 @@ func New(cfg Config) (*Scraper, error) {
 // Interval is the time between scrape rounds.
 func (s *Scraper) Interval() time.Duration { return s.cfg.Interval }
 
-// Run scrapes every Interval until ctx ends, skipping rounds while Needed says false.
+// Run scrapes every Interval until ctx ends, skipping rounds while Needed says false unless
+// Follow is due (see Config.Follow).
 func (s *Scraper) Run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	var followed time.Time
 	for {
-		if s.cfg.Needed() {
-			s.Round(ctx)
+		now := s.cfg.Now()
+		// Due from half an Interval early: a tick a little before the mark is the mark's.
+		follow := s.cfg.Follow != nil && !now.Before(followed.Add(s.cfg.FollowInterval-s.cfg.Interval/2))
+		if follow {
+			followed = now
+		}
+		if follow || s.cfg.Needed() {
+			s.round(ctx, follow)
 		}
 		select {
 		case <-ctx.Done():
@@ -121,8 +140,11 @@ func (s *Scraper) Run(ctx context.Context) {
 
 // Round scrapes every endpoint once (at most 16 at a time), keeps each success, and forgets
 // the endpoints no longer listed. A failed scrape keeps the endpoint's previous sample, which
-// ages.
-func (s *Scraper) Round(ctx context.Context) {
+// ages. Follow is not told of its fetches.
+func (s *Scraper) Round(ctx context.Context) { s.round(ctx, false) }
+
+// round is Round, telling Follow of each fetch when follow is set.
+func (s *Scraper) round(ctx context.Context, follow bool) {
 	addrs := s.cfg.Endpoints()
 	timeout := min(max(2*s.cfg.Interval, minTimeout), maxTimeout)
 	slots := make(chan struct{}, maxConcurrent)
@@ -131,7 +153,14 @@ func (s *Scraper) Round(ctx context.Context) {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
+			var told func(Reading, error)
+			if follow {
+				told = s.cfg.Follow(addr)
+			}
 			r, err := s.scrapeOne(ctx, addr, timeout)
+			if told != nil {
+				told(r, err)
+			}
 			if err != nil {
 				s.scrapes.WithLabelValues("error").Inc()
 				s.cfg.Logger.Debug("enginemetrics: scrape failed", "endpoint", addr, "err", err)

@@ -128,12 +128,81 @@ func TestRunSkipsWhileNotNeeded(t *testing.T) {
 	<-done
 }
 
+// TestRunFollowsEveryFollowInterval: with nothing needing the metrics, rounds still run
+// for the follower, no closer than its interval (less half a round); it is told of every
+// fetch (none is made behind its back) with the page's reading, or the fetch's error.
+func TestRunFollowsEveryFollowInterval(t *testing.T) {
+	e := &engine{}
+	e.running.Store(4)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	const interval, every = 2 * time.Millisecond, 20 * time.Millisecond
+	type told struct {
+		at      time.Time
+		running int
+		err     error
+	}
+	var starts atomic.Int64
+	tells := make(chan told, 100)
+	s, err := New(Config{Interval: interval, FollowInterval: every, Endpoints: func() []string { return []string{addr(srv)} },
+		Needed: func() bool { return false },
+		Follow: func(a string) func(Reading, error) {
+			if a != addr(srv) {
+				t.Errorf("followed %q, not the endpoint", a)
+			}
+			starts.Add(1)
+			at := time.Now()
+			return func(r Reading, err error) { tells <- told{at, r.Running + r.Waiting, err} }
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	var prev time.Time
+	for i := range 6 {
+		if i == 4 {
+			e.fail.Store(true)
+		}
+		var got told
+		select {
+		case got = <-tells:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("follow %d: not told of a fetch in 10 s", i)
+		}
+		switch {
+		case i < 4 && (got.err != nil || got.running != 6):
+			t.Errorf("follow %d: running+waiting %d, error %v; want 6 and none", i, got.running, got.err)
+		case i == 5 && got.err == nil:
+			t.Errorf("follow %d of a failing engine: no error", i)
+		}
+		if i > 0 && got.at.Sub(prev) < every-interval/2 {
+			t.Errorf("follows %v apart; the follow interval is %v", got.at.Sub(prev), every)
+		}
+		prev = got.at
+	}
+	cancel()
+	<-done
+	close(tells)
+	n := int64(6)
+	for range tells {
+		n++
+	}
+	if f := testutil.ToFloat64(s.scrapes.WithLabelValues("ok")) + testutil.ToFloat64(s.scrapes.WithLabelValues("error")); f != float64(n) || starts.Load() != n {
+		t.Errorf("%v fetches, %d follows started, %d told: every fetch is the follower's while nothing else needs them", f, starts.Load(), n)
+	}
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	if _, err := New(Config{Interval: -time.Second, Endpoints: func() []string { return nil }}); err == nil || !strings.Contains(err.Error(), "negative") {
 		t.Fatalf("negative interval: %v", err)
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("no endpoints func: no error")
+	}
+	if _, err := New(Config{FollowInterval: -time.Second, Endpoints: func() []string { return nil }}); err == nil || !strings.Contains(err.Error(), "follow interval") {
+		t.Fatalf("negative follow interval: %v", err)
 	}
 	s, err := New(Config{Endpoints: func() []string { return nil }})
 	if err != nil || s.Interval() != DefaultInterval {

@@ -55,6 +55,11 @@ type Config struct {
 	// ScrapeInterval is how often the engines' /metrics are read (the load view's ground
 	// truth); negative disables scraping.
 	ScrapeInterval time.Duration
+	// ScrapeFollowed says that another scraper fetches the engines' pages every
+	// ScrapeInterval and tells the replica of each fetch (FollowScrape: the picker's
+	// enginemetrics.Scraper, so that each page is fetched once for both); the replica then
+	// fetches none itself.
+	ScrapeFollowed bool
 	// CeilingWindow is how far back the scraped counts bound the peers' share of an
 	// endpoint's load: the largest count over the window plus every booking since its
 	// start. It must outlast an engine's own lag behind the bookings (its gauges move
@@ -187,12 +192,12 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.wg.Go(func() { r.tick(ctx) })
 	r.wg.Go(func() { r.publisher(ctx) })
-	if cfg.ScrapeInterval > 0 {
+	if cfg.ScrapeInterval > 0 && !cfg.ScrapeFollowed {
 		r.wg.Go(func() { r.scrapeLoop(ctx) })
 	}
 	r.wg.Go(func() { r.warmStart(ctx) })
 	r.log.Info("replica: sharing state over NATS", "url", cfg.URL, "subject", cfg.Subject, "name", cfg.Name,
-		"origin", strconv.FormatUint(r.origin, 16), "lmcache", cfg.Gate != nil, "scrape_interval", cfg.ScrapeInterval.String())
+		"origin", strconv.FormatUint(r.origin, 16), "lmcache", cfg.Gate != nil, "scrape_interval", cfg.ScrapeInterval.String(), "scrape_followed", cfg.ScrapeFollowed)
 	return r, nil
 }
 

@@ -48,18 +48,34 @@ func (r *Replica) scrapeAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, addr := range r.cfg.Fleet.Endpoints() {
 		wg.Go(func() {
-			books := r.load.scrapeStarted(addr)
-			n, err := r.scrapeOne(ctx, addr)
-			if err != nil {
-				r.met.scrapes.WithLabelValues("error").Inc()
-				r.log.Debug("replica: engine scrape failed", "endpoint", addr, "err", err)
-				return
-			}
-			r.met.scrapes.WithLabelValues("ok").Inc()
-			r.load.scraped(addr, n, books)
+			done := r.scrapeStarted(addr)
+			done(r.scrapeOne(ctx, addr))
 		})
 	}
 	wg.Wait()
+}
+
+// FollowScrape is the replica's side of a fetch of addr's /metrics made by another scraper
+// (Config.ScrapeFollowed; it fits enginemetrics.Config.Follow): called as the fetch
+// starts, it returns what records the fetch's reading, its running plus waiting requests.
+func (r *Replica) FollowScrape(addr string) func(enginemetrics.Reading, error) {
+	done := r.scrapeStarted(addr)
+	return func(rd enginemetrics.Reading, err error) { done(rd.Running+rd.Waiting, err) }
+}
+
+// scrapeStarted notes that a scrape of addr starts now and returns what records its
+// outcome: the engine's running plus waiting requests, or the error that kept them.
+func (r *Replica) scrapeStarted(addr string) func(count int, err error) {
+	books := r.load.scrapeStarted(addr)
+	return func(n int, err error) {
+		if err != nil {
+			r.met.scrapes.WithLabelValues("error").Inc()
+			r.log.Debug("replica: engine scrape failed", "endpoint", addr, "err", err)
+			return
+		}
+		r.met.scrapes.WithLabelValues("ok").Inc()
+		r.load.scraped(addr, n, books)
+	}
 }
 
 func (r *Replica) scrapeOne(ctx context.Context, addr string) (int, error) {

@@ -320,29 +320,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if zap != nil {
 		loops = append(loops, loop{zap, s.serveZAP, "ZAP"})
 	}
-	// The pull and reply loops receive through a receiver of their socket each (one cgo
-	// call a frame, decision 1192).
-	withReceiver := func(so *zmq.Socket, serve func(*zmq.Socket, *zmqwait.Waiter, *receiver), what string) error {
-		r, err := newReceiver(so)
-		if err != nil {
-			return err
-		}
-		loops = append(loops, loop{so, func(so *zmq.Socket, w *zmqwait.Waiter) { serve(so, w, r) }, what})
-		return nil
+	loops = append(loops, loop{pull, s.servePull, "pull"})
+	if reply != nil {
+		loops = append(loops, loop{reply, s.serveRouter, "reply"})
 	}
-	if err := withReceiver(pull, s.servePull, "pull"); err != nil {
-		return fail(err)
-	}
-	for _, l := range []struct {
-		so   *zmq.Socket
-		what string
-	}{{reply, "reply"}, {heart, "heartbeat"}} {
-		if l.so == nil {
-			continue
-		}
-		if err := withReceiver(l.so, s.serveRouter, l.what); err != nil {
-			return fail(err)
-		}
+	if heart != nil {
+		loops = append(loops, loop{heart, s.serveRouter, "heartbeat"})
 	}
 	for _, l := range loops {
 		w, err := zmqwait.New(l.so)
@@ -432,16 +415,41 @@ func isTerm(err error) bool {
 		errors.Is(err, zmqwait.ErrClosed)
 }
 
+// recvPeer receives one message with flags, appended to frames, and the address of the
+// peer it came from ("" if unknown). The address is taken from the first frame that carries it: the routing id
+// frame of a ROUTER carries none when ZMQ_EVENTS (read by every zmqwait.Waiter.Wait) has
+// prefetched the message, in libzmq before 4.3.5 (zeromq/libzmq#4317; Debian 12 ships
+// 4.3.4), while the frames the peer sent always do.
+func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer string, err error) {
+	for {
+		var b []byte
+		if peer == "" {
+			var md map[string]string
+			b, md, err = so.RecvBytesWithMetadata(flags, "Peer-Address")
+			peer = md["Peer-Address"]
+		} else {
+			b, err = so.RecvBytes(flags)
+		}
+		if err != nil {
+			return frames[:0], "", err
+		}
+		frames = append(frames, b)
+		if more, err := so.GetRcvmore(); err != nil || !more {
+			return frames, peer, err
+		}
+	}
+}
+
 // servePull receives and applies the pull socket's messages until the socket is closed. Its
 // frames slice and its two functions are made once, not per message: the frames are the
 // loop's again once ingest has returned (IngestFunc's contract), and the message of the
 // moment is read through the variables the functions share.
-func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter, r *receiver) {
+func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	var frames [][]byte
 	var peer string
 	recv := func(f zmq.Flag) (err error) {
-		frames, peer, err = r.recvPeer(f, frames[:0])
+		frames, peer, err = recvPeer(so, f, frames[:0])
 		return err
 	}
 	applyFrames := func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 }
@@ -509,13 +517,13 @@ func (s *Server) noteOverRate(ip, outcome string) {
 	}
 }
 
-func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter, r *receiver) {
+func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
 	for {
 		var frames [][]byte
 		var peer string
 		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
-			frames, peer, err = r.recvPeer(f, nil)
+			frames, peer, err = recvPeer(so, f, nil)
 			return err
 		})
 		if err != nil {

@@ -201,14 +201,7 @@ func BenchmarkServerIngest(b *testing.B) {
 }
 
 func benchServerIngest(b *testing.B, perBatch int) {
-	idx := newTestIndex(b, IndexConfig{})
-	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	idx, srv := startIngestServer(b)
 	defer srv.Close()
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -397,4 +390,19 @@ func BenchmarkAdmitWhilePurging(b *testing.B) {
 			}
 		})
 	}
+}
+
+// startIngestServer starts a controller pulling on a free loopback port into a new index
+// that accepts every peer at any rate, for the ingestion benchmarks; the caller closes it.
+func startIngestServer(b *testing.B) (*Index, *Server) {
+	b.Helper()
+	idx := newTestIndex(b, IndexConfig{})
+	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return idx, srv
 }

@@ -1,7 +1,6 @@
 package lmcache
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -96,14 +95,7 @@ func BenchmarkServerIngestPaced(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	idx := newTestIndex(b, IndexConfig{})
-	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	idx, srv := startIngestServer(b)
 	defer srv.Close()
 	applied := func() float64 { return testutil.ToFloat64(idx.met.ops[0][0]) }
 	base := applied()
@@ -153,14 +145,7 @@ func BenchmarkIngestBesideWork(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-			idx := newTestIndex(b, IndexConfig{})
-			srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.Start(context.Background()); err != nil {
-				b.Fatal(err)
-			}
+			_, srv := startIngestServer(b)
 			defer srv.Close()
 			conn, stop := startWorkEcho(b, 100_000)
 			defer stop()

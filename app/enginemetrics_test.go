@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/picker"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // A policy that reads engine metrics gets them from the engines' /metrics, scraped by the
@@ -54,15 +53,7 @@ func TestEngineMetricsReachTheirPolicy(t *testing.T) {
 // 1191). Counted at a real HTTP engine: its fetches are the scraper's, none more, while the
 // replica records scrapes of its own.
 func TestReplicaReadsTheEngineMetricsFetches(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := startNATS(t)
 	var fetches atomic.Int64
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fetches.Add(1)

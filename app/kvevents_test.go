@@ -132,15 +132,7 @@ func TestKVEventsStartFailureStopsTheSubscriber(t *testing.T) {
 // has moved on takes the engine's stream from its peer (--nats-url), so its index holds
 // what a replay no longer can (decision 0850).
 func TestKVEventsTakenFromAPeerReplica(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := startNATS(t)
 	host := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(150), rand.IntN(256))
 	pub, err := kvpublish.NewPublisher(kvpublish.PublisherConfig{Addr: host + ":0", ReplayAddr: host + ":0", DPRank: -1, BufferSteps: 2})
 	if err != nil {
@@ -196,4 +188,20 @@ func TestKVEventsTakenFromAPeerReplica(t *testing.T) {
 			t.Errorf("prompt %d (batch %d): the started replica holds %d tokens, its peer 32", i, i, got)
 		}
 	}
+}
+
+// startNATS starts an embedded NATS server on a free loopback port for the replica tests;
+// it is shut down when the test ends.
+func startNATS(t *testing.T) *natsserver.Server {
+	t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
 }

@@ -78,19 +78,16 @@ func (s *State) random(n int) int {
 
 // routed is where a prefix key last went and its recent request rate.
 type routed struct {
-	addr string
+	// route is the last: addr, and for ttftaware's presumption (presumption) the
+	// prompt's length and the uncached tokens booked on addr before it.
+	route
 	at   time.Time
 	rate float64 // requests per second, exponentially decayed over HotTau
-	// tokens is the routed prompt's length (0: not known), mark the uncached tokens
-	// booked on addr before it (State.allocated); prev is the same of the last route
-	// before to another endpoint: ttftaware's presumption (presumption).
-	tokens int
-	mark   float64
-	prev   route
+	prev route   // the last route before it to another endpoint (zero: none)
 }
 
-// route is a prompt of tokens tokens routed to addr after mark uncached tokens were booked
-// there.
+// route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
+// tokens were booked there (State.allocated).
 type route struct {
 	addr   string
 	tokens int
@@ -126,10 +123,9 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 	r := s.recent[key]
 	r.rate = decayed(r, now) + 1/HotTau.Seconds()
 	if r.addr != "" && r.addr != addr {
-		r.prev = route{addr: r.addr, tokens: r.tokens, mark: r.mark}
+		r.prev = r.route
 	}
-	r.addr, r.at = addr, now
-	r.tokens, r.mark = max(tokens, 0), s.allocated[addr]
+	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr]}, now
 	s.recent[key] = r
 }
 

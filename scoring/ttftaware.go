@@ -140,10 +140,7 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 	}
 	step := StepCost.Seconds() + float64(max(c.Decode, 0))*SeqStepCost.Seconds()
 	grown := float64(max(c.Decode, 0)) * (e.Age.Seconds()/step + steps)
-	pool := float64(KVPoolTokens)
-	if e.KVPoolTokens > 0 {
-		pool = float64(e.KVPoolTokens)
-	}
+	pool := kvPool(e)
 	used := min(min(max(e.KVUsage, 0), 1)*pool+grown, pool)
 	if used <= 0 {
 		return 0
@@ -238,7 +235,7 @@ func (s *State) presumption(in Input) [2]pastRoute {
 		return [2]pastRoute{}
 	}
 	var out [2]pastRoute
-	for i, rt := range [2]route{{addr: r.addr, tokens: r.tokens, mark: r.mark}, r.prev} {
+	for i, rt := range [2]route{r.route, r.prev} {
 		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
 	}
 	return out
@@ -262,15 +259,21 @@ func presumedHeld(c Candidate, since float64) bool {
 	if since < 0 {
 		return false
 	}
-	pool := float64(KVPoolTokens)
-	if c.Engine.KVPoolTokens > 0 {
-		pool = float64(c.Engine.KVPoolTokens)
-	}
+	pool := kvPool(c.Engine)
 	used := 0.0
 	if c.Engine.Known {
 		used = min(max(c.Engine.KVUsage, 0), 1) * pool
 	}
 	return since < pool-used
+}
+
+// kvPool is e's GPU KV pool in tokens: the scraped one, or KVPoolTokens when the engine
+// does not export it.
+func kvPool(e EngineMetrics) float64 {
+	if e.KVPoolTokens > 0 {
+		return float64(e.KVPoolTokens)
+	}
+	return KVPoolTokens
 }
 
 // saturatedMiss weighs a token of miss beyond the least when the fleet is saturated: more

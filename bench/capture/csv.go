@@ -77,42 +77,44 @@ func parseDriver(r io.Reader, name string) ([]Request, error) {
 // parseRow parses one data row. An "ok" row must have every numeric field
 // (index, prefix_id, send_ts and e2e_s are required on every row);
 // other rows may leave ttft_s, the token counts and itls_ms empty. Durations
-// must be finite and non-negative.
+// must be finite and non-negative. The error is the first bad column's.
 func (h driverHeader) parseRow(rec []string) (Request, error) {
 	if len(rec) <= h.maxIndex() {
 		return Request{}, fmt.Errorf("%d fields, want at least %d", len(rec), h.maxIndex()+1)
 	}
-	get := func(c string) string { return strings.TrimSpace(rec[h[c]]) }
-	var r Request
-	var err error
-	r.OK = get("status") == "ok"
-	r.Error = rec[h["error"]]
-	if r.Index, err = parseInt(get("index"), "index", false); err != nil {
-		return r, err
-	}
-	if r.PrefixID, err = parseInt(get("prefix_id"), "prefix_id", false); err != nil {
-		return r, err
-	}
-	if r.Send, err = parseFloat(get("send_ts"), "send_ts", false); err != nil {
-		return r, err
-	}
-	if r.E2E, err = parseFloat(get("e2e_s"), "e2e_s", false); err != nil {
-		return r, err
-	}
+	w := row{h: h, rec: rec}
+	r := Request{OK: w.text("status") == "ok", Error: rec[h["error"]]}
 	opt := !r.OK
-	if r.TTFT, err = parseFloat(get("ttft_s"), "ttft_s", opt); err != nil {
-		return r, err
+	r.Index = column(&w, "index", false, parseInt)
+	r.PrefixID = column(&w, "prefix_id", false, parseInt)
+	r.Send = column(&w, "send_ts", false, parseFloat)
+	r.E2E = column(&w, "e2e_s", false, parseFloat)
+	r.TTFT = column(&w, "ttft_s", opt, parseFloat)
+	r.PromptTokens = column(&w, "prompt_tokens", opt, parseInt)
+	r.CompletionTokens = column(&w, "completion_tokens", opt, parseInt)
+	r.ITLs = column(&w, "itls_ms", true, parseITLs)
+	return r, w.err
+}
+
+// row is one data row being parsed, with the first error of its columns.
+type row struct {
+	h   driverHeader
+	rec []string
+	err error
+}
+
+// text is the row's value in column c, trimmed.
+func (w *row) text(c string) string { return strings.TrimSpace(w.rec[w.h[c]]) }
+
+// column parses the row's column c with parse (given the text and the column's
+// name), unless an earlier column failed, which leaves it zero. An optional
+// column that is empty is zero.
+func column[T any](w *row, c string, optional bool, parse func(s, col string) (T, error)) T {
+	var v T
+	if s := w.text(c); w.err == nil && (s != "" || !optional) {
+		v, w.err = parse(s, c)
 	}
-	if r.PromptTokens, err = parseInt(get("prompt_tokens"), "prompt_tokens", opt); err != nil {
-		return r, err
-	}
-	if r.CompletionTokens, err = parseInt(get("completion_tokens"), "completion_tokens", opt); err != nil {
-		return r, err
-	}
-	if r.ITLs, err = parseITLs(get("itls_ms")); err != nil {
-		return r, err
-	}
-	return r, nil
+	return v
 }
 
 func (h driverHeader) maxIndex() int {
@@ -123,11 +125,8 @@ func (h driverHeader) maxIndex() int {
 	return m
 }
 
-func parseInt(s, col string, optional bool) (int, error) {
+func parseInt(s, col string) (int, error) {
 	if s == "" {
-		if optional {
-			return 0, nil
-		}
 		return 0, fmt.Errorf("column %s: empty", col)
 	}
 	v, err := strconv.Atoi(s)
@@ -137,11 +136,8 @@ func parseInt(s, col string, optional bool) (int, error) {
 	return v, nil
 }
 
-func parseFloat(s, col string, optional bool) (float64, error) {
+func parseFloat(s, col string) (float64, error) {
 	if s == "" {
-		if optional {
-			return 0, nil
-		}
 		return 0, fmt.Errorf("column %s: empty", col)
 	}
 	v, err := strconv.ParseFloat(s, 64)
@@ -151,9 +147,9 @@ func parseFloat(s, col string, optional bool) (float64, error) {
 	return v, nil
 }
 
-// parseITLs parses the ';'-separated gaps in milliseconds (a trailing ';' is
-// tolerated). An empty field is no gaps.
-func parseITLs(s string) ([]float64, error) {
+// parseITLs parses column col's ';'-separated gaps in milliseconds (a
+// trailing ';' is tolerated). An empty field is no gaps.
+func parseITLs(s, col string) ([]float64, error) {
 	s = strings.TrimSuffix(s, ";")
 	if s == "" {
 		return nil, nil
@@ -161,7 +157,7 @@ func parseITLs(s string) ([]float64, error) {
 	parts := strings.Split(s, ";")
 	out := make([]float64, len(parts))
 	for i, p := range parts {
-		v, err := parseFloat(strings.TrimSpace(p), "itls_ms", false)
+		v, err := parseFloat(strings.TrimSpace(p), col)
 		if err != nil {
 			return nil, fmt.Errorf("%w (gap %d)", err, i+1)
 		}

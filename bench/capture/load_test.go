@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/loadaware/loadaware-epp/bench/internal/errcheck"
 )
 
 func TestLoadGood(t *testing.T) {
@@ -155,5 +158,39 @@ func rmAll(t *testing.T, dir, name string) {
 	t.Helper()
 	if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A row's error is its first bad column's, and a failed request may leave its
+// measured columns empty.
+func TestParseRow(t *testing.T) {
+	h, err := parseDriverHeader(driverColumns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		rec     string // in driverColumns' order
+		want    Request
+		wantErr string
+	}{
+		{"ok", "3,5,1001.5,0.25,1.5,1578,3,ok,,20;30;", Request{Index: 3, PrefixID: 5, Send: 1001.5, TTFT: 0.25, E2E: 1.5,
+			PromptTokens: 1578, CompletionTokens: 3, OK: true, ITLs: []float64{20, 30}}, ""},
+		{"failed with empty measures", "3,5,1001.5,,2,,,error, timeout ,", Request{Index: 3, PrefixID: 5, Send: 1001.5, E2E: 2,
+			Error: " timeout "}, ""},
+		{"first of two bad columns", "x,5,1001.5,0.25,-1,1578,3,ok,,", Request{}, `column index: bad non-negative integer "x"`},
+		{"required column empty on a failed row", "3,5,1001.5,,,,,error,,", Request{}, "column e2e_s: empty"},
+		{"empty gap", "3,5,1001.5,0.25,1.5,1578,3,ok,,20;;30", Request{}, "column itls_ms: empty (gap 2)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := h.parseRow(strings.Split(tt.rec, ","))
+			if errcheck.Done(t, err, tt.wantErr) {
+				return
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }

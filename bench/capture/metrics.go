@@ -43,23 +43,20 @@ const StallMS = 80
 //     stats.NearestPercentiles defines them (not interpolated);
 //   - ITL percentiles over every gap of every ok row pooled, in seconds, and
 //     the share of those gaps above StallMS;
-//   - req_s = ok rows / (latest completion send+e2e over ok rows - earliest
-//     send over all rows), tok_s likewise with the ok rows' completion tokens;
+//   - req_s = ok rows per second of the rows' span (see PerSecond), tok_s
+//     likewise with the ok rows' completion tokens;
 //   - ok and errors: the counts of ok and of other rows.
 //
 // With no ok row every latency and rate is NaN. Imbalance is not set here.
 func SeedMetrics(rows []Request) map[string]float64 {
 	var ttft, e2e, itl []float64
 	var tokens, stalls float64
-	first, last := math.Inf(1), math.Inf(-1)
 	errs := 0
 	for _, r := range rows {
-		first = math.Min(first, r.Send)
 		if !r.OK {
 			errs++
 			continue
 		}
-		last = math.Max(last, r.Send+r.E2E)
 		ttft = append(ttft, r.TTFT)
 		e2e = append(e2e, r.E2E)
 		tokens += float64(r.CompletionTokens)
@@ -84,35 +81,38 @@ func SeedMetrics(rows []Request) map[string]float64 {
 	}
 	ep := stats.NearestPercentiles(e2e, 95, 99)
 	m[E2EMean], m[E2EP95], m[E2EP99] = stats.Mean(e2e), ep[0], ep[1]
-	m[ReqS], m[TokS] = math.NaN(), math.NaN()
-	if len(ttft) > 0 && last > first {
-		m[ReqS] = float64(len(ttft)) / (last - first)
-		m[TokS] = tokens / (last - first)
-	}
+	m[ReqS], m[TokS] = PerSecond(float64(len(ttft)), rows), PerSecond(tokens, rows)
 	return m
 }
 
-// Goodput returns the rate of requests that met a TTFT objective: the ok rows
-// whose TTFT is at most slo seconds, per second of the same window as req_s
-// in SeedMetrics (earliest send over all rows to latest completion over ok
-// rows). It is NaN when that window is empty (no ok row).
-func Goodput(rows []Request, slo float64) float64 {
+// PerSecond is x per second of rows' span: from the earliest send over all
+// rows to the latest completion (send+e2e) over the ok rows, the window every
+// rate of a seed is taken over. It is NaN when the span is empty (no ok row).
+func PerSecond(x float64, rows []Request) float64 {
 	first, last := math.Inf(1), math.Inf(-1)
-	met := 0
 	for _, r := range rows {
 		first = math.Min(first, r.Send)
-		if !r.OK {
-			continue
-		}
-		last = math.Max(last, r.Send+r.E2E)
-		if r.TTFT <= slo {
-			met++
+		if r.OK {
+			last = math.Max(last, r.Send+r.E2E)
 		}
 	}
 	if !(last > first) {
 		return math.NaN()
 	}
-	return float64(met) / (last - first)
+	return x / (last - first)
+}
+
+// Goodput returns the rate of requests that met a TTFT objective: the ok rows
+// whose TTFT is at most slo seconds, per second of the rows' span as req_s in
+// SeedMetrics (see PerSecond). It is NaN when that span is empty (no ok row).
+func Goodput(rows []Request, slo float64) float64 {
+	met := 0
+	for _, r := range rows {
+		if r.OK && r.TTFT <= slo {
+			met++
+		}
+	}
+	return PerSecond(float64(met), rows)
 }
 
 // Imbalance is the ratio of the busiest to the idlest engine's mean of the

@@ -68,6 +68,28 @@ func TestGoodput(t *testing.T) {
 	}
 }
 
+// The span runs from the earliest send of any row to the latest end of an ok row.
+func TestPerSecond(t *testing.T) {
+	tests := []struct {
+		name string
+		rows []Request
+		want float64
+	}{
+		{"one ok row", []Request{{Send: 100, E2E: 2, OK: true}}, 6.0 / 2},
+		{"an earlier failed send widens it", []Request{{Send: 100, E2E: 2, OK: true}, {Send: 98, OK: false}}, 6.0 / 4},
+		{"a later failed end does not", []Request{{Send: 100, E2E: 2, OK: true}, {Send: 101, E2E: 9, OK: false}}, 6.0 / 2},
+		{"no ok row", []Request{{Send: 100, E2E: 2, OK: false}}, math.NaN()},
+		{"an ok row that ends as it starts", []Request{{Send: 100, OK: true}}, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PerSecond(6, tt.rows); !same(got, tt.want) {
+				t.Fatalf("PerSecond = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestImbalance(t *testing.T) {
 	a := Series{Instance: "a", T: []float64{0, 5, 10, 15}, V: []float64{1, 2, 3, 100}}
 	b := Series{Instance: "b", T: []float64{0, 5, 10, 15}, V: []float64{4, 4, 4, 1}}

@@ -1,7 +1,6 @@
 package experiment
 
 import (
-	"reflect"
 	"slices"
 	"testing"
 
@@ -58,21 +57,24 @@ func TestParseSeeds(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []uint64
-		wantErr bool
+		wantErr string
 	}{
-		{"7", []uint64{7}, false},
-		{"1-4", []uint64{1, 2, 3, 4}, false},
-		{"3, 9,1", []uint64{3, 9, 1}, false},
-		{"4-1", nil, true},
-		{"1,1", nil, true},
-		{"x", nil, true},
-		{"", nil, true},
+		{"7", []uint64{7}, ""},
+		{"1-4", []uint64{1, 2, 3, 4}, ""},
+		{"3, 9,1", []uint64{3, 9, 1}, ""},
+		{"4-1", nil, "a range is A-B with A <= B"},
+		{"1,1", nil, "seed 1 appears twice"},
+		{"x", nil, `"x" is not a seed`},
+		{"", nil, `"" is not a seed`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := ParseSeeds(tc.in)
-			if (err != nil) != tc.wantErr || !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("ParseSeeds(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			if errcheck.Done(t, err, tc.wantErr) {
+				return
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("ParseSeeds(%q) = %v, want %v", tc.in, got, tc.want)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/sim"
@@ -14,7 +15,7 @@ type Row struct {
 	PrefixID         int
 	SendAt           float64 // seconds from the seed's first send slot (the workload's time zero)
 	TTFT             float64 // seconds; NaN when no token arrived
-	E2E              float64 // seconds
+	E2E              float64 // seconds; NaN when no token arrived
 	PromptTokens     int
 	CompletionTokens int
 	Status           string // "ok" or "error"
@@ -44,7 +45,24 @@ type Run struct {
 	Interval time.Duration // between samples
 	Running  [][]int       // Running[i][e]: engine e's running requests at sample i of the send window
 	Window   float64       // send window, seconds (first to last send)
-	Span     float64       // first send to last completion, seconds
+	Span     float64       // first send to last completion, seconds (see Span)
+}
+
+// Span is the time from the first send of any row to the last completion
+// (SendAt+E2E) of a row that has one, in seconds: a Run's Span. It is 0 when
+// no row completed.
+func Span(rows []Row) float64 {
+	first, last := math.Inf(1), math.Inf(-1)
+	for _, r := range rows {
+		first = math.Min(first, r.SendAt)
+		if !math.IsNaN(r.E2E) {
+			last = math.Max(last, r.SendAt+r.E2E)
+		}
+	}
+	if math.IsInf(last, 0) {
+		return 0
+	}
+	return last - first
 }
 
 // Results is a sweep's runs, arm-major in config order, seeds in config order.

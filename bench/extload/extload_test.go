@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -29,18 +28,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// serve runs srv on a loopback port and returns a client of it.
+// serve runs srv on a loopback port as ServeFloor does and returns a client of it.
 func serve(t *testing.T, srv extprocv3.ExternalProcessorServer, opts ...grpc.DialOption) extprocv3.ExternalProcessorClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := ServeFloor(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(g, srv)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	t.Cleanup(func() { _ = stop() })
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

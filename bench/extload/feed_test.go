@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loadaware/loadaware-epp/bench/internal/zmqtest"
 	"github.com/loadaware/loadaware-epp/lmcache"
-	zmq "github.com/pebbe/zmq4"
 )
 
 func TestParseListening(t *testing.T) {
@@ -37,33 +37,8 @@ func TestParseListening(t *testing.T) {
 	}
 }
 
-// pullSocket binds a PULL socket on a loopback port and returns it and its address.
-func pullSocket(t *testing.T) (*zmq.Socket, string) {
-	t.Helper()
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	so, err := zctx.NewSocket(zmq.PULL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { so.Close(); _ = zctx.Term() })
-	if err := so.SetLinger(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := so.Bind("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	ep, err := so.GetLastEndpoint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return so, strings.TrimPrefix(ep, "tcp://")
-}
-
 func TestFeederRegistersThenPushesBatchesOfNewKeys(t *testing.T) {
-	pull, addr := pullSocket(t)
+	pull, addr := zmqtest.Pull(t)
 	f, err := NewFeeder("127.0.0.1", addr, "engine-a", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +101,7 @@ func TestFeederRegistersThenPushesBatchesOfNewKeys(t *testing.T) {
 }
 
 func TestFeederRefusesBadArguments(t *testing.T) {
-	_, addr := pullSocket(t)
+	_, addr := zmqtest.Pull(t)
 	if _, err := NewFeeder("192.0.2.1", addr, "x", 1); err == nil || !strings.Contains(err.Error(), "127.0.0.0/8") {
 		t.Errorf("a non-local source address: %v, want an error naming loopback", err)
 	}

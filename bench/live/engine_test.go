@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/internal/zmqtest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -317,39 +318,13 @@ func TestEngineTokenizesAndExportsVLLMMetrics(t *testing.T) {
 // peer address it came from.
 type pull struct {
 	sock *zmq.Socket
-	zctx *zmq.Context
 	addr string
 }
 
 func newPull(t *testing.T) *pull {
 	t.Helper()
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock, err := zctx.NewSocket(zmq.PULL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sock.SetLinger(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := sock.SetRcvtimeo(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := sock.Bind("tcp://127.0.0.1:*"); err != nil {
-		t.Fatal(err)
-	}
-	ep, err := sock.GetLastEndpoint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pull{sock: sock, zctx: zctx, addr: strings.TrimPrefix(ep, "tcp://")}
-	t.Cleanup(func() {
-		sock.Close()
-		_ = zctx.Term()
-	})
-	return p
+	sock, addr := zmqtest.Pull(t)
+	return &pull{sock: sock, addr: addr}
 }
 
 // recv returns the next multipart message, decoded, and its peer address.
@@ -357,7 +332,7 @@ func (p *pull) recv(t *testing.T) ([]lmcache.Message, string) {
 	t.Helper()
 	frames, md, err := p.sock.RecvMessageBytesWithMetadata(0, "Peer-Address")
 	if err != nil {
-		t.Fatalf("no LMCache message within 10s: %v", err)
+		t.Fatalf("no LMCache message within %v: %v", zmqtest.RecvTimeout, err)
 	}
 	var out []lmcache.Message
 	for _, f := range frames {

@@ -521,7 +521,6 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 	outcomes := f.outcomes
 	f.outcomes = map[string]gateway.Outcome{}
 	f.mu.Unlock()
-	first, last := math.Inf(1), math.Inf(-1)
 	served := map[string]int{}
 	for i, r := range reqs {
 		row := rowOf(r, recs[i], start)
@@ -530,15 +529,9 @@ func (f *liveFleet) measure(ctx context.Context, cfg experiment.Config, arm expe
 		if d := recs[i].Header.Get("X-Loadaware-Decision"); d != "" {
 			res.Decisions[r.Index] = d
 		}
-		first = math.Min(first, row.SendAt)
-		if !math.IsNaN(row.E2E) {
-			last = math.Max(last, row.SendAt+row.E2E)
-		}
 		run.Rows = append(run.Rows, row)
 	}
-	if !math.IsInf(last, 0) {
-		run.Span = last - first
-	}
+	run.Span = experiment.Span(run.Rows)
 	run.Window = run.Rows[len(run.Rows)-1].SendAt - run.Rows[0].SendAt
 	for i, e := range f.engines {
 		run.Engines = append(run.Engines, experiment.EngineStats{

@@ -4,31 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	zmq "github.com/pebbe/zmq4"
+	"github.com/loadaware/loadaware-epp/bench/internal/zmqtest"
 )
 
 func TestDialConnectsFromTheEngineIP(t *testing.T) {
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zctx.Term()
-	pull, err := zctx.NewSocket(zmq.PULL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pull.Close()
-	if err := pull.SetLinger(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	ep, err := pull.GetLastEndpoint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, push, err := Dial("127.0.3.4", strings.TrimPrefix(ep, "tcp://"))
+	pull, addr := zmqtest.Pull(t)
+	wctx, push, err := Dial("127.0.3.4", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,11 +136,7 @@ func TestDPOfOneRankIsTheEngine(t *testing.T) {
 		return rs
 	}
 	e := newEngine(t, DefaultConfig())
-	for _, r := range reqs() {
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add(t, e, reqs()...)
 	end, _ := drain(t, e, 0)
 	want := e.Metrics()
 

@@ -29,6 +29,16 @@ func newEngine(t testing.TB, cfg Config) *Engine {
 	return e
 }
 
+// add queues each request on e, failing t on a refusal.
+func add(t testing.TB, e *Engine, rs ...*Request) {
+	t.Helper()
+	for _, r := range rs {
+		if err := e.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // prompt returns n tokens: a tag that makes it distinct, then filler.
 func prompt(tag uint32, n int) []uint32 {
 	out := make([]uint32, n)
@@ -82,9 +92,7 @@ func TestStepTimeFollowsTheRoofline(t *testing.T) {
 
 	e := newEngine(t, cfg)
 	r := &Request{ID: "a", Tokens: prompt(1, 1579), MaxTokens: 3}
-	if err := e.Add(r); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, r)
 	end, ok := e.Start(0)
 	if !ok {
 		t.Fatal("idle engine with a request did not start")
@@ -127,9 +135,7 @@ func TestChunkedPrefillSplitsLongPromptsOverSteps(t *testing.T) {
 	cfg := DefaultConfig()
 	e := newEngine(t, cfg)
 	long := &Request{ID: "long", Tokens: prompt(1, 5000), MaxTokens: 2}
-	if err := e.Add(long); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, long)
 	var starts []int
 	now := time.Duration(0)
 	for len(long.TokenTimes) == 0 {
@@ -153,15 +159,11 @@ func TestChunkedPrefillSplitsLongPromptsOverSteps(t *testing.T) {
 func TestDecodeRunsAlongsidePrefillInOneStep(t *testing.T) {
 	e := newEngine(t, DefaultConfig())
 	a := &Request{ID: "a", Tokens: prompt(1, 100), MaxTokens: 5}
-	if err := e.Add(a); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, a)
 	end, _ := e.Start(0)
 	e.Finish()
 	b := &Request{ID: "b", Tokens: prompt(2, 3000), MaxTokens: 5}
-	if err := e.Add(b); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, b)
 	e.Start(end)
 	got := []int{e.batch[0].tokens, e.batch[1].tokens}
 	// a decodes one token; b takes the rest of the 2048 budget.
@@ -175,18 +177,12 @@ func TestSharedPrefixIsComputedOnceAndShared(t *testing.T) {
 	e := newEngine(t, DefaultConfig())
 	prefix := prompt(7, 1544)
 	first := &Request{ID: "first", Tokens: withPrefix(prefix, 1, 35), MaxTokens: 64}
-	if err := e.Add(first); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, first)
 	end, _ := e.Start(0)
 	e.Finish()
 	second := &Request{ID: "second", Tokens: withPrefix(prefix, 2, 35), MaxTokens: 64}
 	other := &Request{ID: "other", Tokens: withPrefix(prompt(8, 1544), 3, 35), MaxTokens: 64}
-	for _, r := range []*Request{second, other} {
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add(t, e, second, other)
 	e.Start(end)
 	e.Finish()
 	// 1544 shared tokens = 96 full blocks of 16 (the 97th mixes in the suffix).
@@ -212,9 +208,7 @@ func TestUnreferencedCachedBlocksAreEvictedLeastRecentlyUsedFirst(t *testing.T) 
 	now := time.Duration(0)
 	run := func(id string, tokens []uint32) *Request {
 		r := &Request{ID: id, Tokens: tokens, MaxTokens: 1}
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
+		add(t, e, r)
 		now, _ = drain(t, e, now)
 		return r
 	}
@@ -248,11 +242,7 @@ func TestRequestWaitsWhileItsBlocksDoNotFit(t *testing.T) {
 	e := newEngine(t, cfg)
 	a := &Request{ID: "a", Tokens: prompt(1, 200), MaxTokens: 4} // 13 blocks
 	b := &Request{ID: "b", Tokens: prompt(2, 200), MaxTokens: 4} // 13 more do not fit
-	for _, r := range []*Request{a, b} {
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add(t, e, a, b)
 	end, _ := e.Start(0)
 	e.Finish()
 	if m := e.Metrics(); m.Running != 1 || m.Waiting != 1 {
@@ -280,11 +270,7 @@ func TestPreemptionRecomputesTheNewestRequest(t *testing.T) {
 	// 16 blocks for both, 12 exist.
 	a := &Request{ID: "a", Tokens: prompt(1, 80), MaxTokens: 40}
 	b := &Request{ID: "b", Tokens: prompt(2, 80), MaxTokens: 40}
-	for _, r := range []*Request{a, b} {
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add(t, e, a, b)
 	drain(t, e, 0)
 	if a.Preemptions != 0 || b.Preemptions == 0 {
 		t.Fatalf("preemptions a=%d b=%d: want only the newer request preempted", a.Preemptions, b.Preemptions)
@@ -314,9 +300,7 @@ func TestCPUTierEmitsRealChunkKeysAndLoadsAfterGPUEviction(t *testing.T) {
 	now := time.Duration(0)
 	run := func(tokens []uint32) (*Request, []KVEvent) {
 		r := &Request{ID: "r", Tokens: tokens, MaxTokens: 1}
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
+		add(t, e, r)
 		var kv []KVEvent
 		now, kv = drain(t, e, now)
 		return r, kv
@@ -368,9 +352,7 @@ func TestEngineIsDeterministic(t *testing.T) {
 		var reqs []*Request
 		for i := range 30 {
 			r := &Request{ID: "r", Tokens: withPrefix(prompt(uint32(i%4), 1544), uint32(i), 35), MaxTokens: 16}
-			if err := e.Add(r); err != nil {
-				t.Fatal(err)
-			}
+			add(t, e, r)
 			reqs = append(reqs, r)
 		}
 		drain(t, e, 0)
@@ -467,9 +449,7 @@ func BenchmarkEngineSeed(b *testing.B) {
 		}
 		for i := range 250 {
 			r := &Request{ID: "r", Tokens: withPrefix(prompt(uint32(i%16), 1544), uint32(i), 35), MaxTokens: 64}
-			if err := e.Add(r); err != nil {
-				b.Fatal(err)
-			}
+			add(b, e, r)
 		}
 		drain(b, e, 0)
 	}
@@ -480,14 +460,10 @@ func BenchmarkEngineSeed(b *testing.B) {
 func TestGaugesAreThoseOfTheLastStep(t *testing.T) {
 	e := newEngine(t, DefaultConfig())
 	a := &Request{ID: "a", Tokens: prompt(1, 200), MaxTokens: 4}
-	if err := e.Add(a); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, a)
 	end, _ := e.Start(0)
 	b := &Request{ID: "b", Tokens: prompt(2, 200), MaxTokens: 4}
-	if err := e.Add(b); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, b)
 	if m := e.Metrics(); m.Running != 0 || m.Waiting != 0 {
 		t.Fatalf("during the first step: running %d waiting %d, want the gauges before it (0, 0)", m.Running, m.Waiting)
 	}
@@ -512,9 +488,7 @@ func TestLMCacheSavesOnlyPromptsItDidNotFind(t *testing.T) {
 	shared := prompt(1, 1544)
 	now := time.Duration(0)
 	first := &Request{ID: "first", Tokens: withPrefix(shared, 1, 34), MaxTokens: 2}
-	if err := e.Add(first); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, first)
 	now, evs := drain(t, e, now)
 	admits := 0
 	for _, ev := range evs {
@@ -526,15 +500,11 @@ func TestLMCacheSavesOnlyPromptsItDidNotFind(t *testing.T) {
 		t.Fatalf("first prompt stored %d chunks, want 7 (6 full + the trailing partial)", admits)
 	}
 	filler := &Request{ID: "filler", Tokens: prompt(9, 1800), MaxTokens: 2} // pushes the shared prefix out of the GPU pool
-	if err := e.Add(filler); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, filler)
 	now, _ = drain(t, e, now)
 	used := e.Metrics().CPUTokens
 	second := &Request{ID: "second", Tokens: withPrefix(shared, 2, 34), MaxTokens: 2}
-	if err := e.Add(second); err != nil {
-		t.Fatal(err)
-	}
+	add(t, e, second)
 	_, evs = drain(t, e, now)
 	if second.LoadedTokens == 0 {
 		t.Fatalf("second prompt loaded nothing from the CPU tier (cached %d): the test needs a CPU hit", second.CachedTokens)
@@ -555,9 +525,7 @@ func TestOutputsQueueAtTheAPIServer(t *testing.T) {
 	var rs []*Request
 	for i := range 3 {
 		r := &Request{ID: fmt.Sprint(i), Tokens: prompt(uint32(i+1), 64), MaxTokens: 3}
-		if err := e.Add(r); err != nil {
-			t.Fatal(err)
-		}
+		add(t, e, r)
 		rs = append(rs, r)
 	}
 	var ends []time.Duration
@@ -589,9 +557,7 @@ func TestHostDelayAddsToEveryStep(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Slowdown, cfg.HostDelay = slowdown, delay
 		e := newEngine(t, cfg)
-		if err := e.Add(&Request{ID: "a", Tokens: prompt(1, 100), MaxTokens: 2}); err != nil {
-			t.Fatal(err)
-		}
+		add(t, e, &Request{ID: "a", Tokens: prompt(1, 100), MaxTokens: 2})
 		end, _ := e.Start(0)
 		return end
 	}

@@ -2,6 +2,8 @@ package stats
 
 import (
 	"testing"
+
+	"github.com/loadaware/loadaware-epp/bench/internal/errcheck"
 )
 
 func TestBootstrapCI(t *testing.T) {
@@ -44,23 +46,23 @@ func TestBootstrapCI(t *testing.T) {
 	}
 }
 
+// BootstrapCI refuses what it cannot resample, and its error names the input at fault.
 func TestBootstrapCIRejectsBadInput(t *testing.T) {
 	tests := []struct {
-		name      string
-		xs        []float64
-		level     float64
-		resamples int
+		name, want string
+		xs         []float64
+		level      float64
+		resamples  int
 	}{
-		{"empty", nil, 0.95, 1000},
-		{"level 1", []float64{1}, 1, 1000},
-		{"level 0", []float64{1}, 0, 1000},
-		{"too few resamples", []float64{1}, 0.95, 10},
+		{"empty", ErrEmpty.Error(), nil, 0.95, 1000},
+		{"level 1", "confidence level 1 outside (0, 1)", []float64{1}, 1, 1000},
+		{"level 0", "confidence level 0 outside (0, 1)", []float64{1}, 0, 1000},
+		{"too few resamples", "10 bootstrap resamples are too few", []float64{1}, 0.95, 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := BootstrapCI(tt.xs, Median, tt.level, tt.resamples, 1); err == nil {
-				t.Fatal("want an error")
-			}
+			_, err := BootstrapCI(tt.xs, Median, tt.level, tt.resamples, 1)
+			errcheck.Done(t, err, tt.want)
 		})
 	}
 }

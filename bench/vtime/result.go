@@ -11,7 +11,6 @@ import (
 func (w *world) result(arm experiment.Arm, seed uint64, reqs []workload.Request, before []experiment.EngineStats) experiment.Run {
 	run := experiment.Run{Arm: arm, Seed: seed, Interval: w.cfg.SampleInterval, Running: w.samples}
 	start := w.pending[0].sent - reqs[0].SendAt
-	first, last := math.Inf(1), math.Inf(-1)
 	for _, p := range w.pending {
 		row := experiment.Row{
 			Index:        p.req.Index,
@@ -22,7 +21,6 @@ func (w *world) result(arm experiment.Arm, seed uint64, reqs []workload.Request,
 			PromptTokens: len(p.req.Tokens),
 			Status:       "ok",
 		}
-		first = math.Min(first, row.SendAt)
 		if p.engine >= 0 {
 			row.Engine = w.addrs[p.engine]
 		}
@@ -37,7 +35,6 @@ func (w *world) result(arm experiment.Arm, seed uint64, reqs []workload.Request,
 			back := w.cfg.Router.ResponseLatency // every chunk's way back to the client
 			row.TTFT = (r.TokenTimes[0] + back - p.sent).Seconds()
 			row.E2E = (r.TokenTimes[len(r.TokenTimes)-1] + back - p.sent).Seconds()
-			last = math.Max(last, row.SendAt+row.E2E)
 			row.ITLs = make([]float64, len(r.TokenTimes)-1)
 			for i := 1; i < len(r.TokenTimes); i++ {
 				row.ITLs[i-1] = float64(r.TokenTimes[i]-r.TokenTimes[i-1]) / 1e6
@@ -48,9 +45,7 @@ func (w *world) result(arm experiment.Arm, seed uint64, reqs []workload.Request,
 		run.Rows = append(run.Rows, row)
 	}
 	run.Window = reqs[len(reqs)-1].SendAt.Seconds() - reqs[0].SendAt.Seconds()
-	if !math.IsInf(last, 0) {
-		run.Span = last - first
-	}
+	run.Span = experiment.Span(run.Rows)
 	after := w.engineStats()
 	for i := range after {
 		after[i].PrefixQueries -= before[i].PrefixQueries

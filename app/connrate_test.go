@@ -169,7 +169,9 @@ func TestRateConnBodyBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	near := func(got, want time.Duration) bool { return got == want || (got <= want && got > want-100*time.Millisecond) }
+	near := func(got, want time.Duration) bool {
+		return got == want || (got <= want && got > want-100*time.Millisecond)
+	}
 	const floor = burst - maxBody - maxBody/framingShare // 3,056 tokens
 	for _, tc := range []struct {
 		tokens          float64

@@ -45,6 +45,7 @@ type sample struct {
 	// hostileCores is the hostile clients' own process's CPU per wall second since the
 	// previous sample (0 when they run in the test's process).
 	hostileCores float64
+	bodyMiB      float64 // request body MiB the hostile bodies client got out since the previous sample
 }
 
 func rssMiB() float64 {
@@ -151,7 +152,7 @@ func TestSoak(t *testing.T) {
 	hostileCPUBegin := hostile.cpu()
 	hostile.start()
 	var samples []sample
-	rtPrev, hostileCPUPrev := rtHostile, hostileCPUBegin
+	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
 	every := min(5*time.Second, d/6)
 	tick := time.NewTicker(every)
 	for ctx.Err() == nil {
@@ -166,7 +167,10 @@ func TestSoak(t *testing.T) {
 					window = append(window, r.took)
 				}
 			}
-			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(hostile.now().Refused)}
+			got := hostile.now()
+			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(got.Refused),
+				bodyMiB: float64(got.BodyBytes-bodyPrev) / (1 << 20)}
+			bodyPrev = got.BodyBytes
 			st.mu.Unlock()
 			s.p99ms = p99(window)
 			rtNow := readRuntime()
@@ -209,11 +213,11 @@ func TestSoak(t *testing.T) {
 		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it.\n\n",
 			hostileCPUBegin.Seconds()*1000, (hostileCPUEnd-hostileCPUBegin).Seconds()/hostileSecs)
 	}
-	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections; and the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's).\n\n")
-	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | hostile process CPU cores |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections; the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
+	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %.2f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
-			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, s.hostileCores)
+		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
+			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, s.hostileCores, s.bodyMiB)
 	}
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
 	out := os.Getenv("LOADAWARE_SOAK_OUT")

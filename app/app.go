@@ -187,7 +187,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		return nil, err
 	}
 	if cfg.ConnReadRate > 0 {
-		if a.connRate, err = newConnRate(cfg.ConnReadRate, cfg.ConnReadBurst, log, reg); err != nil {
+		maxBody := cfg.MaxBodyBytes
+		if maxBody <= 0 {
+			maxBody = extproc.DefaultMaxBodySize
+		}
+		if a.connRate, err = newConnRate(cfg.ConnReadRate, cfg.ConnReadBurst, maxBody, log, reg); err != nil {
 			return nil, err
 		}
 	}

@@ -18,19 +18,36 @@ import (
 // thread holds one connection and carries its share of every request body (and, in
 // FULL_DUPLEX_STREAMED response mode, every response body): even 1,000 requests/s of
 // 100 KB bodies over four workers is 25 MB/s a connection. The burst lets two
-// --max-body-bytes bodies (16 MiB) through at once.
+// --max-body-bytes bodies (16 MiB) through at once, of which one may be large bodies that
+// read ahead of the rate (connRate.bodyBurst, decision 1183).
 const (
 	DefaultConnReadRate  = 32 << 20 // bytes per second, per ext_proc connection
 	DefaultConnReadBurst = 32 << 20 // bytes
 )
 
+// framingShare bounds what the connection carries besides a body's bytes, as a share of
+// them (1/64): an HTTP/2 frame header (9 bytes) per frame of at most 16 KiB, a gRPC length
+// prefix (5) and the message's field tags (under 20) per body chunk, and the request's
+// headers message. Envoy's smallest chunks, 16 KiB, come to 0.2%.
+const framingShare = 64
+
 // connRate is what the ext_proc connections share: the rate, the metrics, the rate-limited
 // log of connections over it, and the open connections by remote address (where a stream
 // finds its connection: pacer).
+//
+// bodyBurst is how far a connection's large bodies may run ahead of the rate: one
+// --max-body-bytes body (at most the burst), where the connection as a whole gets its
+// burst. A connection with a full bucket was otherwise read as fast as it sent for a whole
+// burst, two largest bodies at the defaults (32 MiB): at the 1.7-4 ms of CPU per MiB the
+// picker spends receiving a large body (decision 1183), 55-130 ms of both cores of a
+// 2-core pod in one go, all of it waited for by the requests arriving meanwhile. One
+// largest body halves that and still lets it through unpaced on an idle connection.
 type connRate struct {
 	rate, burst float64
+	bodyBurst   float64
 	waited      prometheus.Counter
 	slowed      prometheus.Counter
+	bodyWaits   prometheus.Counter // waits of large bodies within the connection's burst
 	log         *slog.Logger
 
 	logs  *ratelog.Limiter // the slowed-connection line, once per 10 s
@@ -38,8 +55,11 @@ type connRate struct {
 	conns map[string]*rateConn // open connections by RemoteAddr().String()
 }
 
-func newConnRate(rate, burst int64, log *slog.Logger, reg prometheus.Registerer) (*connRate, error) {
-	r := &connRate{rate: float64(rate), burst: float64(burst), log: log, logs: ratelog.New(10 * time.Second), conns: map[string]*rateConn{},
+// newConnRate paces each connection to rate, with the whole connection read ahead of it
+// by at most burst and its large bodies by at most one maxBody body and its framing (or
+// burst, if smaller).
+func newConnRate(rate, burst, maxBody int64, log *slog.Logger, reg prometheus.Registerer) (*connRate, error) {
+	r := &connRate{rate: float64(rate), burst: float64(burst), bodyBurst: float64(min(burst, maxBody+maxBody/framingShare)), log: log, logs: ratelog.New(10 * time.Second), conns: map[string]*rateConn{},
 		waited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_read_rate_wait_seconds_total",
 			Help: "Time ext_proc streams with large bodies waited because their connection sent faster than --grpc-conn-read-rate (the stream stops reading; HTTP/2 flow control then blocks that stream's sender).",
@@ -48,8 +68,12 @@ func newConnRate(rate, burst int64, log *slog.Logger, reg prometheus.Registerer)
 			Name: "loadaware_extproc_read_rate_slowed_connections_total",
 			Help: "ext_proc connections that went over --grpc-conn-read-rate (each counted once).",
 		}),
+		bodyWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_extproc_read_rate_body_burst_waits_total",
+			Help: "Waits of ext_proc streams with large bodies on a connection still within --grpc-conn-read-burst but more than one --max-body-bytes of large bodies ahead of --grpc-conn-read-rate (decision 1183).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{r.waited, r.slowed} {
+	for _, c := range []prometheus.Collector{r.waited, r.slowed, r.bodyWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -86,12 +110,13 @@ func (r *connRate) conn(addr net.Addr) *rateConn {
 }
 
 // rateConn is an ext_proc connection and its token bucket of the bytes read from it
-// (decision 0710). Every Read draws on the bucket. Two levels of debt slow the sender:
+// (decision 0710). Every Read draws on the bucket. Two levels slow the sender:
 //
-//   - in debt at all, the connection's streams whose bodies are large wait for the debt
-//     before each further chunk is processed (Delay, the extproc.Pacer): they stop reading,
-//     their flow-control windows close and only their senders block, while the
-//     connection's small requests go on;
+//   - more than one largest body (connRate.bodyBurst) below a full bucket, the
+//     connection's streams whose bodies are large wait for the bucket to refill to that
+//     level before each further chunk is processed (Delay, the extproc.Pacer; decision
+//     1183): they stop reading, their flow-control windows close and only their senders
+//     block, while the connection's small requests go on;
 //   - more than one burst in debt (a sender the streams' waits did not stop, say one
 //     opening stream after stream), Read itself waits: the whole connection stops, as a
 //     token bucket on the socket would.
@@ -123,15 +148,28 @@ func (c *rateConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Delay implements extproc.Pacer: the time to repay the connection's debt.
-func (c *rateConn) Delay() time.Duration { return c.owed(0) }
+// Delay implements extproc.Pacer: the time for the bucket to refill to one largest body
+// below full. A wait while the bucket is not in debt is counted in bodyWaits.
+func (c *rateConn) Delay() time.Duration {
+	wait, tokens := c.owedAt(c.r.burst - c.r.bodyBurst)
+	if wait > 0 && tokens >= 0 {
+		c.r.bodyWaits.Inc()
+	}
+	return wait
+}
 
 // owed refills the bucket to now and returns how long it takes to bring it back up to
 // floor; a wait is counted, and the connection's first is noted.
 func (c *rateConn) owed(floor float64) time.Duration {
+	wait, _ := c.owedAt(floor)
+	return wait
+}
+
+// owedAt is owed, also returning what the bucket held before the wait.
+func (c *rateConn) owedAt(floor float64) (time.Duration, float64) {
 	c.mu.Lock()
 	c.bucket.Refill(time.Now())
-	wait := c.bucket.Until(floor)
+	wait, tokens := c.bucket.Until(floor), c.bucket.Tokens()
 	first := wait > 0 && !c.slowed
 	if first {
 		c.slowed = true
@@ -143,7 +181,7 @@ func (c *rateConn) owed(floor float64) time.Duration {
 	if first {
 		c.r.note(c)
 	}
-	return wait
+	return wait, tokens
 }
 
 func (c *rateConn) Close() error {

@@ -130,7 +130,7 @@ func TestConnReadRateDefaultsPassALargestBody(t *testing.T) {
 // burst, each for that debt at the rate; the first wait is noted once.
 func TestRateConnWaits(t *testing.T) {
 	const rate, burst = 1 << 10, 1 << 10 // a KiB a second: the refill during the test is negligible
-	r, err := newConnRate(rate, burst, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newConnRate(rate, burst, burst, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +159,47 @@ func TestRateConnWaits(t *testing.T) {
 	}
 }
 
+// With a burst of several largest bodies, a large stream waits once the connection's large
+// bodies are one largest body (and its framing) ahead of the rate, and the wait is counted
+// as a body-burst wait while the connection is not in debt; Read still waits only past
+// one burst of debt.
+func TestRateConnBodyBurst(t *testing.T) {
+	const rate, burst, maxBody = 1 << 10, 4 << 10, 1 << 10 // a KiB a second; one body 1,040 bytes with its framing
+	r, err := newConnRate(rate, burst, maxBody, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(got, want time.Duration) bool {
+		return got == want || (got <= want && got > want-100*time.Millisecond)
+	}
+	const floor = burst - maxBody - maxBody/framingShare // 3,056 tokens
+	for _, tc := range []struct {
+		tokens          float64
+		delay, readWait time.Duration
+		bodyWait        bool
+	}{
+		{burst, 0, 0, false},
+		{floor, 0, 0, false},
+		{floor - 512, 500 * time.Millisecond, 0, true},
+		{0, floor * time.Second / rate, 0, true},
+		{-1024, (floor + 1024) * time.Second / rate, 0, false},
+		{-burst - 1024, (floor + burst + 1024) * time.Second / rate, time.Second, false},
+	} {
+		before := testutil.ToFloat64(r.bodyWaits)
+		c := &rateConn{r: r, bucket: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
+		if got := c.Delay(); !near(got, tc.delay) {
+			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
+		}
+		if got := testutil.ToFloat64(r.bodyWaits) - before; got != map[bool]float64{true: 1}[tc.bodyWait] {
+			t.Errorf("tokens %v: %v body-burst waits counted, want %v", tc.tokens, got, tc.bodyWait)
+		}
+		c.bucket = holding(rate, burst, tc.tokens)
+		if got := c.owed(-burst); !near(got, tc.readWait) {
+			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
+		}
+	}
+}
+
 // holding returns a bucket of rate and burst that holds tokens now.
 func holding(rate, burst, tokens float64) tokenbucket.Bucket {
 	b := tokenbucket.New(rate, burst, time.Now())
@@ -168,7 +209,7 @@ func holding(rate, burst, tokens float64) tokenbucket.Bucket {
 
 // A Read waiting for its connection's debt returns as soon as the connection is closed.
 func TestRateConnCloseEndsAWait(t *testing.T) {
-	r, err := newConnRate(1<<10, 1<<10, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newConnRate(1<<10, 1<<10, 1<<10, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +29,7 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 	zmq "github.com/pebbe/zmq4"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -94,33 +97,48 @@ func (c *counters) sent() sent {
 	return sent{c.refused.Load(), c.bodyBytes.Load(), c.lmcacheFrames.Load(), c.promptsRouted.Load(), c.sharedBytes.Load()}
 }
 
-// hostileRun is a run of the hostile clients: now reads their counters at any time, wait
-// waits for them to stop (after the context given to startHostile ends) and returns the
-// last.
+// hostileRun is a run of the hostile clients, prepared before the measured window: their
+// process started, their connections made and their payloads built (decision 1183), so that
+// the window measures their load and not their start-up. start sets them going; now reads
+// their counters at any time; wait waits for them to stop (after the context given to
+// prepareHostile ends) and returns the last; cpu is their process's CPU time so far (0 when
+// they run in the test's process, whose CPU the soak reports whole).
 type hostileRun struct {
-	now  func() sent
-	wait func() sent
+	start func()
+	now   func() sent
+	wait  func() sent
+	cpu   func() time.Duration
 }
 
 const (
-	childEnv   = "LOADAWARE_SOAK_HOSTILE_TARGETS" // set only in the hostile clients' process: targets as JSON
-	sentPrefix = "hostile-sent: "                 // the child's counter lines on its stdout
+	childEnv    = "LOADAWARE_SOAK_HOSTILE_TARGETS" // set only in the hostile clients' process: targets as JSON
+	sentPrefix  = "hostile-sent: "                 // the child's counter lines on its stdout
+	readyLine   = "hostile-ready"                  // the child's line once its clients are prepared
+	startLine   = "go"                             // the parent's line on the child's stdin: start sending
+	readyWithin = 30 * time.Second                 // how long preparing the clients may take
 )
 
-// startHostile starts the hostile clients against tg until ctx ends: in the test's process,
-// or with LOADAWARE_SOAK_HOSTILE_PROCESS=own in a child process (this test binary running
-// TestSoakHostile, ended by closing its stdin).
-func startHostile(ctx context.Context, t *testing.T, tg targets) *hostileRun {
+// prepareHostile prepares the hostile clients against tg, to run until ctx ends: in the
+// test's process, or with LOADAWARE_SOAK_HOSTILE_PROCESS=own in a child process (this test
+// binary running TestSoakHostile, started by a line on its stdin and ended by closing it).
+// It returns once they are ready to send.
+func prepareHostile(ctx context.Context, t *testing.T, tg targets) *hostileRun {
 	if os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") != "own" {
 		var c counters
-		done := make(chan struct{})
+		done, ready, start := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			if err := runHostile(ctx, tg, &c, t.Errorf); err != nil {
+			if err := runHostile(ctx, tg, &c, t.Errorf, func() { close(ready) }, start); err != nil {
 				t.Errorf("the hostile clients: %v", err)
 			}
 		}()
-		return &hostileRun{now: c.sent, wait: func() sent { <-done; return c.sent() }}
+		select {
+		case <-ready:
+		case <-done:
+			t.Fatal("the hostile clients stopped before they were ready")
+		}
+		return &hostileRun{start: sync.OnceFunc(func() { close(start) }), now: c.sent,
+			wait: func() sent { <-done; return c.sent() }, cpu: func() time.Duration { return 0 }}
 	}
 	spec, err := json.Marshal(tg)
 	if err != nil {
@@ -142,11 +160,14 @@ func startHostile(ctx context.Context, t *testing.T, tg targets) *hostileRun {
 	}
 	var last atomic.Pointer[sent]
 	last.Store(&sent{})
-	read := make(chan struct{})
+	read, ready := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(read)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			if sc.Text() == readyLine {
+				close(ready)
+			}
 			if v, ok := strings.CutPrefix(sc.Text(), sentPrefix); ok {
 				var s sent
 				if json.Unmarshal([]byte(v), &s) == nil {
@@ -159,18 +180,36 @@ func startHostile(ctx context.Context, t *testing.T, tg targets) *hostileRun {
 		<-ctx.Done()
 		stdin.Close()
 	}()
-	return &hostileRun{now: func() sent { return *last.Load() }, wait: func() sent {
-		<-read
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("the hostile clients' process: %v", err)
-		}
-		return *last.Load()
-	}}
+	select {
+	case <-ready:
+	case <-read:
+		t.Fatal("the hostile clients' process ended before its clients were ready")
+	case <-time.After(readyWithin):
+		t.Fatalf("the hostile clients' process did not get ready within %v", readyWithin)
+	}
+	pid := cmd.Process.Pid
+	return &hostileRun{
+		start: sync.OnceFunc(func() {
+			if _, err := io.WriteString(stdin, startLine+"\n"); err != nil {
+				t.Errorf("start the hostile clients: %v", err)
+			}
+		}),
+		now: func() sent { return *last.Load() },
+		wait: func() sent {
+			<-read
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("the hostile clients' process: %v", err)
+			}
+			return *last.Load()
+		},
+		cpu: func() time.Duration { return processCPU(pid) },
+	}
 }
 
-// TestSoakHostile is the hostile clients' process of TestSoak (see startHostile): it runs
-// them against the targets in its environment until its stdin closes, writing their
-// counters to stdout four times a second and once at the end.
+// TestSoakHostile is the hostile clients' process of TestSoak (see prepareHostile): it
+// prepares them against the targets in its environment, says so on stdout, starts them at
+// the first line on its stdin and runs them until its stdin closes, writing their counters
+// to stdout four times a second and once at the end.
 func TestSoakHostile(t *testing.T) {
 	spec := os.Getenv(childEnv)
 	if spec == "" {
@@ -188,13 +227,18 @@ func TestSoakHostile(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	start := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		in := bufio.NewReader(os.Stdin)
+		if line, err := in.ReadString('\n'); err == nil && strings.TrimSpace(line) == startLine {
+			close(start)
+		}
+		_, _ = io.Copy(io.Discard, in)
 		stop()
 	}()
 	var c counters
 	done := make(chan error, 1)
-	go func() { done <- runHostile(ctx, tg, &c, t.Errorf) }()
+	go func() { done <- runHostile(ctx, tg, &c, t.Errorf, func() { fmt.Println(readyLine) }, start) }()
 	write := func() {
 		b, _ := json.Marshal(c.sent())
 		fmt.Println(sentPrefix + string(b))
@@ -216,8 +260,10 @@ func TestSoakHostile(t *testing.T) {
 }
 
 // runHostile runs the hostile clients named in tg until ctx ends, counting what they get
-// out in c; fail reports a client's failure.
-func runHostile(ctx context.Context, tg targets, c *counters, fail func(format string, args ...any)) error {
+// out in c; fail reports a client's failure. It first prepares them (their connections
+// made, their payloads built), then calls ready and waits for start: the clients send
+// nothing before start is closed.
+func runHostile(ctx context.Context, tg targets, c *counters, fail func(format string, args ...any), ready func(), start <-chan struct{}) error {
 	// Every client runs until ctx ends; their connections close after the last has stopped.
 	var hostile sync.WaitGroup
 	var closers []io.Closer
@@ -227,21 +273,49 @@ func runHostile(ctx context.Context, tg targets, c *counters, fail func(format s
 			c.Close()
 		}
 	}()
+	// A client launched before a failure in preparing the next one ends with this context.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	on := tg.on
+	// launch runs f once start is closed (never, when ctx ends first).
+	launch := func(f func()) {
+		hostile.Go(func() {
+			select {
+			case <-start:
+				f()
+			case <-ctx.Done():
+			}
+		})
+	}
+	dial := func() (*grpc.ClientConn, error) { // connected before start, so that start sends at once
+		conn, err := grpc.NewClient(tg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, conn)
+		dctx, cancel := context.WithTimeout(ctx, readyWithin)
+		defer cancel()
+		conn.Connect()
+		for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+			if !conn.WaitForStateChange(dctx, s) {
+				return nil, fmt.Errorf("connect to the picker's ext_proc port %s: %v", tg.GRPC, s)
+			}
+		}
+		return conn, nil
+	}
 
 	// 1. Unfinished bodies: 32 streams at a time, each sending 4 MiB and never ending it.
-	conn, err := grpc.NewClient(tg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dial()
 	if err != nil {
 		return err
 	}
-	closers = append(closers, conn)
 	ext := extprocv3.NewExternalProcessorClient(conn)
 	chunk := make([]byte, 256<<10)
 	for range 32 {
 		if !on("bodies") {
 			break
 		}
-		hostile.Go(func() {
+		launch(func() {
 			for ctx.Err() == nil {
 				st, err := ext.Process(ctx)
 				if err != nil {
@@ -279,22 +353,21 @@ func runHostile(ctx context.Context, tg targets, c *counters, fail func(format s
 	// 2. STREAMED body mode from Envoy: routed at the headers, every chunk answered.
 	goIf := func(name string, f func()) {
 		if on(name) {
-			hostile.Go(f)
+			launch(f)
 		}
 	}
 	// 5. Tokenizer amplification: 4 streams at a time on their own connection, each a
 	// completion whose prompt is one run of whitespace just under --max-prompt-bytes (the
 	// worst shape to tokenize), ended as soon as it is routed.
 	if on("prompts") {
-		pconn, err := grpc.NewClient(tg.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		pconn, err := dial()
 		if err != nil {
 			return err
 		}
-		closers = append(closers, pconn)
 		pext := extprocv3.NewExternalProcessorClient(pconn)
 		prompt := []byte(`{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat(" ", picker.DefaultMaxPromptBytes-64) + `"}`)
 		for range 4 {
-			hostile.Go(func() {
+			launch(func() {
 				for ctx.Err() == nil {
 					sctx, cancel := context.WithCancel(ctx)
 					st, err := pext.Process(sctx)
@@ -320,7 +393,7 @@ func runHostile(ctx context.Context, tg targets, c *counters, fail func(format s
 		big := `{"model":"m","max_tokens":1,"prompt":"` + strings.Repeat("a", 1<<20-64) + `"}`
 		client := &http.Client{Timeout: 30 * time.Second}
 		for range 4 {
-			hostile.Go(func() {
+			launch(func() {
 				for ctx.Err() == nil {
 					req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.Gateway+"/v1/completions", strings.NewReader(big))
 					if err != nil {
@@ -396,42 +469,95 @@ func runHostile(ctx context.Context, tg targets, c *counters, fail func(format s
 		}
 	})
 	// 4. An engine's IP pushing junk: new instance ids and random keys as fast as it can.
-	goIf("lmcache", func() {
-		zctx, err := zmq.NewContext()
+	if on("lmcache") {
+		push, err := lmcachePush(tg.LMCachePull)
 		if err != nil {
-			fail("the lmcache client: %v", err)
-			return
+			return fmt.Errorf("the lmcache client: %w", err)
 		}
-		defer zctx.Term()
-		push, err := zctx.NewSocket(zmq.PUSH)
-		if err != nil {
-			fail("the lmcache client: %v", err)
-			return
-		}
-		defer push.Close()
-		_ = push.SetLinger(0)
-		_ = push.SetSndtimeo(100 * time.Millisecond)
-		if err := push.Connect("tcp://" + tg.LMCachePull); err != nil {
-			fail("the lmcache client: %v", err)
-			return
-		}
-		r := rand.New(rand.NewPCG(1, 2))
-		for i := 0; ctx.Err() == nil; i++ {
-			var frames [][]byte
-			for range 50 {
-				m := lmcache.KVAdmitMsg{InstanceID: fmt.Sprintf("junk-%d", r.IntN(1_000_000)), Key: int64(r.Uint64()), Location: "cpu"}
-				if i%2 == 0 {
-					m.InstanceID = "junk-0" // and one instance filling the key budget
+		closers = append(closers, push)
+		launch(func() {
+			r := rand.New(rand.NewPCG(1, 2))
+			for i := 0; ctx.Err() == nil; i++ {
+				var frames [][]byte
+				for range 50 {
+					m := lmcache.KVAdmitMsg{InstanceID: fmt.Sprintf("junk-%d", r.IntN(1_000_000)), Key: int64(r.Uint64()), Location: "cpu"}
+					if i%2 == 0 {
+						m.InstanceID = "junk-0" // and one instance filling the key budget
+					}
+					b, _ := lmcache.Encode(m)
+					frames = append(frames, b)
 				}
-				b, _ := lmcache.Encode(m)
-				frames = append(frames, b)
+				if _, err := push.SendMessage(frames); err == nil {
+					c.lmcacheFrames.Add(int64(len(frames)))
+				}
 			}
-			if _, err := push.SendMessage(frames); err == nil {
-				c.lmcacheFrames.Add(int64(len(frames)))
-			}
-		}
-	})
+		})
+	}
 
+	ready()
 	<-ctx.Done()
 	return nil
 }
+
+// zmqPush is a ZeroMQ PUSH socket and its context, closed together.
+type zmqPush struct {
+	*zmq.Socket
+	zctx *zmq.Context
+}
+
+// lmcachePush connects a PUSH socket to the controller's pull address.
+func lmcachePush(addr string) (*zmqPush, error) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		return nil, err
+	}
+	push, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		zctx.Term()
+		return nil, err
+	}
+	p := &zmqPush{push, zctx}
+	_ = push.SetLinger(0)
+	_ = push.SetSndtimeo(100 * time.Millisecond)
+	if err := push.Connect("tcp://" + addr); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *zmqPush) Close() error {
+	err := p.Socket.Close()
+	if terr := p.zctx.Term(); err == nil {
+		err = terr
+	}
+	return err
+}
+
+// processCPU is process pid's user and system CPU time so far (/proc/pid/stat), 0 when it
+// cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/pid/stat's times: 100 on Linux's
+// every architecture Go supports.
+const clockTicks = 100

@@ -77,6 +77,7 @@ func histOK(v metrics.Sample) *metrics.Float64Histogram {
 
 // runtimePhase is what happened between two readings.
 type runtimePhase struct {
+	wall         float64 // seconds between the readings
 	cores        float64 // process CPU per wall second
 	faultsPerSec float64 // minor page faults per wall second
 	gcShare      float64 // of the process's CPU
@@ -91,7 +92,7 @@ type runtimePhase struct {
 func phase(a, b runtimeSnap) runtimePhase {
 	wall := b.at.Sub(a.at).Seconds()
 	cpu := (b.cpu - a.cpu).Seconds()
-	p := runtimePhase{cores: cpu / wall, mutexWaitMS: (b.mutexWait - a.mutexWait) * 1000 / wall,
+	p := runtimePhase{wall: wall, cores: cpu / wall, mutexWaitMS: (b.mutexWait - a.mutexWait) * 1000 / wall,
 		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall, faultsPerSec: float64(b.faults-a.faults) / wall}
 	if cpu > 0 {
 		p.gcShare = (b.gcCPU - a.gcCPU) / cpu

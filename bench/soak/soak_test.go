@@ -42,6 +42,10 @@ type sample struct {
 	ok, failed int
 	refused    int          // hostile requests refused (ImmediateResponse) since the start
 	rt         runtimePhase // the process since the previous sample
+	// hostileCores is the hostile clients' own process's CPU per wall second since the
+	// previous sample (0 when they run in the test's process).
+	hostileCores float64
+	bodyMiB      float64 // request body MiB the hostile bodies client got out since the previous sample
 }
 
 func rssMiB() float64 {
@@ -132,6 +136,10 @@ func TestSoak(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	time.AfterFunc(idleFor+d, stop)
+	// The hostile clients are prepared first (their process started, connected, payloads
+	// built), so that none of that lands in either window.
+	hostile := prepareHostile(ctx, t, targets{GRPC: a.GRPCAddr(), Metrics: a.MetricsAddr(), LMCachePull: a.LMCachePullAddr(),
+		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE"), CPUs: hostileCPUs})
 	begin := time.Now()
 	steadyStart(t, srv.URL, ctx)
 	rtBegin := readRuntime()
@@ -141,10 +149,10 @@ func TestSoak(t *testing.T) {
 	}
 	hostileFrom := time.Since(begin)
 	rtHostile := readRuntime()
-	hostile := startHostile(ctx, t, targets{GRPC: a.GRPCAddr(), Metrics: a.MetricsAddr(), LMCachePull: a.LMCachePullAddr(),
-		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE"), CPUs: hostileCPUs})
+	hostileCPUBegin := hostile.cpu()
+	hostile.start()
 	var samples []sample
-	rtPrev := rtHostile
+	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
 	every := min(5*time.Second, d/6)
 	tick := time.NewTicker(every)
 	for ctx.Err() == nil {
@@ -159,17 +167,23 @@ func TestSoak(t *testing.T) {
 					window = append(window, r.took)
 				}
 			}
-			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(hostile.now().Refused)}
+			got := hostile.now()
+			s := sample{at: now.Round(time.Second), rssMiB: rssMiB(), goroutines: runtime.NumGoroutine(), ok: st.ok, failed: st.failed, refused: int(got.Refused),
+				bodyMiB: float64(got.BodyBytes-bodyPrev) / (1 << 20)}
+			bodyPrev = got.BodyBytes
 			st.mu.Unlock()
 			s.p99ms = p99(window)
 			rtNow := readRuntime()
 			s.rt, rtPrev = phase(rtPrev, rtNow), rtNow
+			hostileCPUNow := hostile.cpu()
+			s.hostileCores = (hostileCPUNow - hostileCPUPrev).Seconds() / s.rt.wall
+			hostileCPUPrev = hostileCPUNow
 			samples = append(samples, s)
 			t.Logf("%+v", s)
 		}
 	}
 	tick.Stop()
-	rtEnd := readRuntime()
+	rtEnd, hostileCPUEnd := readRuntime(), hostile.cpu()
 	st.wg.Wait()
 	got := hostile.wait()
 	idle, loaded := split(st.done, hostileFrom)
@@ -177,7 +191,8 @@ func TestSoak(t *testing.T) {
 	failed := st.failed
 
 	where, alsoHostile := "The hostile clients ran in the test's process (LOADAWARE_SOAK_HOSTILE_PROCESS=own: in their own).", ", hostile clients"
-	if os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") == "own" {
+	own := os.Getenv("LOADAWARE_SOAK_HOSTILE_PROCESS") == "own"
+	if own {
 		where, alsoHostile = "The hostile clients ran in a process of their own (LOADAWARE_SOAK_HOSTILE_PROCESS=own).", ""
 		if hostileCPUs != nil {
 			where += fmt.Sprintf(" Pinned (LOADAWARE_SOAK_PIN=1): the test's process on one CPU alone with GOMAXPROCS 1, the hostile clients on CPUs %v.", hostileCPUs)
@@ -194,11 +209,15 @@ func TestSoak(t *testing.T) {
 	hostileSecs := rtEnd.at.Sub(rtHostile.at).Seconds()
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
 		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(got.BodyBytes)/(1<<20)/hostileSecs, float64(got.LMCacheFrames)/hostileSecs, float64(got.PromptsRouted)/hostileSecs, float64(got.SharedBytes)/(1<<20)/hostileSecs)
-	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections.\n\n")
-	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	if own {
+		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it.\n\n",
+			hostileCPUBegin.Seconds()*1000, (hostileCPUEnd-hostileCPUBegin).Seconds()/hostileSecs)
+	}
+	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections; the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
+	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
-			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec)
+		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
+			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, s.hostileCores, s.bodyMiB)
 	}
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
 	out := os.Getenv("LOADAWARE_SOAK_OUT")

@@ -16,6 +16,7 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
+//		           = est(s)                              when the holding is only presumed
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
@@ -38,7 +39,11 @@ import (
 //	    times the mean number in the system (M/M/1: rho/(1-rho)), and prefill(s) is that
 //	    number now; so the move is charged the recompute prefill(s) times more, beyond this
 //	    request's own wait. An idle engine takes a moved prompt at its own cost; a holder
-//	    is left when its queue outweighs the recompute its move imposes.
+//	    is left when its queue outweighs the recompute its move imposes. A holding that is
+//	    only presumed (the index shows the prompt nowhere) charges no move: the recompute
+//	    is a guess there, and multiplying a guess by the destination's queue made the
+//	    picker's own routing history a penalty prefill(s) times larger than the request's
+//	    own estimate of it (decision 1613). The presumption still counts in est(s).
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
 //	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When
@@ -164,12 +169,14 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
+	presumed := false // some candidate's holding is presumed, not seen
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
 				rs[i].Presumed = min(r.tokens, in.PromptTokens)
+				presumed = true
 			}
 		}
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
@@ -192,9 +199,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
-		if saturated {
+		switch {
+		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
-		} else {
+		case presumed:
+			rs[i].Score = -rs[i].Estimate
+		default:
 			rs[i].Score = -(rs[i].Estimate + extra*tok*rs[i].Slowdown*float64(max(c.Prefill, 0)))
 		}
 		if in.PromptTokens > 0 {

@@ -219,6 +219,43 @@ func TestTTFTAwarePresumesTheLastRoute(t *testing.T) {
 	}
 }
 
+func TestTTFTAwareChargesNoMoveAgainstAPresumedHolder(t *testing.T) {
+	// a:1 holds the 8,000-token prompt, seen in the index or presumed from its last route,
+	// behind 4 requests in prefill (2,000 uncached tokens each); b:1 has 1 cached request in
+	// prefill. b:1's estimate is the lower (1.710 s against 1.788 s), but a move there is
+	// charged the recompute once more for that request: only a seen holding keeps the prompt.
+	const key = 0xabc2
+	tests := []struct {
+		name       string
+		matched    int // a:1's in the index
+		routed     int // the prompt routed to a:1 before (presumed when nothing is matched)
+		prefillA   int
+		want       string
+		wantReason string
+	}{
+		{"seen in the index: the holder keeps it", 8000, 8000, 4, "a:1", ReasonHolderSticky},
+		{"presumed: the lower estimate wins", 0, 8000, 4, "b:1", ReasonLowestTTFT},
+		{"presumed with a short queue: the holder's estimate is the lower", 0, 8000, 1, "a:1", ReasonLowestTTFT},
+		{"nothing seen or presumed: the lower estimate wins", 0, 0, 4, "b:1", ReasonLowestTTFT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 2000)
+			st.Uncached("b:1", 0)
+			st.Routed(key, "a:1", tt.routed, t0)
+			cands := []Candidate{lcand("a:1", tt.matched, tt.prefillA, 0, 0), lcand("b:1", 0, 1, 0, 0)}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 8000, PrefixKey: key, Now: t0.Add(time.Second), Candidates: cands})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+			if tt.matched == 0 && tt.routed > 0 && rs[0].Addr == "a:1" && rs[0].Presumed != tt.routed {
+				t.Errorf("a:1 presumed %d, want %d", rs[0].Presumed, tt.routed)
+			}
+		})
+	}
+}
+
 func TestTTFTAwarePresumesTheLastTwoEngines(t *testing.T) {
 	// The key went to a:1, then b:1, then b:1 again, then c:1 is asked about: a:1 and b:1
 	// are presumed to hold it, c:1 not; a:1 after 99,000 uncached tokens booked there, not.

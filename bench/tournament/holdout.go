@@ -15,40 +15,26 @@ import (
 )
 
 // The held-out check runs profiles nobody tuned on: shapes drawn at random,
-// from a seed fixed before any run, out of a declared space
-// (docs/decisions/1620-held-out-random-shapes.md). Each shape is the shared
-// or the chat workload of bench/workload on the calibrated engine model of
-// bench/sim; nothing here models an engine.
-//
-// The space, each parameter drawn independently per shape:
-//
-//   - fleet: 2-8 engines (uniform); their step-time factors from one mix
-//     drawn among {1}, {1, 1.3}, {1, 1.6} and {1, 1.3, 1.6}, each engine's
-//     factor uniform in its mix;
-//   - GPU KV pool per engine: log-uniform in 16,384-393,216 tokens (an A10
-//     with Qwen2.5-3B holds about 99,000 at gpu_memory_utilization 0.45 and
-//     390,000 at 0.9), raised to twice the longest sequence the shape sends;
-//   - LMCache CPU tier: none with probability 1/2, else 1, 2, 4, 8 or 16 GiB
-//     (uniform);
-//   - prefixes: 1-200 (log-uniform), each 200-16,000 tokens: the shortest
-//     log-uniform in 200-16,000, and with probability 1/2 the lengths drawn
-//     per prefix up to a longest log-uniform between the shortest and 16,000;
-//   - popularity: uniform with probability 1/3, else Zipf with s uniform in
-//     0.6-1.2;
-//   - suffix (or user message) 32-2,048 tokens and output 16-1,024 tokens,
-//     both log-uniform;
-//   - multi-turn growth with probability 1/4: chat sessions of 2-8 turns
-//     (fewer when the longest prompt would pass HoldoutContext) with a mean
-//     think time uniform in 2-10 s, each turn's prompt the previous one plus
-//     the reply and a new user message;
-//   - arrivals: Poisson, or (single-turn shapes only, with probability 1/3)
-//     bursts of 2-10 s at 2-4x the base rate every 10-40 s at the same mean
-//     rate;
-//   - offered load: uniform in 20-110% of the fleet's capacity as the knee
-//     report measures it (Capacity: leastload, which prefers no cache, at an
-//     overload), so the faster cache-aware arms may still keep up at 110%.
-//
-// Each seed runs HoldoutRequestsPerEngine requests per engine.
+// from a seed fixed before any run, out of the space HoldoutSpace declares
+// (docs/decisions/1620-held-out-random-shapes.md says why each bound). Each
+// shape is the shared or the chat workload of bench/workload on the
+// calibrated engine model of bench/sim; nothing here models an engine.
+
+// HoldoutSpace declares the space DrawShapes draws from, as the report
+// prints it; every bound is a constant below.
+const HoldoutSpace = `Each parameter is drawn independently per shape:
+
+- fleet: 2-8 engines (uniform); their step-time factors from one mix drawn among {1}, {1, 1.3}, {1, 1.6} and {1, 1.3, 1.6}, each engine's factor uniform in its mix;
+- GPU KV pool per engine: log-uniform in 16,384-393,216 tokens (an A10 with Qwen2.5-3B holds about 99,000 at gpu_memory_utilization 0.45 and 390,000 at 0.9), raised to twice the longest sequence the shape sends;
+- LMCache CPU tier: none with probability 1/2, else 1, 2, 4, 8 or 16 GiB (uniform);
+- prefixes: 1-200 (log-uniform), each 200-16,000 tokens: the shortest log-uniform in 200-16,000 and, with probability 1/2, the lengths drawn per prefix up to a longest log-uniform between the shortest and 16,000;
+- popularity: uniform with probability 1/3, else Zipf with s uniform in 0.6-1.2;
+- suffix (or user message) 32-2,048 tokens and output 16-1,024 tokens, both log-uniform;
+- multi-turn growth with probability 1/4: chat sessions of 2-8 turns (fewer when the longest prompt would pass the 32,768-token context) with a mean think time uniform in 2-10 s, each turn's prompt the previous one plus the reply and a new user message;
+- arrivals: Poisson or, for single-turn shapes with probability 1/3, bursts of 2-10 s at 2-4x the base rate every 10-40 s at the same mean rate;
+- offered load: uniform in 20-110% of the fleet's capacity as the knee report measures it (leastload, which prefers no cache, offered 48 req/s per engine), so cache-aware arms may still keep up at 110%;
+- 150 requests per engine per seed.
+`
 
 // DefaultHoldoutSeed is the held-out draw's seed, fixed on 6 December 2026
 // before any held-out profile was run (-holdout-seed).

@@ -110,6 +110,7 @@ func WriteHoldoutMarkdown(w io.Writer, res Result, seed uint64, opt ReportOption
 	lead := func(b *bufio.Writer) {
 		fmt.Fprintf(b, "%d profiles drawn at random with seed %d, fixed before any of them ran, from the shape space that `bench/tournament/holdout.go` declares and `docs/decisions/1620-held-out-random-shapes.md` explains. ", len(res.Profiles), seed)
 		b.WriteString("No policy was tuned on them: they are reported, not trained on. Each profile's section names its drawn parameters.\n\n")
+		b.WriteString("### The space\n\n" + HoldoutSpace + "\n")
 	}
 	return writeMarkdown(w, res, opt, "Held-out random-shape check", lead, func(b *bufio.Writer, tests [][]Test) { writeTargets(b, res, tests) })
 }

@@ -241,17 +241,27 @@ func HoldoutProfiles(ctx context.Context, seed uint64, n int, sample time.Durati
 	if n < 1 || n > MaxHoldout {
 		return nil, fmt.Errorf("%d held-out profiles: draw 1..%d", n, MaxHoldout)
 	}
-	shapes := DrawShapes(seed, n)
 	out := make([]Profile, n)
-	for i, s := range shapes {
-		p := Profile{Name: HoldoutName(i), Fleet: s.Fleet(1)}
-		capacity, err := Capacity(ctx, p, holdoutOffered*float64(len(s.Slowdowns)), sample)
+	for i, s := range DrawShapes(seed, n) {
+		p, err := holdoutProfile(ctx, seed, i, s, HoldoutRequestsPerEngine, sample)
 		if err != nil {
-			return nil, fmt.Errorf("held-out profile %s (seed %d): %w", p.Name, seed, err)
+			return nil, err
 		}
-		p.Fleet.Workload.Rate = round3(s.Load * capacity)
-		p.About = fmt.Sprintf("held-out shape %d of seed %d: %s; offered %.0f%% of the fleet's measured capacity of %.3g req/s", i+1, seed, s.Text(), 100*s.Load, capacity)
 		out[i] = p
 	}
 	return out, nil
+}
+
+// holdoutProfile is shape s, the i-th of seed's draw, as a profile of
+// perEngine requests per engine and seed, at s.Load times its capacity.
+func holdoutProfile(ctx context.Context, seed uint64, i int, s Shape, perEngine int, sample time.Duration) (Profile, error) {
+	p := Profile{Name: HoldoutName(i), Fleet: s.Fleet(1)}
+	p.Fleet.Workload.Requests = perEngine * len(s.Slowdowns)
+	capacity, err := Capacity(ctx, p, holdoutOffered*float64(len(s.Slowdowns)), sample)
+	if err != nil {
+		return Profile{}, fmt.Errorf("held-out profile %s (seed %d): %w", p.Name, seed, err)
+	}
+	p.Fleet.Workload.Rate = round3(s.Load * capacity)
+	p.About = fmt.Sprintf("held-out shape %d of seed %d: %s; offered %.0f%% of the fleet's measured capacity of %.3g req/s", i+1, seed, s.Text(), 100*s.Load, capacity)
+	return p, nil
 }

@@ -5,7 +5,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 DEMO_FLAGS ?=
 
-.PHONY: all build deps testdata test vet staticcheck unit fuzz-short soak-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament pins
+.PHONY: all build deps testdata test vet staticcheck unit fuzz-short soak-short fuzz demo bench test-oracle bench-sweep bench-replay bench-live gwload extload soak tournament holdout pins
 
 all: build
 
@@ -73,6 +73,12 @@ bench-replay: deps
 # and this picker, 20 paired seeds: docs/bench/tournament.md, its summary figure (.png) and every seed (.json).
 tournament: deps
 	$(GO) run ./cmd/loadaware-bench tournament -quiet -out docs/bench/tournament.md -json docs/bench/tournament.json
+
+# The held-out check: 12 profiles drawn at random from the declared shape space with the fixed seed
+# (docs/decisions/1620), the recommended policy against the field, 10 paired seeds: docs/bench/holdout.md,
+# its figure and every seed (.json). `make test` runs only a two-shape slice of it (bench/tournament).
+holdout: deps
+	$(GO) run ./cmd/loadaware-bench tournament -quiet -holdout 12 -arms ttftaware,latencyaware,loadaware-b1,kvaware,gie,llmd-sticky,sglang-cache-aware,dynamo-kv,aibrix-prefix-cache,gie-default -seeds 1-10 -out docs/bench/holdout.md -json docs/bench/holdout.json
 
 # One live 500-request seed per arm through the real gateway, ext_proc and ZeroMQ, beside its virtual-time twin.
 bench-live: deps

@@ -43,10 +43,20 @@ var columns = []struct {
 // then per profile the medians over seeds of every metric and the paired
 // tests of every arm against the best other arm.
 func WriteMarkdown(w io.Writer, res Result, opt ReportOptions) error {
+	return writeMarkdown(w, res, opt, "Policy tournament", nil, nil)
+}
+
+// writeMarkdown is WriteMarkdown under the given title, with lead's text
+// (when set) after the command and extra's (when set) after the summary,
+// given each profile's tests.
+func writeMarkdown(w io.Writer, res Result, opt ReportOptions, title string, lead func(*bufio.Writer), extra func(*bufio.Writer, [][]Test)) error {
 	b := bufio.NewWriter(w)
-	fmt.Fprintf(b, "# Policy tournament\n\n")
+	fmt.Fprintf(b, "# %s\n\n", title)
 	if opt.Command != "" {
 		fmt.Fprintf(b, "Produced by `%s`.\n\n", opt.Command)
+	}
+	if lead != nil {
+		lead(b)
 	}
 	fmt.Fprintf(b, "%d profiles x %d arms x %d seeds (%s), in virtual time through the shipped picker. ", len(res.Profiles), armCount(res), len(res.Seeds), seedText(res.Seeds))
 	b.WriteString("Every arm is an ext_proc picker behind Envoy (`experiment.EnvoyRouter()`: each decision books synchronously and sees every earlier one; the data path adds 1 ms each way). ")
@@ -62,6 +72,9 @@ func WriteMarkdown(w io.Writer, res Result, opt ReportOptions) error {
 		tests[j] = p.Tests()
 	}
 	writeSummary(b, res, tests, opt)
+	if extra != nil {
+		extra(b, tests)
+	}
 	for j, p := range res.Profiles {
 		writeProfile(b, p, tests[j])
 	}

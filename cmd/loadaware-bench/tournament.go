@@ -38,6 +38,8 @@ func runTournament(ctx context.Context, fs *flag.FlagSet, args []string, stdout,
 	fs.StringVar(&src.trace, "trace", "", "run this Mooncake trace instead of -profiles: a file or "+strings.Join(trace.Names(), ", ")+", as one profile named after it whose -windows are the seeds; -engines defaults to the measured fleet of an embedded trace at -speedup 1 and is required otherwise")
 	fs.IntVar(&src.windows, "windows", 0, "with -trace: cut the trace into this many consecutive equal windows, the paired seeds 1..N")
 	fs.Float64Var(&src.speedup, "speedup", 1, "with -trace: divides the trace's clock (2 sends twice as fast)")
+	fs.IntVar(&src.holdout, "holdout", 0, fmt.Sprintf("run this many held-out profiles (1..%d) instead of -profiles: shapes drawn at random from the declared space (docs/decisions/1620), each at its drawn share of its fleet's measured capacity; 0: the named profiles", tournament.MaxHoldout))
+	fs.Uint64Var(&src.holdoutSeed, "holdout-seed", tournament.DefaultHoldoutSeed, "with -holdout: the seed of the draw (the default was fixed before any held-out run)")
 	ladder := fs.String("ladder", "", "with -workload: the knee report instead of the tournament: run the workload at every rate of a ladder, published (the file's ladder key, scaled to the fleet's measured capacity when it exceeds it) or R1,R2,... req/s, and report TTFT p90 and input tokens/s against offered load per arm (-out; -json holds one profile per rate)")
 	sample := fs.Duration("sample-interval", tournament.DefaultSampleInterval, "how often the engines' running counts and cache counters are sampled (imbalance, hit rate)")
 	scratch := experiment.DefaultConfig()
@@ -53,7 +55,10 @@ func runTournament(ctx context.Context, fs *flag.FlagSet, args []string, stdout,
 		return errFlags
 	}
 	src.profiles, src.seeds = *profiles, *seeds
-	cfg, err := tournamentConfig(fs, of.names, src, *arms, *workers, *sample)
+	if *ladder != "" && src.holdout != 0 {
+		return usagef("-ladder with -holdout: a ladder runs one -workload's rates; drop one of them")
+	}
+	cfg, err := tournamentConfig(ctx, fs, of.names, src, *arms, *workers, *sample)
 	if err != nil {
 		return usageError{err}
 	}
@@ -72,7 +77,12 @@ func runTournament(ctx context.Context, fs *flag.FlagSet, args []string, stdout,
 		return err
 	}
 	wall := time.Since(start)
-	if err := tournament.WriteFiles(res, *out, *jsonOut, "loadaware-bench "+strings.Join(append([]string{"tournament"}, args...), " ")); err != nil {
+	command := "loadaware-bench " + strings.Join(append([]string{"tournament"}, args...), " ")
+	write := func() error { return tournament.WriteFiles(res, *out, *jsonOut, command) }
+	if src.holdout > 0 {
+		write = func() error { return tournament.WriteHoldoutFiles(res, src.holdoutSeed, *out, *jsonOut, command) }
+	}
+	if err := write(); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%d cells (%d profiles x %d arms x %d seeds) in %.1f s with %d workers\nreport: %s\n",
@@ -136,23 +146,24 @@ func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, json
 }
 
 // profileSource is what the tournament runs: -profiles and -seeds, a workload
-// file (-workload) or a trace's windows (-trace, -windows, -speedup).
+// file (-workload), a trace's windows (-trace, -windows, -speedup) or a
+// held-out draw (-holdout, -holdout-seed).
 type profileSource struct {
 	profiles, seeds, workload, trace string
 	windows                          int
 	speedup                          float64
+	holdout                          int
+	holdoutSeed                      uint64
 }
 
 // tournamentConfig turns the parsed flags into the tournament: the selected profiles with
-// the fleet and workload flags set on the command line applied to each.
-func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, src profileSource, arms string, workers int, sample time.Duration) (tournament.Config, error) {
+// the fleet and workload flags set on the command line applied to each. A held-out draw
+// measures each drawn fleet's capacity, in virtual time, after every flag is checked.
+func tournamentConfig(ctx context.Context, fs *flag.FlagSet, overrides map[string]bool, src profileSource, arms string, workers int, sample time.Duration) (tournament.Config, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	profs, seeds, err := tournamentProfiles(fs, given, src)
-	if err != nil {
-		return tournament.Config{}, err
-	}
-	cfg := tournament.Config{Profiles: profs, Seeds: seeds, SampleInterval: sample, Workers: workers}
+	cfg := tournament.Config{SampleInterval: sample, Workers: workers}
+	var err error
 	if cfg.Arms, err = tournamentArms(arms); err != nil {
 		return cfg, err
 	}
@@ -168,6 +179,12 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, src profileSo
 			set = append(set, "-"+f.Name+"="+f.Value.String())
 		}
 	})
+	if src.holdout != 0 && len(set) > 0 {
+		return cfg, fmt.Errorf("%s with -holdout: a held-out profile's fleet and workload are drawn; drop %s", set[0], strings.Join(set, " "))
+	}
+	if cfg.Profiles, cfg.Seeds, err = tournamentProfiles(ctx, fs, given, src, sample); err != nil {
+		return cfg, err
+	}
 	for i := range cfg.Profiles {
 		p := &cfg.Profiles[i]
 		pfs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
@@ -189,8 +206,24 @@ func tournamentConfig(fs *flag.FlagSet, overrides map[string]bool, src profileSo
 
 // tournamentProfiles returns the profiles and seeds src selects; given are
 // the flags set on the command line.
-func tournamentProfiles(fs *flag.FlagSet, given map[string]bool, src profileSource) ([]tournament.Profile, []uint64, error) {
+func tournamentProfiles(ctx context.Context, fs *flag.FlagSet, given map[string]bool, src profileSource, sample time.Duration) ([]tournament.Profile, []uint64, error) {
 	switch {
+	case src.holdout < 0 || src.holdout > tournament.MaxHoldout:
+		return nil, nil, fmt.Errorf("-holdout %d: draw 1..%d held-out profiles (0 runs the named ones)", src.holdout, tournament.MaxHoldout)
+	case src.holdout == 0 && given["holdout-seed"]:
+		return nil, nil, errors.New("-holdout-seed seeds a held-out draw: pass -holdout N too")
+	case src.holdout > 0 && (given["profiles"] || src.workload != "" || src.trace != ""):
+		return nil, nil, errors.New("-holdout with -profiles, -workload or -trace: the held-out draw is the profiles; pass one of them")
+	case src.holdout > 0:
+		seeds, err := experiment.ParseSeeds(src.seeds)
+		if err != nil {
+			return nil, nil, err
+		}
+		profs, err := tournament.HoldoutProfiles(ctx, src.holdoutSeed, src.holdout, sample)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-holdout: %w", err)
+		}
+		return profs, seeds, nil
 	case src.workload != "" && src.trace != "":
 		return nil, nil, errors.New("-workload and -trace: pass one of them (one profile each)")
 	case (src.workload != "" || src.trace != "") && given["profiles"]:

@@ -33,6 +33,15 @@ func TestTournamentRefusesBadFlagsInOneLine(t *testing.T) {
 		{"empty out", []string{"-out", ""}, "-out is empty"},
 		{"unknown flag", []string{"-fast"}, "flag provided but not defined: -fast"},
 		{"not a number", []string{"-workers", "two"}, `invalid value "two" for flag -workers`},
+		{"negative holdout", []string{"-holdout", "-1"}, "-holdout -1: draw 1..99 held-out profiles"},
+		{"too many holdout", []string{"-holdout", "100"}, "-holdout 100: draw 1..99 held-out profiles"},
+		{"holdout seed alone", []string{"-holdout-seed", "7"}, "-holdout-seed seeds a held-out draw: pass -holdout N too"},
+		{"holdout with profiles", []string{"-holdout", "2", "-profiles", "rate20"}, "-holdout with -profiles, -workload or -trace"},
+		{"holdout with a workload", []string{"-holdout", "2", "-workload", "b2b-saas-high-cache"}, "-holdout with -profiles, -workload or -trace"},
+		{"holdout with an override", []string{"-holdout", "2", "-rate", "3"}, "-rate=3 with -holdout: a held-out profile's fleet and workload are drawn"},
+		{"holdout with a ladder", []string{"-holdout", "2", "-ladder", "published"}, "-ladder with -holdout"},
+		{"holdout with a bad arm", []string{"-holdout", "2", "-arms", "fastest"}, `-arms: arm "fastest"`},
+		{"holdout seed not a number", []string{"-holdout", "2", "-holdout-seed", "x"}, `invalid value "x" for flag -holdout-seed`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -252,6 +252,9 @@ func Benchmark(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 	if err := WriteReport(stdout, arms, ServerOurs, []string{ServerNothing, ServerPass}, c.P99Target, c.CPUTarget); err != nil {
 		return err
 	}
+	if err := WriteRoundRatios(stdout, arms, ServerOurs, []string{ServerNothing, ServerPass}, c.P99Target); err != nil {
+		return err
+	}
 	if fd != nil {
 		if err := fd.report(stdout); err != nil {
 			return err

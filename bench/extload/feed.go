@@ -115,8 +115,8 @@ func (f *Feeder) Close() error {
 // scheduler nor in its CPU time. It parses the arguments newFeed passes, connects a Feeder
 // and speaks the feeder protocol on stdin and stdout: it prints "listening feeder" once
 // connected, then answers each "start" line with "started" and feeds until the next "stop"
-// line, which it answers with the counts of what it fed ("fed BATCHES EVENTS DROPPED") or
-// "feed-error MSG". When stdin ends it stops and exits. name prefixes its errors; it
+// line, which it answers with the counts of what it fed and the CPU time its process has used
+// so far ("fed BATCHES EVENTS DROPPED cpu NS") or "feed-error MSG". When stdin ends it stops and exits. name prefixes its errors; it
 // returns the process's exit code.
 func FeederMain(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -168,8 +168,9 @@ func serveFeed(ctx context.Context, f *Feeder, rate float64, events int, in io.R
 		case l == "stop" && stop != nil:
 			n, err := stop()
 			stop = nil
-			answer = fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped)
-			if err != nil {
+			cpu, cerr := ProcessCPU()
+			answer = fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped, cpu.Nanoseconds())
+			if err = errors.Join(err, cerr); err != nil {
 				answer = "feed-error " + strings.ReplaceAll(err.Error(), "\n", " ")
 			}
 		default:
@@ -182,20 +183,22 @@ func serveFeed(ctx context.Context, f *Feeder, rate float64, events int, in io.R
 	return sc.Err()
 }
 
-// fedFormat is the feeder's answer to "stop": FeedCounts' fields.
-const fedFormat = "fed %d %d %d"
+// fedFormat is the feeder's answer to "stop": FeedCounts' fields, then the process's CPU
+// time so far in nanoseconds.
+const fedFormat = "fed %d %d %d cpu %d"
 
-// parseFed reads the feeder's answer to "stop".
-func parseFed(l string) (FeedCounts, error) {
+// parseFed reads the feeder's answer to "stop": what it fed, and its process's CPU time.
+func parseFed(l string) (FeedCounts, time.Duration, error) {
 	if msg, ok := strings.CutPrefix(l, "feed-error "); ok {
-		return FeedCounts{}, fmt.Errorf("the LMCache feeder's process: %s", msg)
+		return FeedCounts{}, 0, fmt.Errorf("the LMCache feeder's process: %s", msg)
 	}
 	var n FeedCounts
-	if k, err := fmt.Sscanf(l, fedFormat, &n.Batches, &n.Events, &n.Dropped); err != nil || k != 3 || n.Batches < 0 || n.Events < 0 || n.Dropped < 0 ||
-		fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped) != l {
-		return FeedCounts{}, fmt.Errorf("the LMCache feeder's process answered %q to stop (want %q)", l, fedFormat)
+	var cpu int64
+	if k, err := fmt.Sscanf(l, fedFormat, &n.Batches, &n.Events, &n.Dropped, &cpu); err != nil || k != 4 || n.Batches < 0 || n.Events < 0 || n.Dropped < 0 || cpu < 0 ||
+		fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped, cpu) != l {
+		return FeedCounts{}, 0, fmt.Errorf("the LMCache feeder's process answered %q to stop (want %q)", l, fedFormat)
 	}
-	return n, nil
+	return n, time.Duration(cpu), nil
 }
 
 // startFeed feeds f on a goroutine until the returned stop is called, which returns what
@@ -225,6 +228,7 @@ type feed struct {
 	child   *Child
 	metrics string // the picker's metrics address
 	total   FeedCounts
+	cpu     time.Duration // the feeder's process's CPU time at its last stop
 }
 
 // newFeed starts the feeder's process (cmd makes its command from FeederMain's arguments),
@@ -260,7 +264,8 @@ func (e *feed) start(context.Context) (stop func() error) {
 		if err != nil {
 			return err
 		}
-		n, err := parseFed(l)
+		n, cpu, err := parseFed(l)
+		e.cpu = max(e.cpu, cpu)
 		e.total.Batches += n.Batches
 		e.total.Events += n.Events
 		e.total.Dropped += n.Dropped
@@ -277,6 +282,10 @@ func (e *feed) report(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nLMCache ingestion: %d batches (%d KV admit events) pushed to the picker during its windows, %d batches refused by the socket at once (dropped); the picker applied %d admits and ignored %d.\n",
 		e.total.Batches, e.total.Events, e.total.Dropped, applied, ignored)
+	if e.total.Batches > 0 {
+		fmt.Fprintf(w, "The feeder's process used %.1f µs of CPU per batch pushed (its whole life, idle time between windows included), beside the generator.\n",
+			float64(e.cpu)/float64(time.Microsecond)/float64(e.total.Batches))
+	}
 	if lost := e.total.Events - applied - ignored; lost > 0 {
 		fmt.Fprintf(w, "  %d admit events pushed were not counted by the picker: see its log above, and loadaware_lmcache_* on its metrics.\n", lost)
 	}

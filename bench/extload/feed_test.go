@@ -228,9 +228,9 @@ func TestServeFeedFeedsBetweenStartAndStop(t *testing.T) {
 			t.Fatalf("a batch while started: %d frames, %v", len(frames), err)
 		}
 	}
-	n, err := parseFed(ask("stop"))
-	if err != nil || n.Batches < want || n.Events != 2*n.Batches || n.Dropped != 0 {
-		t.Fatalf("stop: %+v, %v after %d batches were received", n, err, want)
+	n, cpu, err := parseFed(ask("stop"))
+	if err != nil || n.Batches < want || n.Events != 2*n.Batches || n.Dropped != 0 || cpu <= 0 {
+		t.Fatalf("stop: %+v, CPU %v, %v after %d batches were received", n, cpu, err, want)
 	}
 	if l := ask("start"); l != "started" {
 		t.Fatalf("a second start answered %q", l)
@@ -248,43 +248,45 @@ func TestParseFed(t *testing.T) {
 	for _, tc := range []struct {
 		line string
 		want FeedCounts
+		cpu  time.Duration
 		err  string
 	}{
-		{line: "fed 3 21 1", want: FeedCounts{Batches: 3, Events: 21, Dropped: 1}},
-		{line: "fed 0 0 0"},
+		{line: "fed 3 21 1 cpu 5000", want: FeedCounts{Batches: 3, Events: 21, Dropped: 1}, cpu: 5 * time.Microsecond},
+		{line: "fed 0 0 0 cpu 0"},
 		{line: "feed-error push a batch: boom", err: "the LMCache feeder's process: push a batch: boom"},
-		{line: "fed 3 21", err: `answered "fed 3 21" to stop`},
-		{line: "fed -1 0 0", err: "answered"},
-		{line: "fed 1 2 3 4", err: "answered"},
+		{line: "fed 3 21 1", err: `answered "fed 3 21 1" to stop`},
+		{line: "fed -1 0 0 cpu 1", err: "answered"},
+		{line: "fed 1 2 3 cpu -1", err: "answered"},
+		{line: "fed 1 2 3 cpu 4 5", err: "answered"},
 		{line: "started", err: "answered"},
 	} {
-		n, err := parseFed(tc.line)
+		n, cpu, err := parseFed(tc.line)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%q: %+v %v, want an error saying %q", tc.line, n, err, tc.err)
 			}
 			continue
 		}
-		if err != nil || n != tc.want {
-			t.Errorf("%q: %+v %v, want %+v", tc.line, n, err, tc.want)
+		if err != nil || n != tc.want || cpu != tc.cpu {
+			t.Errorf("%q: %+v %v %v, want %+v %v", tc.line, n, cpu, err, tc.want, tc.cpu)
 		}
 	}
 }
 
 // FuzzParseFed: any line is refused or read into counts that, written back, read the same.
 func FuzzParseFed(f *testing.F) {
-	for _, s := range []string{"fed 1 2 3", "fed 0 0 0", "feed-error x", "fed 1 2", "fed  1 2 3", "fed 01 2 3"} {
+	for _, s := range []string{"fed 1 2 3 cpu 4", "fed 0 0 0 cpu 0", "feed-error x", "fed 1 2 3", "fed  1 2 3 cpu 4", "fed 01 2 3 cpu 4"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		n, err := parseFed(line)
+		n, cpu, err := parseFed(line)
 		if err != nil {
 			return
 		}
-		if n.Batches < 0 || n.Events < 0 || n.Dropped < 0 {
-			t.Fatalf("%q: negative counts %+v", line, n)
+		if n.Batches < 0 || n.Events < 0 || n.Dropped < 0 || cpu < 0 {
+			t.Fatalf("%q: negative counts %+v or CPU %v", line, n, cpu)
 		}
-		again := fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped)
+		again := fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped, cpu.Nanoseconds())
 		if again != line {
 			t.Fatalf("%q read as %+v, which writes back as %q", line, n, again)
 		}

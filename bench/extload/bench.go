@@ -208,7 +208,7 @@ func Benchmark(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 		if c.Feeder == nil {
 			return errors.New("extload: -lmcache-rate needs Config.Feeder, the command of the feeder's process")
 		}
-		if fd, err = newFeed(c, servers[ServerOurs], stderr); err != nil {
+		if fd, err = newFeed(ctx, c, servers[ServerOurs], stderr); err != nil {
 			return err
 		}
 		defer fd.close()

@@ -231,15 +231,15 @@ type feed struct {
 	cpu     time.Duration // the feeder's process's CPU time at its last stop
 }
 
-// newFeed starts the feeder's process (cmd makes its command from FeederMain's arguments),
+// newFeed starts the feeder's process (c.Feeder makes its command from FeederMain's arguments),
 // connecting from the picker's first endpoint's IP to the pull address the picker's child
 // process announced.
-func newFeed(c Config, picker *Child, stderr io.Writer) (*feed, error) {
+func newFeed(ctx context.Context, c Config, picker *Child, stderr io.Writer) (*feed, error) {
 	pull, metrics := picker.Attrs["lmcache"], picker.Attrs["metrics"]
 	if pull == "" || metrics == "" {
 		return nil, fmt.Errorf("-lmcache-rate: the picker's process did not announce its LMCache pull and metrics addresses (it said %v)", picker.Attrs)
 	}
-	cmd := c.Feeder(context.Background(), []string{"-ip", EndpointIP(0), "-pull", pull, "-instance", "extload-engine-0",
+	cmd := c.Feeder(ctx, []string{"-ip", EndpointIP(0), "-pull", pull, "-instance", "extload-engine-0",
 		"-seed", strconv.FormatUint(c.Seed, 10), "-rate", strconv.FormatFloat(c.FeedRate, 'g', -1, 64), "-events", strconv.Itoa(c.FeedEvents)})
 	cmd.Stderr = stderr
 	ch, err := StartChild(cmd, 30*time.Second)

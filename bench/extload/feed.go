@@ -115,9 +115,9 @@ func (f *Feeder) Close() error {
 // scheduler nor in its CPU time. It parses the arguments newFeed passes, connects a Feeder
 // and speaks the feeder protocol on stdin and stdout: it prints "listening feeder" once
 // connected, then answers each "start" line with "started" and feeds until the next "stop"
-// line, which it answers with the counts of what it fed and the CPU time its process has used
-// so far ("fed BATCHES EVENTS DROPPED cpu NS") or "feed-error MSG". When stdin ends it stops and exits. name prefixes its errors; it
-// returns the process's exit code.
+// line, which it answers with the counts of what it fed and the CPU time its process has
+// used so far ("fed BATCHES EVENTS DROPPED cpu NS") or "feed-error MSG". When stdin ends it
+// stops and exits. name prefixes its errors; it returns the process's exit code.
 func FeederMain(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -231,9 +231,9 @@ type feed struct {
 	cpu     time.Duration // the feeder's process's CPU time at its last stop
 }
 
-// newFeed starts the feeder's process (c.Feeder makes its command from FeederMain's arguments),
-// connecting from the picker's first endpoint's IP to the pull address the picker's child
-// process announced.
+// newFeed starts the feeder's process (c.Feeder makes its command from FeederMain's
+// arguments), connecting from the picker's first endpoint's IP to the pull address the
+// picker's child process announced.
 func newFeed(ctx context.Context, c Config, picker *Child, stderr io.Writer) (*feed, error) {
 	pull, metrics := picker.Attrs["lmcache"], picker.Attrs["metrics"]
 	if pull == "" || metrics == "" {

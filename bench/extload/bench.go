@@ -70,6 +70,9 @@ type Config struct {
 	// Server returns the command that starts one server process with these arguments
 	// (which ServerMain parses); it is how the caller names its own executable.
 	Server func(ctx context.Context, args []string) *exec.Cmd
+	// Feeder returns the command that starts the LMCache feeder's process with these
+	// arguments (which FeederMain parses); needed when FeedRate is above 0.
+	Feeder func(ctx context.Context, args []string) *exec.Cmd
 }
 
 // Check says which setting is out of range, by its flag name.
@@ -202,7 +205,10 @@ func Benchmark(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 	}
 	var fd *feed
 	if c.FeedRate > 0 {
-		if fd, err = newFeed(c.Seed, servers[ServerOurs]); err != nil {
+		if c.Feeder == nil {
+			return errors.New("extload: -lmcache-rate needs Config.Feeder, the command of the feeder's process")
+		}
+		if fd, err = newFeed(ctx, c, servers[ServerOurs], stderr); err != nil {
 			return err
 		}
 		defer fd.close()
@@ -221,7 +227,7 @@ func Benchmark(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 					Window: WindowConfig{Rate: rate, Duration: c.Duration, Seed: c.Seed*1000 + uint64(round*len(c.Rates)+i), MaxInFlight: c.MaxInFlight, Timeout: c.Timeout},
 					Warmup: c.Warmup}
 				if fd != nil && name == ServerOurs {
-					m.During = func(ctx context.Context) func() error { return fd.start(ctx, c.FeedRate, c.FeedEvents) }
+					m.During = fd.start
 				}
 				bar := progress.New(stderr, fmt.Sprintf("%s at %.0f/s", name, rate), c.Progress)
 				m.Window.Progress = bar.Update
@@ -246,6 +252,9 @@ func Benchmark(ctx context.Context, c Config, stdout, stderr io.Writer) error {
 	if err := WriteReport(stdout, arms, ServerOurs, []string{ServerNothing, ServerPass}, c.P99Target, c.CPUTarget); err != nil {
 		return err
 	}
+	if err := WriteRoundRatios(stdout, arms, ServerOurs, []string{ServerNothing, ServerPass}, c.P99Target); err != nil {
+		return err
+	}
 	if fd != nil {
 		if err := fd.report(stdout); err != nil {
 			return err
@@ -268,6 +277,7 @@ func (c Config) intro(w io.Writer, bodyLen int, pinned string, feeding bool) {
 	fmt.Fprintln(w, pinned)
 	if feeding {
 		fmt.Fprintf(w, "LMCache ingestion: an engine's worker pushes %v batches/s of %d KV admit events (new keys) to the picker's controller during its windows.\n", c.FeedRate, c.FeedEvents)
+		fmt.Fprintln(w, "(the worker runs in a process of its own with the generator's CPU affinity: its CPU time is in neither the generator's columns nor the picker's.)")
 	}
 	if c.MemLimit > 0 {
 		fmt.Fprintf(w, "the picker's memory limit: %d bytes, GOGC %d (as in a container; -server-memory-limit, -server-gc-percent).\n", c.MemLimit, c.GCPercent)

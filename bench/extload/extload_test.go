@@ -659,3 +659,55 @@ func TestReportShowsTheCollectorAndTheGenerator(t *testing.T) {
 		t.Fatalf("report row:\n%s", b.String())
 	}
 }
+
+func TestRoundRatiosPairTheSameRounds(t *testing.T) {
+	pool := func(arms []Arm, server string, rate float64, windows ...[]time.Duration) []Arm {
+		for _, w := range windows {
+			arms = Pool(arms, Arm{Server: server, Rate: rate, Window: Window{Totals: w}})
+		}
+		return arms
+	}
+	for _, tc := range []struct {
+		name          string
+		ours, floor   [][]time.Duration
+		rounds        int
+		median        float64
+		hasCI, within bool
+	}{
+		// Per round 2, 3, 1.5 and a stall of 100: the median is 2.5 however long the stall.
+		{name: "a stalled round moves the median by a rank", ours: [][]time.Duration{ms(2, 2), ms(3, 3), ms(3, 3), ms(500, 500)},
+			floor: [][]time.Duration{ms(1, 1), ms(1, 1), ms(2, 2), ms(5, 5)}, rounds: 4, median: 2.5, hasCI: true},
+		// A round against the floor's empty window is skipped; two pairs give no interval.
+		{name: "too few pairs for an interval", ours: [][]time.Duration{ms(1, 1), ms(4, 4), ms(2, 2)},
+			floor: [][]time.Duration{ms(1, 1), ms(), ms(2, 2)}, rounds: 2, median: 1},
+		{name: "within the target", ours: [][]time.Duration{ms(10, 10), ms(11, 11), ms(12, 12)},
+			floor: [][]time.Duration{ms(10, 10), ms(10, 10), ms(10, 10)}, rounds: 3, median: 1.1, hasCI: true, within: true},
+		{name: "rounds that do not pair", ours: [][]time.Duration{ms(1), ms(1), ms(1)}, floor: [][]time.Duration{ms(1), ms(1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arms := pool(nil, "ours", 2000, tc.ours...)
+			arms = pool(arms, "floor", 2000, tc.floor...)
+			arms = pool(arms, "ours", 500, ms(1)) // another rate, with no floor: no ratio
+			got := RoundRatios(arms, "ours", "floor")
+			if tc.rounds == 0 {
+				if len(got) != 0 {
+					t.Fatalf("%+v, want no ratio", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].Rate != 2000 || got[0].Rounds != tc.rounds || math.Abs(got[0].Median-tc.median) > 1e-9 || got[0].HasCI != tc.hasCI {
+				t.Fatalf("%+v, want rate 2000, %d rounds, median %v, interval %v", got, tc.rounds, tc.median, tc.hasCI)
+			}
+			if tc.hasCI && (got[0].CI.Lo > got[0].Median || got[0].CI.Hi < got[0].Median || (got[0].CI.Hi <= 1.3) != tc.within) {
+				t.Fatalf("interval %+v around median %v, within 1.3: want %v", got[0].CI, got[0].Median, tc.within)
+			}
+			var b strings.Builder
+			if err := WriteRoundRatios(&b, arms, "ours", []string{"floor"}, 1.3); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("2000    floor  %d       %.2f", tc.rounds, tc.median); !strings.Contains(b.String(), want) {
+				t.Fatalf("report lacks %q:\n%s", want, b.String())
+			}
+		})
+	}
+}

@@ -1,12 +1,16 @@
 package extload
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/lmworker"
@@ -105,30 +109,101 @@ func (f *Feeder) Close() error {
 	return errors.Join(f.sock.Close(), f.zctx.Term())
 }
 
-// feed is a run's LMCache ingestion (-lmcache-rate): one engine's worker, pushing to the
-// picker during the picker's windows only, and what it pushed over the run.
-type feed struct {
-	f       *Feeder
-	metrics string // the picker's metrics address
-	total   FeedCounts
-}
-
-// newFeed connects a feeder from the picker's first endpoint's IP to the pull address the
-// picker's child process announced.
-func newFeed(seed uint64, picker *Child) (*feed, error) {
-	pull, metrics := picker.Attrs["lmcache"], picker.Attrs["metrics"]
-	if pull == "" || metrics == "" {
-		return nil, fmt.Errorf("-lmcache-rate: the picker's process did not announce its LMCache pull and metrics addresses (it said %v)", picker.Attrs)
+// FeederMain is the feeder's process (Benchmark starts it through Config.Feeder): the
+// engine's worker runs in a process of its own, as it would on an engine's machine, so
+// that its sends, its ZeroMQ I/O thread and their wake-ups are neither on the generator's Go
+// scheduler nor in its CPU time. It parses the arguments newFeed passes, connects a Feeder
+// and speaks the feeder protocol on stdin and stdout: it prints "listening feeder" once
+// connected, then answers each "start" line with "started" and feeds until the next "stop"
+// line, which it answers with the counts of what it fed and the CPU time its process has
+// used so far ("fed BATCHES EVENTS DROPPED cpu NS") or "feed-error MSG". When stdin ends it
+// stops and exits. name prefixes its errors; it returns the process's exit code.
+func FeederMain(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ip := fs.String("ip", EndpointIP(0), "the engine's IP, in 127.0.0.0/8, to connect from")
+	pull := fs.String("pull", "", "the picker's LMCache pull address, host:port")
+	instance := fs.String("instance", "extload-engine-0", "the worker's LMCache instance id")
+	seed := fs.Uint64("seed", 1, "seeds the keys and the send times")
+	rate := fs.Float64("rate", 0, "batches per second while started")
+	events := fs.Int("events", 7, "KV admit events per batch (1 to 50)")
+	if err := fs.Parse(args); err != nil {
+		return 2
 	}
-	f, err := NewFeeder(EndpointIP(0), pull, "extload-engine-0", seed)
+	if *pull == "" || *rate <= 0 || *events < 1 || *events > 50 {
+		fmt.Fprintf(stderr, "%s: -pull %q -rate %v -events %d: pass the picker's pull address, a positive rate and 1 to 50 events\n", name, *pull, *rate, *events)
+		return 2
+	}
+	f, err := NewFeeder(*ip, *pull, *instance, *seed)
 	if err != nil {
-		return nil, err
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
 	}
-	return &feed{f: f, metrics: metrics}, nil
+	defer f.Close()
+	if err := serveFeed(ctx, f, *rate, *events, stdin, stdout); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
 }
 
-// start feeds until the returned stop is called; stop adds what was fed to the totals.
-func (e *feed) start(ctx context.Context, rate float64, events int) (stop func() error) {
+// serveFeed speaks the feeder protocol (see FeederMain) for f until in ends.
+func serveFeed(ctx context.Context, f *Feeder, rate float64, events int, in io.Reader, out io.Writer) error {
+	if _, err := fmt.Fprintln(out, "listening feeder"); err != nil {
+		return err
+	}
+	var stop func() (FeedCounts, error)
+	defer func() {
+		if stop != nil {
+			_, _ = stop()
+		}
+	}()
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		var answer string
+		switch l := sc.Text(); {
+		case l == "start" && stop == nil:
+			stop = startFeed(ctx, f, rate, events)
+			answer = "started"
+		case l == "stop" && stop != nil:
+			n, err := stop()
+			stop = nil
+			cpu, cerr := ProcessCPU()
+			answer = fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped, cpu.Nanoseconds())
+			if err = errors.Join(err, cerr); err != nil {
+				answer = "feed-error " + strings.ReplaceAll(err.Error(), "\n", " ")
+			}
+		default:
+			return fmt.Errorf("extload feeder: request %q out of turn (the protocol alternates \"start\" and \"stop\", starting with \"start\")", l)
+		}
+		if _, err := fmt.Fprintln(out, answer); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// fedFormat is the feeder's answer to "stop": FeedCounts' fields, then the process's CPU
+// time so far in nanoseconds.
+const fedFormat = "fed %d %d %d cpu %d"
+
+// parseFed reads the feeder's answer to "stop": what it fed, and its process's CPU time.
+func parseFed(l string) (FeedCounts, time.Duration, error) {
+	if msg, ok := strings.CutPrefix(l, "feed-error "); ok {
+		return FeedCounts{}, 0, fmt.Errorf("the LMCache feeder's process: %s", msg)
+	}
+	var n FeedCounts
+	var cpu int64
+	if k, err := fmt.Sscanf(l, fedFormat, &n.Batches, &n.Events, &n.Dropped, &cpu); err != nil || k != 4 || n.Batches < 0 || n.Events < 0 || n.Dropped < 0 || cpu < 0 ||
+		fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped, cpu) != l {
+		return FeedCounts{}, 0, fmt.Errorf("the LMCache feeder's process answered %q to stop (want %q)", l, fedFormat)
+	}
+	return n, time.Duration(cpu), nil
+}
+
+// startFeed feeds f on a goroutine until the returned stop is called, which returns what
+// was fed.
+func startFeed(ctx context.Context, f *Feeder, rate float64, events int) (stop func() (FeedCounts, error)) {
 	ctx, cancel := context.WithCancel(ctx)
 	type result struct {
 		n   FeedCounts
@@ -136,16 +211,65 @@ func (e *feed) start(ctx context.Context, rate float64, events int) (stop func()
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := e.f.Feed(ctx, rate, events)
+		n, err := f.Feed(ctx, rate, events)
 		done <- result{n, err}
 	}()
-	return func() error {
+	return func() (FeedCounts, error) {
 		cancel()
 		r := <-done
-		e.total.Batches += r.n.Batches
-		e.total.Events += r.n.Events
-		e.total.Dropped += r.n.Dropped
-		return r.err
+		return r.n, r.err
+	}
+}
+
+// feed is a run's LMCache ingestion (-lmcache-rate): one engine's worker in a process of its
+// own (FeederMain), pushing to the picker during the picker's windows only, and what it
+// pushed over the run.
+type feed struct {
+	child   *Child
+	metrics string // the picker's metrics address
+	total   FeedCounts
+	cpu     time.Duration // the feeder's process's CPU time at its last stop
+}
+
+// newFeed starts the feeder's process (c.Feeder makes its command from FeederMain's
+// arguments), connecting from the picker's first endpoint's IP to the pull address the
+// picker's child process announced.
+func newFeed(ctx context.Context, c Config, picker *Child, stderr io.Writer) (*feed, error) {
+	pull, metrics := picker.Attrs["lmcache"], picker.Attrs["metrics"]
+	if pull == "" || metrics == "" {
+		return nil, fmt.Errorf("-lmcache-rate: the picker's process did not announce its LMCache pull and metrics addresses (it said %v)", picker.Attrs)
+	}
+	cmd := c.Feeder(ctx, []string{"-ip", EndpointIP(0), "-pull", pull, "-instance", "extload-engine-0",
+		"-seed", strconv.FormatUint(c.Seed, 10), "-rate", strconv.FormatFloat(c.FeedRate, 'g', -1, 64), "-events", strconv.Itoa(c.FeedEvents)})
+	cmd.Stderr = stderr
+	ch, err := StartChild(cmd, 30*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("-lmcache-rate: the LMCache feeder's process: %w", err)
+	}
+	return &feed{child: ch, metrics: metrics}, nil
+}
+
+// start has the feeder's process feed until the returned stop is called; stop adds what
+// was fed to the totals.
+func (e *feed) start(context.Context) (stop func() error) {
+	l, err := e.child.ask("start", "the start of a feed")
+	if err == nil && l != "started" {
+		err = fmt.Errorf("the LMCache feeder's process answered %q to start (want \"started\")", l)
+	}
+	if err != nil {
+		return func() error { return err }
+	}
+	return func() error {
+		l, err := e.child.ask("stop", "what it fed")
+		if err != nil {
+			return err
+		}
+		n, cpu, err := parseFed(l)
+		e.cpu = max(e.cpu, cpu)
+		e.total.Batches += n.Batches
+		e.total.Events += n.Events
+		e.total.Dropped += n.Dropped
+		return err
 	}
 }
 
@@ -158,13 +282,17 @@ func (e *feed) report(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nLMCache ingestion: %d batches (%d KV admit events) pushed to the picker during its windows, %d batches refused by the socket at once (dropped); the picker applied %d admits and ignored %d.\n",
 		e.total.Batches, e.total.Events, e.total.Dropped, applied, ignored)
+	if e.total.Batches > 0 {
+		fmt.Fprintf(w, "The feeder's process used %.1f µs of CPU per batch pushed (its whole life, idle time between windows included), beside the generator.\n",
+			float64(e.cpu)/float64(time.Microsecond)/float64(e.total.Batches))
+	}
 	if lost := e.total.Events - applied - ignored; lost > 0 {
 		fmt.Fprintf(w, "  %d admit events pushed were not counted by the picker: see its log above, and loadaware_lmcache_* on its metrics.\n", lost)
 	}
 	return nil
 }
 
-func (e *feed) close() { _ = e.f.Close() }
+func (e *feed) close() { _ = e.child.Close() }
 
 // pickerAdmits reads the KV admits the picker applied and ignored from its metrics at addr.
 func pickerAdmits(addr string) (applied, ignored int, err error) {

@@ -1,10 +1,14 @@
 package extload
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/internal/zmqtest"
 	"github.com/loadaware/loadaware-epp/lmcache"
@@ -144,6 +148,122 @@ func FuzzParseListening(f *testing.F) {
 		addr2, attrs2, err := parseListening(again)
 		if err != nil || addr2 != addr || !maps.Equal(attrs, attrs2) {
 			t.Fatalf("%q read as %q %v; written back as %q it reads %q %v %v", line, addr, attrs, again, addr2, attrs2, err)
+		}
+	})
+}
+
+// TestServeFeedFeedsBetweenStartAndStop drives the feeder's process protocol over pipes:
+// nothing is pushed before "start"; between "start" and "stop" batches arrive, and "stop"
+// answers with their counts; a request out of turn ends the protocol with an error.
+func TestServeFeedFeedsBetweenStartAndStop(t *testing.T) {
+	pull, addr := pullSocket(t)
+	f, err := NewFeeder("127.0.0.1", addr, "engine-a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- serveFeed(context.Background(), f, 2000, 2, inR, outW); outW.Close() }()
+	out := bufio.NewReader(outR)
+	ask := func(req string) string {
+		t.Helper()
+		if _, err := io.WriteString(inW, req+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		l, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no answer to %q: %v", req, err)
+		}
+		return strings.TrimSpace(l)
+	}
+	if l, _ := out.ReadString('\n'); l != "listening feeder\n" {
+		t.Fatalf("first line %q, want the listening line", l)
+	}
+	// The registration is queued before start; no batch follows it until start.
+	if frames, err := pull.RecvMessageBytes(0); err != nil || len(frames) != 1 {
+		t.Fatalf("the registration: %d frames, %v", len(frames), err)
+	}
+	if err := pull.SetRcvtimeo(50 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if frames, err := pull.RecvMessageBytes(0); err == nil {
+		t.Fatalf("a message of %d frames before start", len(frames))
+	}
+	if l := ask("start"); l != "started" {
+		t.Fatalf("start answered %q", l)
+	}
+	if err := pull.SetRcvtimeo(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const want = 3
+	for range want {
+		if frames, err := pull.RecvMessageBytes(0); err != nil || len(frames) != 2 {
+			t.Fatalf("a batch while started: %d frames, %v", len(frames), err)
+		}
+	}
+	n, cpu, err := parseFed(ask("stop"))
+	if err != nil || n.Batches < want || n.Events != 2*n.Batches || n.Dropped != 0 || cpu <= 0 {
+		t.Fatalf("stop: %+v, CPU %v, %v after %d batches were received", n, cpu, err, want)
+	}
+	if l := ask("start"); l != "started" {
+		t.Fatalf("a second start answered %q", l)
+	}
+	if _, err := io.WriteString(inW, "start\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), `request "start" out of turn`) {
+		t.Errorf("a start while started: %v, want an error naming the request", err)
+	}
+	inW.Close()
+}
+
+func TestParseFed(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want FeedCounts
+		cpu  time.Duration
+		err  string
+	}{
+		{line: "fed 3 21 1 cpu 5000", want: FeedCounts{Batches: 3, Events: 21, Dropped: 1}, cpu: 5 * time.Microsecond},
+		{line: "fed 0 0 0 cpu 0"},
+		{line: "feed-error push a batch: boom", err: "the LMCache feeder's process: push a batch: boom"},
+		{line: "fed 3 21 1", err: `answered "fed 3 21 1" to stop`},
+		{line: "fed -1 0 0 cpu 1", err: "answered"},
+		{line: "fed 1 2 3 cpu -1", err: "answered"},
+		{line: "fed 1 2 3 cpu 4 5", err: "answered"},
+		{line: "started", err: "answered"},
+	} {
+		n, cpu, err := parseFed(tc.line)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %+v %v, want an error saying %q", tc.line, n, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || n != tc.want || cpu != tc.cpu {
+			t.Errorf("%q: %+v %v %v, want %+v %v", tc.line, n, cpu, err, tc.want, tc.cpu)
+		}
+	}
+}
+
+// FuzzParseFed: any line is refused or read into counts that, written back, read the same.
+func FuzzParseFed(f *testing.F) {
+	for _, s := range []string{"fed 1 2 3 cpu 4", "fed 0 0 0 cpu 0", "feed-error x", "fed 1 2 3", "fed  1 2 3 cpu 4", "fed 01 2 3 cpu 4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		n, cpu, err := parseFed(line)
+		if err != nil {
+			return
+		}
+		if n.Batches < 0 || n.Events < 0 || n.Dropped < 0 || cpu < 0 {
+			t.Fatalf("%q: negative counts %+v or CPU %v", line, n, cpu)
+		}
+		again := fmt.Sprintf(fedFormat, n.Batches, n.Events, n.Dropped, cpu.Nanoseconds())
+		if again != line {
+			t.Fatalf("%q read as %+v, which writes back as %q", line, n, again)
 		}
 	})
 }

@@ -359,3 +359,72 @@ func WriteStalls(w io.Writer, arms []Arm, limit time.Duration) error {
 	}
 	return tw.Flush()
 }
+
+// RoundRatio is a server against a floor at one rate, round by round: each round's window
+// p99 of the server over the floor's window p99 in the same round (the two windows ran
+// seconds apart, so a host's slow spell falls on both or shows in one round only). Median
+// is the median of those ratios; CI is its percentile bootstrap interval over the rounds
+// at CILevel, set (HasCI) with at least MinCIRounds pairs. Unlike the pooled p99 ratio,
+// whose tail is the worst rounds' stalls, the median is moved by a stall only in a
+// majority of rounds.
+type RoundRatio struct {
+	Rate   float64
+	Rounds int // the rounds where both windows had round trips
+	Median float64
+	CI     stats.Interval
+	HasCI  bool
+}
+
+// RoundRatios pairs the windows of server and floor round by round at each rate both ran
+// the same number of rounds, in rate order.
+func RoundRatios(arms []Arm, server, floor string) []RoundRatio {
+	var out []RoundRatio
+	for _, s := range arms {
+		if s.Server != server {
+			continue
+		}
+		i := slices.IndexFunc(arms, func(a Arm) bool { return a.Server == floor && a.Rate == s.Rate })
+		if i < 0 || len(arms[i].rounds()) != len(s.rounds()) {
+			continue
+		}
+		var ratios []float64
+		for r, sw := range s.rounds() {
+			fw := arms[i].rounds()[r]
+			if len(sw) == 0 || len(fw) == 0 {
+				continue
+			}
+			if fp := millis(fw, 99)[0]; fp > 0 {
+				ratios = append(ratios, millis(sw, 99)[0]/fp)
+			}
+		}
+		if len(ratios) == 0 {
+			continue
+		}
+		rr := RoundRatio{Rate: s.Rate, Rounds: len(ratios), Median: stats.Median(ratios)}
+		if len(ratios) >= MinCIRounds {
+			iv, err := stats.BootstrapCI(ratios, stats.Median, CILevel, ciResamples, uint64(s.Rate))
+			rr.CI, rr.HasCI = iv, err == nil
+		}
+		out = append(out, rr)
+	}
+	slices.SortFunc(out, func(x, y RoundRatio) int { return cmp.Compare(x.Rate, y.Rate) })
+	return out
+}
+
+// WriteRoundRatios writes RoundRatios of server against each floor, with the verdict of
+// each interval against p99Target.
+func WriteRoundRatios(w io.Writer, arms []Arm, server string, floors []string, p99Target float64) error {
+	fmt.Fprintf(w, "\nRound by round: the median over the rounds of %s's window p99 over the floor's in the same round:\n", server)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "rate/s\tfloor\trounds\tmedian round p99 ratio\t%.0f%% CI\tCI within %.2gx\n", 100*CILevel, p99Target)
+	for _, floor := range floors {
+		for _, r := range RoundRatios(arms, server, floor) {
+			ci, within := "-", "-"
+			if r.HasCI {
+				ci, within = fmt.Sprintf("%.2f-%.2f", r.CI.Lo, r.CI.Hi), ciVerdict(r.CI, p99Target)
+			}
+			fmt.Fprintf(tw, "%.0f\t%s\t%d\t%.2f\t%s\t%s\n", r.Rate, floor, r.Rounds, r.Median, ci, within)
+		}
+	}
+	return tw.Flush()
+}

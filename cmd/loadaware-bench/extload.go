@@ -21,11 +21,20 @@ func init() {
 		}
 		return nil
 	}})
+	register(command{name: extloadFeederName, summary: "(started by extload -lmcache-rate) an engine's LMCache worker in its own process, pushing to the picker", run: func(ctx context.Context, _ *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+		if code := extload.FeederMain(ctx, extloadFeederName, args, os.Stdin, stdout, stderr); code != 0 {
+			return exitCode(code)
+		}
+		return nil
+	}})
 }
 
-const extloadServerName = "extload-server"
+const (
+	extloadServerName = "extload-server"
+	extloadFeederName = "extload-feeder"
+)
 
-// extloadChildEnv marks a process started as an extload server; a test binary (which is
+// extloadChildEnv marks a process started as an extload server or feeder; a test binary (which is
 // os.Executable in tests) dispatches on it in TestMain.
 const extloadChildEnv = "LOADAWARE_BENCH_EXTLOAD_SERVER"
 
@@ -55,7 +64,7 @@ func runExtload(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	fs.BoolVar(&c.Pin, "pin", true, "pin each server process to one CPU (the last this process may use) and the generator to the others, as a server on its own core beside Envoy; with one CPU, or -pin=false, all share every CPU")
 	fs.DurationVar(&c.Stall, "stall", 50*time.Millisecond, "a round trip longer than this is a stall: the report counts each server's windows with one")
 	fs.StringVar(&c.FlightDir, "server-flight", "", "run a flight recorder in every server and, after a window with a stall, write its last seconds' execution trace to this directory (go tool trace)")
-	fs.Float64Var(&c.FeedRate, "lmcache-rate", 0, "LMCache batches per second an engine's worker pushes to the picker's controller during the picker's windows (Poisson-timed, from the generator's CPU), so it ingests while it decides; 0: none")
+	fs.Float64Var(&c.FeedRate, "lmcache-rate", 0, "LMCache batches per second an engine's worker pushes to the picker's controller during the picker's windows (Poisson-timed, from a process of its own with the generator's CPU affinity), so it ingests while it decides; 0: none")
 	fs.IntVar(&c.FeedEvents, "lmcache-batch", 7, "KV admit events per LMCache batch (1 to 50; 7 is one 1,578-token prompt's chunks of 256)")
 	fs.DurationVar(&c.CPUTarget, "cpu-target", 100*time.Microsecond, "extra CPU per request over each floor server a rate should stay within")
 	if err := fs.Parse(args); err != nil {
@@ -76,11 +85,14 @@ func runExtload(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	if err != nil {
 		return fmt.Errorf("find this program to start the servers: %v", err)
 	}
-	c.Server = func(ctx context.Context, args []string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, exe, append([]string{extloadServerName}, args...)...)
-		cmd.Env = append(os.Environ(), extloadChildEnv+"=1")
-		return cmd
+	child := func(name string) func(context.Context, []string) *exec.Cmd {
+		return func(ctx context.Context, args []string) *exec.Cmd {
+			cmd := exec.CommandContext(ctx, exe, append([]string{name}, args...)...)
+			cmd.Env = append(os.Environ(), extloadChildEnv+"=1")
+			return cmd
+		}
 	}
+	c.Server, c.Feeder = child(extloadServerName), child(extloadFeederName)
 	if err := extload.Benchmark(ctx, c, stdout, stderr); err != nil {
 		return err
 	}

@@ -96,6 +96,9 @@ func TestExtloadFeedsThePickerLMCacheEventsWithoutLoss(t *testing.T) {
 	if !strings.Contains(s, "LMCache ingestion: an engine's worker pushes 400 batches/s of 4 KV admit events (new keys) to the picker's controller during its windows.") {
 		t.Errorf("the report's heading does not say what is fed:\n%s", s)
 	}
+	if !regexp.MustCompile(`The feeder's process used [\d.]+ µs of CPU per batch pushed`).MatchString(s) || !strings.Contains(s, "the worker runs in a process of its own") {
+		t.Errorf("the report does not say where the feeder ran and what it used:\n%s", s)
+	}
 	m := regexp.MustCompile(`LMCache ingestion: (\d+) batches \((\d+) KV admit events\) pushed to the picker during its windows, (\d+) batches refused by the socket at once \(dropped\); the picker applied (\d+) admits and ignored (\d+)\.`).FindStringSubmatch(s)
 	if m == nil {
 		t.Fatalf("no ingestion line in the report:\n%s", s)

@@ -156,7 +156,7 @@ func FuzzParseListening(f *testing.F) {
 // nothing is pushed before "start"; between "start" and "stop" batches arrive, and "stop"
 // answers with their counts; a request out of turn ends the protocol with an error.
 func TestServeFeedFeedsBetweenStartAndStop(t *testing.T) {
-	pull, addr := pullSocket(t)
+	pull, addr := zmqtest.Pull(t)
 	f, err := NewFeeder("127.0.0.1", addr, "engine-a", 1)
 	if err != nil {
 		t.Fatal(err)

@@ -134,7 +134,9 @@ func TestRateConnWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	near := func(got, want time.Duration) bool { return got <= want && got > want-100*time.Millisecond }
+	// The bucket refills between holding and the question, so an answer may be short of
+	// want by the time that passed (measured around both: a loaded host may take long).
+	near := func(got, want, passed time.Duration) bool { return got <= want && got >= want-passed-time.Millisecond }
 	for _, tc := range []struct {
 		tokens          float64
 		delay, readWait time.Duration
@@ -145,12 +147,14 @@ func TestRateConnWaits(t *testing.T) {
 		{-burst, time.Second, 0},
 		{-2 * burst, 2 * time.Second, time.Second},
 	} {
+		began := time.Now()
 		c := &rateConn{r: r, bucket: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
-		if got := c.Delay(); !near(got, tc.delay) && !(tc.delay == 0 && got == 0) {
+		if got := c.Delay(); !near(got, tc.delay, time.Since(began)) && !(tc.delay == 0 && got == 0) {
 			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
 		}
+		began = time.Now()
 		c.bucket = holding(rate, burst, tc.tokens)
-		if got := c.owed(-burst); !near(got, tc.readWait) && !(tc.readWait == 0 && got == 0) {
+		if got := c.owed(-burst); !near(got, tc.readWait, time.Since(began)) && !(tc.readWait == 0 && got == 0) {
 			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
 		}
 	}
@@ -175,12 +179,11 @@ func TestRateConnCloseEndsAWait(t *testing.T) {
 	server, client := net.Pipe()
 	defer client.Close()
 	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
-	c := &rateConn{Conn: server, r: r, bucket: holding(1<<10, 1<<10, -4<<10), closed: make(chan struct{})} // 3 KiB past the burst: owes 3 s
-	ended := make(chan time.Duration, 1)
+	c := &rateConn{Conn: server, r: r, bucket: holding(1<<10, 1<<10, -61<<10), closed: make(chan struct{})} // 60 KiB past the burst: owes a minute
+	ended := make(chan struct{})
 	go func() {
-		begin := time.Now()
 		_, _ = c.Read(make([]byte, 4<<10))
-		ended <- time.Since(begin)
+		close(ended)
 	}()
 	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.slowed) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) { // until the Read is waiting
@@ -189,11 +192,8 @@ func TestRateConnCloseEndsAWait(t *testing.T) {
 	}
 	c.Close()
 	select {
-	case took := <-ended:
-		if took > 500*time.Millisecond {
-			t.Errorf("the Read returned %v after its connection was closed", took)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a Read waiting on the rate did not return after Close")
+	case <-ended:
+	case <-time.After(10 * time.Second): // a sixth of the debt: only Close can end the wait this soon
+		t.Fatal("a Read waiting on the rate did not return within 10s of Close (it owed a minute)")
 	}
 }

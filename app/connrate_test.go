@@ -63,7 +63,12 @@ func sendBody(ctx context.Context, conn *grpc.ClientConn, size int) (string, err
 // (it takes at least its excess over the burst divided by the rate), while a small request
 // on the same connection, and one on another connection, are routed meanwhile.
 func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
-	const rate, burst, size = 2 << 20, 256 << 10, 1280 << 10
+	// The large body takes about a second: the two small requests must be answered inside
+	// it, which a loaded -race host did not always do in the half second 2 MiB/s gave.
+	const rate, burst, size = 1 << 20, 256 << 10, 1280 << 10
+	// Chunks are processed only once the connection is out of debt, the last one too;
+	// allow for one gRPC read buffer (32 KiB) not yet charged.
+	least := time.Duration(float64(size-burst-32<<10) / rate * float64(time.Second))
 	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}, ConnReadRate: rate, ConnReadBurst: burst})
 	slow, other := dialExtProc(t, a), dialExtProc(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -82,6 +87,11 @@ func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
 	for testutil.ToFloat64(a.connRate.slowed) == 0 { // the large body is being held back
 		select {
 		case r := <-done:
+			if r.err == nil && r.took >= least {
+				// A bucket refills with wall time: a host too loaded to send faster than the
+				// rate is never slowed, rightly. Only a fast send that was not slowed fails.
+				t.Skipf("a %d-byte body took %v unslowed, no faster than %d bytes/s allow (%v): this host was too loaded to go over the rate", size, r.took, rate, least)
+			}
 			t.Fatalf("a %d-byte body over a %d-byte burst finished (%v, %v) without its connection being slowed", size, burst, r.took, r.err)
 		case <-time.After(time.Millisecond):
 		}
@@ -101,9 +111,6 @@ func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
 	if r.err != nil || r.dest != "10.0.0.1:8000" {
 		t.Fatalf("the slowed request was not routed: %q, %v", r.dest, r.err)
 	}
-	// Chunks are processed only once the connection is out of debt, the last one too;
-	// allow for one gRPC read buffer (32 KiB) not yet charged.
-	least := time.Duration(float64(size-burst-32<<10) / rate * float64(time.Second))
 	if r.took < least {
 		t.Errorf("%d bytes at %d bytes/s with a %d-byte burst took %v, under %v: the rate is not enforced", size, rate, burst, r.took, least)
 	}

@@ -85,7 +85,7 @@ func TestEngineClient(t *testing.T) {
 		}
 		w.Write([]byte(`{"count":3,"max_model_len":32768,"tokens":[1,2,3]}`))
 	})
-	c := &EngineClient{Timeout: time.Second}
+	c := &EngineClient{Timeout: 10 * time.Second} // a failure bound only: the stub answers at once
 	ids, err := c.TokenizeChat(context.Background(), addr, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.2}`))
 	if err != nil || !slices.Equal(ids, []uint32{1, 2, 3}) {
 		t.Fatalf("TokenizeChat = %v, %v", ids, err)

@@ -275,10 +275,12 @@ func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration
 	var mu sync.Mutex
 	res := killResult{reqs: make([]sent, n), killed: engines[1].addr()}
 	outcomes := map[string]gateway.Outcome{}
-	// The default connect timeout, 1 s, is fallback.yaml's connect_timeout: a shorter one
-	// (this test had 200 ms) times out connects to the live engine on a starved -race
-	// machine, and the local reply then charges the first endpoint of the list.
-	gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{Logger: quiet,
+	// A connect timeout of 10 s, not fallback.yaml's 1 s: the killed engine refuses at once
+	// either way, but on a starved -race host a connect to the live engine can take over a
+	// second (runs beside CPU burners failed so, 2 of 10: both attempts of a request failed,
+	// and the local reply charged, and ejected, the live engine first in its list). This
+	// test is of the picker's lists and health, not of Envoy's timeout.
+	gw, err := gateway.Dial(a.GRPCAddr(), gateway.Options{Logger: quiet, ConnectTimeout: 10 * time.Second,
 		OnOutcome: func(o gateway.Outcome) {
 			mu.Lock()
 			defer mu.Unlock()

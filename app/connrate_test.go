@@ -63,8 +63,8 @@ func sendBody(ctx context.Context, conn *grpc.ClientConn, size int) (string, err
 // (it takes at least its excess over the burst divided by the rate), while a small request
 // on the same connection, and one on another connection, are routed meanwhile.
 func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
-	// The large body takes about a second: the two small requests must be answered inside
-	// it, which a loaded -race host did not always do in the half second 2 MiB/s gave.
+	// The large body takes about a second (half of one at 2 MiB/s): the two small requests
+	// must be answered inside it, which leaves room for a loaded -race host.
 	const rate, burst, size = 1 << 20, 256 << 10, 1280 << 10
 	// Chunks are processed only once the connection is out of debt, the last one too;
 	// allow for one gRPC read buffer (32 KiB) not yet charged.

@@ -248,8 +248,9 @@ type killResult struct {
 
 // runKill sends n requests open-loop at one per interval through the gateway to two
 // engines, kills engine 1 (its server closes its listener and connections, as SIGKILL
-// would) before request killAt, and reports every request's outcome.
-func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration) killResult {
+// would) before request killAt, then, once every answer is in, tail more one at a time,
+// and reports every request's outcome.
+func runKill(t *testing.T, cfg app.Config, n, killAt, tail int, interval time.Duration) killResult {
 	t.Helper()
 	var engines []*engine
 	var addrs []string
@@ -273,7 +274,7 @@ func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	res := killResult{reqs: make([]sent, n), killed: engines[1].addr()}
+	res := killResult{reqs: make([]sent, n+tail), killed: engines[1].addr()}
 	outcomes := map[string]gateway.Outcome{}
 	// A connect timeout of 10 s, not fallback.yaml's 1 s: the killed engine refuses at once
 	// either way, but on a starved -race host a connect to the live engine can take over a
@@ -305,6 +306,31 @@ func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration
 	var wg sync.WaitGroup
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	send := func(i int, afterKill bool) {
+		body := fmt.Sprintf(`{"model":"m","prompt":[1,2,3,%d],"max_tokens":2,"stream":true}`, i)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", strconv.Itoa(i))
+		at := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		head := time.Now()
+		ok := err == nil && resp.StatusCode == http.StatusOK
+		if err == nil {
+			b, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ok = ok && rerr == nil && strings.Contains(string(b), "[DONE]")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		res.reqs[i] = sent{at: at, head: head, done: time.Now(), afterKill: afterKill, ok: ok}
+		if !ok {
+			res.failed++
+		}
+	}
 	for i := range n {
 		<-tick.C
 		if i == killAt {
@@ -312,33 +338,12 @@ func runKill(t *testing.T, cfg app.Config, n, killAt int, interval time.Duration
 			killed = true
 		}
 		afterKill := killed
-		wg.Go(func() {
-			body := fmt.Sprintf(`{"model":"m","prompt":[1,2,3,%d],"max_tokens":2,"stream":true}`, i)
-			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(body))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Request-Id", strconv.Itoa(i))
-			at := time.Now()
-			resp, err := http.DefaultClient.Do(req)
-			head := time.Now()
-			ok := err == nil && resp.StatusCode == http.StatusOK
-			if err == nil {
-				b, rerr := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				ok = ok && rerr == nil && strings.Contains(string(b), "[DONE]")
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			res.reqs[i] = sent{at: at, head: head, done: time.Now(), afterKill: afterKill, ok: ok}
-			if !ok {
-				res.failed++
-			}
-		})
+		wg.Go(func() { send(i, afterKill) })
 	}
 	wg.Wait()
+	for i := n; i < n+tail; i++ { // every answer of the run is in: these go after each failure's
+		send(i, true)
+	}
 	gw.Wait()
 	mu.Lock()
 	defer mu.Unlock()
@@ -436,7 +441,7 @@ func TestEngineKilledUnderLoad(t *testing.T) {
 
 	t.Run("fallback list and health checks", func(t *testing.T) {
 		const n, killAt = 400, 100
-		r := runKill(t, app.Config{MaxEndpoints: 2, Health: app.HealthConfig{CheckInterval: 100 * time.Millisecond}}, n, killAt, interval)
+		r := runKill(t, app.Config{MaxEndpoints: 2, Health: app.HealthConfig{CheckInterval: 100 * time.Millisecond}}, n, killAt, 0, interval)
 		t.Logf("%d of %d failed, %d of them sent after the kill; the first errors: %q", r.failed, n, r.failedAfterKill(), r.errs)
 		if float64(r.failed) >= 0.01*n {
 			t.Errorf("%d of %d requests failed, want under 1%% (only those in flight at the kill)", r.failed, n)
@@ -448,13 +453,16 @@ func TestEngineKilledUnderLoad(t *testing.T) {
 
 	t.Run("one endpoint, passive health only", func(t *testing.T) {
 		const n, killAt = 300, 100
-		// Longer than the run after the kill (2 s of sending): a request counts only when it
-		// was sent and answered inside a window, and on a loaded -race host a request takes
-		// up to a second, so the default 1 s windows held none in about a third of such runs.
-		const ejection = 10 * time.Second
-		r := runKill(t, app.Config{MaxEndpoints: 1, Health: app.HealthConfig{Policy: fleet.HealthPolicy{Ejection: ejection}}}, n, killAt, interval)
+		// A request counts only when it was sent after a failure's answer reached its client
+		// and answered within the ejection from that failure's sending. On a loaded -race
+		// host requests took seconds: the default 1 s windows held none in 8 of 20 runs
+		// beside CPU burners, and with 6 s latencies every request of the run was sent
+		// before the first failure was answered. So the ejection outlasts the run (30 s, the
+		// longest), and 10 requests follow it one at a time, once every answer is in.
+		const ejection, tail = 30 * time.Second, 10
+		r := runKill(t, app.Config{MaxEndpoints: 1, Health: app.HealthConfig{Policy: fleet.HealthPolicy{Ejection: ejection}}}, n, killAt, tail, interval)
 		covered, failed := r.insideEjections(ejection)
-		t.Logf("%d of %d failed; %d requests decided inside an ejection, %d of them failed; request latency %s; the first errors: %q", r.failed, n, covered, failed, r.latency(), r.errs)
+		t.Logf("%d of %d failed; %d requests decided inside an ejection, %d of them failed; request latency %s; the first errors: %q", r.failed, len(r.reqs), covered, failed, r.latency(), r.errs)
 		if r.failed == 0 {
 			t.Fatal("no request failed: the test no longer kills an engine")
 		}
@@ -468,7 +476,7 @@ func TestEngineKilledUnderLoad(t *testing.T) {
 
 	t.Run("one endpoint, no health", func(t *testing.T) {
 		const n, killAt = 300, 100
-		r := runKill(t, app.Config{MaxEndpoints: 1, Health: app.HealthConfig{Policy: fleet.HealthPolicy{PassiveFailures: 1 << 20}}}, n, killAt, interval)
+		r := runKill(t, app.Config{MaxEndpoints: 1, Health: app.HealthConfig{Policy: fleet.HealthPolicy{PassiveFailures: 1 << 20}}}, n, killAt, 0, interval)
 		t.Logf("%d of %d failed", r.failed, n)
 		if r.failed < (n-killAt)/4 {
 			t.Errorf("without health only %d of %d requests failed: the test no longer kills an engine", r.failed, n)

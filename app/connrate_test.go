@@ -63,7 +63,12 @@ func sendBody(ctx context.Context, conn *grpc.ClientConn, size int) (string, err
 // (it takes at least its excess over the burst divided by the rate), while a small request
 // on the same connection, and one on another connection, are routed meanwhile.
 func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
-	const rate, burst, size = 2 << 20, 256 << 10, 1280 << 10
+	// The large body takes about a second (half of one at 2 MiB/s): the two small requests
+	// must be answered inside it, which leaves room for a loaded -race host.
+	const rate, burst, size = 1 << 20, 256 << 10, 1280 << 10
+	// Chunks are processed only once the connection is out of debt, the last one too;
+	// allow for one gRPC read buffer (32 KiB) not yet charged.
+	least := time.Duration(float64(size-burst-32<<10) / rate * float64(time.Second))
 	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}, ConnReadRate: rate, ConnReadBurst: burst})
 	slow, other := dialExtProc(t, a), dialExtProc(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -82,6 +87,11 @@ func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
 	for testutil.ToFloat64(a.connRate.slowed) == 0 { // the large body is being held back
 		select {
 		case r := <-done:
+			if r.err == nil && r.took >= least {
+				// A bucket refills with wall time: a host too loaded to send faster than the
+				// rate is never slowed, rightly. Only a fast send that was not slowed fails.
+				t.Skipf("a %d-byte body took %v unslowed, no faster than %d bytes/s allow (%v): this host was too loaded to go over the rate", size, r.took, rate, least)
+			}
 			t.Fatalf("a %d-byte body over a %d-byte burst finished (%v, %v) without its connection being slowed", size, burst, r.took, r.err)
 		case <-time.After(time.Millisecond):
 		}
@@ -101,9 +111,6 @@ func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
 	if r.err != nil || r.dest != "10.0.0.1:8000" {
 		t.Fatalf("the slowed request was not routed: %q, %v", r.dest, r.err)
 	}
-	// Chunks are processed only once the connection is out of debt, the last one too;
-	// allow for one gRPC read buffer (32 KiB) not yet charged.
-	least := time.Duration(float64(size-burst-32<<10) / rate * float64(time.Second))
 	if r.took < least {
 		t.Errorf("%d bytes at %d bytes/s with a %d-byte burst took %v, under %v: the rate is not enforced", size, rate, burst, r.took, least)
 	}
@@ -116,7 +123,10 @@ func TestConnReadRateSlowsLargeBodiesOnly(t *testing.T) {
 // waiting.
 func TestConnReadRateDefaultsPassALargestBody(t *testing.T) {
 	a := start(t, Config{Endpoints: []string{"10.0.0.1:8000"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A failure bound only: under the default burst (32 MiB) nothing here waits on the rate,
+	// but a starved -race host took over 30 s to carry the 16 MiB (3 runs of 3 beside CPU
+	// burners, the whole package running).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if dest, err := sendBody(ctx, dialExtProc(t, a), 16<<20); err != nil || dest != "10.0.0.1:8000" {
 		t.Fatalf("a 16 MiB body: %q, %v", dest, err)
@@ -134,7 +144,9 @@ func TestRateConnWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	near := func(got, want time.Duration) bool { return got <= want && got > want-100*time.Millisecond }
+	// The bucket refills between holding and the question, so an answer may be short of
+	// want by the time that passed (measured around both: a loaded host may take long).
+	near := func(got, want, passed time.Duration) bool { return got <= want && got >= want-passed-time.Millisecond }
 	for _, tc := range []struct {
 		tokens          float64
 		delay, readWait time.Duration
@@ -145,12 +157,14 @@ func TestRateConnWaits(t *testing.T) {
 		{-burst, time.Second, 0},
 		{-2 * burst, 2 * time.Second, time.Second},
 	} {
+		began := time.Now()
 		c := &rateConn{r: r, bucket: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
-		if got := c.Delay(); !near(got, tc.delay) && !(tc.delay == 0 && got == 0) {
+		if got := c.Delay(); !near(got, tc.delay, time.Since(began)) && !(tc.delay == 0 && got == 0) {
 			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
 		}
+		began = time.Now()
 		c.bucket = holding(rate, burst, tc.tokens)
-		if got := c.owed(-burst); !near(got, tc.readWait) && !(tc.readWait == 0 && got == 0) {
+		if got := c.owed(-burst); !near(got, tc.readWait, time.Since(began)) && !(tc.readWait == 0 && got == 0) {
 			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
 		}
 	}
@@ -216,12 +230,11 @@ func TestRateConnCloseEndsAWait(t *testing.T) {
 	server, client := net.Pipe()
 	defer client.Close()
 	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
-	c := &rateConn{Conn: server, r: r, bucket: holding(1<<10, 1<<10, -4<<10), closed: make(chan struct{})} // 3 KiB past the burst: owes 3 s
-	ended := make(chan time.Duration, 1)
+	c := &rateConn{Conn: server, r: r, bucket: holding(1<<10, 1<<10, -61<<10), closed: make(chan struct{})} // 60 KiB past the burst: owes a minute
+	ended := make(chan struct{})
 	go func() {
-		begin := time.Now()
 		_, _ = c.Read(make([]byte, 4<<10))
-		ended <- time.Since(begin)
+		close(ended)
 	}()
 	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.slowed) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) { // until the Read is waiting
@@ -230,11 +243,8 @@ func TestRateConnCloseEndsAWait(t *testing.T) {
 	}
 	c.Close()
 	select {
-	case took := <-ended:
-		if took > 500*time.Millisecond {
-			t.Errorf("the Read returned %v after its connection was closed", took)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a Read waiting on the rate did not return after Close")
+	case <-ended:
+	case <-time.After(10 * time.Second): // a sixth of the debt: only Close can end the wait this soon
+		t.Fatal("a Read waiting on the rate did not return within 10s of Close (it owed a minute)")
 	}
 }

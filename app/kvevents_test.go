@@ -142,7 +142,9 @@ func TestKVEventsTakenFromAPeerReplica(t *testing.T) {
 	ep := net.JoinHostPort(host, "8000")
 	cfg := Config{Endpoints: []string{ep}, CacheSource: picker.SourceVLLMEvents,
 		KVEvents: &KVEventsConfig{Port: port(t, pub.Addr()), ReplayPort: port(t, pub.ReplayAddr()), ReplayTimeout: 5 * time.Second},
-		Replicas: &ReplicaConfig{URL: ns.ClientURL(), StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, ScrapeInterval: -1}}
+		// A peer timeout of seconds: the started replica asks only the peers it has heard
+		// lately, and a loaded -race host can leave 200 ms between two of a peer's states.
+		Replicas: &ReplicaConfig{URL: ns.ClientURL(), StateInterval: 20 * time.Millisecond, PeerTimeout: 5 * time.Second, ScrapeInterval: -1}}
 	a := start(t, cfg)
 	<-a.replicaReady()
 	<-a.kvEventsReady() // its replay done: what follows is applied live

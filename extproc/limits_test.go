@@ -151,12 +151,15 @@ func TestStreamCap(t *testing.T) {
 	exchange(t, third, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions)}, []*extprocv3.ProcessingResponse{continueHeaders()})
 }
 
+// The idle timeout is 250 ms, not less: the stream's parts are sent back to back, and a
+// loaded -race host may pause between two of them for tens of milliseconds.
 func TestIdleTimeoutWhileReadingOnly(t *testing.T) {
-	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000"}, cfg: Config{Limits: Limits{IdleTimeout: 30 * time.Millisecond}}})
+	const idle = 250 * time.Millisecond
+	h := newHarness(t, harnessOpts{endpoints: []string{"10.0.0.1:8000"}, cfg: Config{Limits: Limits{IdleTimeout: idle}}})
 	st, _ := h.open(t)
 	exchange(t, st, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(completion[:5], false)},
 		[]*extprocv3.ProcessingResponse{immediateResp(typev3.StatusCode_RequestTimeout, "RequestTimeout",
-			"no part of the request arrived for 30ms while the picker was reading it (--stream-idle-timeout)")})
+			"no part of the request arrived for 250ms while the picker was reading it (--stream-idle-timeout)")})
 	<-h.done
 	if h.server.bytes.used.Load() != 0 {
 		t.Fatalf("a timed-out stream kept %d bytes of the budget", h.server.bytes.used.Load())
@@ -165,7 +168,7 @@ func TestIdleTimeoutWhileReadingOnly(t *testing.T) {
 	st2, _ := h.open(t)
 	exchange(t, st2, []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(completion, true)},
 		[]*extprocv3.ProcessingResponse{routedHeaders("10.0.0.1:8000"), streamedBody(true, []byte(completion), true)})
-	time.Sleep(100 * time.Millisecond) // longer than the idle timeout: nothing may happen
+	time.Sleep(2 * idle) // longer than the idle timeout: nothing may happen
 	exchange(t, st2, []*extprocv3.ProcessingRequest{respHeaders(true)}, []*extprocv3.ProcessingResponse{respHeadersResp()})
 	if h.inflight() != 0 {
 		t.Fatalf("in flight %d", h.inflight())

@@ -449,7 +449,9 @@ func TestSubscriberDataParallelRanks(t *testing.T) {
 
 // TestSubscriberReplayAfterATimedOutReplay: a replay that times out closes the replay
 // socket (late replies must not be taken for the next replay's) and opens a new one,
-// with a new waiter, on which the next replay is answered.
+// with a new waiter, on which the next replay is answered. The first replay waits out its
+// whole timeout; the second must be answered within it, so it is a second, not 100 ms: a
+// loaded -race host may take that long for a loopback round trip.
 func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
 	pubs, eps, port, _ := engines(t, 1, false, kvevents.Layout{})
 	host, _, _ := net.SplitHostPort(eps[0])
@@ -497,7 +499,7 @@ func TestSubscriberReplayAfterATimedOutReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.sub, err = kvevents.NewSubscriber(kvevents.SubscriberConfig{Port: port, ReplayPort: rport, Registerer: r.reg, PollInterval: 10 * time.Millisecond,
-		ReplayTimeout: 100 * time.Millisecond, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
+		ReplayTimeout: time.Second, OnBatch: func(_ string, seq int64) { r.seen <- seq }}, r.ix)
 	if err != nil {
 		t.Fatal(err)
 	}

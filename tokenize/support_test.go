@@ -85,7 +85,7 @@ func TestEngineClient(t *testing.T) {
 		}
 		w.Write([]byte(`{"count":3,"max_model_len":32768,"tokens":[1,2,3]}`))
 	})
-	c := &EngineClient{Timeout: time.Second}
+	c := &EngineClient{Timeout: 10 * time.Second} // a failure bound only: the stub answers at once
 	ids, err := c.TokenizeChat(context.Background(), addr, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.2}`))
 	if err != nil || !slices.Equal(ids, []uint32{1, 2, 3}) {
 		t.Fatalf("TokenizeChat = %v, %v", ids, err)
@@ -113,16 +113,19 @@ func TestEngineClientFailures(t *testing.T) {
 	})
 	failing := engineStub(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", http.StatusInternalServerError) })
 	garbage := engineStub(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"nope":1}`)) })
+	// Only the stalled engine gets a short timeout: the others answer at once, but a
+	// loaded -race host may take over 100 ms to carry the answer.
 	tests := []struct {
 		name, addr, want string
+		timeout          time.Duration
 	}{
-		{"timeout", slow, "deadline"},
-		{"server error", failing, "status 500"},
-		{"no tokens", garbage, "no tokens"},
+		{"timeout", slow, "deadline", 100 * time.Millisecond},
+		{"server error", failing, "status 500", 10 * time.Second},
+		{"no tokens", garbage, "no tokens", 10 * time.Second},
 	}
-	c := &EngineClient{Timeout: 100 * time.Millisecond}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			c := &EngineClient{Timeout: tc.timeout}
 			_, err := c.TokenizeChat(context.Background(), tc.addr, []byte(`{"messages":[]}`))
 			var ee *EngineError
 			if !errors.As(err, &ee) || !strings.Contains(err.Error(), tc.want) || Reason(err) != ReasonEngine {

@@ -22,9 +22,11 @@ import (
 // sockets: two engines push LMCache messages over ZeroMQ to an uninterrupted picker and to
 // one that is killed and started again, either alone with --state-file or as a replica
 // warmed by its peer over a real NATS server. The engines keep pushing while it is down
-// (ZeroMQ queues for a peer that comes back). Within 2 s of the restarted picker's
-// /readyz, every prompt must be routed as the uninterrupted picker routes it; without
-// either, the restarted picker is blind to what was cached before its crash.
+// (ZeroMQ queues for a peer that comes back). Soon after the restarted picker's /readyz
+// (the log says when: about 0.2 s with the state file on a quiet host; the check allows
+// 10 s), every prompt must be routed as the uninterrupted picker routes it; without
+// either, the restarted picker is blind to what was cached before its crash (not equal
+// within 2 s).
 func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 16}
 	ips := []string{"127.0.1.1", "127.0.1.2"}
@@ -67,7 +69,9 @@ func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 					cfg.StateFile = &app.StateFileConfig{Path: path, Interval: 20 * time.Millisecond}
 				}
 				if natsURL != "" {
-					cfg.Replicas = &app.ReplicaConfig{URL: natsURL, StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, ScrapeInterval: -1}
+					// A peer timeout of seconds: the restarted picker warms from the peers it
+					// heard lately, and a loaded -race host can leave 200 ms between two states.
+					cfg.Replicas = &app.ReplicaConfig{URL: natsURL, StateInterval: 20 * time.Millisecond, PeerTimeout: 5 * time.Second, ScrapeInterval: -1}
 				}
 				// The pull port can be briefly taken: the killed picker's ZeroMQ socket closes
 				// in ZeroMQ's own thread, and an engine reconnecting to a port nobody listens
@@ -160,15 +164,22 @@ func TestRestartedPickerDecidesAsAnUninterruptedOne(t *testing.T) {
 			back := start(pull, true)
 			ready := time.Now()
 			t.Cleanup(func() { _ = back.Close() })
+			// A warm picker must catch up with the two admits queued while it was down; a
+			// loaded -race host may take seconds to deliver them, so it gets 10 s (it ends
+			// as soon as the decisions are equal). A blind one can never catch up: 2 s shows it.
+			within := 2 * time.Second
+			if tc.wantEqual {
+				within = 10 * time.Second
+			}
 			equal := false
-			for time.Since(ready) < 2*time.Second && !equal {
+			for time.Since(ready) < within && !equal {
 				equal = same(steady, back)
 				if !equal {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
 			if equal != tc.wantEqual {
-				t.Errorf("decisions equal to the uninterrupted picker's within 2 s of /readyz: %v, want %v", equal, tc.wantEqual)
+				t.Errorf("decisions equal to the uninterrupted picker's within %v of /readyz: %v, want %v", within, equal, tc.wantEqual)
 			}
 			if equal {
 				t.Logf("equal %v after /readyz", time.Since(ready).Round(time.Millisecond))

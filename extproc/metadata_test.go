@@ -251,10 +251,10 @@ func BenchmarkRoutingMetadata(b *testing.B) {
 
 // BenchmarkRoundTripScores is BenchmarkRoundTrip with and without the scores.
 func BenchmarkRoundTripScores(b *testing.B) {
-	eps := strings.Split("10.0.0.1:8000,10.0.0.2:8000,10.0.0.3:8000", ",")
+	msgs, request, answers := fullDuplex8KiB()
 	for _, scores := range []bool{false, true} {
 		b.Run(fmt.Sprintf("scores=%v", scores), func(b *testing.B) {
-			benchRoundTrip(b, harnessOpts{endpoints: eps, scores: scores})
+			benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints, scores: scores}, msgs, request, answers)
 		})
 	}
 }

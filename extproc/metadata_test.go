@@ -90,7 +90,7 @@ func TestRoutingMetadata(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for name, got := range map[string]*structpb.Struct{
-				"encoded":  decodeMetadata(t, appendRoutingMetadata(nil, tt.dest, tt.d, tt.omitScores)),
+				"encoded":  decodeMetadata(t, new(metadataBuf).appendRouting(nil, tt.dest, &tt.d, tt.omitScores)),
 				"structpb": referenceRoutingMetadata(tt.dest, tt.d, tt.omitScores),
 			} {
 				if diff := cmp.Diff(mustStruct(t, tt.want), got, protocmp.Transform()); diff != "" {
@@ -111,7 +111,7 @@ func decodeMetadata(t testing.TB, raw []byte) *structpb.Struct {
 	return r.GetDynamicMetadata()
 }
 
-// referenceRoutingMetadata builds with structpb the Struct appendRoutingMetadata encodes.
+// referenceRoutingMetadata builds with structpb the Struct appendRouting encodes.
 func referenceRoutingMetadata(dest string, d picker.Decision, omitScores bool) *structpb.Struct {
 	lb := map[string]*structpb.Value{DestinationHeader: structpb.NewStringValue(dest)}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb})}}
@@ -151,7 +151,7 @@ func TestRoutingMetadataMatchesStructpb(t *testing.T) {
 			if n > 0 {
 				dest = d.Ranked[0].Addr + "," + strings.Repeat("x", 200)
 			}
-			got, want := decodeMetadata(t, appendRoutingMetadata(nil, dest, d, omit)), referenceRoutingMetadata(dest, d, omit)
+			got, want := decodeMetadata(t, new(metadataBuf).appendRouting(nil, dest, &d, omit)), referenceRoutingMetadata(dest, d, omit)
 			if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 				t.Fatalf("%d candidates, omit %v: encoded metadata differs (-structpb +encoded):\n%s", n, omit, diff)
 			}
@@ -229,7 +229,7 @@ func BenchmarkRoutingMetadata(b *testing.B) {
 				b.ReportAllocs()
 				size := 0
 				for b.Loop() {
-					size = len(appendRoutingMetadata(nil, d.Ranked[0].Addr, d, omit))
+					size = len(new(metadataBuf).appendRouting(nil, d.Ranked[0].Addr, &d, omit))
 				}
 				b.ReportMetric(float64(size), "bytes")
 			})

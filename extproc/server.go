@@ -111,6 +111,9 @@ type Server struct {
 	// one when it decides and puts it back when it ends, after releasing its booking;
 	// nothing of a Decision is read after that.
 	decisions sync.Pool
+	// answers holds routingAnswers between streams: a stream takes one to send its routing
+	// answer and puts it back once Send has returned.
+	answers sync.Pool
 
 	streamDone func() // test hook: called after a stream's booking is released
 }

@@ -134,7 +134,7 @@ func (st *stream) decideFullDuplex(eos bool) error {
 	}
 	for off := 0; off < len(body) || off == 0; off += MaxStreamedChunk {
 		end := min(off+MaxStreamedChunk, len(body))
-		if err := st.send(streamedBody(true, body[off:end], eos && end == len(body))); err != nil {
+		if err := st.sendStreamed(true, body[off:end], eos && end == len(body)); err != nil {
 			return err
 		}
 		if end == len(body) {

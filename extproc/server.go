@@ -114,6 +114,8 @@ type Server struct {
 	// answers holds routingAnswers between streams: a stream takes one to send its routing
 	// answer and puts it back once Send has returned.
 	answers sync.Pool
+	// bodyAnswers holds bodyAnswers between body chunks, the same way.
+	bodyAnswers sync.Pool
 
 	streamDone func() // test hook: called after a stream's booking is released
 }

@@ -95,10 +95,11 @@ type stream struct {
 
 	// mu is held by the worker while it handles a message and by watch while it looks at
 	// the stream; the fields below are the worker's except where noted.
-	mu       sync.Mutex
-	done     chan error // the worker's result, sent once it has given back what it held
-	phase    phase      // where the conversation stands; changed only by on (watch: idle)
-	lastRecv time.Time  // when the last message arrived while reading (read by watch)
+	mu        sync.Mutex
+	done      chan error  // the worker's result, sent once it has given back what it held
+	idleTimer *time.Timer // watch's idle timeout; kept with the stream for its next use
+	phase     phase       // where the conversation stands; changed only by on (watch: idle)
+	lastRecv  time.Time   // when the last message arrived while reading (read by watch)
 
 	pacer      Pacer // the connection's, once askedPacer
 	askedPacer bool

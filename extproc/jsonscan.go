@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -240,6 +241,11 @@ func (s *scan) ws() { s.i = skipWS(s.b, s.i) }
 // own bytes when nothing needs decoding.
 func unquote(tok []byte) []byte {
 	s := tok[1 : len(tok)-1]
+	// The common case, checked a word at a time (a byte at a time, this was a fifth of the
+	// server's CPU for an 8 KiB prompt: decision 1175).
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return s
+	}
 	r := 0
 	for r < len(s) {
 		c := s[r]

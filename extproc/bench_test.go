@@ -1,50 +1,86 @@
 package extproc
 
 import (
+	"context"
+	"io"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
-// BenchmarkRoundTrip measures one whole ext_proc conversation over loopback plaintext gRPC:
-// request headers + an 8 KiB completion body (one frame) -> routing answer + body echo,
-// then response headers and one end_of_stream response chunk. It reports the p50 and p99
-// of the request-side round trip (headers sent -> routed body received).
-func BenchmarkRoundTrip(b *testing.B) {
-	benchRoundTrip(b, harnessOpts{endpoints: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}})
-}
+var benchEndpoints = []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}
 
-// benchRoundTrip is BenchmarkRoundTrip's loop on a harness made with o.
-func benchRoundTrip(b *testing.B, o harnessOpts) {
-	h := newHarness(b, o)
+// fullDuplex8KiB is BenchmarkRoundTrip's conversation: request headers + an 8 KiB
+// completion body (one frame) -> routing answer + body echo, then response headers and one
+// end_of_stream response chunk. request is how many of its messages make up the request
+// side, after which the server has sent requestAnswers answers.
+func fullDuplex8KiB() (msgs []*extprocv3.ProcessingRequest, request, requestAnswers int) {
 	prompt := strings.Repeat("lorem ipsum ", 8192/12)
 	body8k := `{"model":"m","prompt":"` + prompt[:8192-len(`{"model":"m","prompt":""}`)] + `"}`
-	reqs := []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(body8k, true)}
-	resp := []*extprocv3.ProcessingRequest{respHeaders(false), respBody("data: [DONE]\n\n", true)}
+	return []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(body8k, true),
+		respHeaders(false), respBody("data: [DONE]\n\n", true)}, 2, 2
+}
+
+// streamedFlood is the soak's `streamed` hostile client's conversation (bench/soak): request
+// headers in STREAMED body mode (routed at the headers), two short body chunks, each
+// answered, and response headers ending the response.
+func streamedFlood() []*extprocv3.ProcessingRequest {
+	return []*extprocv3.ProcessingRequest{
+		withProtocol(headers(false, ":path", PathCompletions), filterv3.ProcessingMode_STREAMED),
+		body(`{"model":"m",`, false),
+		body(`"prompt":"x"}`, true),
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}},
+	}
+}
+
+// BenchmarkRoundTrip measures fullDuplex8KiB over loopback plaintext gRPC. It reports the
+// p50 and p99 of the request-side round trip (headers sent -> routed body received) and
+// cpu-ns/op, the process's CPU time (both ends) per conversation.
+func BenchmarkRoundTrip(b *testing.B) {
+	msgs, request, answers := fullDuplex8KiB()
+	benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints}, msgs, request, answers)
+}
+
+// BenchmarkRoundTripStreamed measures the soak's `streamed` conversation (streamedFlood) the
+// same way: a back-to-back flood of short requests, each message answered in turn.
+func BenchmarkRoundTripStreamed(b *testing.B) {
+	benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints}, streamedFlood(), 1, 1)
+}
+
+// benchRoundTrip plays msgs on one stream per iteration against a harness made with o: the
+// first request messages at once, then their requestAnswers answers, then each further
+// message and its answer in turn.
+func benchRoundTrip(b *testing.B, o harnessOpts, msgs []*extprocv3.ProcessingRequest, request, requestAnswers int) {
+	h := newHarness(b, o)
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for i := 0; i < b.N; i++ {
 		st, err := h.client.Process(b.Context())
 		if err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		for _, r := range reqs {
+		for _, r := range msgs[:request] {
 			if err := st.Send(r); err != nil {
 				b.Fatal(err)
 			}
 		}
-		for j := 0; j < 2; j++ {
+		for range requestAnswers {
 			if _, err := st.Recv(); err != nil {
 				b.Fatal(err)
 			}
 		}
 		lat = append(lat, time.Since(start))
-		for _, r := range resp {
+		for _, r := range msgs[request:] {
 			if err := st.Send(r); err != nil {
 				b.Fatal(err)
 			}
@@ -56,7 +92,68 @@ func benchRoundTrip(b *testing.B, o harnessOpts) {
 		<-h.done
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
+}
+
+// BenchmarkProcess measures the server alone: Process on an in-memory stream that hands it
+// the conversation's messages and drops its answers, with no gRPC transport or codec. Its
+// allocs/op and B/op are the server's own per request, and cpu-ns/op its CPU.
+func BenchmarkProcess(b *testing.B) {
+	fd, _, _ := fullDuplex8KiB()
+	for _, c := range []struct {
+		name string
+		msgs []*extprocv3.ProcessingRequest
+	}{{"conversation=full-duplex-8KiB", fd}, {"conversation=streamed", streamedFlood()}} {
+		b.Run(c.name, func(b *testing.B) {
+			h := newHarness(b, harnessOpts{endpoints: benchEndpoints})
+			h.server.streamDone = nil
+			st := &memStream{ctx: b.Context(), msgs: c.msgs}
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				st.next = 0
+				if err := h.server.Process(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			if st.sent != b.N*len(c.msgs) {
+				b.Fatalf("%d answers to %d conversations of %d messages", st.sent, b.N, len(c.msgs))
+			}
+		})
+	}
+}
+
+// memStream is an ext_proc server stream in memory: Recv returns msgs in turn and then
+// io.EOF; Send counts the answers.
+type memStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	msgs []*extprocv3.ProcessingRequest
+	next int
+	sent int
+}
+
+func (m *memStream) Context() context.Context                 { return m.ctx }
+func (m *memStream) SetHeader(metadata.MD) error              { return nil }
+func (m *memStream) Send(*extprocv3.ProcessingResponse) error { m.sent++; return nil }
+
+func (m *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
+	if m.next == len(m.msgs) {
+		return nil, io.EOF
+	}
+	m.next++
+	return m.msgs[m.next-1], nil
+}
+
+// processCPU is the process's user and system CPU time so far, in ns.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

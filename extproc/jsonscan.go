@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"bytes"
+	"encoding/binary"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -138,9 +140,7 @@ func (s *scan) str() bool {
 	b := s.b
 	i := s.i + 1
 	for {
-		for i < len(b) && plain[b[i]] {
-			i++
-		}
+		i = skipPlain(b, i)
 		if i >= len(b) {
 			return false
 		}
@@ -176,6 +176,31 @@ var plain = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// skipPlain returns the index of the first byte of b at or after i that is not plain (or
+// len(b)). It looks at eight bytes at a time while none of them is '"', '\\' or a control
+// character: a byte at a time, the scan of an 8 KiB prompt was a quarter of the server's
+// CPU for its request (decision 1175).
+func skipPlain(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		if notPlain(binary.LittleEndian.Uint64(b[i:])) {
+			break
+		}
+	}
+	for i < len(b) && plain[b[i]] {
+		i++
+	}
+	return i
+}
+
+// notPlain reports whether one of the eight bytes of x is not plain: below 0x20, '"' or
+// '\\'. (v - 0x01 in every byte) &^ v has a byte's high bit set for some byte of v only if
+// one of v's bytes is zero; a byte below 0x20 is one that 0x20 subtracted borrows from.
+func notPlain(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	return ((x-ones*0x20)&^x|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0
+}
 
 func isHex(c byte) bool {
 	return c-'0' <= 9 || (c|0x20)-'a' <= 5
@@ -240,6 +265,11 @@ func (s *scan) ws() { s.i = skipWS(s.b, s.i) }
 // own bytes when nothing needs decoding.
 func unquote(tok []byte) []byte {
 	s := tok[1 : len(tok)-1]
+	// The common case, checked a word at a time (a byte at a time, this was a fifth of the
+	// server's CPU for an 8 KiB prompt: decision 1175).
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return s
+	}
 	r := 0
 	for r < len(s) {
 		c := s[r]

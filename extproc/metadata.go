@@ -34,28 +34,30 @@ const (
 	respDynamicMetadata = 8 // ProcessingResponse.dynamic_metadata
 )
 
-// appendRoutingMetadata appends the field ProcessingResponse.dynamic_metadata of a routing
-// answer, encoded: the destination value in envoy.lb and, unless omitScores, the
+// metadataBuf holds the buffers appendRouting encodes in, kept between routing answers
+// (Server.answers) so that an answer's metadata allocates nothing once they have grown.
+type metadataBuf struct {
+	v, scores, ranked, lb, dec, md []byte
+}
+
+// appendRouting appends the field ProcessingResponse.dynamic_metadata of a routing
+// answer, encoded, to dst: the destination value in envoy.lb and, unless omitScores, the
 // candidates' scores there and the decision's policy, reason and ranking in
 // DecisionNamespace. The caller sets it as the response's unknown fields, which protobuf
 // writes as they are and every reader decodes as dynamic_metadata. It is the
 // google.protobuf.Struct that structpb would build, encoded without reflection: marshalling
 // that Struct's maps through protobuf-go was a tenth of the server's CPU per request
 // (decision 1110); TestRoutingMetadataMatchesStructpb holds the two to the same message.
-func appendRoutingMetadata(dst []byte, dest string, d picker.Decision, omitScores bool) []byte {
+// What it returns is valid until b's next use.
+func (b *metadataBuf) appendRouting(dst []byte, dest string, d *picker.Decision, omitScores bool) []byte {
 	n := min(len(d.Ranked), MaxScored)
 	if omitScores {
 		n = 0
 	}
-	// Room for the common case at once: an address and its score are under 48 bytes.
-	v := make([]byte, 0, 64+len(dest)+len(d.Policy))
-	scores, ranked := make([]byte, 0, 48*n), make([]byte, 0, 40*n)
-	lb := make([]byte, 0, 128+len(dest)+48*n)
-	var dec []byte
+	v, scores, ranked, lb, dec := b.v[:0], b.scores[:0], b.ranked[:0], b.lb[:0], b.dec[:0]
 	v = appendString(v, valueString, dest)
 	lb = appendEntry(lb, DestinationHeader, v)
 	if n > 0 {
-		dec = make([]byte, 0, 96+len(d.Policy)+40*n)
 		for _, r := range d.Ranked[:n] {
 			if math.IsNaN(r.Score) || math.IsInf(r.Score, 0) {
 				continue // JSON (and so Envoy's access log) cannot carry it
@@ -66,15 +68,22 @@ func appendRoutingMetadata(dst []byte, dest string, d picker.Decision, omitScore
 			v = appendString(v[:0], valueString, r.Addr)
 			ranked = appendBytes(ranked, listValues, v)
 		}
-		lb = appendEntry(lb, ScoresKey, appendBytes(v[:0], valueStruct, scores))
-		dec = appendEntry(dec, "policy", appendString(v[:0], valueString, d.Policy))
-		dec = appendEntry(dec, "reason", appendString(v[:0], valueString, d.Ranked[0].Reason))
-		dec = appendEntry(dec, "ranked", appendBytes(v[:0], valueList, ranked))
+		v = appendBytes(v[:0], valueStruct, scores)
+		lb = appendEntry(lb, ScoresKey, v)
+		v = appendString(v[:0], valueString, d.Policy)
+		dec = appendEntry(dec, "policy", v)
+		v = appendString(v[:0], valueString, d.Ranked[0].Reason)
+		dec = appendEntry(dec, "reason", v)
+		v = appendBytes(v[:0], valueList, ranked)
+		dec = appendEntry(dec, "ranked", v)
 	}
-	md := appendEntry(make([]byte, 0, 48+len(lb)+len(dec)), LBNamespace, appendBytes(v[:0], valueStruct, lb))
-	if dec != nil {
-		md = appendEntry(md, DecisionNamespace, appendBytes(v[:0], valueStruct, dec))
+	v = appendBytes(v[:0], valueStruct, lb)
+	md := appendEntry(b.md[:0], LBNamespace, v)
+	if n > 0 {
+		v = appendBytes(v[:0], valueStruct, dec)
+		md = appendEntry(md, DecisionNamespace, v)
 	}
+	b.v, b.scores, b.ranked, b.lb, b.dec, b.md = v, scores, ranked, lb, dec, md
 	return appendBytes(dst, respDynamicMetadata, md)
 }
 

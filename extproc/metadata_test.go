@@ -90,7 +90,7 @@ func TestRoutingMetadata(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for name, got := range map[string]*structpb.Struct{
-				"encoded":  decodeMetadata(t, appendRoutingMetadata(nil, tt.dest, tt.d, tt.omitScores)),
+				"encoded":  decodeMetadata(t, new(metadataBuf).appendRouting(nil, tt.dest, &tt.d, tt.omitScores)),
 				"structpb": referenceRoutingMetadata(tt.dest, tt.d, tt.omitScores),
 			} {
 				if diff := cmp.Diff(mustStruct(t, tt.want), got, protocmp.Transform()); diff != "" {
@@ -111,7 +111,7 @@ func decodeMetadata(t testing.TB, raw []byte) *structpb.Struct {
 	return r.GetDynamicMetadata()
 }
 
-// referenceRoutingMetadata builds with structpb the Struct appendRoutingMetadata encodes.
+// referenceRoutingMetadata builds with structpb the Struct appendRouting encodes.
 func referenceRoutingMetadata(dest string, d picker.Decision, omitScores bool) *structpb.Struct {
 	lb := map[string]*structpb.Value{DestinationHeader: structpb.NewStringValue(dest)}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb})}}
@@ -141,6 +141,7 @@ func referenceRoutingMetadata(dest string, d picker.Decision, omitScores bool) *
 // negative zero and every policy's reasons.
 func TestRoutingMetadataMatchesStructpb(t *testing.T) {
 	reasons := []string{scoring.ReasonCacheAffinity, scoring.ReasonLoadBalance, scoring.ReasonLeastLoad, ""}
+	reused := new(metadataBuf) // one buffer through every case, as a routing answer's is across streams
 	for n := range MaxScored + 3 {
 		for _, omit := range []bool{false, true} {
 			d := picker.Decision{Policy: strings.Repeat("p", n*40)}
@@ -151,9 +152,12 @@ func TestRoutingMetadataMatchesStructpb(t *testing.T) {
 			if n > 0 {
 				dest = d.Ranked[0].Addr + "," + strings.Repeat("x", 200)
 			}
-			got, want := decodeMetadata(t, appendRoutingMetadata(nil, dest, d, omit)), referenceRoutingMetadata(dest, d, omit)
-			if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
-				t.Fatalf("%d candidates, omit %v: encoded metadata differs (-structpb +encoded):\n%s", n, omit, diff)
+			want := referenceRoutingMetadata(dest, d, omit)
+			for name, b := range map[string]*metadataBuf{"new buffer": new(metadataBuf), "reused buffer": reused} {
+				got := decodeMetadata(t, b.appendRouting(nil, dest, &d, omit))
+				if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+					t.Fatalf("%d candidates, omit %v, %s: encoded metadata differs (-structpb +encoded):\n%s", n, omit, name, diff)
+				}
 			}
 		}
 	}
@@ -229,7 +233,7 @@ func BenchmarkRoutingMetadata(b *testing.B) {
 				b.ReportAllocs()
 				size := 0
 				for b.Loop() {
-					size = len(appendRoutingMetadata(nil, d.Ranked[0].Addr, d, omit))
+					size = len(new(metadataBuf).appendRouting(nil, d.Ranked[0].Addr, &d, omit))
 				}
 				b.ReportMetric(float64(size), "bytes")
 			})
@@ -251,10 +255,10 @@ func BenchmarkRoutingMetadata(b *testing.B) {
 
 // BenchmarkRoundTripScores is BenchmarkRoundTrip with and without the scores.
 func BenchmarkRoundTripScores(b *testing.B) {
-	eps := strings.Split("10.0.0.1:8000,10.0.0.2:8000,10.0.0.3:8000", ",")
+	msgs, request, answers := fullDuplex8KiB()
 	for _, scores := range []bool{false, true} {
 		b.Run(fmt.Sprintf("scores=%v", scores), func(b *testing.B) {
-			benchRoundTrip(b, harnessOpts{endpoints: eps, scores: scores})
+			benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints, scores: scores}, msgs, request, answers)
 		})
 	}
 }

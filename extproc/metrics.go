@@ -1,11 +1,16 @@
 package extproc
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	streamErrors *prometheus.CounterVec
 	immediate    *prometheus.CounterVec
-	bodyless     *prometheus.CounterVec
+	bodyless     modeCounters
 	released     prometheus.Counter
 	overload     *prometheus.CounterVec
 	explain      *prometheus.CounterVec
@@ -21,10 +26,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loadaware_extproc_immediate_responses_total",
 			Help: "Requests answered by the picker itself (ImmediateResponse), by HTTP status.",
 		}, []string{"code"}),
-		bodyless: prometheus.NewCounterVec(prometheus.CounterOpts{
+		bodyless: modeCounters{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_extproc_unread_bodies_total",
 			Help: "Requests routed at the headers because Envoy's request_body_mode sends no body the picker can read (use FULL_DUPLEX_STREAMED or BUFFERED).",
-		}, []string{"mode"}),
+		}, []string{"mode"})},
 		released: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_bookings_released_total",
 			Help: "Bookings released by the ext_proc server (response end, trailers, error or stream end).",
@@ -42,11 +47,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.overload.WithLabelValues(r) // every limit's series from the start, for dashboards
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streamErrors, m.immediate, m.bodyless, m.released, m.overload, m.explain} {
+		for _, c := range []prometheus.Collector{m.streamErrors, m.immediate, m.bodyless.vec, m.released, m.overload, m.explain} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return m, nil
+}
+
+// modeCounters is a CounterVec by Envoy body mode whose series are each looked up once, on
+// first use (a series appears when first counted, as with WithLabelValues): a STREAMED or
+// NONE request counts one, and WithLabelValues hashes its label and takes the vector's lock
+// every time.
+type modeCounters struct {
+	vec    *prometheus.CounterVec
+	series [8]atomic.Value // prometheus.Counter, by mode; modes past the array are looked up each time
+}
+
+// inc adds 1 to mode m's series.
+func (c *modeCounters) inc(m filterv3.ProcessingMode_BodySendMode) {
+	if m < 0 || int(m) >= len(c.series) {
+		c.vec.WithLabelValues(m.String()).Inc()
+		return
+	}
+	s, _ := c.series[m].Load().(prometheus.Counter)
+	if s == nil {
+		s = c.vec.WithLabelValues(m.String())
+		c.series[m].Store(s)
+	}
+	s.Inc()
 }

@@ -111,6 +111,13 @@ type Server struct {
 	// one when it decides and puts it back when it ends, after releasing its booking;
 	// nothing of a Decision is read after that.
 	decisions sync.Pool
+	// answers holds routingAnswers between streams: a stream takes one to send its routing
+	// answer and puts it back once Send has returned.
+	answers sync.Pool
+	// streamPool holds streams whose worker has ended, for Process to reuse.
+	streamPool sync.Pool
+	// bodyAnswers holds bodyAnswers between body chunks, the same way.
+	bodyAnswers sync.Pool
 
 	streamDone func() // test hook: called after a stream's booking is released
 }
@@ -149,51 +156,67 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 // ends the gRPC stream and so fails the worker's pending Recv. The worker releases the
 // booking and the stream's budget when it ends, in either case.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy(),
-		done: make(chan error, 1), phase: awaitingHeaders, decision: &noDecision, lastRecv: time.Now()}
+	// A stream whose worker has ended is reused by a later one, with its channel and timer
+	// (three to five allocations a request fewer: decision 1175).
+	st, _ := s.streamPool.Get().(*stream)
+	if st == nil {
+		st = &stream{done: make(chan error, 1)}
+	}
+	*st = stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy(),
+		done: st.done, idleTimer: st.idleTimer, phase: awaitingHeaders, decision: &noDecision, lastRecv: time.Now()}
 	if !s.streams.enter() {
 		st.refuse = "overloaded"
 	}
 	go st.work()
-	err := st.watch()
+	workerDone, err := st.watch()
 	if err != nil {
 		s.metrics.streamErrors.WithLabelValues(errKind(srv.Context(), err)).Inc()
 		if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
-			return nil // the client or Envoy went away: nothing to answer
+			err = nil // the client or Envoy went away: nothing to answer
+		} else {
+			s.cfg.Logger.Warn("ext_proc stream ended with an error; the request's booking was released",
+				"request_id", st.requestID, "err", err)
 		}
-		s.cfg.Logger.Warn("ext_proc stream ended with an error; the request's booking was released",
-			"request_id", st.requestID, "err", err)
+	}
+	if workerDone { // else the worker still holds st
+		*st = stream{done: st.done, idleTimer: st.idleTimer} // nothing of this request stays reachable
+		s.streamPool.Put(st)
 	}
 	return err
 }
 
-// watch waits for the worker to end and reports its error. While the request is being
-// read, it answers 408 once no message has arrived for the idle timeout, moves the stream to
-// timed-out (the worker then stops at its next message or failed Recv) and returns at once.
-func (st *stream) watch() error {
+// watch waits for the worker to end and reports true (the worker has ended) and its error.
+// While the request is being read, it answers 408 once no message has arrived for the idle
+// timeout, moves the stream to timed-out (the worker then stops at its next message or
+// failed Recv) and returns at once, with false.
+func (st *stream) watch() (bool, error) {
 	idleAfter := st.s.cfg.Limits.IdleTimeout
-	timer := time.NewTimer(idleAfter)
-	defer timer.Stop()
+	if st.idleTimer == nil {
+		st.idleTimer = time.NewTimer(idleAfter)
+	} else {
+		st.idleTimer.Reset(idleAfter) // stopped when its last stream ended: nothing stale is received
+	}
+	defer st.idleTimer.Stop()
 	for {
 		select {
 		case err := <-st.done:
-			return err
-		case <-timer.C:
+			return true, err
+		case <-st.idleTimer.C:
 		}
 		st.mu.Lock()
 		if wait := idleAfter - time.Since(st.lastRecv); wait > 0 && st.phase.reading() {
 			st.mu.Unlock()
-			timer.Reset(wait)
+			st.idleTimer.Reset(wait)
 			continue
 		}
 		if st.on(idle) != nil { // past reading (routed, or ended): a slow engine is waited for
 			st.mu.Unlock()
-			return <-st.done
+			return true, <-st.done
 		}
 		err := st.overloaded("idle-timeout", typev3.StatusCode_RequestTimeout, "RequestTimeout",
 			fmt.Sprintf("no part of the request arrived for %v while the picker was reading it (--stream-idle-timeout)", idleAfter))
 		st.mu.Unlock()
-		return err
+		return false, err
 	}
 }
 

@@ -170,6 +170,16 @@ func respBody(b string, eos bool) *extprocv3.ProcessingRequest {
 
 // Expected responses.
 
+// streamedBody is a request (or response) StreamedBodyResponse.
+func streamedBody(request bool, b []byte, eos bool) *extprocv3.ProcessingResponse {
+	br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: eos}}}}}
+	if request {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
+}
+
 func routed(dest string, extra ...*corev3.HeaderValueOption) (*extprocv3.CommonResponse, *structpb.Struct) {
 	set := append([]*corev3.HeaderValueOption{setHeader(DestinationHeader, dest)}, extra...)
 	md, _ := structpb.NewStruct(map[string]any{LBNamespace: map[string]any{DestinationHeader: dest}})

@@ -50,7 +50,9 @@ func (st *stream) recv() (*extprocv3.ProcessingRequest, error) {
 	if st.phase == timedOut {
 		return nil, errTimedOut
 	}
-	st.lastRecv = time.Now()
+	if st.phase.reading() { // only then does watch read it: no phase leads back to reading
+		st.lastRecv = time.Now()
+	}
 	n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody())
 	if st.s.cfg.Received != nil && n > 0 {
 		st.s.cfg.Received(st.srv.Context(), proto.Size(req))
@@ -93,10 +95,11 @@ type stream struct {
 
 	// mu is held by the worker while it handles a message and by watch while it looks at
 	// the stream; the fields below are the worker's except where noted.
-	mu       sync.Mutex
-	done     chan error // the worker's result, sent once it has given back what it held
-	phase    phase      // where the conversation stands; changed only by on (watch: idle)
-	lastRecv time.Time  // when the last message arrived (read by watch)
+	mu        sync.Mutex
+	done      chan error  // the worker's result, sent once it has given back what it held
+	idleTimer *time.Timer // watch's idle timeout; kept with the stream for its next use
+	phase     phase       // where the conversation stands; changed only by on (watch: idle)
+	lastRecv  time.Time   // when the last message arrived while reading (read by watch)
 
 	pacer      Pacer // the connection's, once askedPacer
 	askedPacer bool
@@ -164,8 +167,7 @@ func (st *stream) run() error {
 			err = st.responseBody(r.ResponseBody)
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			st.release()
-			err = st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
-				ResponseTrailers: &extprocv3.TrailersResponse{}}})
+			err = st.send(continueResponseTrailers)
 		}
 		if err != nil {
 			return err

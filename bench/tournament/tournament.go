@@ -320,24 +320,16 @@ func seedResults(name string, cr vtime.CellResult) (ArmResult, error) {
 }
 
 // inputTokS is the prompt tokens of the ok rows per second, over the window
-// capture.SeedMetrics takes req_s over (earliest send over all rows to the
-// latest completion over ok rows): the input throughput llm-d reports beside
-// TTFT. It is NaN when that window is empty.
+// capture.SeedMetrics takes req_s over (capture.PerSecond): the input
+// throughput llm-d reports beside TTFT. It is NaN when that window is empty.
 func inputTokS(rows []capture.Request) float64 {
-	first, last := math.Inf(1), math.Inf(-1)
 	var tokens float64
 	for _, r := range rows {
-		first = math.Min(first, r.Send)
-		if !r.OK {
-			continue
+		if r.OK {
+			tokens += float64(r.PromptTokens)
 		}
-		last = math.Max(last, r.Send+r.E2E)
-		tokens += float64(r.PromptTokens)
 	}
-	if !(last > first) {
-		return math.NaN()
-	}
-	return tokens / (last - first)
+	return capture.PerSecond(tokens, rows)
 }
 
 // promptReuse is the share of the prompt tokens of rows that the engines did

@@ -134,5 +134,7 @@ func (v engineView) RankLoads(addr string, dst []fleet.Load) ([]fleet.Load, int6
 	return dst, 0, false
 }
 
-// newSpeeds is a prefill-speed tracker per engine.
-func newSpeeds(n int) []enginemetrics.PrefillSpeed { return make([]enginemetrics.PrefillSpeed, n) }
+// newScrapeGrid returns a grid for n engines, none of them scraped yet.
+func newScrapeGrid(n int) *scrapeGrid {
+	return &scrapeGrid{seen: make([]sim.Metrics, n), speed: make([]enginemetrics.PrefillSpeed, n)}
+}

@@ -407,7 +407,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 			return fmt.Errorf("vtime: arm %s: %w", arm.Name, err)
 		}
 		w.gie = &gieArm{p: g, seen: make(map[string]gie.Metrics, len(w.addrs))}
-		w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs)), speed: newSpeeds(len(w.addrs))}
+		w.scr = newScrapeGrid(len(w.addrs))
 	} else {
 		params := scoring.DefaultParams()
 		params.Beta = arm.Beta
@@ -438,7 +438,7 @@ func (w *world) build(arm experiment.Arm, seed uint64) error {
 		}
 		w.picker = w.replicas[0].picker
 		if w.picker.NeedsEngineMetrics() || arm.Residency {
-			w.scr = &scrapeGrid{seen: make([]sim.Metrics, len(w.addrs)), speed: newSpeeds(len(w.addrs))}
+			w.scr = newScrapeGrid(len(w.addrs))
 		}
 	}
 	for i := range w.addrs {

@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -506,16 +508,28 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 	return req
 }
 
-// closedPort returns a loopback address on which nothing listens.
+// closedPort returns a loopback address that refuses every connection for the rest of the
+// test: a TCP socket bound to it and never listening, so that the kernel answers a connect
+// with a reset and gives the port to no other listener. (A port taken from a listener that
+// was closed again is free for the next bind; under a parallel go test a gRPC server of
+// another package got one, and the gateway's "refused" endpoint answered with HTTP/2.)
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in4, ok := sa.(*syscall.SockaddrInet4)
+	if !ok {
+		t.Fatalf("bound socket has address %T, want IPv4", sa)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(in4.Port))
 }

@@ -17,7 +17,6 @@ import (
 	"math/bits"
 	"sync"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
@@ -36,27 +35,15 @@ func ServerOptions() []grpc.ServerOption {
 // Codec is gRPC's proto codec, except that a message received in several buffers is
 // gathered into one from its Pool rather than from gRPC's default (clearing) pool.
 type Codec struct {
-	pool  *Pool
-	heads *headSlab
-	base  encoding.CodecV2
+	pool *Pool
+	base encoding.CodecV2
 }
 
 // NewCodec returns a Codec gathering messages into p.
-func NewCodec(p *Pool) Codec {
-	return Codec{pool: p, heads: &headSlab{}, base: encoding.GetCodecV2(protocodec.Name)}
-}
+func NewCodec(p *Pool) Codec { return Codec{pool: p, base: encoding.GetCodecV2(protocodec.Name)} }
 
-// Marshal is gRPC's proto codec's, except for an ext_proc answer that only sends a body
-// chunk back (full-duplex mode): its bytes are proto.Marshal's, but written around the
-// chunk's bytes rather than copied with them (echo.go).
-func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*extprocv3.ProcessingResponse); ok {
-		if data, ok := marshalEcho(r, c.heads); ok {
-			return data, nil
-		}
-	}
-	return c.base.Marshal(v)
-}
+// Marshal is gRPC's proto codec's.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 // Unmarshal parses data into v, a proto.Message (anything else goes to gRPC's codec).
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {

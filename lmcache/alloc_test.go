@@ -6,12 +6,15 @@ import (
 )
 
 // TestCanonicalIP checks the forms canonicalIP accepts, and that an address already in
-// canonical form comes back as the same string without an allocation.
+// canonical form, alone or as an IPv4 "ip:port", comes back without an allocation.
 func TestCanonicalIP(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"10.0.0.1", "10.0.0.1"},
 		{" 10.0.0.1 ", "10.0.0.1"},
 		{"10.0.0.1:8000", "10.0.0.1"},
+		{"10.0.0.1:", "10.0.0.1"},
+		{"010.0.0.1:8000", "010.0.0.1"},
+		{"engine-0.svc:8000", "engine-0.svc"},
 		{"::ffff:10.0.0.1", "10.0.0.1"},
 		{"[::ffff:10.0.0.1]:8000", "10.0.0.1"},
 		{"fd00::1", "fd00::1"},
@@ -27,7 +30,7 @@ func TestCanonicalIP(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under -race")
 	}
-	for _, in := range []string{"10.0.0.1", "fd00::1"} {
+	for _, in := range []string{"10.0.0.1", "fd00::1", "10.0.0.1:8000"} {
 		if n := testing.AllocsPerRun(100, func() { canonicalIP(in) }); n != 0 {
 			t.Errorf("canonicalIP(%q) allocates %v times, want 0", in, n)
 		}

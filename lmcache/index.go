@@ -85,6 +85,7 @@ type Index struct {
 	view           atomic.Pointer[view]
 	endpoints      atomic.Pointer[endpointSet] // the endpoint list last resolved by MatchHeld
 	scratch        sync.Pool                   // *lookupScratch
+	memo           keyMemo                     // the last lookup's prompt and keys, for Routed
 	numbers        atomic.Int32                // dense numbers given out so far
 	endpointLogged sync.Map                    // endpoints already reported by MatchEndpoints
 

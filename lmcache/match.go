@@ -85,7 +85,7 @@ func (ix *Index) getScratch() *lookupScratch {
 // contiguous matched prefix (see LookupKeys).
 func (ix *Index) Lookup(tokens []uint32) []Match {
 	var buf [16]int64
-	return ix.LookupKeys(ix.hasher.AppendChunkKeys(buf[:0], tokens), len(tokens))
+	return ix.LookupKeys(ix.lookupKeys(buf[:0], tokens), len(tokens))
 }
 
 // LookupKeys is Lookup for chunk keys already computed from a prompt of promptTokens
@@ -248,7 +248,7 @@ func (ix *Index) MatchHeldExcept(dst []HeldMatch, tokens []uint32, all []string,
 // excepting, else places (nil: all).
 func (ix *Index) matchHeld(dst []HeldMatch, tokens []uint32, all []string, places []int32, excepting bool) []HeldMatch {
 	var buf [16]int64
-	keys := ix.hasher.AppendChunkKeys(buf[:0], tokens)
+	keys := ix.lookupKeys(buf[:0], tokens)
 	sc := ix.getScratch()
 	defer ix.scratch.Put(sc)
 	ix.walk(sc, keys, len(tokens))
@@ -393,12 +393,29 @@ func (ix *Index) logEndpointOnce(endpoint, msg string) {
 }
 
 // Routed tells the index's MissDetector (if any) that a prompt with these token ids was
-// sent to endpoint ("ip:port"). It has the shape of the picker's decision observer.
+// sent to endpoint ("ip:port"). It has the shape of the picker's decision observer. The
+// prompt's chunk keys are the last lookup's when it looked up the same tokens (keyMemo),
+// else hashed here; either way Routed allocates nothing for a prompt of up to 16 chunks.
 func (ix *Index) Routed(endpoint string, tokens []uint32) {
 	if ix.det == nil || len(tokens) == 0 {
 		return
 	}
-	ix.det.Sent(endpoint, ix.hasher.ChunkKeys(tokens))
+	var buf [16]int64
+	keys, ok := ix.memo.appendKeys(buf[:0], tokens)
+	if !ok {
+		keys = ix.hasher.AppendChunkKeys(buf[:0], tokens)
+	}
+	ix.det.Sent(endpoint, keys)
+}
+
+// lookupKeys appends the chunk keys of tokens to dst and, when a MissDetector will want
+// them again from Routed, remembers them.
+func (ix *Index) lookupKeys(dst []int64, tokens []uint32) []int64 {
+	keys := ix.hasher.AppendChunkKeys(dst, tokens)
+	if ix.det != nil {
+		ix.memo.store(tokens, keys)
+	}
+	return keys
 }
 
 func isUsableIP(s string) bool {

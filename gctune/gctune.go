@@ -35,7 +35,7 @@ const LimitShare = 0.9
 // scavenger hands memory back to the OS only above 95% of the limit, and the runtime's
 // memory outside the heap (stacks, metadata) and the heap the process already has at start
 // are a few tens of MiB beside it: what is touched stays mapped.
-const PretouchShare = 0.85
+const PretouchShare = 0.9
 
 // Settings are what Apply sets. A zero field is left as the runtime has it.
 type Settings struct {

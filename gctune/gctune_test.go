@@ -73,7 +73,7 @@ func TestWithPretouch(t *testing.T) {
 		wantTouch int64
 		why       string
 	}{
-		{"a limit and GOGC of ours", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, -1, int64(900 * mib * PretouchShare), "pre-touched: 765 MiB"},
+		{"a limit and GOGC of ours", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, -1, int64(900 * mib * PretouchShare), "pre-touched: 810 MiB"},
 		{"no limit", Settings{}, 0, 0, "not pre-touched"},
 		{"GOMEMLIMIT from the environment", Settings{GCPercent: 400}, 400, 0, "not pre-touched"},
 		{"GOGC from the environment", Settings{MemoryLimit: 900 * mib}, 0, 0, "not pre-touched"},

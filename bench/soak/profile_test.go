@@ -17,7 +17,7 @@ import (
 
 // onsetMarks are the moments after the hostile clients start at which LOADAWARE_SOAK_PROFILE
 // records the process's memory: the onset's growth (decision 1184).
-var onsetMarks = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}
+var onsetMarks = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second}
 
 // memoryClasses are the Go runtime's partition of the memory it has mapped: each byte it
 // holds from the OS is in exactly one of the leaves (runtime/metrics).

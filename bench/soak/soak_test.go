@@ -67,7 +67,8 @@ func rssMiB() float64 {
 // TestSoak runs for LOADAWARE_SOAK (a duration; unset: skipped) and writes its samples to
 // LOADAWARE_SOAK_OUT (default soak.md). The picker's budgets are the defaults except the
 // buffered-bytes budget (64 MiB) and the LMCache key budget (200k keys), scaled down so the
-// hostile clients reach them in a short run.
+// hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
+// (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container).
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
 	if err != nil {

@@ -100,8 +100,9 @@ func WithPretouch(s Settings) Settings {
 }
 
 // Apply sets s on the runtime. With s.Pretouch it allocates and writes that many bytes of
-// heap (one byte per page), drops them and collects, so the pages stay mapped as free heap;
-// it takes about a second per GiB.
+// heap (one byte per page), drops them and collects, so the pages stay mapped as free heap.
+// That is a first-touch fault per page: about 18 us of CPU each on the project's VM, some
+// 4.5 s per GiB (decision 1184).
 func Apply(s Settings) {
 	if s.MemoryLimit > 0 {
 		debug.SetMemoryLimit(s.MemoryLimit)

@@ -9,6 +9,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,14 +76,15 @@ func memoryReport() string {
 }
 
 // profileOnset, with LOADAWARE_SOAK_PROFILE set to a directory, writes there the memory
-// report and the heap and allocation profiles at each of onsetMarks after now (mem-<mark>.txt,
-// heap-<mark>.pb.gz, allocs-<mark>.pb.gz), and two CPU profiles: the onset's first 3 s
-// (cpu-onset.pb.gz) and 3 s from later (cpu-later.pb.gz, from later after now). Without
-// it, it does nothing.
-func profileOnset(t *testing.T, later time.Duration) {
+// report and the heap and allocation profiles at each of onsetMarks within the hostile
+// window of length d that starts now (mem-<mark>.txt, heap-<mark>.pb.gz, allocs-<mark>.pb.gz),
+// and CPU profiles of the window's first 3 s (cpu-onset.pb.gz) and, when the window is 9 s or
+// longer, of 3 s from two-thirds into it (cpu-later.pb.gz). It returns a function that waits
+// for all of them; without the variable it does nothing.
+func profileOnset(t *testing.T, d time.Duration) (wait func()) {
 	dir := os.Getenv("LOADAWARE_SOAK_PROFILE")
 	if dir == "" {
-		return
+		return func() {}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -99,35 +101,37 @@ func profileOnset(t *testing.T, later time.Duration) {
 		}
 	}
 	write("mem-before.txt", func(f *os.File) error { _, err := f.WriteString(memoryReport()); return err })
-	cpu := func(name string, from time.Duration) {
-		time.Sleep(from)
-		out, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer out.Close()
-		if err := pprof.StartCPUProfile(out); err != nil {
-			t.Error(err)
-			return
-		}
-		time.Sleep(3 * time.Second)
-		pprof.StopCPUProfile()
+	begin := time.Now()
+	cpu := func(name string, from, length time.Duration) {
+		time.Sleep(time.Until(begin.Add(from)))
+		write(name, func(f *os.File) error {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			time.Sleep(length)
+			pprof.StopCPUProfile()
+			return nil
+		})
 	}
-	go func() {
-		cpu("cpu-onset.pb.gz", 0)
-		cpu("cpu-later.pb.gz", later-3*time.Second)
-	}()
-	go func() {
-		var slept time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		cpu("cpu-onset.pb.gz", 0, min(3*time.Second, d))
+		if d >= 9*time.Second {
+			cpu("cpu-later.pb.gz", d*2/3, 3*time.Second)
+		}
+	})
+	wg.Go(func() {
 		for _, m := range onsetMarks {
-			time.Sleep(m - slept)
-			slept = m
+			if m >= d {
+				return
+			}
+			time.Sleep(time.Until(begin.Add(m)))
 			write("mem-"+m.String()+".txt", func(f *os.File) error { _, err := f.WriteString(memoryReport()); return err })
 			write("heap-"+m.String()+".pb.gz", func(f *os.File) error { return pprof.Lookup("heap").WriteTo(f, 0) })
 			write("allocs-"+m.String()+".pb.gz", func(f *os.File) error { return pprof.Lookup("allocs").WriteTo(f, 0) })
 		}
-	}()
+	})
+	return wg.Wait
 }
 
 // soakPodBytes is the container the soak's process is taken to run in when

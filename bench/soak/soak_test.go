@@ -153,7 +153,7 @@ func TestSoak(t *testing.T) {
 	rtHostile := readRuntime()
 	hostileCPUBegin := hostile.cpu()
 	hostile.start()
-	profileOnset(t, d*2/3)
+	profiled := profileOnset(t, d)
 	var samples []sample
 	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
 	every := min(5*time.Second, d/6)
@@ -187,6 +187,7 @@ func TestSoak(t *testing.T) {
 	}
 	tick.Stop()
 	rtEnd, hostileCPUEnd := readRuntime(), hostile.cpu()
+	profiled()
 	st.wg.Wait()
 	got := hostile.wait()
 	idle, loaded := split(st.done, hostileFrom)

@@ -1,6 +1,10 @@
 package gctune
 
 import (
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -58,4 +62,68 @@ func TestParseLimit(t *testing.T) {
 			t.Errorf("parseLimit(%q) = %d, want %d", in, got, want)
 		}
 	}
+}
+
+func TestWithPretouch(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name      string
+		in        Settings
+		wantGC    int
+		wantTouch int64
+		why       string
+	}{
+		{"a limit and GOGC of ours", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, -1, int64(900 * mib * PretouchShare), "pre-touched: 810 MiB"},
+		{"no limit", Settings{}, 0, 0, "not pre-touched"},
+		{"GOMEMLIMIT from the environment", Settings{GCPercent: 400}, 400, 0, "not pre-touched"},
+		{"GOGC from the environment", Settings{MemoryLimit: 900 * mib}, 0, 0, "not pre-touched"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := WithPretouch(tc.in)
+			if s.GCPercent != tc.wantGC || s.Pretouch != tc.wantTouch || s.MemoryLimit != tc.in.MemoryLimit || !strings.Contains(s.Why, tc.why) {
+				t.Errorf("WithPretouch(%+v) = %+v, want GOGC %d, pretouch %d, a reason containing %q", tc.in, s, tc.wantGC, tc.wantTouch, tc.why)
+			}
+		})
+	}
+}
+
+// Apply with Pretouch leaves that much memory resident and held by the runtime as free heap:
+// the next allocations of that size find it mapped.
+func TestApplyPretouchStaysResident(t *testing.T) {
+	gogc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() {
+		debug.SetGCPercent(gogc)
+		debug.SetMemoryLimit(limit)
+		debug.FreeOSMemory()
+	})
+	const n = 64 << 20
+	before := rssAnon(t)
+	Apply(Settings{GCPercent: -1, MemoryLimit: 4 * n, Pretouch: n})
+	if got := rssAnon(t) - before; got < n*9/10 {
+		t.Errorf("RssAnon rose %d MiB after pre-touching %d MiB", got>>20, n>>20)
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	if free := s[0].Value.Uint64(); free < n*9/10 {
+		t.Errorf("the runtime holds %d MiB of free mapped heap after pre-touching %d MiB", free>>20, n>>20)
+	}
+}
+
+// rssAnon is the process's resident anonymous memory in bytes (/proc/self/status).
+func rssAnon(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Skip("no RssAnon in /proc/self/status")
+	return 0
 }

@@ -1,16 +1,18 @@
-// Package grpcbuf is the ext_proc server's receive buffers (decision 1182). gRPC's default
-// pool clears every buffer it hands out over its whole capacity, and its proto codec gathers
-// a message received in several HTTP/2 frames into a buffer of that pool, rounded up to the
-// next tier: a 256 KiB body message is read into sixteen 16 KiB frame buffers, each cleared,
-// then copied into a 1 MiB buffer, cleared too. At the onset of the soak's hostile load that
-// clearing (runtime.memclrNoHeapPointers) was 14% of the picker's CPU samples.
+// Package grpcbuf is the ext_proc server's message buffers (decisions 1182, 1184). gRPC's
+// default pool clears every buffer it hands out over its whole capacity, and its proto codec
+// gathers a message received in several HTTP/2 frames into a buffer of that pool, rounded up
+// to the next tier: a 256 KiB body message is read into sixteen 16 KiB frame buffers, each
+// cleared, then copied into a 1 MiB buffer, cleared too. At the onset of the soak's hostile
+// load that clearing (runtime.memclrNoHeapPointers) was 14% of the picker's CPU samples. The
+// codec also encodes every message it sends into a cleared buffer of that pool.
 //
 // ServerOptions gives the server a Pool, which neither clears a buffer nor rounds it up past
-// the next power of two, and a Codec that gathers messages into it. That is safe because
-// every buffer the server's receiving takes from its pool is filled before it is read (a
-// frame's payload read whole, a message gathered from its frames, a read's n bytes), as the
-// package's test checks end to end with random payloads, and because proto.Unmarshal copies
-// what it keeps out of the buffer before the buffer is reused.
+// the next power of two, and a Codec that gathers received messages and encodes sent ones
+// in it. That is safe because every buffer the server takes from its pool is filled before
+// it is read (a frame's payload read whole, a message gathered from its frames, a read's n
+// bytes, a message encoded to its computed size), as the package's test checks end to end
+// with random payloads both ways, and because proto.Unmarshal copies what it keeps out of
+// the buffer before the buffer is reused.
 package grpcbuf
 
 import (
@@ -42,8 +44,34 @@ type Codec struct {
 // NewCodec returns a Codec gathering messages into p.
 func NewCodec(p *Pool) Codec { return Codec{pool: p, base: encoding.GetCodecV2(protocodec.Name)} }
 
-// Marshal is gRPC's proto codec's.
-func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+// Marshal encodes v, a proto.Message (anything else goes to gRPC's codec), as gRPC's proto
+// codec does, except that a message of pooling size is written into a buffer of the Pool
+// rather than of gRPC's default (clearing) pool: the encoding writes every byte of the
+// buffer it is sized to. The picker sends bodies back whole (full-duplex streamed answers
+// of 256 KiB prompts at the soak's onset), and gRPC's pool cleared each buffer first.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.base.Marshal(v)
+	}
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true} // the size just computed
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := c.pool.Get(size)
+	b, err := opts.MarshalAppend((*buf)[:0], m)
+	if err != nil {
+		c.pool.Put(buf)
+		return nil, err
+	}
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
+}
 
 // Unmarshal parses data into v, a proto.Message (anything else goes to gRPC's codec).
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -67,13 +67,15 @@ func rssMiB() float64 {
 // TestSoak runs for LOADAWARE_SOAK (a duration; unset: skipped) and writes its samples to
 // LOADAWARE_SOAK_OUT (default soak.md). The picker's budgets are the defaults except the
 // buffered-bytes budget (64 MiB) and the LMCache key budget (200k keys), scaled down so the
-// hostile clients reach them in a short run.
+// hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
+// (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container).
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
 	if err != nil {
 		t.Skip("set LOADAWARE_SOAK=5m (make soak) to run the sustained hostile-input run")
 	}
 	hostileCPUs := pinSoak(t)
+	collector := tuneCollector(t)
 	var addrs []string
 	for range 2 {
 		// A tenth of the calibrated step times: about 6 ms a steady request, engine time
@@ -151,6 +153,7 @@ func TestSoak(t *testing.T) {
 	rtHostile := readRuntime()
 	hostileCPUBegin := hostile.cpu()
 	hostile.start()
+	profiled := profileOnset(t, d)
 	var samples []sample
 	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
 	every := min(5*time.Second, d/6)
@@ -184,6 +187,7 @@ func TestSoak(t *testing.T) {
 	}
 	tick.Stop()
 	rtEnd, hostileCPUEnd := readRuntime(), hostile.cpu()
+	profiled()
 	st.wg.Wait()
 	got := hostile.wait()
 	idle, loaded := split(st.done, hostileFrom)
@@ -202,6 +206,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
+	fmt.Fprintf(&b, "The process's collector (LOADAWARE_SOAK_GC): %s.\n\n", collector.Why)
 	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
 	fmt.Fprintf(&b, "The picker's part of it (the gateway's request headers sent to the routing answer): p99 %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); p50 / p90 / p99.9 %s alone, %s beside.\n\n",
 		p99(pickIdle), p99(pickLoaded), p99(pickLoaded)/p99(pickIdle), spread(pickIdle), spread(pickLoaded))

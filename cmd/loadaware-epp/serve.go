@@ -50,6 +50,7 @@ type options struct {
 	engineTimeout                     time.Duration
 	gcPercent                         int
 	memoryLimit                       int64
+	heapPretouch                      bool
 
 	lmPull, lmReply, lmHeartbeat int
 	lmHeartbeatURL               string
@@ -86,6 +87,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.bindAddress, "bind-address", "", "address to listen on (default: all interfaces)")
 	fs.IntVar(&o.gcPercent, "gc-percent", gctune.DefaultGCPercent, "GOGC under a memory limit (--memory-limit, the container's, or GOMEMLIMIT); without one, and when GOGC is set, the collector is left as it is")
 	fs.Int64Var(&o.memoryLimit, "memory-limit", 0, "soft memory limit of the Go heap in bytes; 0: 90% of the container's memory limit, if any; -1: none")
+	fs.BoolVar(&o.heapPretouch, "heap-pretouch", false, "under a memory limit of the picker's own (--memory-limit or the container's; GOGC and GOMEMLIMIT unset), write 90% of it once at start and collect only at the limit (GOGC off), so a burst of input does not fault a new heap in while it arrives; RSS stays at about the limit")
 	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS (a self-signed certificate unless --cert-path)")
 	fs.StringVar(&o.certPath, "cert-path", "", "directory holding tls.crt and tls.key for --secure-serving")
 	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port); or discover them with --pool-name or --endpoint-selector")
@@ -330,8 +332,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log := newLogger(o, stderr)
 	gc := gctune.Plan(getenv, gctune.CgroupMemoryMax(), o.gcPercent, o.memoryLimit)
+	if o.heapPretouch {
+		gc = gctune.WithPretouch(gc)
+	}
+	tuned := time.Now()
 	gctune.Apply(gc)
-	log.Info("Go collector: "+gc.Why, "gogc", gc.GCPercent, "memory_limit_bytes", gc.MemoryLimit)
+	log.Info("Go collector: "+gc.Why, "gogc", gc.GCPercent, "memory_limit_bytes", gc.MemoryLimit, "pretouch_bytes", gc.Pretouch, "took", time.Since(tuned).Round(time.Millisecond))
 	for name, v := range o.unsupported {
 		if *v != "" {
 			log.Warn("flag accepted for GIE compatibility but not supported by this build yet; it has no effect", "flag", "--"+name, "value", *v)

@@ -78,6 +78,9 @@ const (
 	StepCost = 19 * time.Millisecond
 	// SeqStepCost is what each decoding sequence adds to every step.
 	SeqStepCost = 500 * time.Microsecond
+	// KVReadCost is the seconds a step takes to read one token of a sequence's KV:
+	// 36,864 bytes (2 x 36 layers x 2 KV heads x 128 x bf16) at 480 GB/s (80% of 600 GB/s).
+	KVReadCost = 36864 / 480e9
 	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
 	StepTokens = 2048
 	// KVPoolTokens is the tokens of KV the engine's GPU pool holds (vLLM's num_gpu_blocks
@@ -166,7 +169,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		return rs
 	}
 	tok := TokenCost.Seconds()
-	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
 	presumed := false // some candidate's holding is presumed, not seen
@@ -192,7 +194,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
 		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
-		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
+		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*DecodeStep(c, p.state.context[c.Addr])) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate
@@ -220,6 +222,18 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// DecodeStep is one engine step of c's decode batch, in seconds, before the prefill
+// slowdown: the step's fixed time, and for each of its decode(c) sequences the per-sequence
+// cost and the read of its context's KV (attention reads every cached token of the
+// sequence once a step):
+//
+//	step = StepCost + decode(c) x (SeqStepCost + context x KVReadCost)
+//
+// context is the mean prompt of the requests booked on c lately (State.Context), in tokens.
+func DecodeStep(c Candidate, context float64) float64 {
+	return StepCost.Seconds() + float64(max(c.Decode, 0))*(SeqStepCost.Seconds()+max(context, 0)*KVReadCost)
 }
 
 // missOf is the prompt tokens a candidate would prefill: those neither matched in the

@@ -569,7 +569,6 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		p.state.Booked(b.Addr(), now)
 		if act.needs&scoring.NeedsUncached != 0 {
 			p.state.Uncached(b.Addr(), max(in.PromptTokens-max(ranked[i].Matched, ranked[i].Presumed, 0), 0))
-			p.state.Context(b.Addr(), in.PromptTokens)
 		}
 		p.state.Routed(in.PrefixKey, b.Addr(), in.PromptTokens, now)
 	}

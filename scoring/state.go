@@ -34,9 +34,6 @@ type State struct {
 	// allocated is ttftaware's count of the uncached prompt tokens booked on each endpoint
 	// since the picker started (Uncached): the KV blocks those requests took there.
 	allocated map[string]float64
-	// context is ttftaware's mean prompt of the requests booked on each endpoint lately
-	// (Context), in tokens: the KV each of its decoding sequences reads every step.
-	context map[string]float64
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
@@ -58,23 +55,6 @@ func (s *State) Uncached(addr string, tokens int) {
 		return
 	}
 	s.uncached[addr] = m + (float64(tokens)-m)/UncachedMemory
-}
-
-// Context records that a request with a prompt of tokens tokens was booked on addr
-// (ttftaware's history: the context its decoding sequences attend to). The mean spans
-// about UncachedMemory bookings, as Uncached's.
-func (s *State) Context(addr string, tokens int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.context == nil {
-		s.context = map[string]float64{}
-	}
-	m, ok := s.context[addr]
-	if !ok {
-		s.context[addr] = float64(max(tokens, 0))
-		return
-	}
-	s.context[addr] = m + (float64(max(tokens, 0))-m)/UncachedMemory
 }
 
 // trie returns prefixaware's trie; s.mu must be held.
@@ -210,11 +190,6 @@ func (s *State) Forget(keep []string) {
 		if !k[a] {
 			delete(s.uncached, a)
 			delete(s.allocated, a)
-		}
-	}
-	for a := range s.context {
-		if !k[a] {
-			delete(s.context, a)
 		}
 	}
 }

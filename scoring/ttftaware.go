@@ -14,8 +14,7 @@ import (
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
 //		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
-//		             + steps(s) x step(s) + kvwait(s)
-//		step(s)    = StepCost + decode(s) x (SeqStepCost + context(s) x KVReadCost)   one step (DecodeStep)
+//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
 //		           = est(s)                              when the holding is only presumed
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
@@ -23,9 +22,6 @@ import (
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
 //	    records each with State.Uncached): the work a queued request still holds.
-//	  - context(s) is the mean prompt of the requests booked on s lately (the caller records
-//	    each with State.Context): every step, each decoding sequence's attention reads its
-//	    whole context's KV, 0.77 ms for 10,000 tokens, more than SeqStepCost's 0.5 ms.
 //	  - presumed(s): when the cache index shows no candidate holding any of the prompt (an
 //	    engine without a CPU tier publishes no KV events; a prefix just prefilled is not yet
 //	    published), the last two engines its prefix key (the first 256 tokens) was routed
@@ -82,9 +78,6 @@ const (
 	StepCost = 19 * time.Millisecond
 	// SeqStepCost is what each decoding sequence adds to every step.
 	SeqStepCost = 500 * time.Microsecond
-	// KVReadCost is the seconds a step takes to read one token of a sequence's KV:
-	// 36,864 bytes (2 x 36 layers x 2 KV heads x 128 x bf16) at 480 GB/s (80% of 600 GB/s).
-	KVReadCost = 36864 / 480e9
 	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
 	StepTokens = 2048
 	// KVPoolTokens is the tokens of KV the engine's GPU pool holds (vLLM's num_gpu_blocks
@@ -173,6 +166,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		return rs
 	}
 	tok := TokenCost.Seconds()
+	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
 	presumed := false // some candidate's holding is presumed, not seen
@@ -198,7 +192,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
 		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
-		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*DecodeStep(c, p.state.context[c.Addr])) + rs[i].KVWait
+		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	best := math.Inf(1) // the lowest estimate
@@ -226,18 +220,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
-}
-
-// DecodeStep is one engine step of c's decode batch, in seconds, before the prefill
-// slowdown: the step's fixed time, and for each of its decode(c) sequences the per-sequence
-// cost and the read of its context's KV (attention reads every cached token of the
-// sequence once a step):
-//
-//	step = StepCost + decode(c) x (SeqStepCost + context x KVReadCost)
-//
-// context is the mean prompt of the requests booked on c lately (State.Context), in tokens.
-func DecodeStep(c Candidate, context float64) float64 {
-	return StepCost.Seconds() + float64(max(c.Decode, 0))*(SeqStepCost.Seconds()+max(context, 0)*KVReadCost)
 }
 
 // missOf is the prompt tokens a candidate would prefill: those neither matched in the

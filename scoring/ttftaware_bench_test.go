@@ -29,7 +29,6 @@ func BenchmarkTTFTAwareRank(b *testing.B) {
 					cands[i].Engine = EngineMetrics{Known: true, Running: i%20 + 1, Waiting: i % 2, KVUsage: 0.97, Age: 20 * time.Millisecond}
 				}
 				st.Uncached(addr, 100+i)
-				st.Context(addr, 1578+i)
 			}
 			const key = 0x5eed
 			st.Routed(key, cands[100].Addr, 1578, t0)

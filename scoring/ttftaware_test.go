@@ -12,39 +12,35 @@ func TestTTFTAwareRanking(t *testing.T) {
 		name       string
 		prompt     int
 		uncached   map[string]int // State.Uncached before the decision
-		context    map[string]int // State.Context before the decision
 		cands      []Candidate
 		want       string
 		wantReason string
 		wantEst    float64 // the winner's estimate, seconds; 0: not checked
 	}{
-		{"the holder with a short queue has the lowest estimate", 8000, map[string]int{"a:1": 2000}, nil,
+		{"the holder with a short queue has the lowest estimate", 8000, map[string]int{"a:1": 2000},
 			[]Candidate{lcand("a:1", 8000, 1, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonLowestTTFT,
 			// 1 queued admission + 2,000 queued tokens + own admission (each with 1 sequence in the batch) + one step
 			2*(0.025+0.00015) + 2000*198e-6 + 0.019},
-		{"an idle engine takes a moved prompt at its own cost", 8000, map[string]int{"a:1": 2000}, nil,
+		{"an idle engine takes a moved prompt at its own cost", 8000, map[string]int{"a:1": 2000},
 			[]Candidate{lcand("a:1", 8000, 4, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "b:1", ReasonLowestTTFT,
 			0.025 + 8000*198e-6 + 4*0.019},
-		{"a queued holder keeps the prompt while the recompute would delay the queue elsewhere more", 8000, map[string]int{"a:1": 2000, "b:1": 0}, nil,
+		{"a queued holder keeps the prompt while the recompute would delay the queue elsewhere more", 8000, map[string]int{"a:1": 2000, "b:1": 0},
 			[]Candidate{lcand("a:1", 8000, 4, 0, 0), lcand("b:1", 0, 1, 0, 0)}, "a:1", ReasonHolderSticky,
 			5*(0.025+4*0.00015) + 8000*198e-6 + 4*0.019},
-		{"a holder whose queue outweighs the recompute loses", 8000, map[string]int{"a:1": 2000, "b:1": 0}, nil,
+		{"a holder whose queue outweighs the recompute loses", 8000, map[string]int{"a:1": 2000, "b:1": 0},
 			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 1, 0, 0)}, "b:1", ReasonLowestTTFT,
 			2*(0.025+0.00015) + 8000*198e-6 + 4*0.019},
-		{"every candidate saturated: nothing is diverted from the holder", 8000, map[string]int{"a:1": 2000, "b:1": 2000}, nil,
+		{"every candidate saturated: nothing is diverted from the holder", 8000, map[string]int{"a:1": 2000, "b:1": 2000},
 			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 2, 0, 0)}, "a:1", ReasonFleetSaturated, 0},
-		{"nobody holds the prompt: the fewest queued and decoding", 1000, nil, nil,
+		{"nobody holds the prompt: the fewest queued and decoding", 1000, nil,
 			[]Candidate{lcand("a:1", 0, 1, 5, 0), lcand("b:1", 0, 0, 2, 0)}, "b:1", ReasonLowestTTFT,
 			0.025 + 2*0.00015 + 1000*198e-6 + 0.019 + 2*0.0005},
-		{"decoding sequences lengthen every step until the first token", 4096, nil, nil,
+		{"decoding sequences lengthen every step until the first token", 4096, nil,
 			[]Candidate{lcand("a:1", 0, 0, 40, 0), lcand("b:1", 0, 0, 10, 0)}, "b:1", ReasonLowestTTFT,
 			0.025 + 10*0.00015 + 4096*198e-6 + 2*(0.019+10*0.0005)},
-		{"decoding sequences read their context's KV every step: fewer long ones cost more than more short ones", 4096, nil, map[string]int{"a:1": 10000, "b:1": 500},
-			[]Candidate{lcand("a:1", 0, 0, 10, 0), lcand("b:1", 0, 0, 20, 0)}, "b:1", ReasonLowestTTFT,
-			0.025 + 20*0.00015 + 4096*198e-6 + 2*(0.019+20*(0.0005+500*36864/480e9))},
-		{"equal everything: the smallest address", 1000, nil, nil,
+		{"equal everything: the smallest address", 1000, nil,
 			[]Candidate{lcand("b:1", 500, 1, 4, 0), lcand("a:1", 500, 1, 4, 0)}, "a:1", ReasonLowestTTFT, 0},
-		{"a match longer than the prompt counts as the prompt", 100, nil, nil,
+		{"a match longer than the prompt counts as the prompt", 100, nil,
 			[]Candidate{lcand("a:1", 5000, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonLowestTTFT, 0.025 + 0.019},
 	}
 	for _, tt := range tests {
@@ -52,9 +48,6 @@ func TestTTFTAwareRanking(t *testing.T) {
 			st := NewState()
 			for a, n := range tt.uncached {
 				st.Uncached(a, n)
-			}
-			for a, n := range tt.context {
-				st.Context(a, n)
 			}
 			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: tt.prompt, Now: t0, Candidates: tt.cands})
 			if len(rs) != len(tt.cands) {
@@ -330,28 +323,5 @@ func TestStateUncachedMean(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(Names, ","), "ttftaware") {
 		t.Error("ttftaware is not among the policy names")
-	}
-}
-
-func TestStateContextMean(t *testing.T) {
-	st := NewState()
-	for _, tt := range []struct {
-		addr   string
-		tokens int
-		want   float64 // the mean on a:1 after the booking
-	}{
-		{"a:1", 10000, 10000},
-		{"a:1", 2000, 10000 - 8000.0/UncachedMemory},
-		{"a:1", -5, 9500 - 9500.0/UncachedMemory}, // a negative prompt counts as empty
-		{"b:1", 300, 9500 - 9500.0/UncachedMemory},
-	} {
-		st.Context(tt.addr, tt.tokens)
-		if got := st.context["a:1"]; math.Abs(got-tt.want) > 1e-9 {
-			t.Fatalf("after %d tokens on %s: mean on a:1 %v, want %v", tt.tokens, tt.addr, got, tt.want)
-		}
-	}
-	st.Forget([]string{"b:1"})
-	if _, ok := st.context["a:1"]; ok || st.context["b:1"] != 300 {
-		t.Fatalf("Forget kept %v", st.context)
 	}
 }

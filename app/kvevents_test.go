@@ -144,7 +144,9 @@ func TestKVEventsTakenFromAPeerReplica(t *testing.T) {
 		KVEvents: &KVEventsConfig{Port: port(t, pub.Addr()), ReplayPort: port(t, pub.ReplayAddr()), ReplayTimeout: 5 * time.Second},
 		// A peer timeout of seconds: the started replica asks only the peers it has heard
 		// lately, and a loaded -race host can leave 200 ms between two of a peer's states.
-		Replicas: &ReplicaConfig{URL: ns.ClientURL(), StateInterval: 20 * time.Millisecond, PeerTimeout: 5 * time.Second, ScrapeInterval: -1}}
+		// The first replica has no peer: it gives up waiting for one at once.
+		Replicas: &ReplicaConfig{URL: ns.ClientURL(), StateInterval: 20 * time.Millisecond, PeerTimeout: 5 * time.Second, ScrapeInterval: -1,
+			PeerWait: time.Millisecond}}
 	a := start(t, cfg)
 	<-a.replicaReady()
 	<-a.kvEventsReady() // its replay done: what follows is applied live
@@ -175,6 +177,12 @@ func TestKVEventsTakenFromAPeerReplica(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The second replica has one: it waits until it hears it (the wait's default, 500 ms,
+	// can pass on a loaded -race host before the peer's first state arrives; the check
+	// below bounds the whole start).
+	rc := *cfg.Replicas
+	rc.PeerWait = time.Hour
+	cfg.Replicas = &rc
 	b := start(t, cfg)
 	select {
 	case <-b.kvEventsReady():

@@ -15,18 +15,17 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/internal/testnet"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// engine is an HTTP server on a loopback port answering 200 to everything.
+// engine is an HTTP server on a loopback port answering 200 to everything. After kill the
+// port refuses connections for the rest of the test (no parallel test's server can take it).
 func engine(t *testing.T) (addr string, kill func()) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testnet.Listen(t, "127.0.0.1")
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }),
 		ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(lis) }()

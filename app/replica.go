@@ -23,6 +23,9 @@ type ReplicaConfig struct {
 	ScrapeInterval time.Duration // negative: no scraping of the engines
 	CeilingWindow  time.Duration // how far back the scraped counts bound the peers' share
 	WarmTimeout    time.Duration
+	// PeerWait is the shortest wait at start to hear a peer before the replica serves
+	// without one (replica.Config.PeerWait); zero means replica.DefaultPeerWait.
+	PeerWait time.Duration
 }
 
 // StateFileConfig persists the LMCache index of a picker across restarts.
@@ -70,7 +73,7 @@ func (a *App) startReplica(ctx context.Context, reg prometheus.Registerer) error
 		return nil
 	}
 	cfg := replica.Config{URL: rc.URL, Subject: rc.Subject, Name: rc.Name, Fleet: a.Fleet, StateInterval: rc.StateInterval,
-		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, CeilingWindow: rc.CeilingWindow, WarmTimeout: rc.WarmTimeout, Logger: a.log, Registerer: reg,
+		PeerTimeout: rc.PeerTimeout, ScrapeInterval: rc.ScrapeInterval, CeilingWindow: rc.CeilingWindow, WarmTimeout: rc.WarmTimeout, PeerWait: rc.PeerWait, Logger: a.log, Registerer: reg,
 		History: a.Picker, ScrapeFollowed: a.EngineMetrics != nil && a.scrapeFollower() != nil}
 	if a.gate != nil {
 		cfg.Gate = a.gate

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/loadaware/loadaware-epp/app"
+	"github.com/loadaware/loadaware-epp/internal/testnet"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	epppicker "github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
@@ -485,7 +486,7 @@ func drivenPicker(t *testing.T) *app.App {
 		// Both cache sources, so the vLLM KV events panels' series exist (no engine publishes:
 		// the subscriber connects and waits).
 		CacheSource: epppicker.SourceBoth,
-		KVEvents:    &app.KVEventsConfig{Port: freePort(t)},
+		KVEvents:    &app.KVEventsConfig{Port: refusedPort(t)},
 		Tokenizer:   tok,
 		// The cache-signal alarm, ticked below on a clock of the test's, and its parity
 		// sampler (registered, never due).
@@ -603,15 +604,15 @@ func drivenPicker(t *testing.T) *app.App {
 	return a
 }
 
-// freePort returns a loopback TCP port nothing listens on.
-func freePort(t *testing.T) int {
+// refusedPort returns a loopback TCP port nothing listens on, nor can, until t ends.
+func refusedPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, p, err := net.SplitHostPort(testnet.RefusedAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
+	port, err := strconv.Atoi(p)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return port

@@ -85,8 +85,10 @@ type kvNode struct {
 }
 
 // startKVNode starts a picker following e; with url, as a replica taking its streams
-// from its peers, else alone (the engine's replay only).
-func startKVNode(t testing.TB, url string, e *kvEngine) *kvNode {
+// from its peers, else alone (the engine's replay only). With peered, a peer runs: the
+// replica waits for its state however long a loaded host takes to deliver it, and keeps
+// it as a peer for seconds of silence; without, it gives up waiting after 60 ms.
+func startKVNode(t testing.TB, url string, e *kvEngine, peered bool) *kvNode {
 	t.Helper()
 	n := &kvNode{reg: prometheus.NewRegistry(), seen: make(chan struct{}, 1)}
 	n.last.Store(-1)
@@ -114,8 +116,12 @@ func startKVNode(t testing.TB, url string, e *kvEngine) *kvNode {
 	if url != "" {
 		f := fleet.New()
 		f.Update([]string{e.endpoint})
-		n.r, err = Start(context.Background(), Config{URL: url, Fleet: f, KVEvents: n.ix, KVSnapshots: snaps, ScrapeInterval: -1,
-			StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, PeerWait: 50 * time.Millisecond})
+		rc := Config{URL: url, Fleet: f, KVEvents: n.ix, KVSnapshots: snaps, ScrapeInterval: -1,
+			StateInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond, PeerWait: 50 * time.Millisecond}
+		if peered {
+			rc.PeerWait, rc.PeerTimeout = time.Hour, 5*time.Second
+		}
+		n.r, err = Start(context.Background(), rc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +200,7 @@ func TestKVEventsWarmStartFromAPeer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url := startNATS(t)
 			e := startKVEngine(t, tc.bufferSteps)
-			a := startKVNode(t, url, e)
+			a := startKVNode(t, url, e, false)
 			if err := e.pub.WaitSubscribed(10 * time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +213,7 @@ func TestKVEventsWarmStartFromAPeer(t *testing.T) {
 				seq = publishKV(t, e, i)
 			}
 			a.await(t, seq)
-			b := startKVNode(t, url, e)
+			b := startKVNode(t, url, e, true)
 			if got := b.snapshots("applied"); got != 1 {
 				t.Errorf("the starting replica: snapshots{applied} = %v, want 1", got)
 			}
@@ -232,7 +238,7 @@ func TestKVEventsWarmStartFromAPeer(t *testing.T) {
 			if held := want[1].Matched; held != 6*kvBS { // prompt 1 is never removed
 				t.Fatalf("prompt 1 held %d tokens in the peer, want %d: the history is not what the test means", held, 6*kvBS)
 			}
-			c := startKVNode(t, "", e) // replay only
+			c := startKVNode(t, "", e, false) // replay only
 			if diff := cmp.Diff(want, c.matches(e.endpoint, total)); (diff == "") != tc.replayAgrees {
 				t.Errorf("replay-built index agrees with the peer: %v, want %v (-peer +replayed):\n%s", diff == "", tc.replayAgrees, diff)
 			}
@@ -262,7 +268,7 @@ func BenchmarkKVWarmStart(b *testing.B) {
 	for _, blocks := range []int{10_000, 100_000} {
 		url := startNATS(b)
 		e := startKVEngine(b, blocks/64+1)
-		peer := startKVNode(b, url, e)
+		peer := startKVNode(b, url, e, false)
 		if err := e.pub.WaitSubscribed(10 * time.Second); err != nil {
 			b.Fatal(err)
 		}
@@ -290,7 +296,7 @@ func BenchmarkKVWarmStart(b *testing.B) {
 					if mode == "replay" {
 						u = ""
 					}
-					n := startKVNode(b, u, e)
+					n := startKVNode(b, u, e, mode == "snapshot")
 					if got := n.ix.Match(probe, []string{e.endpoint}); !cmp.Equal(got, want) || n.ix.Blocks() != peer.ix.Blocks() {
 						b.Fatalf("%s: %+v and %d blocks, the peer %+v and %d", mode, got, n.ix.Blocks(), want, peer.ix.Blocks())
 					}

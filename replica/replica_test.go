@@ -257,7 +257,9 @@ func TestWarmStartTakesTheIndexThenTheStream(t *testing.T) {
 	a.engineSays(t, "10.0.0.1", admitsOf(t, "e1", p)...)
 	// An evict before the snapshot must not come back from the stream.
 	a.engineSays(t, "10.0.0.1", lmcache.KVEvictMsg(admitsOf(t, "e1", p)[7].(lmcache.KVAdmitMsg)))
-	c := startNode(t, url, nil)
+	// c has a peer: it waits for a's state however long a loaded host takes to deliver it
+	// (the 50 ms of startNode can pass first), and keeps a as a peer for seconds of silence.
+	c := startNode(t, url, func(c *Config) { c.PeerWait, c.PeerTimeout = time.Hour, 5*time.Second })
 	c.awaitReady(t)
 	if diff := cmp.Diff(a.idx.Lookup(p), c.idx.Lookup(p)); diff != "" {
 		t.Errorf("the started replica's lookup differs from its peer's (-peer +started):\n%s", diff)

@@ -19,6 +19,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/gateway"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/internal/testnet"
 )
 
 // engine stands in for an engine in these tests (it models none: bench/sim does): it counts
@@ -32,7 +33,7 @@ type engine struct {
 func startEngine(t testing.TB, hold func(context.Context) error) *engine {
 	t.Helper()
 	e := &engine{}
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		e.served.Add(1)
 		if hold(r.Context()) != nil {
@@ -45,6 +46,10 @@ func startEngine(t testing.TB, hold func(context.Context) error) *engine {
 		}
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	}))
+	// A killed engine's port must stay refusing: a parallel test's server must not get it.
+	_ = e.srv.Listener.Close()
+	e.srv.Listener = testnet.Listen(t, "127.0.0.1")
+	e.srv.Start()
 	t.Cleanup(e.kill)
 	return e
 }

@@ -7,13 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"github.com/loadaware/loadaware-epp/internal/testnet"
 )
 
 // upstream is a loopback HTTP server standing in for an engine: it records what it received and
@@ -274,7 +272,7 @@ func TestImmediateResponseAnswersTheClientWithoutUpstream(t *testing.T) {
 }
 
 func TestFallbackListSkipsAnEndpointThatRefusesConnections(t *testing.T) {
-	dead := closedPort(t)
+	dead := testnet.RefusedAddr(t)
 	up := newUpstream(t, "served")
 	fp := newFakePicker(dead + "," + up.addr())
 	h := newHarness(t, fp.start(t), gateway.Options{})
@@ -289,7 +287,7 @@ func TestFallbackListSkipsAnEndpointThatRefusesConnections(t *testing.T) {
 }
 
 func TestAllEndpointsRefusingIs503(t *testing.T) {
-	fp := newFakePicker(closedPort(t))
+	fp := newFakePicker(testnet.RefusedAddr(t))
 	h := newHarness(t, fp.start(t), gateway.Options{})
 	resp, _ := do(t, post(t, h.url, `{"model":"m","prompt":"p"}`))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -345,7 +343,7 @@ func TestPickerFailuresAre500(t *testing.T) {
 }
 
 func TestPickerUnreachableIs500(t *testing.T) {
-	h := newHarness(t, closedPort(t), gateway.Options{})
+	h := newHarness(t, testnet.RefusedAddr(t), gateway.Options{})
 	resp, body := do(t, post(t, h.url, `{"model":"m","prompt":"p"}`))
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "ext_proc") {
 		t.Errorf("got %d %q, want 500 naming the ext_proc stream", resp.StatusCode, body)
@@ -506,30 +504,4 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
-}
-
-// closedPort returns a loopback address that refuses every connection for the rest of the
-// test: a TCP socket bound to it and never listening, so that the kernel answers a connect
-// with a reset and gives the port to no other listener. (A port taken from a listener that
-// was closed again is free for the next bind; under a parallel go test a gRPC server of
-// another package got one, and the gateway's "refused" endpoint answered with HTTP/2.)
-func closedPort(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in4, ok := sa.(*syscall.SockaddrInet4)
-	if !ok {
-		t.Fatalf("bound socket has address %T, want IPv4", sa)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(in4.Port))
 }

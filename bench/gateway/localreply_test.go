@@ -11,6 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/loadaware/loadaware-epp/bench/gateway"
+	"github.com/loadaware/loadaware-epp/internal/testnet"
 )
 
 // resetter is an engine that reads a request and closes the connection without answering:
@@ -79,7 +80,7 @@ func TestUpstreamFailureBeforeHeadersFollowsEnvoy(t *testing.T) {
 				for _, kind := range tc.list {
 					switch kind {
 					case refused:
-						addrs = append(addrs, closedPort(t))
+						addrs = append(addrs, testnet.RefusedAddr(t))
 					case reset:
 						addrs = append(addrs, resetAddr)
 					case served:

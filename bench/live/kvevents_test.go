@@ -22,16 +22,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// freePort returns a TCP port free on ip now (the test's /24 is its own, so no other
-// test takes it before the engines bind it).
-func freePort(t *testing.T, ip string) int {
+// freePorts returns n distinct TCP ports free on ip now (the test's /24 is its own, so no
+// other test takes them before the engines bind them). The ports are held together until
+// all are chosen: one closed before the next is asked for could be handed out again.
+func freePorts(t *testing.T, ip string, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 func counterSum(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
@@ -86,7 +91,8 @@ func decideAlike(t *testing.T, layout kvevents.Layout) {
 		}
 		addrs[i] = lis[i].Addr().String()
 	}
-	pubPort, replayPort := freePort(t, ips[0]), freePort(t, ips[0])
+	ports := freePorts(t, ips[0], 2)
+	pubPort, replayPort := ports[0], ports[1]
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: chunk}
 	a, err := app.Start(context.Background(), app.Config{GRPCAddr: "127.0.0.1:0", HealthAddr: "-", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: "loadaware", Beta: 1,

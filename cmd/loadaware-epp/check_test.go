@@ -18,6 +18,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/bench/kvpublish"
+	"github.com/loadaware/loadaware-epp/internal/testnet"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
@@ -186,11 +187,8 @@ func newStack(t *testing.T, source string, specs []engineSpec, unexposed bool) *
 	var eps []string
 	for i, sp := range specs {
 		e := &engine{t: t, host: net16 + strconv.Itoa(i+1), tok: base, silent: sp.silent, vocab: sp.vocab, apiKey: sp.apiKey}
-		l, err := net.Listen("tcp", e.host+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: e}}
+		// A dead engine's port keeps refusing (no parallel test's server can take it).
+		e.srv = &httptest.Server{Listener: testnet.Listen(t, e.host), Config: &http.Server{Handler: e}}
 		e.srv.Start()
 		t.Cleanup(e.srv.Close)
 		if kvPort != 0 {

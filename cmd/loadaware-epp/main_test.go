@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -134,37 +135,82 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// TestServeStartsAndStops runs the picker on ports free a moment before (the flags take
+// no port 0): a parallel test may bind one in that moment, and then the start fails with
+// EADDRINUSE and is tried again on new ports. Once it has started the picker holds its
+// ports, so the /readyz polled is its own.
 func TestServeStartsAndStops(t *testing.T) {
-	mp := freePort(t)
-	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", "0",
-		"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--config-file", "ignored",
-		"--lmcache-pull-port", fmt.Sprint(freePort(t)), "--lmcache-reply-port", "0"}
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr bytes.Buffer
-	done := make(chan int)
-	go func() { done <- serve(ctx, args, env(), &bytes.Buffer{}, &stderr) }()
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", mp)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
+	for attempt := 1; ; attempt++ {
+		mp := freePort(t)
+		args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", "0",
+			"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--config-file", "ignored",
+			"--lmcache-pull-port", fmt.Sprint(freePort(t)), "--lmcache-reply-port", "0"}
+		ctx, cancel := context.WithCancel(context.Background())
+		stderr := &startLog{started: make(chan struct{})}
+		done := make(chan int, 1)
+		go func() { done <- serve(ctx, args, env(), &bytes.Buffer{}, stderr) }()
+		select {
+		case <-stderr.started:
+		case code := <-done:
+			cancel()
+			if attempt < 5 && strings.Contains(strings.ToLower(stderr.String()), "address already in use") {
+				t.Logf("start %d: a port was taken before the picker bound it; again on new ports:\n%s", attempt, stderr.String())
+				continue
 			}
+			t.Fatalf("exit %d before the start; log:\n%s", code, stderr.String())
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatalf("not started after 10s; log:\n%s", stderr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after 10s: %v; log:\n%s", err, stderr.String())
+		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", mp)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not ready after 10s: %v; log:\n%s", err, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond) // polling a separate server's readiness; there is no signal to await
 		}
-		time.Sleep(20 * time.Millisecond) // polling a separate server's readiness; there is no signal to await
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("exit %d; log:\n%s", code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "--config-file") || !strings.Contains(stderr.String(), "not supported") {
+			t.Fatalf("the unsupported GIE flag was not logged:\n%s", stderr.String())
+		}
+		return
 	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("exit %d; log:\n%s", code, stderr.String())
+}
+
+// startLog is serve's stderr in TestServeStartsAndStops: it keeps the log, and closes
+// started at the line saying the picker has bound its ports.
+type startLog struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	started chan struct{}
+	once    sync.Once
+}
+
+func (l *startLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.b.Write(p)
+	if strings.Contains(l.b.String(), "loadaware-epp started") {
+		l.once.Do(func() { close(l.started) })
 	}
-	if !strings.Contains(stderr.String(), "--config-file") || !strings.Contains(stderr.String(), "not supported") {
-		t.Fatalf("the unsupported GIE flag was not logged:\n%s", stderr.String())
-	}
+	return n, err
+}
+
+func (l *startLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestRunDispatch(t *testing.T) {

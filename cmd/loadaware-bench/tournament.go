@@ -295,11 +295,7 @@ func traceProfile(fs *flag.FlagSet, given map[string]bool, src profileSource) ([
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trace %s: %w", src.trace, err)
 	}
-	seeds := make([]uint64, src.windows)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	return []tournament.Profile{p}, seeds, nil
+	return []tournament.Profile{p}, experiment.SeedRange(1, uint64(src.windows)), nil
 }
 
 // tournamentArms reads -arms: "all" is tournament.DefaultArms, anything else a list as

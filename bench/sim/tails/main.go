@@ -49,10 +49,7 @@ func run(args []string, w io.Writer) error {
 	if *seeds < 1 {
 		return fmt.Errorf("-seeds %d: need at least 1", *seeds)
 	}
-	cfg.Seeds = make([]uint64, *seeds)
-	for i := range cfg.Seeds {
-		cfg.Seeds[i] = uint64(i + 1)
-	}
+	cfg.Seeds = experiment.SeedRange(1, uint64(*seeds))
 	if *arms != "" {
 		var keep []experiment.Arm
 		for _, name := range strings.Split(*arms, ",") {

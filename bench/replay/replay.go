@@ -24,6 +24,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
@@ -295,7 +296,7 @@ func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
 	}
 	for _, m := range Metrics {
 		real, sim := column(out.Seeds, m)
-		out.Medians[m] = Pair{median(real), median(sim)}
+		out.Medians[m] = Pair{stats.MedianSkippingNaN(real), stats.MedianSkippingNaN(sim)}
 		out.RankCorr[m] = Spearman(real, sim)
 		if tol, ok := Tolerances[m]; ok {
 			out.Verdicts = append(out.Verdicts, relVerdict(m, out.Medians[m], tol))

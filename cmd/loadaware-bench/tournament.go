@@ -198,10 +198,7 @@ func tournamentConfig(ctx context.Context, fs *flag.FlagSet, overrides map[strin
 			return cfg, err
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return cfg, cfg.Validate()
 }
 
 // tournamentProfiles returns the profiles and seeds src selects; given are

@@ -85,6 +85,14 @@ func SeedMetrics(rows []Request) map[string]float64 {
 	return m
 }
 
+// Metric is the metric key of a seed's metrics m (SeedMetrics), NaN when m has none.
+func Metric(m map[string]float64, key string) float64 {
+	if v, ok := m[key]; ok {
+		return v
+	}
+	return math.NaN()
+}
+
 // PerSecond is x per second of rows' span: from the earliest send over all
 // rows to the latest completion (send+e2e) over the ok rows, the window every
 // rate of a seed is taken over. It is NaN when the span is empty (no ok row).

@@ -40,6 +40,25 @@ func TestSeedMetrics(t *testing.T) {
 	}
 }
 
+func TestMetric(t *testing.T) {
+	m := map[string]float64{ReqS: 2.5, TTFTP95: math.Inf(1)}
+	tests := []struct {
+		name, key string
+		want      float64
+	}{
+		{"a value", ReqS, 2.5},
+		{"an infinite value", TTFTP95, math.Inf(1)},
+		{"an absent key is NaN", ImbalanceKey, math.NaN()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Metric(m, tc.key); !same(got, tc.want) {
+				t.Errorf("Metric(%q) = %v, want %v", tc.key, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestGoodput(t *testing.T) {
 	rows := []Request{
 		{Send: 100, TTFT: 0.1, E2E: 1, OK: true},

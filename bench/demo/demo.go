@@ -223,10 +223,7 @@ func printLive(w io.Writer, cfg experiment.Config, results []live.Result) {
 // virtualSweep runs the demo's arms on c.VSeeds seeds of the demo's workload in virtual
 // time (the same picker code) and prints the medians and the paired tests against kvaware.
 func virtualSweep(ctx context.Context, cfg experiment.Config, c Config, stdout, stderr io.Writer) error {
-	cfg.Seeds = make([]uint64, c.VSeeds)
-	for i := range cfg.Seeds {
-		cfg.Seeds[i] = uint64(i + 1)
-	}
+	cfg.Seeds = experiment.SeedRange(1, uint64(c.VSeeds))
 	cfg.Workers = 0
 	bar := progress.New(stderr, "virtual time", c.Progress)
 	start := time.Now()

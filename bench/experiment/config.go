@@ -124,17 +124,13 @@ const (
 // requests on 2 engines under the published protocol, engine 1 the slower
 // one (docs/bench/simulator.md), behind the published Python router.
 func DefaultConfig() Config {
-	seeds := make([]uint64, 20)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
 	return Config{
 		Workload:       workload.DefaultConfig(),
 		Engine:         sim.DefaultConfig(),
 		Engines:        2,
 		Slowdowns:      []float64{1, 1.3},
 		Arms:           DefaultArms(),
-		Seeds:          seeds,
+		Seeds:          SeedRange(1, 20),
 		Protocol:       ProtocolPublished,
 		SeedGap:        DefaultSeedGap,
 		Warmup:         2000,

@@ -102,6 +102,15 @@ func parseArm(item string) (Arm, error) {
 	return Arm{Name: name, Policy: policy, Beta: beta}, nil
 }
 
+// SeedRange returns the seeds a, a+1, ..., b (none when b < a).
+func SeedRange(a, b uint64) []uint64 {
+	var out []uint64
+	for v := a; v <= b && v >= a; v++ {
+		out = append(out, v)
+	}
+	return out
+}
+
 // ParseSeeds reads a list of seeds as the -seeds flag takes it: "7", "1-20" or
 // "1,4,9" (each seed once).
 func ParseSeeds(s string) ([]uint64, error) {
@@ -112,11 +121,7 @@ func ParseSeeds(s string) ([]uint64, error) {
 		if err1 != nil || err2 != nil || b < a || b-a >= 100000 {
 			return nil, fmt.Errorf("-seeds %q: a range is A-B with A <= B (at most 100000 seeds)", s)
 		}
-		out := make([]uint64, 0, b-a+1)
-		for v := a; v <= b; v++ {
-			out = append(out, v)
-		}
-		return out, nil
+		return SeedRange(a, b), nil
 	}
 	var out []uint64
 	for _, part := range strings.Split(s, ",") {

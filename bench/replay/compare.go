@@ -200,17 +200,3 @@ func pearson(x, y []float64) float64 {
 	}
 	return sxy / math.Sqrt(sxx*syy)
 }
-
-// median is the median of the finite values (NaN when there are none).
-func median(v []float64) float64 {
-	var f []float64
-	for _, x := range v {
-		if !math.IsNaN(x) {
-			f = append(f, x)
-		}
-	}
-	if len(f) == 0 {
-		return math.NaN()
-	}
-	return stats.Median(f)
-}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/experiment"
+	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/bench/vtime"
 )
 
@@ -295,7 +296,7 @@ func compareCell(cc capture.CompactCell, res vtime.CellResult) (Cell, error) {
 	}
 	for _, m := range Metrics {
 		real, sim := column(out.Seeds, m)
-		out.Medians[m] = Pair{median(real), median(sim)}
+		out.Medians[m] = Pair{stats.MedianSkippingNaN(real), stats.MedianSkippingNaN(sim)}
 		out.RankCorr[m] = Spearman(real, sim)
 		if tol, ok := Tolerances[m]; ok {
 			out.Verdicts = append(out.Verdicts, relVerdict(m, out.Medians[m], tol))
@@ -320,8 +321,8 @@ func pick(m map[string]float64) map[string]float64 {
 
 func column(seeds []SeedPair, m string) (real, sim []float64) {
 	for _, s := range seeds {
-		real = append(real, value(s.Real, m))
-		sim = append(sim, value(s.Sim, m))
+		real = append(real, capture.Metric(s.Real, m))
+		sim = append(sim, capture.Metric(s.Sim, m))
 	}
 	return real, sim
 }
@@ -330,16 +331,9 @@ func column(seeds []SeedPair, m string) (real, sim []float64) {
 func bySeed(seeds []SeedPair, m string) (real, sim map[uint64]float64) {
 	real, sim = make(map[uint64]float64, len(seeds)), make(map[uint64]float64, len(seeds))
 	for _, s := range seeds {
-		real[uint64(s.Seed)], sim[uint64(s.Seed)] = value(s.Real, m), value(s.Sim, m)
+		real[uint64(s.Seed)], sim[uint64(s.Seed)] = capture.Metric(s.Real, m), capture.Metric(s.Sim, m)
 	}
 	return real, sim
-}
-
-func value(m map[string]float64, k string) float64 {
-	if v, ok := m[k]; ok {
-		return v
-	}
-	return math.NaN()
 }
 
 func relVerdict(m string, p Pair, tol float64) Verdict {

@@ -78,6 +78,12 @@ func NearestPercentiles(xs []float64, ps ...float64) []float64 {
 // Median is Percentile(xs, 50).
 func Median(xs []float64) float64 { return Percentile(xs, 50) }
 
+// MedianSkippingNaN is the Median of xs's values that are not NaN (NaN when none is);
+// infinities count as values. xs is not modified.
+func MedianSkippingNaN(xs []float64) float64 {
+	return Median(slices.DeleteFunc(slices.Clone(xs), math.IsNaN))
+}
+
 // Mean returns the arithmetic mean of xs, or NaN when xs is empty.
 func Mean(xs []float64) float64 {
 	if len(xs) == 0 {

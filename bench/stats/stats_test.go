@@ -57,6 +57,34 @@ func TestPercentilesMatchesPercentileAndKeepsInput(t *testing.T) {
 	}
 }
 
+func TestMedianSkippingNaN(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	tests := []struct {
+		name string
+		xs   []float64
+		want float64
+	}{
+		{"no NaN is Median", []float64{3, 1, 2}, 2},
+		{"NaN left out", []float64{nan, 3, nan, 1}, 2},
+		{"infinity counts", []float64{1, inf, inf, nan}, inf},
+		{"only NaN is NaN", []float64{nan, nan}, nan},
+		{"empty is NaN", nil, nan},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := append([]float64(nil), tt.xs...)
+			if got := MedianSkippingNaN(in); got != tt.want && !(math.IsNaN(got) && math.IsNaN(tt.want)) {
+				t.Fatalf("MedianSkippingNaN(%v) = %v, want %v", tt.xs, got, tt.want)
+			}
+			for i := range in {
+				if in[i] != tt.xs[i] && !math.IsNaN(tt.xs[i]) {
+					t.Fatalf("input changed: %v, was %v", in, tt.xs)
+				}
+			}
+		})
+	}
+}
+
 func TestMean(t *testing.T) {
 	tests := []struct {
 		name string

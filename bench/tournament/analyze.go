@@ -18,15 +18,7 @@ const (
 
 // Median returns the median over seeds of the arm's metric, ignoring NaN
 // seeds (NaN when every seed is NaN). +Inf counts as a value.
-func (a ArmResult) Median(metric string) float64 {
-	var xs []float64
-	for _, v := range a.Values(metric) {
-		if !math.IsNaN(v) {
-			xs = append(xs, v)
-		}
-	}
-	return stats.Median(xs)
-}
+func (a ArmResult) Median(metric string) float64 { return stats.MedianSkippingNaN(a.Values(metric)) }
 
 // Ranking returns the indexes of the profile's arms from best to worst by
 // median RankMetric (lower is better); NaN medians rank last and ties keep

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/loadaware/loadaware-epp/bench/capture"
 	"github.com/loadaware/loadaware-epp/bench/stats"
 )
 
@@ -88,7 +89,7 @@ func WriteJSON(w io.Writer, res Result) error {
 				seed := float64(s.Seed)
 				js := map[string]*float64{"seed": &seed}
 				for _, m := range Metrics {
-					js[m] = finiteOrNil(value(s.Metrics, m))
+					js[m] = finiteOrNil(capture.Metric(s.Metrics, m))
 				}
 				ja.Seeds = append(ja.Seeds, js)
 			}

@@ -100,7 +100,7 @@ func Capacity(ctx context.Context, prof Profile, offered float64, sample time.Du
 	if err != nil {
 		return 0, err
 	}
-	got := value(res.Seeds[0].Metrics, capture.ReqS)
+	got := capture.Metric(res.Seeds[0].Metrics, capture.ReqS)
 	switch {
 	case !(got > 0):
 		return 0, fmt.Errorf("capacity run at %g req/s completed no request", offered)

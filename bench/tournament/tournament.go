@@ -147,7 +147,7 @@ type SeedResult struct {
 func (a ArmResult) Values(metric string) []float64 {
 	out := make([]float64, len(a.Seeds))
 	for i, s := range a.Seeds {
-		out[i] = value(s.Metrics, metric)
+		out[i] = capture.Metric(s.Metrics, metric)
 	}
 	return out
 }
@@ -156,16 +156,9 @@ func (a ArmResult) Values(metric string) []float64 {
 func (a ArmResult) bySeed(metric string) map[uint64]float64 {
 	out := make(map[uint64]float64, len(a.Seeds))
 	for _, s := range a.Seeds {
-		out[s.Seed] = value(s.Metrics, metric)
+		out[s.Seed] = capture.Metric(s.Metrics, metric)
 	}
 	return out
-}
-
-func value(m map[string]float64, k string) float64 {
-	if v, ok := m[k]; ok {
-		return v
-	}
-	return math.NaN()
 }
 
 // Run runs every arm on every profile, one cell per (profile, arm),

@@ -28,11 +28,11 @@ type engineLists struct {
 
 // apply parses the lists into cfg's Slowdowns and HostDelays, naming the flag on error.
 func (f engineLists) apply(cfg *experiment.Config) error {
-	slow, err := parseFloats(f.slowdowns)
+	slow, err := parseList(f.slowdowns, "a number", parseFloat)
 	if err != nil {
 		return fmt.Errorf("-slowdowns: %w", err)
 	}
-	hosts, err := parseDurations(f.hostDelays)
+	hosts, err := parseList(f.hostDelays, "a duration (e.g. 20ms)", time.ParseDuration)
 	if err != nil {
 		return fmt.Errorf("-host-delays: %w", err)
 	}
@@ -47,9 +47,9 @@ func (f *sweepFlags) register(fs *flag.FlagSet, cfg *experiment.Config, arms, se
 	fs.StringVar(&f.arms, "arms", arms, "arms, comma-separated: \"all\" (the 7 default arms), a name (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload), a policy ("+strings.Join(scoring.Names, ", ")+"), policy:beta, or gie (GIE v1.5.0's own scheduler, virtual time only)")
 	fs.StringVar(&f.seeds, "seeds", seeds, "seeds: N (that seed), A-B (a range) or a comma-separated list")
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "simulated engines (GPUs)")
-	f.slowdowns = joinFloats(cfg.Slowdowns)
+	f.slowdowns = joinList(cfg.Slowdowns, formatFloat)
 	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "step-time factor of each engine, engine 0 first (engines not listed: 1); the default is the calibrated testbed (docs/bench/simulator.md)")
-	f.hostDelays = joinDurations(cfg.HostDelays)
+	f.hostDelays = joinList(cfg.HostDelays, time.Duration.String)
 	fs.StringVar(&f.hostDelays, "host-delays", f.hostDelays, "extra host time per step of each engine, engine 0 first (engines not listed: 0); the default is the calibrated testbed")
 	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "published: per arm a cold fleet, the published warm-up routed by the arm, the seeds back to back; per-seed: each seed on its own fleet after -warmup requests")
 	fs.DurationVar(&cfg.SeedGap, "seed-gap", cfg.SeedGap, "published protocol: idle time between a seed's last completion and the next seed")
@@ -99,51 +99,35 @@ func parseRouter(s string) (experiment.Router, error) {
 	return experiment.Router{}, fmt.Errorf("-router %q: use %s or %s", s, routerPublished, routerEnvoy)
 }
 
-func parseDurations(s string) ([]time.Duration, error) {
+// parseList parses a comma-separated list with parse, each item trimmed; a blank s is the
+// empty list. A bad item's error says "<item> is not <what>".
+func parseList[T any](s, what string, parse func(string) (T, error)) ([]T, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	var out []time.Duration
+	var out []T
 	for _, part := range strings.Split(s, ",") {
-		v, err := time.ParseDuration(strings.TrimSpace(part))
+		v, err := parse(strings.TrimSpace(part))
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a duration (e.g. 20ms)", part)
+			return nil, fmt.Errorf("%q is not %s", part, what)
 		}
 		out = append(out, v)
 	}
 	return out, nil
 }
 
-func joinDurations(ds []time.Duration) string {
-	parts := make([]string, len(ds))
-	for i, d := range ds {
-		parts[i] = d.String()
-	}
-	return strings.Join(parts, ",")
-}
-
-func parseFloats(s string) ([]float64, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []float64
-	for _, part := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", part)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func joinFloats(xs []float64) string {
+// joinList writes xs comma-separated, each with format: a list parseList reads back.
+func joinList[T any](xs []T, format func(T) string) string {
 	parts := make([]string, len(xs))
 	for i, x := range xs {
-		parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
+		parts[i] = format(x)
 	}
 	return strings.Join(parts, ",")
 }
+
+func parseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+
+func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // parseInterleaved parses fs allowing flags after positional arguments (compare A B -metric
 // x), and returns the positional arguments.

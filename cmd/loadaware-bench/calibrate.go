@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"io"
-	"strconv"
 
 	"github.com/loadaware/loadaware-epp/bench/progress"
 	"github.com/loadaware/loadaware-epp/bench/replay"
@@ -22,7 +21,7 @@ func runCalibrate(ctx context.Context, fs *flag.FlagSet, args []string, stdout, 
 	seeds := fs.Int("seeds", 0, "replay only each cell's first N seeds (0: all)")
 	grids := make([]*string, len(replay.FittedConstants))
 	for i, c := range replay.FittedConstants {
-		grids[i] = fs.String(c.Name, strconv.FormatFloat(c.Default, 'g', -1, 64), c.Usage+": comma-separated values to try")
+		grids[i] = fs.String(c.Name, formatFloat(c.Default), c.Usage+": comma-separated values to try")
 	}
 	showProgress := fs.Bool("progress", true, "show progress on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -30,7 +29,7 @@ func runCalibrate(ctx context.Context, fs *flag.FlagSet, args []string, stdout, 
 	}
 	values := make([][]float64, len(grids))
 	for i, g := range grids {
-		v, err := parseFloats(*g)
+		v, err := parseList(*g, "a number", parseFloat)
 		if err != nil || len(v) == 0 {
 			return usagef("-%s %q: give comma-separated numbers", replay.FittedConstants[i].Name, *g)
 		}

@@ -32,8 +32,5 @@ func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 	if err := fs.Parse(args); err != nil {
 		return errFlags
 	}
-	if err := demo.Run(ctx, c, stdout, stderr); err != nil {
-		return err
-	}
-	return nil
+	return demo.Run(ctx, c, stdout, stderr)
 }

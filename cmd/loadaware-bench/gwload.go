@@ -49,10 +49,7 @@ func runGWLoad(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := gwload.Run(ctx, c, stdout, stderr); err != nil {
-		return err
-	}
-	return nil
+	return gwload.Run(ctx, c, stdout, stderr)
 }
 
 func parseRates(s string) ([]float64, error) {

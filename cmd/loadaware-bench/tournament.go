@@ -109,7 +109,7 @@ func runLadder(ctx context.Context, cfg tournament.Config, wl, ladder, out, json
 			return usagef("-ladder published: the workload %s has no ladder key: add one to the file or pass -ladder R1,R2,... req/s", k.Name)
 		}
 		k.Published = f.Ladder
-	} else if given, err = parseFloats(ladder); err != nil || len(given) == 0 || !slices.IsSorted(given) || slices.ContainsFunc(given, func(x float64) bool { return !(x > 0) }) {
+	} else if given, err = parseList(ladder, "a number", parseFloat); err != nil || len(given) == 0 || !slices.IsSorted(given) || slices.ContainsFunc(given, func(x float64) bool { return !(x > 0) }) {
 		return usagef("-ladder %q: use published or ascending positive rates in req/s, e.g. 0.1,0.2,0.4", ladder)
 	}
 	prof := cfg.Profiles[0]
@@ -198,10 +198,7 @@ func tournamentConfig(ctx context.Context, fs *flag.FlagSet, overrides map[strin
 			return cfg, err
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return cfg, cfg.Validate()
 }
 
 // tournamentProfiles returns the profiles and seeds src selects; given are
@@ -295,11 +292,7 @@ func traceProfile(fs *flag.FlagSet, given map[string]bool, src profileSource) ([
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trace %s: %w", src.trace, err)
 	}
-	seeds := make([]uint64, src.windows)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	return []tournament.Profile{p}, seeds, nil
+	return []tournament.Profile{p}, experiment.SeedRange(1, uint64(src.windows)), nil
 }
 
 // tournamentArms reads -arms: "all" is tournament.DefaultArms, anything else a list as
@@ -332,7 +325,7 @@ func (f *overrideFlags) register(fs *flag.FlagSet, cfg *experiment.Config) {
 	before := map[string]bool{}
 	fs.VisitAll(func(fl *flag.Flag) { before[fl.Name] = true })
 	fs.IntVar(&cfg.Engines, "engines", cfg.Engines, "override: simulated engines (GPUs)")
-	f.slowdowns, f.hostDelays = joinFloats(cfg.Slowdowns), joinDurations(cfg.HostDelays)
+	f.slowdowns, f.hostDelays = joinList(cfg.Slowdowns, formatFloat), joinList(cfg.HostDelays, time.Duration.String)
 	fs.StringVar(&f.slowdowns, "slowdowns", f.slowdowns, "override: step-time factor of each engine, engine 0 first (engines not listed: 1)")
 	fs.StringVar(&f.hostDelays, "host-delays", f.hostDelays, "override: extra host time per step of each engine, engine 0 first (engines not listed: 0)")
 	fs.IntVar(&cfg.Engine.KVPoolTokens, "kv-pool-tokens", cfg.Engine.KVPoolTokens, "override: tokens of KV each engine's GPU pool holds")

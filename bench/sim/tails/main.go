@@ -38,7 +38,7 @@ func run(args []string, w io.Writer) error {
 	cfg := experiment.DefaultConfig()
 	fs := flag.NewFlagSet("tails", flag.ContinueOnError)
 	seeds := fs.Int("seeds", len(cfg.Seeds), "seeds per arm (1..n)")
-	arms := fs.String("arms", "", "comma-separated arm names to run (default: every arm of the sweep)")
+	arms := fs.String("arms", "all", "arms as sweep's -arms takes them (all: every arm of the sweep)")
 	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "published (cold fleet, published warm-up, seeds back to back) or per-seed (each seed after -warmup requests)")
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "per-seed protocol: warm-up requests before each measured seed")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel")
@@ -49,20 +49,10 @@ func run(args []string, w io.Writer) error {
 	if *seeds < 1 {
 		return fmt.Errorf("-seeds %d: need at least 1", *seeds)
 	}
-	cfg.Seeds = make([]uint64, *seeds)
-	for i := range cfg.Seeds {
-		cfg.Seeds[i] = uint64(i + 1)
-	}
-	if *arms != "" {
-		var keep []experiment.Arm
-		for _, name := range strings.Split(*arms, ",") {
-			i := slices.IndexFunc(cfg.Arms, func(a experiment.Arm) bool { return a.Name == name })
-			if i < 0 {
-				return fmt.Errorf("-arms: no arm %q: use names from the sweep (kvaware, roundrobin, loadaware-b0, loadaware-b0.5, loadaware-b1, loadaware-b2, leastload)", name)
-			}
-			keep = append(keep, cfg.Arms[i])
-		}
-		cfg.Arms = keep
+	cfg.Seeds = experiment.SeedRange(1, uint64(*seeds))
+	var err error
+	if cfg.Arms, err = experiment.ParseArms(*arms); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

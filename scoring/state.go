@@ -34,6 +34,8 @@ type State struct {
 	// allocated is ttftaware's count of the uncached prompt tokens booked on each endpoint
 	// since the picker started (Uncached): the KV blocks those requests took there.
 	allocated map[string]float64
+	// allocatedAll is allocated summed over the fleet, forgotten endpoints included.
+	allocatedAll float64
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
@@ -49,6 +51,7 @@ func (s *State) Uncached(addr string, tokens int) {
 		s.uncached, s.allocated = map[string]float64{}, map[string]float64{}
 	}
 	s.allocated[addr] += float64(max(tokens, 0))
+	s.allocatedAll += float64(max(tokens, 0))
 	m, ok := s.uncached[addr]
 	if !ok {
 		s.uncached[addr] = float64(tokens)
@@ -84,6 +87,12 @@ type routed struct {
 	at   time.Time
 	rate float64 // requests per second, exponentially decayed over HotTau
 	prev route   // the last route before it to another endpoint (zero: none)
+	// markAll is State.allocatedAll when the key was last routed; between is the mean of
+	// the uncached tokens booked on the fleet between two of its requests (over about
+	// UncachedMemory of them), -1 until it has come twice (ttftaware's replica value).
+	markAll, between float64
+	// gap is the mean time between two of its requests, seconds, over as many.
+	gap float64
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -120,7 +129,17 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 			clear(s.recent)
 		}
 	}
-	r := s.recent[key]
+	r, seen := s.recent[key]
+	switch d := s.allocatedAll - r.markAll; {
+	case !seen:
+		r.between = -1
+	case r.between < 0:
+		r.between, r.gap = d, max(now.Sub(r.at), 0).Seconds()
+	default:
+		r.between += (d - r.between) / UncachedMemory
+		r.gap += (max(now.Sub(r.at), 0).Seconds() - r.gap) / UncachedMemory
+	}
+	r.markAll = s.allocatedAll
 	r.rate = decayed(r, now) + 1/HotTau.Seconds()
 	if r.addr != "" && r.addr != addr {
 		r.prev = r.route

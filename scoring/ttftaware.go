@@ -169,9 +169,11 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
+	spare := true     // no candidate is saturated
 	presumed := false // some candidate's holding is presumed, not seen
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
+	between, gap := p.state.between(in.PrefixKey)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
@@ -192,20 +194,44 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
 		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
+		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
+	wait := 0.0     // the fleet's mean queued prefill, seconds
+	holders := 0    // candidates missing the least
+	decoding := 0.0 // KV tokens the fleet's decoding sequences take a second
+	queued := 0.0   // requests in prefill across the fleet
+	for i, c := range in.Candidates {
+		wait += rs[i].Load / float64(len(rs))
+		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
+			holders++
+		}
+		queued += float64(max(c.Prefill, 0))
+		d := float64(max(c.Decode, 0))
+		decoding += d / (rs[i].Slowdown * (step + d*seq))
+	}
+	if between >= 0 {
+		between += decoding * gap
+	}
+	saving := wait * (1/float64(holders) - 1/float64(holders+1))
+	if queued > 0 {
+		saving = min(saving, wait*float64(len(rs))/queued)
+	}
 	best := math.Inf(1) // the lowest estimate
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
+		recompute := extra * tok * rs[i].Slowdown
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
+		case extra > 0 && c.Prefill <= 0 && spare && replicaPays(c, between, len(in.Candidates), saving, 2*recompute):
+			rs[i].Score = -(rs[i].Estimate - recompute)
 		default:
-			rs[i].Score = -(rs[i].Estimate + extra*tok*rs[i].Slowdown*float64(max(c.Prefill, 0)))
+			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
 		}
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)
@@ -220,6 +246,38 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// replicaPays says whether a copy of the prompt's prefix on c saves its family more wait
+// than it costs. The family's later requests, while the copy stays cached there, may each
+// go to the less queued of two holders; with waits spread exponentially about the fleet's
+// mean queued prefill wait, the less of two is half the mean, so each saves wait/2. The
+// copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
+// c takes about 1/engines of the fleet's uncached bookings, between of which come between
+// two of the family's requests, so about engines x free / between of them arrive first.
+// The copy costs cost seconds: this request's recompute, the same again delaying the
+// requests queued behind it, and once more for another family's cached blocks the copy
+// evicts. A family seen once (between < 0) has no measured arrivals and is never copied.
+func replicaPays(c Candidate, between float64, engines int, saving, cost float64) bool {
+	if between < 0 || saving <= 0 {
+		return false
+	}
+	pool := kvPool(c.Engine)
+	used := 0.0
+	if c.Engine.Known {
+		used = min(max(c.Engine.KVUsage, 0), 1) * pool
+	}
+	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
+}
+
+// between is the mean of the uncached tokens booked on the fleet between two requests
+// of the prefix key (-1: not seen twice); s.mu must be held.
+func (s *State) between(key uint64) (float64, float64) {
+	r, ok := s.recent[key]
+	if key == 0 || !ok {
+		return -1, 0
+	}
+	return r.between, r.gap
 }
 
 // missOf is the prompt tokens a candidate would prefill: those neither matched in the

@@ -325,3 +325,72 @@ func TestStateUncachedMean(t *testing.T) {
 		t.Error("ttftaware is not among the policy names")
 	}
 }
+
+func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
+	// a:1 holds the 2,000-token prompt behind 3 requests in prefill (1,000 uncached tokens
+	// each, est 0.734 s); b:1 holds none of it behind 3 mostly cached ones (est 0.577 s, of
+	// which 0.396 s its recompute). Valve (a) charges the move 3 x 0.396 s more, so a:1 keeps
+	// it, unless the copy pays: the fleet's mean queued wait is 0.403 s, a second holder saves
+	// each later request of the family half of half of it (0.101 s), and the copy costs
+	// (2 + 3) x 0.396 = 1.98 s; it pays when 2 x free KV x 0.101 > 1.98 x the tokens booked
+	// between two of the family's requests, below about 20,000 with a free 99,000-token pool.
+	const key = 0x7e91
+	tests := []struct {
+		name       string
+		between    int     // uncached tokens booked on the fleet between the family's two requests; -1: seen once
+		kvUsage    float64 // b:1's scraped KV usage; 0: not scraped
+		decodeB    int     // b:1's decoding sequences
+		want       string
+		wantReason string
+	}{
+		{"a hot family: the copy pays and the less queued engine takes it", 1000, 0, 0, "b:1", ReasonLowestTTFT},
+		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, "a:1", ReasonHolderSticky},
+		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, "a:1", ReasonHolderSticky},
+		{"a full pool keeps no copy", 1000, 1, 0, "a:1", ReasonHolderSticky},
+		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, "a:1", ReasonHolderSticky},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.Routed(key, "a:1", 2000, t0)
+			if tt.between >= 0 {
+				st.Uncached("c:1", tt.between)
+				st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			}
+			b := lcand("b:1", 0, 3, tt.decodeB, 0)
+			if tt.kvUsage > 0 {
+				b.Engine = EngineMetrics{Known: true, KVUsage: tt.kvUsage}
+			}
+			cands := []Candidate{lcand("a:1", 2000, 3, 0, 0), b}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: cands})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+		})
+	}
+}
+
+func TestStateBetweenAFamilysRequests(t *testing.T) {
+	st := NewState()
+	const key = 0x51
+	if b, _ := st.between(key); b != -1 {
+		t.Fatalf("unseen key: between %v, want -1", b)
+	}
+	st.Uncached("a:1", 500)
+	st.Routed(key, "a:1", 100, t0)
+	if b, _ := st.between(key); b != -1 {
+		t.Fatalf("seen once: between %v, want -1", b)
+	}
+	st.Uncached("b:1", 1600)
+	st.Routed(key, "b:1", 100, t0.Add(4*time.Second))
+	if b, g := st.between(key); b != 1600 || g != 4 {
+		t.Fatalf("seen twice: between %v, gap %v, want 1600, 4", b, g)
+	}
+	st.Routed(key, "a:1", 100, t0.Add(6*time.Second))
+	want, wantGap := 1600+(0-1600)/float64(UncachedMemory), 4+(2-4)/float64(UncachedMemory)
+	if b, g := st.between(key); math.Abs(b-want) > 1e-9 || math.Abs(g-wantGap) > 1e-9 {
+		t.Fatalf("seen thrice: between %v, gap %v, want %v, %v", b, g, want, wantGap)
+	}
+}

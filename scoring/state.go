@@ -36,6 +36,40 @@ type State struct {
 	allocated map[string]float64
 	// allocatedAll is allocated summed over the fleet, forgotten endpoints included.
 	allocatedAll float64
+	// booked is ttftaware's record of the fleet's offered load (Offered).
+	booked offered
+}
+
+// offered is the rate of the bookings with a prefix key and of the uncached prompt tokens
+// booked with them, per second, each decayed over HotTau as a prefix's rate is, as of at;
+// mark is State.allocatedAll then.
+type offered struct {
+	rate, tokens float64
+	at           time.Time
+	mark         float64
+}
+
+// book adds one booking at now, with the uncached tokens booked since the last; s.mu
+// must be held.
+func (s *State) book(now time.Time) {
+	b := &s.booked
+	f := 0.0
+	if !b.at.IsZero() {
+		f = math.Exp(-max(now.Sub(b.at), 0).Seconds() / HotTau.Seconds())
+	}
+	b.rate = b.rate*f + 1/HotTau.Seconds()
+	b.tokens = b.tokens*f + (s.allocatedAll-b.mark)/HotTau.Seconds()
+	b.at, b.mark = now, s.allocatedAll
+}
+
+// offered returns the fleet's bookings per second and their mean uncached prompt tokens,
+// decayed over HotTau, as of now (0, 0 before the first); s.mu must be held.
+func (s *State) offered(now time.Time) (float64, float64) {
+	b := s.booked
+	if b.at.IsZero() || b.rate <= 0 {
+		return 0, 0
+	}
+	return b.rate * math.Exp(-max(now.Sub(b.at), 0).Seconds()/HotTau.Seconds()), b.tokens / b.rate
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
@@ -129,6 +163,7 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 			clear(s.recent)
 		}
 	}
+	s.book(now)
 	r, seen := s.recent[key]
 	switch d := s.allocatedAll - r.markAll; {
 	case !seen:

@@ -174,6 +174,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
+	rate, perBooking := p.state.offered(in.Now)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
@@ -202,7 +203,10 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	holders := 0    // candidates missing the least
 	decoding := 0.0 // KV tokens the fleet's decoding sequences take a second
 	queued := 0.0   // requests in prefill across the fleet
+	served := 0.0   // the bookings the fleet can prefill a second
 	for i, c := range in.Candidates {
+		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
+		served += 1 / (rs[i].Slowdown * (admit + perBooking*tok))
 		wait += rs[i].Load / float64(len(rs))
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
@@ -218,7 +222,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	if queued > 0 {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
-	best := math.Inf(1) // the lowest estimate
+	busy := rate / served // the fleet's prefill utilization
+	best := math.Inf(1)   // the lowest estimate
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
@@ -228,7 +233,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && c.Prefill <= 0 && spare && replicaPays(c, between, len(in.Candidates), saving, 2*recompute):
+		case extra > 0 && c.Prefill <= 0 && spare && busy < 1 && replicaPays(c, between, len(in.Candidates), saving, recompute*(1+1/(1-busy))):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		default:
 			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
@@ -240,6 +245,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	}
 	sortByScore(in, rs)
 	switch {
+	case rs[0].Score > -rs[0].Estimate+scoreEpsilon:
+		label(rs, ReasonReplica)
 	case rs[0].Estimate > best+scoreEpsilon && saturated:
 		label(rs, ReasonFleetSaturated)
 	case rs[0].Estimate > best+scoreEpsilon:

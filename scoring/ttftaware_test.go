@@ -327,27 +327,33 @@ func TestStateUncachedMean(t *testing.T) {
 }
 
 func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
-	// a:1 holds the 2,000-token prompt behind 3 requests in prefill (1,000 uncached tokens
-	// each, est 0.734 s); b:1 holds none of it behind 3 mostly cached ones (est 0.577 s, of
-	// which 0.396 s its recompute). Valve (a) charges the move 3 x 0.396 s more, so a:1 keeps
-	// it, unless the copy pays: the fleet's mean queued wait is 0.403 s, a second holder saves
-	// each later request of the family half of half of it (0.101 s), and the copy costs
-	// (2 + 3) x 0.396 = 1.98 s; it pays when 2 x free KV x 0.101 > 1.98 x the tokens booked
-	// between two of the family's requests, below about 20,000 with a free 99,000-token pool.
+	// a:1 holds the 2,000-token prompt behind one request in prefill (1,000 uncached
+	// tokens, est 0.27 s); b:1 holds none of it and has nothing in prefill (est 0.44 s, of
+	// which 0.396 s its recompute). Valve (a) charges b:1 nothing more (no queue), so a:1
+	// keeps it, unless the copy pays: the fleet's mean queued wait is 0.11 s, a second
+	// holder saves each later request of the family half of it (0.056 s), and at a fleet
+	// prefill utilization near 0 the copy costs 2 x 0.396 s; it pays when 2 x free KV x
+	// 0.056 > 0.79 x the tokens booked between two of the family's requests, below about
+	// 14,000 with a free 99,000-token pool. Past the fleet's prefill capacity no copy pays.
 	const key = 0x7e91
 	tests := []struct {
 		name       string
 		between    int     // uncached tokens booked on the fleet between the family's two requests; -1: seen once
 		kvUsage    float64 // b:1's scraped KV usage; 0: not scraped
 		decodeB    int     // b:1's decoding sequences
+		others     int     // cached bookings of other prefixes over the 10 s before the family's second request
 		want       string
 		wantReason string
 	}{
-		{"a hot family: the copy pays and the less queued engine takes it", 1000, 0, 0, "b:1", ReasonLowestTTFT},
-		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, "a:1", ReasonHolderSticky},
-		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, "a:1", ReasonHolderSticky},
-		{"a full pool keeps no copy", 1000, 1, 0, "a:1", ReasonHolderSticky},
-		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, "a:1", ReasonHolderSticky},
+		{"a hot family: the copy pays and the idle engine takes it", 1000, 0, 0, 0, "b:1", ReasonReplica},
+		{"a warm family on an idle fleet: the copy pays", 10000, 0, 0, 0, "b:1", ReasonReplica},
+		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a full pool keeps no copy", 1000, 1, 0, 0, "a:1", ReasonLowestTTFT},
+		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, 0, "a:1", ReasonLowestTTFT},
+		{"the warm family on a fleet busy half the time: the copy's work queues others", 10000, 0, 0, 600, "a:1", ReasonLowestTTFT},
+		{"a hot family on a fleet busy half the time: the copy still pays", 1000, 0, 0, 600, "b:1", ReasonReplica},
+		{"a fleet offered more than it prefills: no copy", 1000, 0, 0, 2000, "a:1", ReasonLowestTTFT},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -355,15 +361,19 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 			st.Uncached("a:1", 1000)
 			st.Uncached("b:1", 100)
 			st.Routed(key, "a:1", 2000, t0)
+			for i := range tt.others {
+				st.Uncached("c:1", 0)
+				st.Routed(0x1000+uint64(i%64), "c:1", 2000, t0.Add(20*time.Second+time.Duration(i)*10*time.Second/time.Duration(tt.others)))
+			}
 			if tt.between >= 0 {
 				st.Uncached("c:1", tt.between)
 				st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
 			}
-			b := lcand("b:1", 0, 3, tt.decodeB, 0)
+			b := lcand("b:1", 0, 0, tt.decodeB, 0)
 			if tt.kvUsage > 0 {
 				b.Engine = EngineMetrics{Known: true, KVUsage: tt.kvUsage}
 			}
-			cands := []Candidate{lcand("a:1", 2000, 3, 0, 0), b}
+			cands := []Candidate{lcand("a:1", 2000, 1, 0, 0), b}
 			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: cands})
 			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
 				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)

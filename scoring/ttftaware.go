@@ -18,6 +18,7 @@ import (
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
 //		           = est(s)                              when the holding is only presumed
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
+//		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -50,6 +51,16 @@ import (
 //	    every candidate is saturated nothing is diverted: a move then only adds work to a
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals.
+//	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
+//	    requests choose the less queued of two, so a non-holder with nothing in prefill,
+//	    when no candidate is saturated, is scored as if it held the prompt when the copy
+//	    saves its family more wait than it costs (replicaPays): the recompute, which at
+//	    the fleet's prefill utilization busy delays the requests that queue behind it as
+//	    an M/M/1 queue's mean number in system does (1/(1-busy) in all), and once more for
+//	    the other prefixes' cached blocks it evicts. busy is the fleet's bookings per
+//	    second (State, decayed over HotTau) over the bookings its engines can prefill a
+//	    second (one admission and the mean uncached prompt each, times the slowdown);
+//	    at or past 1 nothing is copied: past capacity a recompute is never won back.
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.
@@ -262,9 +273,10 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 // copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
 // c takes about 1/engines of the fleet's uncached bookings, between of which come between
 // two of the family's requests, so about engines x free / between of them arrive first.
-// The copy costs cost seconds: this request's recompute, the same again delaying the
-// requests queued behind it, and once more for another family's cached blocks the copy
-// evicts. A family seen once (between < 0) has no measured arrivals and is never copied.
+// The copy costs cost seconds (Rank: the recompute over 1 - the fleet's prefill
+// utilization, its own and the delay of those queued behind it, and once more for another
+// family's cached blocks it evicts). A family seen once (between < 0) has no measured
+// arrivals and is never copied.
 func replicaPays(c Candidate, between float64, engines int, saving, cost float64) bool {
 	if between < 0 || saving <= 0 {
 		return false

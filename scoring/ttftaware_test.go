@@ -404,3 +404,47 @@ func TestStateBetweenAFamilysRequests(t *testing.T) {
 		t.Fatalf("seen thrice: between %v, gap %v, want %v, %v", b, g, want, wantGap)
 	}
 }
+
+func TestStateOfferedLoad(t *testing.T) {
+	tau := HotTau.Seconds()
+	tests := []struct {
+		name       string
+		bookings   int // one every gap, each with tokens uncached tokens
+		gap        time.Duration
+		tokens     int
+		wantRate   float64 // as of the last booking
+		wantTokens float64
+	}{
+		{"none booked", 0, time.Second, 0, 0, 0},
+		{"one booking", 1, time.Second, 300, 1 / tau, 300},
+		{"a steady stream of 4 a second approaches 4", 400, 250 * time.Millisecond, 100,
+			(1 - math.Exp(-400*0.25/tau)) / (1 - math.Exp(-0.25/tau)) / tau, 100},
+		{"cached prompts book no tokens", 20, time.Second, 0, (1 - math.Exp(-20/tau)) / (1 - math.Exp(-1/tau)) / tau, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			var now time.Time
+			for i := range tt.bookings {
+				now = t0.Add(time.Duration(i) * tt.gap)
+				st.Uncached("a:1", tt.tokens)
+				st.Routed(uint64(1+i%7), "a:1", 1000, now)
+			}
+			st.mu.Lock()
+			rate, per := st.offered(now)
+			st.mu.Unlock()
+			if math.Abs(rate-tt.wantRate) > 1e-9 || math.Abs(per-tt.wantTokens) > 1e-6 {
+				t.Fatalf("offered %v/s of %v tokens each, want %v/s of %v", rate, per, tt.wantRate, tt.wantTokens)
+			}
+		})
+	}
+	st := NewState()
+	st.Uncached("a:1", 100)
+	st.Routed(1, "a:1", 1000, t0)
+	st.mu.Lock()
+	rate, _ := st.offered(t0.Add(HotTau))
+	st.mu.Unlock()
+	if want := math.Exp(-1) / tau; math.Abs(rate-want) > 1e-12 {
+		t.Errorf("a booking HotTau ago: rate %v, want %v (decayed by e)", rate, want)
+	}
+}

@@ -40,18 +40,18 @@ type State struct {
 	booked offered
 }
 
-// offered is the rate of the bookings with a prefix key and of the uncached prompt tokens
-// booked with them, per second, each decayed over HotTau as a prefix's rate is, as of at;
-// mark is State.allocatedAll then.
+// offered is the rate of the bookings with a prefix key, of the uncached prompt tokens
+// booked with them and of those of them recomputed after an eviction (remiss), per second,
+// each decayed over HotTau as a prefix's rate is, as of at; mark is State.allocatedAll then.
 type offered struct {
-	rate, tokens float64
-	at           time.Time
-	mark         float64
+	rate, tokens, remiss float64
+	at                   time.Time
+	mark                 float64
 }
 
-// book adds one booking at now, with the uncached tokens booked since the last; s.mu
-// must be held.
-func (s *State) book(now time.Time) {
+// book adds one booking at now, with the uncached tokens booked since the last, remiss of
+// them recomputed after an eviction; s.mu must be held.
+func (s *State) book(now time.Time, remiss float64) {
 	b := &s.booked
 	f := 0.0
 	if !b.at.IsZero() {
@@ -59,17 +59,22 @@ func (s *State) book(now time.Time) {
 	}
 	b.rate = b.rate*f + 1/HotTau.Seconds()
 	b.tokens = b.tokens*f + (s.allocatedAll-b.mark)/HotTau.Seconds()
+	b.remiss = b.remiss*f + remiss/HotTau.Seconds()
 	b.at, b.mark = now, s.allocatedAll
 }
 
-// offered returns the fleet's bookings per second and their mean uncached prompt tokens,
-// decayed over HotTau, as of now (0, 0 before the first); s.mu must be held.
-func (s *State) offered(now time.Time) (float64, float64) {
+// offered returns the fleet's bookings per second, their mean uncached prompt tokens and
+// the share of those recomputed after an eviction, decayed over HotTau, as of now (0, 0, 0
+// before the first); s.mu must be held.
+func (s *State) offered(now time.Time) (rate, tokens, evicted float64) {
 	b := s.booked
 	if b.at.IsZero() || b.rate <= 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return b.rate * math.Exp(-max(now.Sub(b.at), 0).Seconds()/HotTau.Seconds()), b.tokens / b.rate
+	if b.tokens > 0 {
+		evicted = min(b.remiss/b.tokens, 1)
+	}
+	return b.rate * math.Exp(-max(now.Sub(b.at), 0).Seconds()/HotTau.Seconds()), b.tokens / b.rate, evicted
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
@@ -127,6 +132,8 @@ type routed struct {
 	markAll, between float64
 	// gap is the mean time between two of its requests, seconds, over as many.
 	gap float64
+	// least is the fewest uncached tokens any of its requests booked: its own suffix.
+	least float64
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -163,8 +170,20 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 			clear(s.recent)
 		}
 	}
-	s.book(now)
 	r, seen := s.recent[key]
+	// A prompt booked where its key was last routed, with more uncached than the least its
+	// key ever booked (its own suffix), was evicted there and is recomputed.
+	u, remiss := s.allocatedAll-s.booked.mark, 0.0
+	switch {
+	case !seen:
+		r.least = u
+	case addr == r.addr || addr == r.prev.addr:
+		remiss = max(u-r.least, 0)
+		fallthrough
+	default:
+		r.least = min(r.least, u)
+	}
+	s.book(now, remiss)
 	switch d := s.allocatedAll - r.markAll; {
 	case !seen:
 		r.between = -1

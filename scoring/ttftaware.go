@@ -54,13 +54,21 @@ import (
 //	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
 //	    requests choose the less queued of two, so a non-holder with nothing in prefill,
 //	    when no candidate is saturated, is scored as if it held the prompt when the copy
-//	    saves its family more wait than it costs (replicaPays): the recompute, which at
-//	    the fleet's prefill utilization busy delays the requests that queue behind it as
-//	    an M/M/1 queue's mean number in system does (1/(1-busy) in all), and once more for
-//	    the other prefixes' cached blocks it evicts. busy is the fleet's bookings per
-//	    second (State, decayed over HotTau) over the bookings its engines can prefill a
-//	    second (one admission and the mean uncached prompt each, times the slowdown);
-//	    at or past 1 nothing is copied: past capacity a recompute is never won back.
+//	    saves its family more wait than it costs (replicaPays). Its recompute x costs
+//
+//		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
+//
+//	    its own prefill and the requests that arrive at s during it (rate/engines x x of
+//	    them, each waiting x/2 on average), the queue growing behind them as an M/M/1
+//	    queue's does at the fleet's prefill utilization busy; and the other prefixes' cached
+//	    blocks it evicts, recomputed once, and again as often as the fleet's bookings are
+//	    recomputes of evicted prompts (evicted of their uncached tokens: 1 + evicted +
+//	    evicted^2 + ...). rate is the fleet's bookings per second (State, decayed over
+//	    HotTau), busy it over the bookings the engines can prefill a second (one admission
+//	    and the mean uncached prompt each, times the slowdown), evicted the share of the
+//	    uncached tokens booked where their prefix was last routed beyond the least it ever
+//	    booked (its own suffix). At busy or evicted 1 nothing is copied: past capacity a
+//	    recompute is never won back, and a pool that evicts what it will need repays none.
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.
@@ -185,7 +193,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
-	rate, perBooking := p.state.offered(in.Now)
+	rate, perBooking, evicted := p.state.offered(in.Now)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
@@ -244,7 +252,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && c.Prefill <= 0 && spare && busy < 1 && replicaPays(c, between, len(in.Candidates), saving, recompute*(1+1/(1-busy))):
+		case extra > 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
+			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		default:
 			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
@@ -273,10 +282,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 // copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
 // c takes about 1/engines of the fleet's uncached bookings, between of which come between
 // two of the family's requests, so about engines x free / between of them arrive first.
-// The copy costs cost seconds (Rank: the recompute over 1 - the fleet's prefill
-// utilization, its own and the delay of those queued behind it, and once more for another
-// family's cached blocks it evicts). A family seen once (between < 0) has no measured
-// arrivals and is never copied.
+// The copy costs cost seconds (Rank's copy(s): the recompute, the delay of the requests
+// queued behind it, and the recompute of the blocks it evicts). A family seen once
+// (between < 0) has no measured arrivals and is never copied.
 func replicaPays(c Candidate, between float64, engines int, saving, cost float64) bool {
 	if between < 0 || saving <= 0 {
 		return false
@@ -287,6 +295,15 @@ func replicaPays(c Candidate, between float64, engines int, saving, cost float64
 		used = min(max(c.Engine.KVUsage, 0), 1) * pool
 	}
 	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
+}
+
+// copyCost is what a copy whose recompute takes x seconds costs the fleet, in seconds of
+// wait (TTFTAware's copy(s)): its own prefill and the arrivals (arrivals a second) that
+// queue during it, over 1 - busy, and the evicted blocks' recompute, repeated as often as
+// the fleet's uncached tokens are recomputes of evicted prompts (evicted). busy and
+// evicted are below 1.
+func copyCost(x, arrivals, busy, evicted float64) float64 {
+	return x*(1+arrivals*x/2)/(1-busy) + x/(1-evicted)
 }
 
 // between is the mean of the uncached tokens booked on the fleet between two requests

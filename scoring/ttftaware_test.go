@@ -331,10 +331,13 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 	// tokens, est 0.27 s); b:1 holds none of it and has nothing in prefill (est 0.44 s, of
 	// which 0.396 s its recompute). Valve (a) charges b:1 nothing more (no queue), so a:1
 	// keeps it, unless the copy pays: the fleet's mean queued wait is 0.11 s, a second
-	// holder saves each later request of the family half of it (0.056 s), and at a fleet
-	// prefill utilization near 0 the copy costs 2 x 0.396 s; it pays when 2 x free KV x
+	// holder saves each later request of the family half of it (0.056 s), and on an idle
+	// fleet with nothing evicted the copy costs 2 x 0.396 s; it pays when 2 x free KV x
 	// 0.056 > 0.79 x the tokens booked between two of the family's requests, below about
-	// 14,000 with a free 99,000-token pool. Past the fleet's prefill capacity no copy pays.
+	// 14,000 with a free 99,000-token pool. A busy fleet (the recompute delays those that
+	// arrive during it and the queue behind them) or one whose bookings are recomputes of
+	// evicted prompts (the copy's displacement repeats) prices it higher; past the fleet's
+	// prefill capacity no copy pays.
 	const key = 0x7e91
 	tests := []struct {
 		name       string
@@ -342,18 +345,21 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 		kvUsage    float64 // b:1's scraped KV usage; 0: not scraped
 		decodeB    int     // b:1's decoding sequences
 		others     int     // cached bookings of other prefixes over the 10 s before the family's second request
+		evicted    int     // uncached tokens another prefix booked again where it was cached
 		want       string
 		wantReason string
 	}{
-		{"a hot family: the copy pays and the idle engine takes it", 1000, 0, 0, 0, "b:1", ReasonReplica},
-		{"a warm family on an idle fleet: the copy pays", 10000, 0, 0, 0, "b:1", ReasonReplica},
-		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, 0, "a:1", ReasonLowestTTFT},
-		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, 0, "a:1", ReasonLowestTTFT},
-		{"a full pool keeps no copy", 1000, 1, 0, 0, "a:1", ReasonLowestTTFT},
-		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, 0, "a:1", ReasonLowestTTFT},
-		{"the warm family on a fleet busy half the time: the copy's work queues others", 10000, 0, 0, 600, "a:1", ReasonLowestTTFT},
-		{"a hot family on a fleet busy half the time: the copy still pays", 1000, 0, 0, 600, "b:1", ReasonReplica},
-		{"a fleet offered more than it prefills: no copy", 1000, 0, 0, 2000, "a:1", ReasonLowestTTFT},
+		{"a hot family: the copy pays and the idle engine takes it", 1000, 0, 0, 0, 0, "b:1", ReasonReplica},
+		{"a warm family on an idle fleet: the copy pays", 10000, 0, 0, 0, 0, "b:1", ReasonReplica},
+		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a full pool keeps no copy", 1000, 1, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family between hot and warm on a fleet busy a tenth of the time: the copy still pays", 5000, 0, 0, 100, 0, "b:1", ReasonReplica},
+		{"the warm family on a fleet busy half the time: the copy's work queues others", 10000, 0, 0, 600, 0, "a:1", ReasonLowestTTFT},
+		{"a fleet offered more than it prefills: no copy", 1000, 0, 0, 2000, 0, "a:1", ReasonLowestTTFT},
+		{"the warm family where most bookings recompute evicted prompts: no copy", 10000, 0, 0, 0, 9000, "a:1", ReasonLowestTTFT},
+		{"the warm family where some bookings recompute evicted prompts: the copy still pays", 10000, 0, 0, 0, 1000, "b:1", ReasonReplica},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,8 +371,16 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 				st.Uncached("c:1", 0)
 				st.Routed(0x1000+uint64(i%64), "c:1", 2000, t0.Add(20*time.Second+time.Duration(i)*10*time.Second/time.Duration(tt.others)))
 			}
+			if tt.evicted > 0 {
+				st.Uncached("c:1", 0)
+				st.Routed(0x3000, "c:1", tt.evicted, t0.Add(25*time.Second))
+				st.Uncached("c:1", tt.evicted)
+				st.Routed(0x3000, "c:1", tt.evicted, t0.Add(26*time.Second))
+			}
 			if tt.between >= 0 {
-				st.Uncached("c:1", tt.between)
+				st.Uncached("c:1", tt.between-tt.evicted)
+				st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+				st.Uncached("a:1", 0)
 				st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
 			}
 			b := lcand("b:1", 0, 0, tt.decodeB, 0)
@@ -431,7 +445,7 @@ func TestStateOfferedLoad(t *testing.T) {
 				st.Routed(uint64(1+i%7), "a:1", 1000, now)
 			}
 			st.mu.Lock()
-			rate, per := st.offered(now)
+			rate, per, _ := st.offered(now)
 			st.mu.Unlock()
 			if math.Abs(rate-tt.wantRate) > 1e-9 || math.Abs(per-tt.wantTokens) > 1e-6 {
 				t.Fatalf("offered %v/s of %v tokens each, want %v/s of %v", rate, per, tt.wantRate, tt.wantTokens)
@@ -442,9 +456,42 @@ func TestStateOfferedLoad(t *testing.T) {
 	st.Uncached("a:1", 100)
 	st.Routed(1, "a:1", 1000, t0)
 	st.mu.Lock()
-	rate, _ := st.offered(t0.Add(HotTau))
+	rate, _, _ := st.offered(t0.Add(HotTau))
 	st.mu.Unlock()
 	if want := math.Exp(-1) / tau; math.Abs(rate-want) > 1e-12 {
 		t.Errorf("a booking HotTau ago: rate %v, want %v (decayed by e)", rate, want)
+	}
+}
+
+func TestStateEvictedShare(t *testing.T) {
+	// A key's prompt booked where the key was last routed (or the route before), with more
+	// uncached tokens than the least the key ever booked, was evicted there: the excess
+	// counts as recomputed after an eviction; booked anywhere else it is a move, not counted.
+	tests := []struct {
+		name  string
+		addrs []string // where the key's bookings go, in turn
+		toks  []int    // their uncached tokens
+		want  float64  // evicted share of the uncached tokens (all booked at one instant)
+	}{
+		{"cached again where it was: nothing evicted", []string{"a:1", "a:1"}, []int{300, 300}, 0},
+		{"recomputed where it was", []string{"a:1", "a:1"}, []int{300, 1300}, 1000.0 / 1600},
+		{"recomputed on another engine: a move", []string{"a:1", "b:1"}, []int{300, 1300}, 0},
+		{"back on the route before", []string{"a:1", "b:1", "a:1"}, []int{300, 1300, 1300}, 1000.0 / 2900},
+		{"its own suffix only", []string{"a:1", "a:1", "a:1"}, []int{300, 100, 100}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			for i, a := range tt.addrs {
+				st.Uncached(a, tt.toks[i])
+				st.Routed(0x44, a, 2000, t0)
+			}
+			st.mu.Lock()
+			_, _, got := st.offered(t0)
+			st.mu.Unlock()
+			if math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("evicted share %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

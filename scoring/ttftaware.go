@@ -52,9 +52,12 @@ import (
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals.
 //	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
-//	    requests choose the less queued of two, so a non-holder with nothing in prefill,
-//	    when no candidate is saturated, is scored as if it held the prompt when the copy
-//	    saves its family more wait than it costs (replicaPays). Its recompute x costs
+//	    requests choose the less queued of two, so a candidate holding none of the prompt
+//	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
+//	    the prompt when the copy saves its family more wait than it costs (replicaPays). (A
+//	    candidate holding the prompt's start lacks only what this request does not share
+//	    with its family, a conversation's history after its system prompt: no copy.) Its
+//	    recompute x costs
 //
 //		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
 //
@@ -252,7 +255,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
 			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		default:

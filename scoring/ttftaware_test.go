@@ -346,20 +346,22 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 		decodeB    int     // b:1's decoding sequences
 		others     int     // cached bookings of other prefixes over the 10 s before the family's second request
 		evicted    int     // uncached tokens another prefix booked again where it was cached
+		matchedB   int     // the prompt's tokens b:1 already holds
 		want       string
 		wantReason string
 	}{
-		{"a hot family: the copy pays and the idle engine takes it", 1000, 0, 0, 0, 0, "b:1", ReasonReplica},
-		{"a warm family on an idle fleet: the copy pays", 10000, 0, 0, 0, 0, "b:1", ReasonReplica},
-		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
-		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
-		{"a full pool keeps no copy", 1000, 1, 0, 0, 0, "a:1", ReasonLowestTTFT},
-		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, 0, 0, "a:1", ReasonLowestTTFT},
-		{"a family between hot and warm on a fleet busy a tenth of the time: the copy still pays", 5000, 0, 0, 100, 0, "b:1", ReasonReplica},
-		{"the warm family on a fleet busy half the time: the copy's work queues others", 10000, 0, 0, 600, 0, "a:1", ReasonLowestTTFT},
-		{"a fleet offered more than it prefills: no copy", 1000, 0, 0, 2000, 0, "a:1", ReasonLowestTTFT},
-		{"the warm family where most bookings recompute evicted prompts: no copy", 10000, 0, 0, 0, 9000, "a:1", ReasonLowestTTFT},
-		{"the warm family where some bookings recompute evicted prompts: the copy still pays", 10000, 0, 0, 0, 1000, "b:1", ReasonReplica},
+		{"a hot family: the copy pays and the idle engine takes it", 1000, 0, 0, 0, 0, 0, "b:1", ReasonReplica},
+		{"a warm family on an idle fleet: the copy pays", 10000, 0, 0, 0, 0, 0, "b:1", ReasonReplica},
+		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a full pool keeps no copy", 1000, 1, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family between hot and warm on a fleet busy a tenth of the time: the copy still pays", 5000, 0, 0, 100, 0, 0, "b:1", ReasonReplica},
+		{"the warm family on a fleet busy half the time: the copy's work queues others", 10000, 0, 0, 600, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a fleet offered more than it prefills: no copy", 1000, 0, 0, 2000, 0, 0, "a:1", ReasonLowestTTFT},
+		{"b:1 holds the prompt's start (a conversation's system prompt): the rest is this request's own, no copy", 1000, 0, 0, 0, 0, 500, "a:1", ReasonLowestTTFT},
+		{"the warm family where most bookings recompute evicted prompts: no copy", 10000, 0, 0, 0, 9000, 0, "a:1", ReasonLowestTTFT},
+		{"the warm family where some bookings recompute evicted prompts: the copy still pays", 10000, 0, 0, 0, 1000, 0, "b:1", ReasonReplica},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -383,7 +385,7 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 				st.Uncached("a:1", 0)
 				st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
 			}
-			b := lcand("b:1", 0, 0, tt.decodeB, 0)
+			b := lcand("b:1", tt.matchedB, 0, tt.decodeB, 0)
 			if tt.kvUsage > 0 {
 				b.Engine = EngineMetrics{Known: true, KVUsage: tt.kvUsage}
 			}

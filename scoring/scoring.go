@@ -211,6 +211,7 @@ const (
 	ReasonLowestTTFT     = "lowest-ttft"     // the lowest estimated time to first token won
 	ReasonHolderSticky   = "holder-sticky"   // a holder won over a lower estimate: the move's recompute outweighed its queue
 	ReasonFleetSaturated = "fleet-saturated" // every candidate saturated: the least miss won, nothing diverted
+	ReasonReplica        = "replica"         // a copy of the prefix on a non-holder pays its family more than it costs
 )
 
 // Names of the policies New knows, in the order the CLI lists them.

@@ -34,6 +34,47 @@ type State struct {
 	// allocated is ttftaware's count of the uncached prompt tokens booked on each endpoint
 	// since the picker started (Uncached): the KV blocks those requests took there.
 	allocated map[string]float64
+	// allocatedAll is allocated summed over the fleet, forgotten endpoints included.
+	allocatedAll float64
+	// booked is ttftaware's record of the fleet's offered load (Offered).
+	booked offered
+}
+
+// offered is the rate of the bookings with a prefix key, of the uncached prompt tokens
+// booked with them and of those of them recomputed after an eviction (remiss), per second,
+// each decayed over HotTau as a prefix's rate is, as of at; mark is State.allocatedAll then.
+type offered struct {
+	rate, tokens, remiss float64
+	at                   time.Time
+	mark                 float64
+}
+
+// book adds one booking at now, with the uncached tokens booked since the last, remiss of
+// them recomputed after an eviction; s.mu must be held.
+func (s *State) book(now time.Time, remiss float64) {
+	b := &s.booked
+	f := 0.0
+	if !b.at.IsZero() {
+		f = math.Exp(-max(now.Sub(b.at), 0).Seconds() / HotTau.Seconds())
+	}
+	b.rate = b.rate*f + 1/HotTau.Seconds()
+	b.tokens = b.tokens*f + (s.allocatedAll-b.mark)/HotTau.Seconds()
+	b.remiss = b.remiss*f + remiss/HotTau.Seconds()
+	b.at, b.mark = now, s.allocatedAll
+}
+
+// offered returns the fleet's bookings per second, their mean uncached prompt tokens and
+// the share of those recomputed after an eviction, decayed over HotTau, as of now (0, 0, 0
+// before the first); s.mu must be held.
+func (s *State) offered(now time.Time) (rate, tokens, evicted float64) {
+	b := s.booked
+	if b.at.IsZero() || b.rate <= 0 {
+		return 0, 0, 0
+	}
+	if b.tokens > 0 {
+		evicted = min(b.remiss/b.tokens, 1)
+	}
+	return b.rate * math.Exp(-max(now.Sub(b.at), 0).Seconds()/HotTau.Seconds()), b.tokens / b.rate, evicted
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of
@@ -49,6 +90,7 @@ func (s *State) Uncached(addr string, tokens int) {
 		s.uncached, s.allocated = map[string]float64{}, map[string]float64{}
 	}
 	s.allocated[addr] += float64(max(tokens, 0))
+	s.allocatedAll += float64(max(tokens, 0))
 	m, ok := s.uncached[addr]
 	if !ok {
 		s.uncached[addr] = float64(tokens)
@@ -84,6 +126,14 @@ type routed struct {
 	at   time.Time
 	rate float64 // requests per second, exponentially decayed over HotTau
 	prev route   // the last route before it to another endpoint (zero: none)
+	// markAll is State.allocatedAll when the key was last routed; between is the mean of
+	// the uncached tokens booked on the fleet between two of its requests (over about
+	// UncachedMemory of them), -1 until it has come twice (ttftaware's replica value).
+	markAll, between float64
+	// gap is the mean time between two of its requests, seconds, over as many.
+	gap float64
+	// least is the fewest uncached tokens any of its requests booked: its own suffix.
+	least float64
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -120,7 +170,30 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 			clear(s.recent)
 		}
 	}
-	r := s.recent[key]
+	r, seen := s.recent[key]
+	// A prompt booked where its key was last routed, with more uncached than the least its
+	// key ever booked (its own suffix), was evicted there and is recomputed.
+	u, remiss := s.allocatedAll-s.booked.mark, 0.0
+	switch {
+	case !seen:
+		r.least = u
+	case addr == r.addr || addr == r.prev.addr:
+		remiss = max(u-r.least, 0)
+		fallthrough
+	default:
+		r.least = min(r.least, u)
+	}
+	s.book(now, remiss)
+	switch d := s.allocatedAll - r.markAll; {
+	case !seen:
+		r.between = -1
+	case r.between < 0:
+		r.between, r.gap = d, max(now.Sub(r.at), 0).Seconds()
+	default:
+		r.between += (d - r.between) / UncachedMemory
+		r.gap += (max(now.Sub(r.at), 0).Seconds() - r.gap) / UncachedMemory
+	}
+	r.markAll = s.allocatedAll
 	r.rate = decayed(r, now) + 1/HotTau.Seconds()
 	if r.addr != "" && r.addr != addr {
 		r.prev = r.route

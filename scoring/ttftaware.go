@@ -18,6 +18,7 @@ import (
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
 //		           = est(s)                              when the holding is only presumed
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
+//		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -50,6 +51,27 @@ import (
 //	    every candidate is saturated nothing is diverted: a move then only adds work to a
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals.
+//	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
+//	    requests choose the less queued of two, so a candidate holding none of the prompt
+//	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
+//	    the prompt when the copy saves its family more wait than it costs (replicaPays). (A
+//	    candidate holding the prompt's start lacks only what this request does not share
+//	    with its family, a conversation's history after its system prompt: no copy.) Its
+//	    recompute x costs
+//
+//		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
+//
+//	    its own prefill and the requests that arrive at s during it (rate/engines x x of
+//	    them, each waiting x/2 on average), the queue growing behind them as an M/M/1
+//	    queue's does at the fleet's prefill utilization busy; and the other prefixes' cached
+//	    blocks it evicts, recomputed once, and again as often as the fleet's bookings are
+//	    recomputes of evicted prompts (evicted of their uncached tokens: 1 + evicted +
+//	    evicted^2 + ...). rate is the fleet's bookings per second (State, decayed over
+//	    HotTau), busy it over the bookings the engines can prefill a second (one admission
+//	    and the mean uncached prompt each, times the slowdown), evicted the share of the
+//	    uncached tokens booked where their prefix was last routed beyond the least it ever
+//	    booked (its own suffix). At busy or evicted 1 nothing is copied: past capacity a
+//	    recompute is never won back, and a pool that evicts what it will need repays none.
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.
@@ -169,9 +191,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
+	spare := true     // no candidate is saturated
 	presumed := false // some candidate's holding is presumed, not seen
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
+	between, gap := p.state.between(in.PrefixKey)
+	rate, perBooking, evicted := p.state.offered(in.Now)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
@@ -192,20 +217,49 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
 		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
+		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
-	best := math.Inf(1) // the lowest estimate
+	wait := 0.0     // the fleet's mean queued prefill, seconds
+	holders := 0    // candidates missing the least
+	decoding := 0.0 // KV tokens the fleet's decoding sequences take a second
+	queued := 0.0   // requests in prefill across the fleet
+	served := 0.0   // the bookings the fleet can prefill a second
+	for i, c := range in.Candidates {
+		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
+		served += 1 / (rs[i].Slowdown * (admit + perBooking*tok))
+		wait += rs[i].Load / float64(len(rs))
+		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
+			holders++
+		}
+		queued += float64(max(c.Prefill, 0))
+		d := float64(max(c.Decode, 0))
+		decoding += d / (rs[i].Slowdown * (step + d*seq))
+	}
+	if between >= 0 {
+		between += decoding * gap
+	}
+	saving := wait * (1/float64(holders) - 1/float64(holders+1))
+	if queued > 0 {
+		saving = min(saving, wait*float64(len(rs))/queued)
+	}
+	busy := rate / served // the fleet's prefill utilization
+	best := math.Inf(1)   // the lowest estimate
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
+		recompute := extra * tok * rs[i].Slowdown
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
+			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+			rs[i].Score = -(rs[i].Estimate - recompute)
 		default:
-			rs[i].Score = -(rs[i].Estimate + extra*tok*rs[i].Slowdown*float64(max(c.Prefill, 0)))
+			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
 		}
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)
@@ -214,12 +268,55 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	}
 	sortByScore(in, rs)
 	switch {
+	case rs[0].Score > -rs[0].Estimate+scoreEpsilon:
+		label(rs, ReasonReplica)
 	case rs[0].Estimate > best+scoreEpsilon && saturated:
 		label(rs, ReasonFleetSaturated)
 	case rs[0].Estimate > best+scoreEpsilon:
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// replicaPays says whether a copy of the prompt's prefix on c saves its family more wait
+// than it costs. The family's later requests, while the copy stays cached there, may each
+// go to the less queued of two holders; with waits spread exponentially about the fleet's
+// mean queued prefill wait, the less of two is half the mean, so each saves wait/2. The
+// copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
+// c takes about 1/engines of the fleet's uncached bookings, between of which come between
+// two of the family's requests, so about engines x free / between of them arrive first.
+// The copy costs cost seconds (Rank's copy(s): the recompute, the delay of the requests
+// queued behind it, and the recompute of the blocks it evicts). A family seen once
+// (between < 0) has no measured arrivals and is never copied.
+func replicaPays(c Candidate, between float64, engines int, saving, cost float64) bool {
+	if between < 0 || saving <= 0 {
+		return false
+	}
+	pool := kvPool(c.Engine)
+	used := 0.0
+	if c.Engine.Known {
+		used = min(max(c.Engine.KVUsage, 0), 1) * pool
+	}
+	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
+}
+
+// copyCost is what a copy whose recompute takes x seconds costs the fleet, in seconds of
+// wait (TTFTAware's copy(s)): its own prefill and the arrivals (arrivals a second) that
+// queue during it, over 1 - busy, and the evicted blocks' recompute, repeated as often as
+// the fleet's uncached tokens are recomputes of evicted prompts (evicted). busy and
+// evicted are below 1.
+func copyCost(x, arrivals, busy, evicted float64) float64 {
+	return x*(1+arrivals*x/2)/(1-busy) + x/(1-evicted)
+}
+
+// between is the mean of the uncached tokens booked on the fleet between two requests
+// of the prefix key (-1: not seen twice); s.mu must be held.
+func (s *State) between(key uint64) (float64, float64) {
+	r, ok := s.recent[key]
+	if key == 0 || !ok {
+		return -1, 0
+	}
+	return r.between, r.gap
 }
 
 // missOf is the prompt tokens a candidate would prefill: those neither matched in the

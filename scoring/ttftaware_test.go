@@ -325,3 +325,175 @@ func TestStateUncachedMean(t *testing.T) {
 		t.Error("ttftaware is not among the policy names")
 	}
 }
+
+func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
+	// a:1 holds the 2,000-token prompt behind one request in prefill (1,000 uncached
+	// tokens, est 0.27 s); b:1 holds none of it and has nothing in prefill (est 0.44 s, of
+	// which 0.396 s its recompute). Valve (a) charges b:1 nothing more (no queue), so a:1
+	// keeps it, unless the copy pays: the fleet's mean queued wait is 0.11 s, a second
+	// holder saves each later request of the family half of it (0.056 s), and on an idle
+	// fleet with nothing evicted the copy costs 2 x 0.396 s; it pays when 2 x free KV x
+	// 0.056 > 0.79 x the tokens booked between two of the family's requests, below about
+	// 14,000 with a free 99,000-token pool. A busy fleet (the recompute delays those that
+	// arrive during it and the queue behind them) or one whose bookings are recomputes of
+	// evicted prompts (the copy's displacement repeats) prices it higher; past the fleet's
+	// prefill capacity no copy pays.
+	const key = 0x7e91
+	tests := []struct {
+		name       string
+		between    int     // uncached tokens booked on the fleet between the family's two requests; -1: seen once
+		kvUsage    float64 // b:1's scraped KV usage; 0: not scraped
+		decodeB    int     // b:1's decoding sequences
+		others     int     // cached bookings of other prefixes over the 10 s before the family's second request
+		evicted    int     // uncached tokens another prefix booked again where it was cached
+		matchedB   int     // the prompt's tokens b:1 already holds
+		want       string
+		wantReason string
+	}{
+		{"a hot family: the copy pays and the idle engine takes it", 1000, 0, 0, 0, 0, 0, "b:1", ReasonReplica},
+		{"a warm family on an idle fleet: the copy pays", 10000, 0, 0, 0, 0, 0, "b:1", ReasonReplica},
+		{"a cold family: the copy would be evicted before it pays", 50000, 0, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family seen once: no arrivals measured, no copy", -1, 0, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a full pool keeps no copy", 1000, 1, 0, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"decoding allocates KV too: the copy would be evicted sooner", 1000, 0, 40, 0, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a family between hot and warm on a fleet busy a tenth of the time: the copy still pays", 5000, 0, 0, 100, 0, 0, "b:1", ReasonReplica},
+		{"the warm family on a fleet busy half the time: the copy's work queues others", 10000, 0, 0, 600, 0, 0, "a:1", ReasonLowestTTFT},
+		{"a fleet offered more than it prefills: no copy", 1000, 0, 0, 2000, 0, 0, "a:1", ReasonLowestTTFT},
+		{"b:1 holds the prompt's start (a conversation's system prompt): the rest is this request's own, no copy", 1000, 0, 0, 0, 0, 500, "a:1", ReasonLowestTTFT},
+		{"the warm family where most bookings recompute evicted prompts: no copy", 10000, 0, 0, 0, 9000, 0, "a:1", ReasonLowestTTFT},
+		{"the warm family where some bookings recompute evicted prompts: the copy still pays", 10000, 0, 0, 0, 1000, 0, "b:1", ReasonReplica},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.Routed(key, "a:1", 2000, t0)
+			for i := range tt.others {
+				st.Uncached("c:1", 0)
+				st.Routed(0x1000+uint64(i%64), "c:1", 2000, t0.Add(20*time.Second+time.Duration(i)*10*time.Second/time.Duration(tt.others)))
+			}
+			if tt.evicted > 0 {
+				st.Uncached("c:1", 0)
+				st.Routed(0x3000, "c:1", tt.evicted, t0.Add(25*time.Second))
+				st.Uncached("c:1", tt.evicted)
+				st.Routed(0x3000, "c:1", tt.evicted, t0.Add(26*time.Second))
+			}
+			if tt.between >= 0 {
+				st.Uncached("c:1", tt.between-tt.evicted)
+				st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+				st.Uncached("a:1", 0)
+				st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			}
+			b := lcand("b:1", tt.matchedB, 0, tt.decodeB, 0)
+			if tt.kvUsage > 0 {
+				b.Engine = EngineMetrics{Known: true, KVUsage: tt.kvUsage}
+			}
+			cands := []Candidate{lcand("a:1", 2000, 1, 0, 0), b}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: cands})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+		})
+	}
+}
+
+func TestStateBetweenAFamilysRequests(t *testing.T) {
+	st := NewState()
+	const key = 0x51
+	if b, _ := st.between(key); b != -1 {
+		t.Fatalf("unseen key: between %v, want -1", b)
+	}
+	st.Uncached("a:1", 500)
+	st.Routed(key, "a:1", 100, t0)
+	if b, _ := st.between(key); b != -1 {
+		t.Fatalf("seen once: between %v, want -1", b)
+	}
+	st.Uncached("b:1", 1600)
+	st.Routed(key, "b:1", 100, t0.Add(4*time.Second))
+	if b, g := st.between(key); b != 1600 || g != 4 {
+		t.Fatalf("seen twice: between %v, gap %v, want 1600, 4", b, g)
+	}
+	st.Routed(key, "a:1", 100, t0.Add(6*time.Second))
+	want, wantGap := 1600+(0-1600)/float64(UncachedMemory), 4+(2-4)/float64(UncachedMemory)
+	if b, g := st.between(key); math.Abs(b-want) > 1e-9 || math.Abs(g-wantGap) > 1e-9 {
+		t.Fatalf("seen thrice: between %v, gap %v, want %v, %v", b, g, want, wantGap)
+	}
+}
+
+func TestStateOfferedLoad(t *testing.T) {
+	tau := HotTau.Seconds()
+	tests := []struct {
+		name       string
+		bookings   int // one every gap, each with tokens uncached tokens
+		gap        time.Duration
+		tokens     int
+		wantRate   float64 // as of the last booking
+		wantTokens float64
+	}{
+		{"none booked", 0, time.Second, 0, 0, 0},
+		{"one booking", 1, time.Second, 300, 1 / tau, 300},
+		{"a steady stream of 4 a second approaches 4", 400, 250 * time.Millisecond, 100,
+			(1 - math.Exp(-400*0.25/tau)) / (1 - math.Exp(-0.25/tau)) / tau, 100},
+		{"cached prompts book no tokens", 20, time.Second, 0, (1 - math.Exp(-20/tau)) / (1 - math.Exp(-1/tau)) / tau, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			var now time.Time
+			for i := range tt.bookings {
+				now = t0.Add(time.Duration(i) * tt.gap)
+				st.Uncached("a:1", tt.tokens)
+				st.Routed(uint64(1+i%7), "a:1", 1000, now)
+			}
+			st.mu.Lock()
+			rate, per, _ := st.offered(now)
+			st.mu.Unlock()
+			if math.Abs(rate-tt.wantRate) > 1e-9 || math.Abs(per-tt.wantTokens) > 1e-6 {
+				t.Fatalf("offered %v/s of %v tokens each, want %v/s of %v", rate, per, tt.wantRate, tt.wantTokens)
+			}
+		})
+	}
+	st := NewState()
+	st.Uncached("a:1", 100)
+	st.Routed(1, "a:1", 1000, t0)
+	st.mu.Lock()
+	rate, _, _ := st.offered(t0.Add(HotTau))
+	st.mu.Unlock()
+	if want := math.Exp(-1) / tau; math.Abs(rate-want) > 1e-12 {
+		t.Errorf("a booking HotTau ago: rate %v, want %v (decayed by e)", rate, want)
+	}
+}
+
+func TestStateEvictedShare(t *testing.T) {
+	// A key's prompt booked where the key was last routed (or the route before), with more
+	// uncached tokens than the least the key ever booked, was evicted there: the excess
+	// counts as recomputed after an eviction; booked anywhere else it is a move, not counted.
+	tests := []struct {
+		name  string
+		addrs []string // where the key's bookings go, in turn
+		toks  []int    // their uncached tokens
+		want  float64  // evicted share of the uncached tokens (all booked at one instant)
+	}{
+		{"cached again where it was: nothing evicted", []string{"a:1", "a:1"}, []int{300, 300}, 0},
+		{"recomputed where it was", []string{"a:1", "a:1"}, []int{300, 1300}, 1000.0 / 1600},
+		{"recomputed on another engine: a move", []string{"a:1", "b:1"}, []int{300, 1300}, 0},
+		{"back on the route before", []string{"a:1", "b:1", "a:1"}, []int{300, 1300, 1300}, 1000.0 / 2900},
+		{"its own suffix only", []string{"a:1", "a:1", "a:1"}, []int{300, 100, 100}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			for i, a := range tt.addrs {
+				st.Uncached(a, tt.toks[i])
+				st.Routed(0x44, a, 2000, t0)
+			}
+			st.mu.Lock()
+			_, _, got := st.offered(t0)
+			st.mu.Unlock()
+			if math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("evicted share %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

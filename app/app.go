@@ -70,6 +70,8 @@ type Config struct {
 	MaxConnsPerIP      int                 // metrics and health ports, per client IP; 0: DefaultMaxConnsPerIP
 	ConnReadRate       int64               // bytes/s one ext_proc connection may send; 0: DefaultConnReadRate; negative: no limit
 	ConnReadBurst      int64               // bytes above ConnReadRate at once; 0: DefaultConnReadBurst
+	ConnStreamRate     int64               // ext_proc streams/s one connection may open; 0: DefaultConnStreamRate; negative: no limit
+	ConnStreamBurst    int64               // streams above ConnStreamRate at once; 0: DefaultConnStreamBurst
 	MaxMessageBytes    int                 // largest ext_proc message received; 0: DefaultMaxMessageBytes
 	Health             HealthConfig        // passive and active endpoint health
 
@@ -134,6 +136,7 @@ type App struct {
 	health                         *healthWatch
 	refusedConns                   *prometheus.CounterVec
 	connRate                       *connRate              // nil: ext_proc reads are not rate-limited
+	streamRate                     *streamRate            // nil: ext_proc streams are not rate-limited
 	CacheAlarm                     *cachealarm.Watch      // nil without CacheAlarm
 	EngineMetrics                  *enginemetrics.Scraper // nil when EngineMetricsInterval is negative
 	obs                            *observed
@@ -192,6 +195,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 			maxBody = extproc.DefaultMaxBodySize
 		}
 		if a.connRate, err = newConnRate(cfg.ConnReadRate, cfg.ConnReadBurst, maxBody, log, reg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ConnStreamRate > 0 {
+		if a.streamRate, err = newStreamRate(cfg.ConnStreamRate, cfg.ConnStreamBurst, log, reg); err != nil {
 			return nil, err
 		}
 	}
@@ -270,7 +278,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 		Threshold: gatedMessageBytes, MaxMessage: int64(cfg.MaxMessageBytes), Overdraft: int64(cfg.MaxMessageBytes)})
 	received = gate.Received
 	// Messages are received into buffers that are not cleared first (decision 1182).
-	opts := append(grpcOptions(gate.Creds(creds)), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
+	admit := ext.Admit
+	if a.streamRate != nil {
+		admit = a.streamRate.tap(admit)
+	}
+	opts := append(grpcOptions(gate.Creds(creds)), grpc.InTapHandle(admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	opts = append(opts, grpcbuf.ServerOptions()...)
 	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
@@ -356,6 +368,9 @@ func (a *App) bind(ctx context.Context, cfg Config) error {
 	if a.connRate != nil {
 		a.grpcLis = &rateListener{Listener: a.grpcLis, r: a.connRate}
 	}
+	if a.streamRate != nil {
+		a.grpcLis = &streamListener{Listener: a.grpcLis, r: a.streamRate}
+	}
 	if cfg.HealthAddr != "-" {
 		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {
 			return err
@@ -418,6 +433,12 @@ func setDefaults(c *Config) {
 	}
 	if c.ConnReadBurst <= 0 {
 		c.ConnReadBurst = DefaultConnReadBurst
+	}
+	if c.ConnStreamRate == 0 {
+		c.ConnStreamRate = DefaultConnStreamRate
+	}
+	if c.ConnStreamBurst <= 0 {
+		c.ConnStreamBurst = DefaultConnStreamBurst
 	}
 	if c.ImbalanceInterval <= 0 {
 		c.ImbalanceInterval = 250 * time.Millisecond

@@ -2,6 +2,7 @@ package lmcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -405,4 +406,42 @@ func startIngestServer(b *testing.B) (*Index, *Server) {
 		b.Fatal(err)
 	}
 	return idx, srv
+}
+
+// BenchmarkApplyRefused applies messages the network may not send (the soak's `lmcache`
+// hostile client's junk), one reason each, to an index where 10.0.0.1 holds its one
+// allowed instance "a": the refusal's cost on the ingest path, logged lines aside (one a
+// minute per reason and peer). allocs/op is what refusing allocates.
+func BenchmarkApplyRefused(b *testing.B) {
+	for _, c := range []struct {
+		reason, peer string
+		msg          Message
+	}{
+		{RefusedInstancesPerIP, "10.0.0.1", KVAdmitMsg{InstanceID: "junk", Key: 1, Location: "cpu"}},
+		{RefusedInstanceElsewhere, "10.0.0.2", KVAdmitMsg{InstanceID: "a", Key: 1, Location: "cpu"}},
+		{RefusedIPMismatch, "10.0.0.2", regMsg("b", 0, "10.0.0.9")},
+	} {
+		b.Run("reason="+c.reason, func(b *testing.B) {
+			ix := newTestIndex(b, IndexConfig{MaxInstancesPerIP: 1})
+			ix.mu.Lock()
+			err := ix.applyLocked(regMsg("a", 0, "10.0.0.1"), t0, "10.0.0.1") // from the network: counted on its IP
+			ix.mu.Unlock()
+			if err != nil {
+				b.Fatal(err)
+			}
+			before := testutil.ToFloat64(ix.trust.refused.WithLabelValues(c.reason))
+			b.ReportAllocs()
+			for b.Loop() {
+				ix.mu.Lock()
+				err := ix.applyLocked(c.msg, t0, c.peer)
+				ix.mu.Unlock()
+				if !errors.Is(err, ErrRefused) {
+					b.Fatalf("applied: %v", err)
+				}
+			}
+			if got := testutil.ToFloat64(ix.trust.refused.WithLabelValues(c.reason)) - before; got != float64(b.N) {
+				b.Fatalf("%v refusals counted as %s, want %d", got, c.reason, b.N)
+			}
+		})
+	}
 }

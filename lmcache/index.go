@@ -97,7 +97,7 @@ type Index struct {
 	logged    map[string]bool // decode error kinds and tags already logged
 
 	perIP       map[string]int       // instances created from each connection IP
-	refusedLog  map[string]time.Time // refusal kinds last logged
+	refusedLog  map[logKey]time.Time // refusal kinds (and peers) last logged
 	slotByID    map[uint32]*slot     // live slots, for evicting a key from its holders
 	retired     []*slot              // from retiredHead on: slots retired by registrations whose keys are still in the key table, oldest first
 	retiredHead int
@@ -130,7 +130,7 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		maxKeys:   int64(cfg.MaxKeys),
 
 		perIP:      map[string]int{},
-		refusedLog: map[string]time.Time{},
+		refusedLog: map[logKey]time.Time{},
 		slotByID:   map[uint32]*slot{},
 		credit:     newCredit(),
 	}
@@ -268,12 +268,12 @@ func (ix *Index) applyLocked(msg Message, now time.Time, peer string) error {
 	defer ix.settle()
 	if peer != "" {
 		peer = canonicalIP(peer)
-		if reason, why := ix.authorize(msg, peer); reason != "" {
-			ix.refuse(reason, why, peer, now)
+		if r := ix.authorize(msg, peer); r.reason != "" {
+			ix.refuse(r, now)
 			if msg != nil {
 				ix.met.message(msg.Tag(), outcomeIgnored)
 			}
-			return fmt.Errorf("%w: %s", ErrRefused, why)
+			return refusedErrs[r.reason]
 		}
 	}
 	outcome := outcomeApplied

@@ -30,9 +30,10 @@ const (
 var refusedReasons = []string{RefusedIPMismatch, RefusedInstanceElsewhere, RefusedInstancesPerIP, RefusedNoPeer}
 
 type trustMetrics struct {
-	refused *prometheus.CounterVec
-	evicted prometheus.Counter
-	swept   prometheus.Counter
+	refused  *prometheus.CounterVec
+	byReason map[string]prometheus.Counter // refused's children, resolved once
+	evicted  prometheus.Counter
+	swept    prometheus.Counter
 }
 
 func newTrustMetrics(reg prometheus.Registerer) (*trustMetrics, error) {
@@ -50,8 +51,9 @@ func newTrustMetrics(reg prometheus.Registerer) (*trustMetrics, error) {
 			Help: "Chunk keys dropped because their instance was superseded (a newer instance registered on its IP) or its IP left the fleet.",
 		}),
 	}
+	m.byReason = make(map[string]prometheus.Counter, len(refusedReasons))
 	for _, r := range refusedReasons {
-		m.refused.WithLabelValues(r)
+		m.byReason[r] = m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.refused, m.evicted, m.swept} {
@@ -88,29 +90,64 @@ func InstanceOf(msg Message) (id, claimedIP string, ok bool) {
 	return "", "", false
 }
 
-// authorize decides whether msg, received from peer (a canonical IP), may be applied.
-// It returns "" or the refusal reason with a sentence for the log. Called with ix.mu held.
-func (ix *Index) authorize(msg Message, peer string) (reason, why string) {
+// refusal is why a message may not be applied: its reason ("" when it may) and what the
+// log line's sentence needs, kept unformatted so that refusing costs no allocation; why
+// formats it, only when the line is logged.
+type refusal struct {
+	reason            string
+	id, claimed, home string
+	peer              string
+	instancesOnPeer   int
+}
+
+// why is the log line's sentence for r.
+func (r refusal) why() string {
+	switch r.reason {
+	case RefusedIPMismatch:
+		return fmt.Sprintf("instance %q claims IP %s but its connection comes from %s: an engine may only register its own IP", r.id, r.claimed, r.peer)
+	case RefusedInstanceElsewhere:
+		return fmt.Sprintf("instance id %q belongs to %s but %s sent a message for it: two engines share one lmcache_instance_id (give each its own), or an engine speaks for another", r.id, r.home, r.peer)
+	case RefusedInstancesPerIP:
+		return fmt.Sprintf("%s already has %d LMCache instances (the limit): instance %q is not admitted; an engine restarting supersedes its old instance, so this many at once is junk", r.peer, r.instancesOnPeer, r.id)
+	case RefusedNoPeer:
+		return "ZeroMQ gave no Peer-Address for the connection"
+	}
+	return r.reason
+}
+
+// refusedErrs is the error applyLocked returns for each reason: built once, each wrapping
+// ErrRefused; the refused message's particulars go to the log line (refuse), not here.
+var refusedErrs = func() map[string]error {
+	m := make(map[string]error, len(refusedReasons))
+	for _, r := range refusedReasons {
+		m[r] = fmt.Errorf("%w: %s (the instance and peer are logged; see loadaware_lmcache_refused_messages_total)", ErrRefused, r)
+	}
+	return m
+}()
+
+// authorize decides whether msg, received from peer (a canonical IP), may be applied:
+// a refusal with reason "" when it may. Called with ix.mu held.
+func (ix *Index) authorize(msg Message, peer string) refusal {
 	id, claimed, ok := InstanceOf(msg)
 	if !ok {
-		return "", ""
+		return refusal{}
 	}
 	if claimed != "" && !ix.trustClaims.Load() && canonicalIP(claimed) != peer {
-		return RefusedIPMismatch, fmt.Sprintf("instance %q claims IP %s but its connection comes from %s: an engine may only register its own IP", id, claimed, peer)
+		return refusal{reason: RefusedIPMismatch, id: id, claimed: claimed, peer: peer}
 	}
 	inst := ix.instances[id]
 	if inst != nil {
 		if home := inst.owner(); home != "" && home != peer {
-			return RefusedInstanceElsewhere, fmt.Sprintf("instance id %q belongs to %s but %s sent a message for it: two engines share one lmcache_instance_id (give each its own), or an engine speaks for another", id, home, peer)
+			return refusal{reason: RefusedInstanceElsewhere, id: id, home: home, peer: peer}
 		}
-		return "", ""
+		return refusal{}
 	}
 	if n := ix.perIP[peer]; n >= ix.maxPerIP {
 		if !ix.dropTombstone(peer) {
-			return RefusedInstancesPerIP, fmt.Sprintf("%s already has %d LMCache instances (the limit): instance %q is not admitted; an engine restarting supersedes its old instance, so this many at once is junk", peer, n, id)
+			return refusal{reason: RefusedInstancesPerIP, id: id, peer: peer, instancesOnPeer: n}
 		}
 	}
-	return "", ""
+	return refusal{}
 }
 
 // owner is the connection IP that speaks for an instance: the one that created it, else
@@ -158,25 +195,34 @@ func (ix *Index) dropTombstone(ip string) bool {
 // suppressed reports whether a log line of this kind was already written in the last
 // minute (and otherwise notes that it is being written now).
 func (ix *Index) suppressed(kind string, now time.Time) bool {
-	if last, seen := ix.refusedLog[kind]; seen && now.Sub(last) < time.Minute {
+	return ix.suppressedKey(logKey{kind: kind}, now)
+}
+
+// logKey is what a rate-limited log line is limited by: its kind, and the peer for a
+// refusal.
+type logKey struct{ kind, peer string }
+
+// suppressedKey is suppressed for a kind and a peer.
+func (ix *Index) suppressedKey(k logKey, now time.Time) bool {
+	if last, seen := ix.refusedLog[k]; seen && now.Sub(last) < time.Minute {
 		return true
 	}
 	if len(ix.refusedLog) >= 1024 {
 		clear(ix.refusedLog)
 	}
-	ix.refusedLog[kind] = now
+	ix.refusedLog[k] = now
 	return false
 }
 
 // refuse counts a refused message and logs it at WARN, at most once a minute per reason
-// and peer.
-func (ix *Index) refuse(reason, why, peer string, now time.Time) {
-	ix.trust.refused.WithLabelValues(reason).Inc()
-	if ix.suppressed(reason+"|"+peer, now) {
+// and peer; its sentence is formatted only then.
+func (ix *Index) refuse(r refusal, now time.Time) {
+	ix.trust.byReason[r.reason].Inc()
+	if ix.suppressedKey(logKey{r.reason, r.peer}, now) {
 		return
 	}
 	ix.log.Warn("lmcache: refused a message (logged once a minute per reason and peer; see loadaware_lmcache_refused_messages_total)",
-		"reason", reason, "peer", peer, "detail", why)
+		"reason", r.reason, "peer", r.peer, "detail", r.why())
 }
 
 // RefuseUnknownPeer counts a network message whose connection address ZeroMQ did not
@@ -184,7 +230,7 @@ func (ix *Index) refuse(reason, why, peer string, now time.Time) {
 func (ix *Index) RefuseUnknownPeer(now time.Time) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.refuse(RefusedNoPeer, "ZeroMQ gave no Peer-Address for the connection", "", now)
+	ix.refuse(refusal{reason: RefusedNoPeer}, now)
 }
 
 // RetainIPs drops every instance whose IP is not in ips (canonical IPs of the fleet),

@@ -2,6 +2,7 @@ package lmcache
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -60,8 +61,9 @@ func TestOneEngineCannotSpeakForAnother(t *testing.T) {
 			if got := ix.Lookup(q); len(got) != 1 || got[0].InstanceID != tt.wantQOwner || got[0].IP != "10.0.0.2" {
 				t.Fatalf("B's own later admits are credited to %+v, want B on 10.0.0.2", got)
 			}
-			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "reason="+tt.reason) {
-				t.Fatalf("no WARN naming %s:\n%s", tt.reason, logs.String())
+			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "reason="+tt.reason) ||
+				!strings.Contains(logs.String(), "10.0.0.1") || !strings.Contains(logs.String(), "detail=") {
+				t.Fatalf("no WARN naming %s, the peer and the detail:\n%s", tt.reason, logs.String())
 			}
 		})
 	}
@@ -312,6 +314,31 @@ func TestFullSyncLargerThanTheBudget(t *testing.T) {
 		}
 		if ix.Keys() == 0 || ix.Keys() > 500 {
 			t.Fatalf("after sync %d: %d keys, want some, at most 500", round, ix.Keys())
+		}
+	}
+}
+
+// Each reason's sentence names what the operator needs (the instance, the IPs, the
+// limit), and each reason's error wraps ErrRefused and names the reason.
+func TestRefusalSentences(t *testing.T) {
+	for _, c := range []struct {
+		r    refusal
+		want []string
+	}{
+		{refusal{reason: RefusedIPMismatch, id: "x", claimed: "10.0.0.2", peer: "10.0.0.1"}, []string{`"x"`, "10.0.0.2", "10.0.0.1", "its own IP"}},
+		{refusal{reason: RefusedInstanceElsewhere, id: "b", home: "10.0.0.2", peer: "10.0.0.1"}, []string{`"b"`, "10.0.0.2", "10.0.0.1", "lmcache_instance_id"}},
+		{refusal{reason: RefusedInstancesPerIP, id: "j", peer: "10.0.0.1", instancesOnPeer: 8}, []string{`"j"`, "10.0.0.1", "8 LMCache instances"}},
+		{refusal{reason: RefusedNoPeer}, []string{"Peer-Address"}},
+	} {
+		why := c.r.why()
+		for _, w := range c.want {
+			if !strings.Contains(why, w) {
+				t.Errorf("%s: %q lacks %q", c.r.reason, why, w)
+			}
+		}
+		err := refusedErrs[c.r.reason]
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.r.reason) {
+			t.Errorf("%s: error %v does not wrap ErrRefused and name the reason", c.r.reason, err)
 		}
 	}
 }

@@ -29,8 +29,10 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 	zmq "github.com/pebbe/zmq4"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // The hostile clients run in the test's process, beside the picker, unless
@@ -427,6 +429,10 @@ func runHostile(ctx context.Context, tg targets, c *counters, fail func(format s
 					break
 				}
 				if _, err := st.Recv(); err != nil {
+					if status.Code(err) == codes.ResourceExhausted { // over --grpc-conn-stream-rate
+						c.refused.Add(1)
+						break
+					}
 					if ctx.Err() == nil {
 						fail("a STREAMED-mode stream failed: %v", err)
 					}

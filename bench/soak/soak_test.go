@@ -108,6 +108,12 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("LOADAWARE_SOAK_LARGE_TOKENIZATIONS=%q: give a count, or -1", v)
 		}
 	}
+	var streamRate int64 // LOADAWARE_SOAK_STREAM_RATE: the picker's --grpc-conn-stream-rate (0: its default; -1: unbounded)
+	if v := os.Getenv("LOADAWARE_SOAK_STREAM_RATE"); v != "" {
+		if streamRate, err = strconv.ParseInt(v, 10, 64); err != nil || streamRate < -1 {
+			t.Fatalf("LOADAWARE_SOAK_STREAM_RATE=%q: give streams per second, 0 for the default, or -1", v)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
@@ -115,7 +121,7 @@ func TestSoak(t *testing.T) {
 		Limits:    extproc.Limits{MaxBufferedBytes: 64 << 20, IdleTimeout: 5 * time.Second},
 		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
 		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
-		Tokenizer: tok, LargeTokenizations: largeTok,
+		Tokenizer: tok, LargeTokenizations: largeTok, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
 	}, quiet)
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,8 @@ type hardening struct {
 	lmMaxInstancesPerIP int
 	connReadRate        int64
 	connReadBurst       int64
+	connStreamRate      int64
+	connStreamBurst     int64
 	unpacedBodyBytes    int64
 	maxMessageBytes     int
 	lmPeerRate          int64
@@ -54,6 +56,8 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.unpacedBodyBytes, "grpc-unpaced-body-bytes", extproc.DefaultUnpacedBodyBytes, "body bytes of one request (request and response) that never wait on --grpc-conn-read-rate, so small requests do not queue behind large ones")
 	fs.IntVar(&h.maxMessageBytes, "grpc-max-message-bytes", app.DefaultMaxMessageBytes, "largest ext_proc message received (a body chunk, or a whole buffered body); one over 64 KiB is counted against --max-buffered-bytes from its length prefix on (RSS bound: docs/security.md)")
 	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate (its large bodies: at most one --max-body-bytes of them)")
+	fs.Int64Var(&h.connStreamRate, "grpc-conn-stream-rate", app.DefaultConnStreamRate, "ext_proc streams (requests) per second one connection may open; more are refused with gRPC RESOURCE_EXHAUSTED and the connection is not read until it could open one; -1: no bound")
+	fs.Int64Var(&h.connStreamBurst, "grpc-conn-stream-burst", app.DefaultConnStreamBurst, "ext_proc streams a connection may open at once above --grpc-conn-stream-rate")
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
@@ -86,6 +90,9 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.connReadRate == 0 || h.connReadRate < -1 || h.connReadBurst < 1 {
 		return fmt.Errorf("--grpc-conn-read-rate must be bytes per second (default %d) or -1, and --grpc-conn-read-burst at least 1 byte (default %d)", app.DefaultConnReadRate, app.DefaultConnReadBurst)
 	}
+	if h.connStreamRate == 0 || h.connStreamRate < -1 || h.connStreamBurst < 1 {
+		return fmt.Errorf("--grpc-conn-stream-rate must be streams per second (default %d) or -1, and --grpc-conn-stream-burst at least 1 stream (default %d)", app.DefaultConnStreamRate, app.DefaultConnStreamBurst)
+	}
 	if h.maxMessageBytes < 64<<10 {
 		return fmt.Errorf("--grpc-max-message-bytes %d: use at least 65536 (64 KiB; default %d), more than Envoy's largest body chunk", h.maxMessageBytes, app.DefaultMaxMessageBytes)
 	}
@@ -96,6 +103,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
 	}
 	cfg.ConnReadRate, cfg.ConnReadBurst = h.connReadRate, h.connReadBurst
+	cfg.ConnStreamRate, cfg.ConnStreamBurst = h.connStreamRate, h.connStreamBurst
 	cfg.MaxMessageBytes = h.maxMessageBytes
 	if cfg.LMCache != nil {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP

@@ -79,8 +79,9 @@ var pairedPolicies = []string{"loadaware", "ttftaware", "latencyaware", "kvaware
 // time p99 of the thread (p99-cpu-ARM-ns), and per arm against loadaware the ratio of
 // p99s with a 90% paired bootstrap interval over blocks of 64 consecutive rounds
 // (ARM/loadaware-p99, -lo, -hi; the same three for CPU time). The control adds spin work
-// of a quarter of loadaware's CPU-time p99 measured before the timed rounds (slowed-add-ns), so its
-// ratio must come out near 1.25 with an interval above 1.1: if it does not, the
+// of a quarter of loadaware's CPU-time p99 over the warm-up rounds, played as the timed
+// ones are (slowed-add-ns; the wall clock's where the thread's CPU time is not read), so
+// its ratio must come out near 1.25 with an interval above 1.1: if it does not, the
 // measurement cannot resolve the target. Beside them: allocations per decision per arm
 // (allocs-ARM) and the collector's cycles during the timed rounds (gc-cycles).
 // Run it with -cpu 1 and -benchtime Nx, N at most 65,536.
@@ -132,7 +133,7 @@ func benchPickPaired(b *testing.B, n int) {
 	round := 0
 	order := make([]int, len(arms))
 	rng := rand.New(rand.NewPCG(1, 2))
-	play := func(timed bool) {
+	play := func() {
 		round++
 		now = now.Add(time.Millisecond)
 		prompt := prompts[round%len(prompts)]
@@ -147,17 +148,22 @@ func benchPickPaired(b *testing.B, n int) {
 			a.pick(b, prompt)
 			w := time.Since(t)
 			c1, _ := threadCPU()
-			if timed {
-				a.wall = append(a.wall, w)
-				a.cpu = append(a.cpu, c1-c0)
-			}
+			a.wall = append(a.wall, w)
+			a.cpu = append(a.cpu, c1-c0)
 			a.release()
 		}
 	}
-	warmUp(func() func() { play(false); return nil })
+	warmUp(func() func() { play(); return nil })
 	slowed := arms[len(arms)-1]
-	slowed.extra = calibrateSlowdown(b, arms[0], prompts)
+	base := quantile(arms[0].cpu, 0.99)
+	if base == 0 {
+		base = quantile(arms[0].wall, 0.99)
+	}
+	slowed.extra = spinFor(base / 4)
 	add := timeSpin(slowed.extra)
+	for _, a := range arms {
+		a.wall, a.cpu = a.wall[:0], a.cpu[:0]
+	}
 
 	var ms runtime.MemStats
 	runtime.GC()
@@ -165,7 +171,7 @@ func benchPickPaired(b *testing.B, n int) {
 	gc0 := ms.NumGC
 	b.ResetTimer()
 	for b.Loop() {
-		play(true)
+		play()
 	}
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.NumGC-gc0), "gc-cycles")
@@ -247,30 +253,11 @@ func newTextBench(b *testing.B, qwen *tokenize.Tokenizer, n int) (*lmcache.Index
 	return idx, addrs, prompts
 }
 
-// calibrateSlowdown returns the spin iterations that take a quarter of base's p99 over
-// 2,000 decisions made now, untimed by the benchmark, in the thread's CPU time (the wall
-// clock's p99 on a loaded host is the scheduler's, tens of decisions long).
-func calibrateSlowdown(b *testing.B, base *pairedArm, prompts []string) int {
-	b.Helper()
-	lat := make([]time.Duration, 2000)
-	for i := range lat {
-		c0, _ := threadCPU()
-		t := time.Now()
-		base.pick(b, prompts[i%len(prompts)])
-		w := time.Since(t)
-		if c1, ok := threadCPU(); ok {
-			w = c1 - c0
-		}
-		lat[i] = w
-		base.release()
-	}
-	target := quantile(lat, 0.99) / 4
+// spinFor returns the spin iterations that take d, timed on the least of five probes.
+func spinFor(d time.Duration) int {
 	const probe = 1 << 20
 	per := timeSpin(probe)
-	for range 4 {
-		per = min(per, timeSpin(probe))
-	}
-	return max(1, int(float64(target)/float64(per)*probe))
+	return max(1, int(float64(d)/float64(per)*probe))
 }
 
 // timeSpin is the least wall-clock time of five runs of spin(n).

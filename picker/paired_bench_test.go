@@ -71,9 +71,10 @@ var pairedPolicies = []string{"loadaware", "ttftaware", "latencyaware", "kvaware
 // control, loadaware followed by added work) on the same prompt, in an order drawn afresh
 // each round, on one locked OS thread, so that the host's noise lands on every arm alike.
 // Each arm has its own fleet (the same endpoints and uneven loads: 0-3 requests in flight)
-// over one LMCache index in which two endpoints hold the prompt's prefix, and one Qwen2.5
-// tokenizer (warm piece cache), as BenchmarkPickText1578; decisions go through PickInto
-// with one Decision per arm, and each is booked, decodes and is released untimed.
+// and its own LMCache index (the same contents: two endpoints hold the prompt's prefix);
+// all share one Qwen2.5 tokenizer (warm piece cache), as BenchmarkPickText1578. Decisions
+// go through PickInto with one Decision per arm, and each is booked, decodes and is
+// released untimed.
 //
 // It reports per arm the wall-clock p50 and p99 (p50-ARM-ns, p99-ARM-ns) and the CPU
 // time p99 of the thread (p99-cpu-ARM-ns), and per arm against loadaware the ratio of
@@ -95,7 +96,7 @@ func BenchmarkPickPaired(b *testing.B) {
 
 func benchPickPaired(b *testing.B, n int) {
 	qwen := loadQwenB(b)
-	idx, addrs, prompts := newTextBench(b, qwen, n)
+	newIndex, addrs, prompts := newTextBench(b, qwen, n)
 	now := benchNow
 	clock := func() time.Time { return now }
 	arms := make([]*pairedArm, len(pairedPolicies))
@@ -110,7 +111,7 @@ func benchPickPaired(b *testing.B, n int) {
 			}
 		}
 		policy, _, _ := strings.Cut(name, "+")
-		p := newPicker(b, Options{Fleet: f, Policy: policy, Cache: LMCacheView{Index: idx},
+		p := newPicker(b, Options{Fleet: f, Policy: policy, Cache: LMCacheView{Index: newIndex()},
 			Tokenizer: &Tokens{Local: qwen}, Now: clock})
 		arms[i] = &pairedArm{name: name, p: p,
 			wall: make([]time.Duration, pairedSamples), cpu: make([]time.Duration, pairedSamples)}
@@ -207,17 +208,15 @@ func benchPickPaired(b *testing.B, n int) {
 	}
 }
 
-// newTextBench is BenchmarkPickText1578's prompt on n endpoints: an LMCache index with
-// every endpoint registered and two of them (the first and the middle one) holding every
-// chunk of the ~1,578-token prefix, and 64 prompts that share the prefix and differ in a
-// trailing question, as routed traffic does.
-func newTextBench(b *testing.B, qwen *tokenize.Tokenizer, n int) (*lmcache.Index, []string, []string) {
+// newTextBench is BenchmarkPickText1578's prompt on n endpoints: a maker of LMCache
+// indexes with every endpoint registered and two of them (the first and the middle one)
+// holding every chunk of the ~1,578-token prefix, and 64 prompts that share the prefix
+// and differ in a trailing question, as routed traffic does. Each arm needs an index of
+// its own: an index keeps the endpoint list of its last lookup, and arms with fleets of
+// their own would make every lookup rebuild it, a cost no deployment has.
+func newTextBench(b *testing.B, qwen *tokenize.Tokenizer, n int) (func() *lmcache.Index, []string, []string) {
 	b.Helper()
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
-	idx, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: keys})
-	if err != nil {
-		b.Fatal(err)
-	}
 	words := strings.Fields("the quick brown fox jumps over a lazy dog while engines cache prefixes of long prompts for routing")
 	var sb strings.Builder
 	for i := 0; sb.Len() < 8450; i++ {
@@ -231,26 +230,35 @@ func newTextBench(b *testing.B, qwen *tokenize.Tokenizer, n int) (*lmcache.Index
 	chunkKeys := h.ChunkKeys(qwen.Encode(prefix, true))
 	addrs := make([]string, n)
 	for i := range addrs {
-		ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
-		addrs[i] = ip + ":8000"
-		inst := fmt.Sprintf("vllm-%d", i)
-		if err := idx.Apply(lmcache.RegisterMsg{InstanceID: inst, IP: ip, Port: 8000}, benchNow); err != nil {
+		addrs[i] = fmt.Sprintf("10.%d.%d.%d:8000", i>>16&255, i>>8&255, i&255)
+	}
+	newIndex := func() *lmcache.Index {
+		idx, err := lmcache.NewIndex(lmcache.IndexConfig{Keys: keys})
+		if err != nil {
 			b.Fatal(err)
 		}
-		if i != 0 && i != n/2 {
-			continue
-		}
-		for _, k := range chunkKeys {
-			if err := idx.Apply(lmcache.KVAdmitMsg{InstanceID: inst, Key: k, Location: "LocalCPUBackend"}, benchNow); err != nil {
+		for i, a := range addrs {
+			inst := fmt.Sprintf("vllm-%d", i)
+			ip, _, _ := strings.Cut(a, ":")
+			if err := idx.Apply(lmcache.RegisterMsg{InstanceID: inst, IP: ip, Port: 8000}, benchNow); err != nil {
 				b.Fatal(err)
 			}
+			if i != 0 && i != n/2 {
+				continue
+			}
+			for _, k := range chunkKeys {
+				if err := idx.Apply(lmcache.KVAdmitMsg{InstanceID: inst, Key: k, Location: "LocalCPUBackend"}, benchNow); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
+		return idx
 	}
 	prompts := make([]string, 64)
 	for i := range prompts {
 		prompts[i] = prefix + fmt.Sprintf("\n[Q-%06d] What does the passage above say about item %d?", i, i)
 	}
-	return idx, addrs, prompts
+	return newIndex, addrs, prompts
 }
 
 // spinFor returns the spin iterations that take d, timed on the least of five probes.

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
 
@@ -273,9 +272,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	// Messages are received into buffers that are not cleared first (decision 1182).
 	opts := append(grpcOptions(gate.Creds(creds)), grpc.InTapHandle(ext.Admit), grpc.MaxRecvMsgSize(cfg.MaxMessageBytes))
 	opts = append(opts, grpcbuf.ServerOptions()...)
-	// A stream runs on one of GOMAXPROCS reused goroutines when one is idle, whose stack has
-	// already grown, else on a new goroutine as before (decision 1195).
-	opts = append(opts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	a.grpcSrv = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(a.grpcSrv, ext)
 	healthpb.RegisterHealthServer(a.grpcSrv, a.Health)
@@ -283,12 +279,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	ctx, a.cancel = context.WithCancel(ctx)
 	if err := a.startReplica(ctx, reg); err != nil {
 		a.cancel()
-		a.grpcSrv.Stop() // ends its stream workers
 		return nil, err
 	}
 	if err := a.bind(ctx, cfg); err != nil {
 		a.cancel()
-		a.grpcSrv.Stop() // ends its stream workers
 		a.closeListeners()
 		if a.Replica != nil {
 			_ = a.Replica.Close()

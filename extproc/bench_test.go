@@ -57,8 +57,9 @@ func BenchmarkRoundTripStreamed(b *testing.B) {
 }
 
 // BenchmarkRoundTripStreamWorkers measures both conversations with gRPC's stream workers
-// off (a new goroutine per stream, its stack grown afresh) and on (grpc.NumStreamWorkers at
-// GOMAXPROCS, app's setting: reused goroutines whose stacks have already grown).
+// off (a new goroutine per stream, its stack grown afresh; app's setting) and on
+// (grpc.NumStreamWorkers at GOMAXPROCS: reused goroutines whose stacks have already grown).
+// Decision 1195 measured both here and in extload and kept them off.
 func BenchmarkRoundTripStreamWorkers(b *testing.B) {
 	fd, fdReq, fdAns := fullDuplex8KiB()
 	for _, c := range []struct {

@@ -2,7 +2,9 @@ package extproc
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -52,6 +54,26 @@ func BenchmarkRoundTrip(b *testing.B) {
 // same way: a back-to-back flood of short requests, each message answered in turn.
 func BenchmarkRoundTripStreamed(b *testing.B) {
 	benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints}, streamedFlood(), 1, 1)
+}
+
+// BenchmarkRoundTripStreamWorkers measures both conversations with gRPC's stream workers
+// off (a new goroutine per stream, its stack grown afresh; app's setting) and on
+// (grpc.NumStreamWorkers at GOMAXPROCS: reused goroutines whose stacks have already grown).
+// Decision 1195 measured both here and in extload and kept them off.
+func BenchmarkRoundTripStreamWorkers(b *testing.B) {
+	fd, fdReq, fdAns := fullDuplex8KiB()
+	for _, c := range []struct {
+		name         string
+		msgs         []*extprocv3.ProcessingRequest
+		req, answers int
+	}{{"conversation=full-duplex-8KiB", fd, fdReq, fdAns}, {"conversation=streamed", streamedFlood(), 1, 1}} {
+		for _, w := range []int{0, runtime.GOMAXPROCS(0)} {
+			b.Run(fmt.Sprintf("%s/workers=%d", c.name, w), func(b *testing.B) {
+				o := harnessOpts{endpoints: benchEndpoints, grpcOpts: []grpc.ServerOption{grpc.NumStreamWorkers(uint32(w))}}
+				benchRoundTrip(b, o, c.msgs, c.req, c.answers)
+			})
+		}
+	}
 }
 
 // benchRoundTrip plays msgs on one stream per iteration against a harness made with o: the

@@ -194,3 +194,29 @@ func textBody(n int) string {
 	head := `{"model":"m","prompt":"`
 	return head + strings.Repeat("lorem ipsum ", n/12)[:n-len(head)-2] + `"}`
 }
+
+// TestParseBodyIDsAgreeWithEncodingJSON runs ParseBody and the encoding/json parser over id
+// lists at the edges of its one-pass id loop: every width from 1 to 11 digits, leading
+// zeros, 2^32 and beyond, whitespace around the comma, and elements that are not ids.
+func TestParseBodyIDsAgreeWithEncodingJSON(t *testing.T) {
+	var lists []string
+	for w := 1; w <= 11; w++ {
+		id := strings.Repeat("7", w)
+		lists = append(lists, id, id+","+id, "1,"+id+",2", "0"+id, "1, "+id+" ,\n"+id)
+	}
+	lists = append(lists, "4294967295,4294967296", "0,00", "12345678,1", "1234567,1", "-1,2", "1.0,2", "1e3,2", `1,"a"`, "9999999 ]")
+	for _, l := range lists {
+		for _, tail := range []string{"]}", `],"x":1}`, `],"model":"n"}`} {
+			body := []byte(`{"model":"m","prompt":[` + l + tail)
+			got, err := ParseBody(PathCompletions, body)
+			want, wantErr := referenceParseBody(PathCompletions, body)
+			if (err == nil) != (wantErr == nil) {
+				t.Errorf("%s: err = %v, encoding/json parser %v", body, err, wantErr)
+				continue
+			}
+			if err == nil && !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: got %+v, encoding/json parser %+v", body, got, want)
+			}
+		}
+	}
+}

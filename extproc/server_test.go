@@ -46,6 +46,7 @@ type harnessOpts struct {
 	cache     picker.CacheView
 	policy    string   // default leastload
 	base      []string // picker.Options.BaseModels
+	grpcOpts  []grpc.ServerOption
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -73,7 +74,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(o.grpcOpts...)
 	extprocv3.RegisterExternalProcessorServer(gs, s)
 	hs := NewHealth()
 	hs.SetServing(true)

@@ -45,11 +45,7 @@ var memoryClasses = []string{
 // memoryReport is one line per class of the runtime's memory (MiB) and the kernel's view of
 // the process (/proc/self/status: VmRSS, RssAnon, RssFile, VmHWM).
 func memoryReport() string {
-	s := make([]metrics.Sample, len(memoryClasses))
-	for i, n := range memoryClasses {
-		s[i].Name = n
-	}
-	metrics.Read(s)
+	s := readMetrics(memoryClasses)
 	var b strings.Builder
 	for _, v := range s {
 		if v.Value.Kind() == metrics.KindUint64 {

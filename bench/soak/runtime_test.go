@@ -31,11 +31,7 @@ var runtimeNames = []string{
 }
 
 func readRuntime() runtimeSnap {
-	s := make([]metrics.Sample, len(runtimeNames))
-	for i, n := range runtimeNames {
-		s[i].Name = n
-	}
-	metrics.Read(s)
+	s := readMetrics(runtimeNames)
 	r := runtimeSnap{at: time.Now()}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
@@ -59,6 +55,16 @@ func readRuntime() runtimeSnap {
 		}
 	}
 	return r
+}
+
+// readMetrics reads the runtime metrics named, in order.
+func readMetrics(names []string) []metrics.Sample {
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	return s
 }
 
 func float64OK(v metrics.Sample) float64 {

@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadaware/loadaware-epp/internal/testlog"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -396,7 +398,7 @@ func TestLookupsRunDuringIngestion(t *testing.T) {
 
 func TestMatchEndpoints(t *testing.T) {
 	p := prompt(1, 600)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	ix := newTestIndex(t, IndexConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	applyAll(t, ix, cat(
 		regMsg("a", 0, "10.0.0.1"), admits(t, "a", 0, "cpu", p, 0, 3),

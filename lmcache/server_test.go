@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,30 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/loadaware/loadaware-epp/internal/testlog"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines to log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type liveServer struct {
 	*Server
 	idx  *Index
-	logs *syncBuffer
+	logs *testlog.Buffer
 	zctx *zmq.Context
 }
 
@@ -49,7 +32,7 @@ func startServer(t *testing.T, cfg ServerConfig, allowed []string) *liveServer {
 	if cfg.ReplyAddr == "" {
 		cfg.ReplyAddr = "127.0.0.1:0"
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	reg := prometheus.NewPedanticRegistry()
 	idx := newTestIndex(t, IndexConfig{Logger: log, Registerer: reg})

@@ -7,37 +7,12 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/bench/promtext"
+	"github.com/loadaware/loadaware-epp/internal/testlog"
 )
-
-// watchedBuffer is a concurrency-safe buffer that closes seen once it holds want.
-type watchedBuffer struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	want string
-	seen chan struct{}
-	once sync.Once
-}
-
-func (w *watchedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n, err := w.buf.Write(p)
-	if strings.Contains(w.buf.String(), w.want) {
-		w.once.Do(func() { close(w.seen) })
-	}
-	return n, err
-}
-
-func (w *watchedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
 
 // decisions sums loadaware_decisions_total on the metrics page at url.
 func decisions(t *testing.T, url string) float64 {
@@ -51,9 +26,10 @@ func decisions(t *testing.T, url string) float64 {
 
 // startHeldDemo runs a short demo with -hold until it prints its hold message, and returns
 // what it printed so far and its exit code's channel; cancelling ctx stops it.
-func startHeldDemo(ctx context.Context, t *testing.T) (out *watchedBuffer, errOut *bytes.Buffer, code chan int) {
+func startHeldDemo(ctx context.Context, t *testing.T) (out *testlog.Buffer, errOut *bytes.Buffer, code chan int) {
 	t.Helper()
-	out = &watchedBuffer{want: "  Grafana:", seen: make(chan struct{})}
+	out = &testlog.Buffer{}
+	held := out.Seen("  Grafana:")
 	errOut = &bytes.Buffer{}
 	code = make(chan int, 1)
 	go func() {
@@ -61,7 +37,7 @@ func startHeldDemo(ctx context.Context, t *testing.T) (out *watchedBuffer, errOu
 			"-warmup", "50", "-samples", "0", "-vtime-seeds", "0", "-progress=false", "-hold"}, out, errOut)
 	}()
 	select {
-	case <-out.seen:
+	case <-held:
 	case c := <-code:
 		t.Fatalf("demo -hold ended (exit %d) without holding:\n%s\n%s", c, out.String(), errOut.String())
 	case <-time.After(2 * time.Minute):

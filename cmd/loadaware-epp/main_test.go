@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/loadaware/loadaware-epp/picker"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/loadaware/loadaware-epp/internal/testlog"
+	"github.com/loadaware/loadaware-epp/picker"
 )
 
 func env(kv ...string) func(string) string {
@@ -146,11 +147,12 @@ func TestServeStartsAndStops(t *testing.T) {
 			"--metrics-port", fmt.Sprint(mp), "--endpoints", "10.0.0.1:8000", "--config-file", "ignored",
 			"--lmcache-pull-port", fmt.Sprint(freePort(t)), "--lmcache-reply-port", "0"}
 		ctx, cancel := context.WithCancel(context.Background())
-		stderr := &startLog{started: make(chan struct{})}
+		stderr := &testlog.Buffer{}
+		started := stderr.Seen("loadaware-epp started") // the picker has bound its ports
 		done := make(chan int, 1)
 		go func() { done <- serve(ctx, args, env(), &bytes.Buffer{}, stderr) }()
 		select {
-		case <-stderr.started:
+		case <-started:
 		case code := <-done:
 			cancel()
 			if attempt < 5 && strings.Contains(strings.ToLower(stderr.String()), "address already in use") {
@@ -186,31 +188,6 @@ func TestServeStartsAndStops(t *testing.T) {
 		}
 		return
 	}
-}
-
-// startLog is serve's stderr in TestServeStartsAndStops: it keeps the log, and closes
-// started at the line saying the picker has bound its ports.
-type startLog struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	started chan struct{}
-	once    sync.Once
-}
-
-func (l *startLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, err := l.b.Write(p)
-	if strings.Contains(l.b.String(), "loadaware-epp started") {
-		l.once.Do(func() { close(l.started) })
-	}
-	return n, err
-}
-
-func (l *startLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestRunDispatch(t *testing.T) {

@@ -331,13 +331,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return 2
 	}
 	log := newLogger(o, stderr)
-	gc := gctune.Plan(getenv, gctune.CgroupMemoryMax(), o.gcPercent, o.memoryLimit)
-	if o.heapPretouch {
-		gc = gctune.WithPretouch(gc)
-	}
+	gc, unmet := collectorPlan(o, getenv, gctune.CgroupMemoryMax())
 	tuned := time.Now()
 	gctune.Apply(gc)
 	log.Info("Go collector: "+gc.Why, "gogc", gc.GCPercent, "memory_limit_bytes", gc.MemoryLimit, "pretouch_bytes", gc.Pretouch, "took", time.Since(tuned).Round(time.Millisecond))
+	if unmet != "" {
+		log.Warn(unmet)
+	}
 	for name, v := range o.unsupported {
 		if *v != "" {
 			log.Warn("flag accepted for GIE compatibility but not supported by this build yet; it has no effect", "flag", "--"+name, "value", *v)
@@ -445,4 +445,17 @@ func lmcacheConfig(o options, getenv func(string) string) (*app.LMCacheConfig, e
 	}
 	return &app.LMCacheConfig{PullAddr: addr(o.lmPull), ReplyAddr: addr(o.lmReply), HeartbeatAddr: addr(o.lmHeartbeat),
 		HeartbeatURL: o.lmHeartbeatURL, Keys: keys, HashSeedSource: source, Allow: allow, HeartbeatTimeout: o.lmInstanceTimeout}, nil
+}
+
+// collectorPlan is the Go collector's settings for o (gctune.Plan, pre-touched under
+// --heap-pretouch), and a warning when --heap-pretouch was asked for but cannot be done.
+func collectorPlan(o options, getenv func(string) string, cgroupMax int64) (gctune.Settings, string) {
+	gc := gctune.Plan(getenv, cgroupMax, o.gcPercent, o.memoryLimit)
+	if !o.heapPretouch {
+		return gc, ""
+	}
+	if gc = gctune.WithPretouch(gc); gc.Pretouch == 0 {
+		return gc, "--heap-pretouch asked for but not done: give the picker a memory limit of its own (--memory-limit, or a container memory limit) and leave GOGC and GOMEMLIMIT unset"
+	}
+	return gc, ""
 }

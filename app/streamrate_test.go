@@ -168,14 +168,14 @@ func containsAll(s string, parts ...string) bool {
 
 // A connection waiting after a refusal stops waiting when it is closed.
 func TestStreamConnCloseEndsAWait(t *testing.T) {
-	r, err := newStreamRate(1, 1, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newStreamRate(1, 1, newExtConns(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	server, client := net.Pipe()
 	defer client.Close()
-	c := &streamConn{Conn: server, r: r, bucket: newStreamBucket(1.0/60, 1, time.Now()), closed: make(chan struct{})} // a stream a minute
-	if !c.bucket.admit(time.Now()) || c.bucket.admit(time.Now()) {
+	c := &extConn{Conn: server, conns: r.conns, stream: r, streams: newStreamBucket(1.0/60, 1, time.Now()), closed: make(chan struct{})} // a stream a minute
+	if !c.admit() || c.admit() {
 		t.Fatal("the bucket did not admit one stream and refuse the next")
 	}
 	ended := make(chan struct{})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -221,32 +220,4 @@ func holding(rate, burst, tokens float64) tokenbucket.Bucket {
 	b := tokenbucket.New(rate, burst, time.Now())
 	b.Take(burst - tokens)
 	return b
-}
-
-// A Read waiting for its connection's debt returns as soon as the connection is closed.
-func TestRateConnCloseEndsAWait(t *testing.T) {
-	r, err := newConnRate(1<<10, 1<<10, 1<<10, newExtConns(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, client := net.Pipe()
-	defer client.Close()
-	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
-	c := &extConn{Conn: server, conns: r.conns, read: r, bytes: holding(1<<10, 1<<10, -61<<10), closed: make(chan struct{})} // 60 KiB past the burst: owes a minute
-	ended := make(chan struct{})
-	go func() {
-		_, _ = c.Read(make([]byte, 4<<10))
-		close(ended)
-	}()
-	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.slowed) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) { // until the Read is waiting
-			t.Fatal("a Read into debt never waited")
-		}
-	}
-	c.Close()
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second): // a sixth of the debt: only Close can end the wait this soon
-		t.Fatal("a Read waiting on the rate did not return within 10s of Close (it owed a minute)")
-	}
 }

@@ -87,8 +87,11 @@ type extConn struct {
 
 func (c *extConn) Read(p []byte) (int, error) {
 	if c.stream != nil {
+		var wait time.Duration
 		c.mu.Lock()
-		wait := c.streams.wait(time.Now())
+		if c.streams.refused { // else no wait: spare the clock read
+			wait = c.streams.wait(time.Now())
+		}
 		c.mu.Unlock()
 		if wait > 0 {
 			c.stream.waited.Add(wait.Seconds())

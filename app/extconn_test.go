@@ -136,3 +136,44 @@ func TestExtListenerFilesConnections(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkExtConnRead is what the limits add to each Read of an ext_proc connection with
+// both on, at rates it never reaches: a Read of 16 KiB from a connection that returns at
+// once.
+func BenchmarkExtConnRead(b *testing.B) {
+	conns := newExtConns()
+	read, err := newConnRate(1<<50, 1<<50, 8<<20, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream, err := newStreamRate(1<<30, 1<<30, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := &extListener{Listener: &oneConn{conn: instantConn{}}, conns: conns, read: read, stream: stream}
+	c, err := l.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 16<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Read(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// oneConn is a listener that accepts conn.
+type oneConn struct {
+	net.Listener
+	conn net.Conn
+}
+
+func (l *oneConn) Accept() (net.Conn, error) { return l.conn, nil }
+
+// instantConn is a connection whose Read fills the buffer at once.
+type instantConn struct{ net.Conn }
+
+func (instantConn) Read(p []byte) (int, error) { return len(p), nil }
+func (instantConn) RemoteAddr() net.Addr       { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }

@@ -12,15 +12,7 @@ import (
 
 // A Read waiting on either limit returns as soon as the connection is closed.
 func TestExtConnCloseEndsAWait(t *testing.T) {
-	conns := newExtConns()
-	read, err := newConnRate(1<<10, 1<<10, 1<<10, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := newStreamRate(1, 1, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conns, read, stream := bothLimits(t, 1<<10, 1<<10, 1<<10, 1, 1)
 	for _, tc := range []struct {
 		name    string
 		conn    func(t *testing.T, server net.Conn) *extConn
@@ -66,15 +58,7 @@ func TestExtConnCloseEndsAWait(t *testing.T) {
 // stream's peer address finds it, and Close removes it; after a refused stream a Read
 // waits, and a Read draws what it read from the bucket of read bytes.
 func TestExtListenerFilesConnections(t *testing.T) {
-	conns := newExtConns()
-	read, err := newConnRate(1<<20, 1<<20, 1<<20, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := newStreamRate(1000, 1, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry()) // a refusal costs a 1 ms wait
-	if err != nil {
-		t.Fatal(err)
-	}
+	conns, read, stream := bothLimits(t, 1<<20, 1<<20, 1<<20, 1000, 1) // a refusal costs a 1 ms wait
 	for _, tc := range []struct {
 		name   string
 		read   *connRate
@@ -141,15 +125,7 @@ func TestExtListenerFilesConnections(t *testing.T) {
 // both on, at rates it never reaches: a Read of 16 KiB from a connection that returns at
 // once.
 func BenchmarkExtConnRead(b *testing.B) {
-	conns := newExtConns()
-	read, err := newConnRate(1<<50, 1<<50, 8<<20, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	stream, err := newStreamRate(1<<30, 1<<30, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
+	conns, read, stream := bothLimits(b, 1<<50, 1<<50, 8<<20, 1<<30, 1<<30)
 	l := &extListener{Listener: &oneConn{conn: instantConn{}}, conns: conns, read: read, stream: stream}
 	c, err := l.Accept()
 	if err != nil {
@@ -177,3 +153,19 @@ type instantConn struct{ net.Conn }
 
 func (instantConn) Read(p []byte) (int, error) { return len(p), nil }
 func (instantConn) RemoteAddr() net.Addr       { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+// bothLimits returns a registry and a read rate and a stream rate filing their connections
+// in it.
+func bothLimits(tb testing.TB, readRate, readBurst, maxBody, streams, streamBurst int64) (*extConns, *connRate, *streamRate) {
+	tb.Helper()
+	conns := newExtConns()
+	read, err := newConnRate(readRate, readBurst, maxBody, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stream, err := newStreamRate(streams, streamBurst, conns, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return conns, read, stream
+}

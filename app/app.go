@@ -137,6 +137,7 @@ type App struct {
 	refusedConns                   *prometheus.CounterVec
 	connRate                       *connRate              // nil: ext_proc reads are not rate-limited
 	streamRate                     *streamRate            // nil: ext_proc streams are not rate-limited
+	extConns                       *extConns              // nil: neither of the two is on
 	CacheAlarm                     *cachealarm.Watch      // nil without CacheAlarm
 	EngineMetrics                  *enginemetrics.Scraper // nil when EngineMetricsInterval is negative
 	obs                            *observed
@@ -189,17 +190,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	if err := reg.Register(a.refusedConns); err != nil {
 		return nil, err
 	}
+	if cfg.ConnReadRate > 0 || cfg.ConnStreamRate > 0 {
+		a.extConns = newExtConns()
+	}
 	if cfg.ConnReadRate > 0 {
 		maxBody := cfg.MaxBodyBytes
 		if maxBody <= 0 {
 			maxBody = extproc.DefaultMaxBodySize
 		}
-		if a.connRate, err = newConnRate(cfg.ConnReadRate, cfg.ConnReadBurst, maxBody, log, reg); err != nil {
+		if a.connRate, err = newConnRate(cfg.ConnReadRate, cfg.ConnReadBurst, maxBody, a.extConns, log, reg); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.ConnStreamRate > 0 {
-		if a.streamRate, err = newStreamRate(cfg.ConnStreamRate, cfg.ConnStreamBurst, log, reg); err != nil {
+		if a.streamRate, err = newStreamRate(cfg.ConnStreamRate, cfg.ConnStreamBurst, a.extConns, log, reg); err != nil {
 			return nil, err
 		}
 	}
@@ -365,11 +369,8 @@ func (a *App) bind(ctx context.Context, cfg Config) error {
 	}
 	// No per-IP cap on ext_proc: one Envoy opens a connection per worker thread.
 	a.grpcLis = limitListener(a.grpcLis, cfg.MaxGRPCConns, 0, nil)
-	if a.connRate != nil {
-		a.grpcLis = &rateListener{Listener: a.grpcLis, r: a.connRate}
-	}
-	if a.streamRate != nil {
-		a.grpcLis = &streamListener{Listener: a.grpcLis, r: a.streamRate}
+	if a.extConns != nil { // one wrapper for both per-connection limits
+		a.grpcLis = &extListener{Listener: a.grpcLis, conns: a.extConns, read: a.connRate, stream: a.streamRate}
 	}
 	if cfg.HealthAddr != "-" {
 		if a.healthLis, err = listen("gRPC health", cfg.HealthAddr, "--grpc-health-port"); err != nil {

@@ -3,13 +3,10 @@ package app
 import (
 	"context"
 	"log/slog"
-	"net"
-	"sync"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/ratelog"
-	"github.com/loadaware/loadaware-epp/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/peer"
 )
@@ -31,9 +28,10 @@ const (
 // headers message. Envoy's smallest chunks, 16 KiB, come to 0.2%.
 const framingShare = 64
 
-// connRate is what the ext_proc connections share: the rate, the metrics, the rate-limited
-// log of connections over it, and the open connections by remote address (where a stream
-// finds its connection: pacer).
+// connRate is the read-rate policy the ext_proc connections share: the rate, the metrics,
+// the rate-limited log of connections over it, and the registry of open connections (where
+// a stream finds its connection: pacer). Each connection's bucket of read bytes is in its
+// extConn (decision 0710).
 //
 // bodyBurst is how far a connection's large bodies may run ahead of the rate: one
 // --max-body-bytes body (at most the burst), where the connection as a whole gets its
@@ -51,15 +49,14 @@ type connRate struct {
 	log         *slog.Logger
 
 	logs  *ratelog.Limiter // the slowed-connection line, once per 10 s
-	mu    sync.Mutex
-	conns map[string]*rateConn // open connections by RemoteAddr().String()
+	conns *extConns
 }
 
 // newConnRate paces each connection to rate, with the whole connection read ahead of it
 // by at most burst and its large bodies by at most one maxBody body and its framing (or
-// burst, if smaller).
-func newConnRate(rate, burst, maxBody int64, log *slog.Logger, reg prometheus.Registerer) (*connRate, error) {
-	r := &connRate{rate: float64(rate), burst: float64(burst), bodyBurst: float64(min(burst, maxBody+maxBody/framingShare)), log: log, logs: ratelog.New(10 * time.Second), conns: map[string]*rateConn{},
+// burst, if smaller), finding connections in conns.
+func newConnRate(rate, burst, maxBody int64, conns *extConns, log *slog.Logger, reg prometheus.Registerer) (*connRate, error) {
+	r := &connRate{rate: float64(rate), burst: float64(burst), bodyBurst: float64(min(burst, maxBody+maxBody/framingShare)), log: log, logs: ratelog.New(10 * time.Second), conns: conns,
 		waited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_read_rate_wait_seconds_total",
 			Help: "Time ext_proc streams with large bodies waited because their connection sent faster than --grpc-conn-read-rate (the stream stops reading; HTTP/2 flow control then blocks that stream's sender).",
@@ -81,122 +78,7 @@ func newConnRate(rate, burst, maxBody int64, log *slog.Logger, reg prometheus.Re
 	return r, nil
 }
 
-// rateListener gives every accepted connection a token bucket of read bytes.
-type rateListener struct {
-	net.Listener
-	r *connRate
-}
-
-func (l *rateListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	rc := &rateConn{Conn: c, r: l.r, key: c.RemoteAddr().String(), bucket: tokenbucket.New(l.r.rate, l.r.burst, time.Now()), closed: make(chan struct{})}
-	l.r.mu.Lock()
-	l.r.conns[rc.key] = rc
-	l.r.mu.Unlock()
-	return rc, nil
-}
-
-// conn returns the open connection from addr, or nil.
-func (r *connRate) conn(addr net.Addr) *rateConn {
-	if addr == nil {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.conns[addr.String()]
-}
-
-// rateConn is an ext_proc connection and its token bucket of the bytes read from it
-// (decision 0710). Every Read draws on the bucket. Two levels slow the sender:
-//
-//   - more than one largest body (connRate.bodyBurst) below a full bucket, the
-//     connection's streams whose bodies are large wait for the bucket to refill to that
-//     level before each further chunk is processed (Delay, the extproc.Pacer; decision
-//     1183): they stop reading, their flow-control windows close and only their senders
-//     block, while the connection's small requests go on;
-//   - more than one burst in debt (a sender the streams' waits did not stop, say one
-//     opening stream after stream), Read itself waits: the whole connection stops, as a
-//     token bucket on the socket would.
-type rateConn struct {
-	net.Conn
-	r   *connRate
-	key string // RemoteAddr().String(), its key in r.conns
-
-	mu      sync.Mutex
-	bucket  tokenbucket.Bucket
-	slowed  bool
-	closed  chan struct{}
-	closing sync.Once
-}
-
-func (c *rateConn) Read(p []byte) (int, error) {
-	if wait := c.owed(-c.r.burst); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-c.closed:
-			t.Stop()
-		}
-	}
-	n, err := c.Conn.Read(p)
-	c.mu.Lock()
-	c.bucket.Take(float64(n))
-	c.mu.Unlock()
-	return n, err
-}
-
-// Delay implements extproc.Pacer: the time for the bucket to refill to one largest body
-// below full. A wait while the bucket is not in debt is counted in bodyWaits.
-func (c *rateConn) Delay() time.Duration {
-	wait, tokens := c.owedAt(c.r.burst - c.r.bodyBurst)
-	if wait > 0 && tokens >= 0 {
-		c.r.bodyWaits.Inc()
-	}
-	return wait
-}
-
-// owed refills the bucket to now and returns how long it takes to bring it back up to
-// floor; a wait is counted, and the connection's first is noted.
-func (c *rateConn) owed(floor float64) time.Duration {
-	wait, _ := c.owedAt(floor)
-	return wait
-}
-
-// owedAt is owed, also returning what the bucket held before the wait.
-func (c *rateConn) owedAt(floor float64) (time.Duration, float64) {
-	c.mu.Lock()
-	c.bucket.Refill(time.Now())
-	wait, tokens := c.bucket.Until(floor), c.bucket.Tokens()
-	first := wait > 0 && !c.slowed
-	if first {
-		c.slowed = true
-	}
-	c.mu.Unlock()
-	if wait > 0 {
-		c.r.waited.Add(wait.Seconds())
-	}
-	if first {
-		c.r.note(c)
-	}
-	return wait, tokens
-}
-
-func (c *rateConn) Close() error {
-	c.closing.Do(func() {
-		close(c.closed)
-		c.r.mu.Lock()
-		if c.r.conns[c.key] == c {
-			delete(c.r.conns, c.key)
-		}
-		c.r.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
-
-// pacer is extproc.Config.Pacer: the rateConn the stream came on, found by the stream's
+// pacer is extproc.Config.Pacer: the extConn the stream came on, found by the stream's
 // peer address (the connection's RemoteAddr, the key Accept filed it under), or nil. It is
 // asked once per stream and only of streams whose bodies go past
 // --grpc-unpaced-body-bytes. (A gRPC stats handler could tag each connection instead, but
@@ -207,7 +89,7 @@ func (r *connRate) pacer(ctx context.Context) extproc.Pacer {
 	if !ok {
 		return nil
 	}
-	if c := r.conn(p.Addr); c != nil {
+	if c := r.conns.byAddr(p.Addr); c != nil {
 		return c
 	}
 	return nil
@@ -215,7 +97,7 @@ func (r *connRate) pacer(ctx context.Context) extproc.Pacer {
 
 // note counts a connection's first wait and logs, at most once every 10 s, how many
 // connections were slowed since the last line.
-func (r *connRate) note(c *rateConn) {
+func (r *connRate) note(c *extConn) {
 	r.slowed.Inc()
 	if n, logIt := r.logs.Due("", time.Now()); logIt {
 		r.log.Warn("an ext_proc connection sends faster than --grpc-conn-read-rate: the picker slows its large bodies, so their sender waits (logged once per 10 s; see loadaware_extproc_read_rate_slowed_connections_total). If it is Envoy carrying real traffic, raise the rate",

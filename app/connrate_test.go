@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -140,7 +139,7 @@ func TestConnReadRateDefaultsPassALargestBody(t *testing.T) {
 // burst, each for that debt at the rate; the first wait is noted once.
 func TestRateConnWaits(t *testing.T) {
 	const rate, burst = 1 << 10, 1 << 10 // a KiB a second: the refill during the test is negligible
-	r, err := newConnRate(rate, burst, burst, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newConnRate(rate, burst, burst, newExtConns(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +154,12 @@ func TestRateConnWaits(t *testing.T) {
 		{-2 * burst, 2 * time.Second, time.Second},
 	} {
 		began := time.Now()
-		c := &rateConn{r: r, bucket: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
+		c := &extConn{read: r, bytes: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
 		if got := c.Delay(); !refilledNear(got, tc.delay, time.Since(began)) && !(tc.delay == 0 && got == 0) {
 			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
 		}
 		began = time.Now()
-		c.bucket = holding(rate, burst, tc.tokens)
+		c.bytes = holding(rate, burst, tc.tokens)
 		if got := c.owed(-burst); !refilledNear(got, tc.readWait, time.Since(began)) && !(tc.readWait == 0 && got == 0) {
 			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
 		}
@@ -176,7 +175,7 @@ func TestRateConnWaits(t *testing.T) {
 // one burst of debt.
 func TestRateConnBodyBurst(t *testing.T) {
 	const rate, burst, maxBody = 1 << 10, 4 << 10, 1 << 10 // a KiB a second; one body 1,040 bytes with its framing
-	r, err := newConnRate(rate, burst, maxBody, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newConnRate(rate, burst, maxBody, newExtConns(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +194,7 @@ func TestRateConnBodyBurst(t *testing.T) {
 	} {
 		before := testutil.ToFloat64(r.bodyWaits)
 		began := time.Now()
-		c := &rateConn{r: r, bucket: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
+		c := &extConn{read: r, bytes: holding(rate, burst, tc.tokens), closed: make(chan struct{})}
 		if got := c.Delay(); !refilledNear(got, tc.delay, time.Since(began)) && !(tc.delay == 0 && got == 0) {
 			t.Errorf("tokens %v: Delay %v, want %v", tc.tokens, got, tc.delay)
 		}
@@ -203,7 +202,7 @@ func TestRateConnBodyBurst(t *testing.T) {
 			t.Errorf("tokens %v: %v body-burst waits counted, want %v", tc.tokens, got, tc.bodyWait)
 		}
 		began = time.Now()
-		c.bucket = holding(rate, burst, tc.tokens)
+		c.bytes = holding(rate, burst, tc.tokens)
 		if got := c.owed(-burst); !refilledNear(got, tc.readWait, time.Since(began)) && !(tc.readWait == 0 && got == 0) {
 			t.Errorf("tokens %v: Read waits %v, want %v", tc.tokens, got, tc.readWait)
 		}
@@ -221,32 +220,4 @@ func holding(rate, burst, tokens float64) tokenbucket.Bucket {
 	b := tokenbucket.New(rate, burst, time.Now())
 	b.Take(burst - tokens)
 	return b
-}
-
-// A Read waiting for its connection's debt returns as soon as the connection is closed.
-func TestRateConnCloseEndsAWait(t *testing.T) {
-	r, err := newConnRate(1<<10, 1<<10, 1<<10, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, client := net.Pipe()
-	defer client.Close()
-	go func() { _, _ = client.Write(make([]byte, 64<<10)) }()
-	c := &rateConn{Conn: server, r: r, bucket: holding(1<<10, 1<<10, -61<<10), closed: make(chan struct{})} // 60 KiB past the burst: owes a minute
-	ended := make(chan struct{})
-	go func() {
-		_, _ = c.Read(make([]byte, 4<<10))
-		close(ended)
-	}()
-	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.slowed) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) { // until the Read is waiting
-			t.Fatal("a Read into debt never waited")
-		}
-	}
-	c.Close()
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second): // a sixth of the debt: only Close can end the wait this soon
-		t.Fatal("a Read waiting on the rate did not return within 10s of Close (it owed a minute)")
-	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -64,22 +62,22 @@ func (s *streamBucket) wait(now time.Time) time.Duration {
 	return s.b.Until(1)
 }
 
-// streamRate is what the ext_proc connections' stream rates share: the rate, the metrics,
-// the rate-limited log, and the open connections by remote address (where Tap finds a
-// stream's connection).
+// streamRate is the stream-rate policy the ext_proc connections share: the rate, the
+// metrics, the rate-limited log, and the registry of open connections (where tap finds a
+// stream's connection). Each connection's streamBucket is in its extConn.
 type streamRate struct {
 	rate, burst float64
 	refused     prometheus.Counter
 	waited      prometheus.Counter
 	log         *slog.Logger
 	logs        *ratelog.Limiter
-
-	mu    sync.Mutex
-	conns map[string]*streamConn
+	conns       *extConns
 }
 
-func newStreamRate(rate, burst int64, log *slog.Logger, reg prometheus.Registerer) (*streamRate, error) {
-	r := &streamRate{rate: float64(rate), burst: float64(burst), log: log, logs: ratelog.New(10 * time.Second), conns: map[string]*streamConn{},
+// newStreamRate admits rate streams a second and burst at once on each connection,
+// finding connections in conns.
+func newStreamRate(rate, burst int64, conns *extConns, log *slog.Logger, reg prometheus.Registerer) (*streamRate, error) {
+	r := &streamRate{rate: float64(rate), burst: float64(burst), log: log, logs: ratelog.New(10 * time.Second), conns: conns,
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_extproc_stream_rate_refused_total",
 			Help: "ext_proc streams refused with RESOURCE_EXHAUSTED because their connection opened streams faster than --grpc-conn-stream-rate (decision 1185).",
@@ -97,65 +95,6 @@ func newStreamRate(rate, burst int64, log *slog.Logger, reg prometheus.Registere
 	return r, nil
 }
 
-// streamListener gives every accepted connection a bucket of streams.
-type streamListener struct {
-	net.Listener
-	r *streamRate
-}
-
-func (l *streamListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	sc := &streamConn{Conn: c, r: l.r, key: c.RemoteAddr().String(), bucket: newStreamBucket(l.r.rate, l.r.burst, time.Now()), closed: make(chan struct{})}
-	l.r.mu.Lock()
-	l.r.conns[sc.key] = sc
-	l.r.mu.Unlock()
-	return sc, nil
-}
-
-// streamConn is an ext_proc connection and its bucket of streams.
-type streamConn struct {
-	net.Conn
-	r   *streamRate
-	key string // RemoteAddr().String(), its key in r.conns
-
-	mu      sync.Mutex
-	bucket  streamBucket
-	closed  chan struct{}
-	closing sync.Once
-}
-
-// Read waits, after a refused stream, until the connection could open one again.
-func (c *streamConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	wait := c.bucket.wait(time.Now())
-	c.mu.Unlock()
-	if wait > 0 {
-		c.r.waited.Add(wait.Seconds())
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-c.closed:
-			t.Stop()
-		}
-	}
-	return c.Conn.Read(p)
-}
-
-func (c *streamConn) Close() error {
-	c.closing.Do(func() {
-		close(c.closed)
-		c.r.mu.Lock()
-		if c.r.conns[c.key] == c {
-			delete(c.r.conns, c.key)
-		}
-		c.r.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
-
 // tap returns a grpc.InTapHandle that refuses an ext_proc stream over its connection's
 // rate (gRPC RESOURCE_EXHAUSTED, counted and logged at most once per 10 s) and passes the
 // others, and streams of other methods, to next. It runs in the transport as the stream's
@@ -163,11 +102,8 @@ func (c *streamConn) Close() error {
 func (r *streamRate) tap(next tap.ServerInHandle) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if info.FullMethodName == extprocv3.ExternalProcessor_Process_FullMethodName {
-			if c := r.conn(ctx); c != nil {
-				c.mu.Lock()
-				ok := c.bucket.admit(time.Now())
-				c.mu.Unlock()
-				if !ok {
+			if p, ok := peer.FromContext(ctx); ok {
+				if c := r.conns.byAddr(p.Addr); c != nil && !c.admit() {
 					return nil, r.refuse(c)
 				}
 			}
@@ -176,24 +112,12 @@ func (r *streamRate) tap(next tap.ServerInHandle) tap.ServerInHandle {
 	}
 }
 
-// conn is the open connection a stream's context came on, or nil.
-func (r *streamRate) conn(ctx context.Context) *streamConn {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return nil
-	}
-	key := p.Addr.String()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.conns[key]
-}
-
 // refusal is the status of every refused stream: one value, built once.
 var refusal = status.Error(codes.ResourceExhausted, fmt.Sprintf(
 	"this connection opens ext_proc streams faster than --grpc-conn-stream-rate (default %d/s, burst --grpc-conn-stream-burst): retry shortly; if it is Envoy carrying real traffic, raise the rate", DefaultConnStreamRate))
 
 // refuse counts a refused stream of c and logs at most once every 10 s.
-func (r *streamRate) refuse(c *streamConn) error {
+func (r *streamRate) refuse(c *extConn) error {
 	r.refused.Inc()
 	if n, logIt := r.logs.Due("", time.Now()); logIt {
 		r.log.Warn("ext_proc streams refused: a connection opens them faster than --grpc-conn-stream-rate (logged once per 10 s; see loadaware_extproc_stream_rate_refused_total). If it is Envoy carrying real traffic, raise the rate",

@@ -2,15 +2,12 @@ package app
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -164,34 +161,4 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
-}
-
-// A connection waiting after a refusal stops waiting when it is closed.
-func TestStreamConnCloseEndsAWait(t *testing.T) {
-	r, err := newStreamRate(1, 1, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, client := net.Pipe()
-	defer client.Close()
-	c := &streamConn{Conn: server, r: r, bucket: newStreamBucket(1.0/60, 1, time.Now()), closed: make(chan struct{})} // a stream a minute
-	if !c.bucket.admit(time.Now()) || c.bucket.admit(time.Now()) {
-		t.Fatal("the bucket did not admit one stream and refuse the next")
-	}
-	ended := make(chan struct{})
-	go func() {
-		_, _ = c.Read(make([]byte, 1))
-		close(ended)
-	}()
-	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.waited) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) { // until the Read is waiting
-			t.Fatal("a Read after a refusal never waited")
-		}
-	}
-	c.Close()
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second): // a sixth of the wait: only Close can end it this soon
-		t.Fatal("a Read waiting after a refusal did not return within 10s of Close (it waited a minute)")
-	}
 }

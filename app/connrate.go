@@ -101,6 +101,6 @@ func (r *connRate) note(c *extConn) {
 	r.slowed.Inc()
 	if n, logIt := r.logs.Due("", time.Now()); logIt {
 		r.log.Warn("an ext_proc connection sends faster than --grpc-conn-read-rate: the picker slows its large bodies, so their sender waits (logged once per 10 s; see loadaware_extproc_read_rate_slowed_connections_total). If it is Envoy carrying real traffic, raise the rate",
-			"peer", c.key, "connections_slowed", n, "rate_bytes_per_s", int64(r.rate), "burst_bytes", int64(r.burst))
+			"peer", c.peer, "connections_slowed", n, "rate_bytes_per_s", int64(r.rate), "burst_bytes", int64(r.burst))
 	}
 }

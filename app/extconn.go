@@ -2,6 +2,7 @@ package app
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -13,17 +14,42 @@ import (
 // (connRate.pacer, streamRate.tap), the one registry both per-connection limits share.
 type extConns struct {
 	mu   sync.Mutex
-	open map[string]*extConn // by RemoteAddr().String()
+	open map[connKey]*extConn // by keyOf(RemoteAddr())
 }
 
-func newExtConns() *extConns { return &extConns{open: map[string]*extConn{}} }
+func newExtConns() *extConns { return &extConns{open: map[connKey]*extConn{}} }
+
+// connKey is a remote address as a map key. A TCP address, the ext_proc port's, is its
+// netip.AddrPort, which costs no allocation: streamRate.tap looks up every new stream's
+// connection, and TCPAddr.String builds a new string each time. Any other address is its
+// text.
+type connKey struct {
+	tcp   netip.AddrPort
+	other string
+}
+
+// keyOf is addr's connKey. An address that wraps another (h2gate's carries its
+// connection) is keyed by the one it wraps.
+func keyOf(addr net.Addr) connKey {
+	for {
+		u, ok := addr.(interface{ Unwrap() net.Addr })
+		if !ok {
+			break
+		}
+		addr = u.Unwrap()
+	}
+	if t, ok := addr.(*net.TCPAddr); ok {
+		return connKey{tcp: t.AddrPort()}
+	}
+	return connKey{other: addr.String()}
+}
 
 // byAddr returns the open connection from addr, or nil.
 func (r *extConns) byAddr(addr net.Addr) *extConn {
 	if addr == nil {
 		return nil
 	}
-	key := addr.String()
+	key := keyOf(addr)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.open[key]
@@ -44,7 +70,7 @@ func (l *extListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	now := time.Now()
-	ec := &extConn{Conn: c, conns: l.conns, read: l.read, stream: l.stream, key: c.RemoteAddr().String(), closed: make(chan struct{})}
+	ec := &extConn{Conn: c, conns: l.conns, read: l.read, stream: l.stream, key: keyOf(c.RemoteAddr()), peer: c.RemoteAddr().String(), closed: make(chan struct{})}
 	if l.read != nil {
 		ec.bytes = tokenbucket.New(l.read.rate, l.read.burst, now)
 	}
@@ -75,7 +101,8 @@ type extConn struct {
 	conns  *extConns
 	read   *connRate   // nil: the read rate is off; bytes and slowed are unused
 	stream *streamRate // nil: the stream rate is off; streams is unused
-	key    string      // RemoteAddr().String(), its key in conns
+	key    connKey     // keyOf(RemoteAddr()), its key in conns
+	peer   string      // RemoteAddr().String(), for the logs
 
 	mu      sync.Mutex
 	bytes   tokenbucket.Bucket

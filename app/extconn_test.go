@@ -169,3 +169,33 @@ func bothLimits(tb testing.TB, readRate, readBurst, maxBody, streams, streamBurs
 	}
 	return conns, read, stream
 }
+
+// Finding a stream's connection, which streamRate.tap does for every new stream, allocates
+// nothing for a TCP peer and finds only the connection filed under that address.
+func TestExtConnsByAddrAllocatesNothing(t *testing.T) {
+	conns := newExtConns()
+	filed := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
+	c := &extConn{key: keyOf(filed)}
+	conns.open[c.key] = c
+	peer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000} // another value, the same address
+	if got := conns.byAddr(peer); got != c {
+		t.Fatalf("byAddr(%v) = %p, want the connection filed under it %p", peer, got, c)
+	}
+	if got := conns.byAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40001}); got != nil {
+		t.Fatalf("byAddr of another port found %p", got)
+	}
+	var wrapped net.Addr = wrappedAddr{peer} // as h2gate hands gRPC a gated connection's address
+	if got := conns.byAddr(wrapped); got != c {
+		t.Fatalf("byAddr(a wrapped %v) = %p, want the connection filed under the address it wraps %p", peer, got, c)
+	}
+	for _, a := range []net.Addr{peer, wrapped} {
+		if n := testing.AllocsPerRun(100, func() { _ = conns.byAddr(a) }); n != 0 {
+			t.Fatalf("byAddr(%T) allocates %v times a lookup, want 0", a, n)
+		}
+	}
+}
+
+// wrappedAddr is an address wrapping another, as h2gate's does.
+type wrappedAddr struct{ net.Addr }
+
+func (a wrappedAddr) Unwrap() net.Addr { return a.Addr }

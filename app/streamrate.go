@@ -121,7 +121,7 @@ func (r *streamRate) refuse(c *extConn) error {
 	r.refused.Inc()
 	if n, logIt := r.logs.Due("", time.Now()); logIt {
 		r.log.Warn("ext_proc streams refused: a connection opens them faster than --grpc-conn-stream-rate (logged once per 10 s; see loadaware_extproc_stream_rate_refused_total). If it is Envoy carrying real traffic, raise the rate",
-			"peer", c.key, "refused", n, "rate_per_s", int64(r.rate), "burst", int64(r.burst))
+			"peer", c.peer, "refused", n, "rate_per_s", int64(r.rate), "burst", int64(r.burst))
 	}
 	return refusal
 }

@@ -136,6 +136,9 @@ type remoteAddr struct {
 	c *conn
 }
 
+// Unwrap is the connection's own address, the one its listener accepted it from.
+func (a remoteAddr) Unwrap() net.Addr { return a.Addr }
+
 // conn is a connection through the gate.
 type conn struct {
 	net.Conn

@@ -33,8 +33,11 @@ type Waiter struct {
 	f      *os.File // a duplicate of the socket's ZMQ_FD, registered with the network poller
 	rc     syscall.RawConn
 	closed atomic.Bool
-	ready  func(uintptr) bool // the readiness check RawConn.Read calls; sets err
+	ready  func(uintptr) bool // the readiness check RawConn.Read calls; sets err and parked
 	err    error              // the error of GetEvents inside ready, for the Wait in progress
+	parked bool               // the wait in progress found the socket not readable and waited
+	woken  bool               // the wait in progress is Receive's: an edge after a park ends it
+	more   bool               // Receive: the last message was queued before its wait, so try recv first
 
 	// onPark, when set (tests only), is called each time Wait finds the socket not
 	// readable, just before it waits for the descriptor.
@@ -77,6 +80,9 @@ func New(so *zmq.Socket) (*Waiter, error) {
 	}
 	w := &Waiter{so: so, f: f, rc: rc}
 	w.ready = func(uintptr) bool {
+		if w.woken && w.parked {
+			return true // Receive's wait: its recv finds out what the edge brought
+		}
 		ev, err := w.so.GetEvents()
 		if err != nil {
 			w.err = err
@@ -85,6 +91,7 @@ func New(so *zmq.Socket) (*Waiter, error) {
 		if ev&zmq.POLLIN != 0 {
 			return true
 		}
+		w.parked = true
 		if w.onPark != nil {
 			w.onPark()
 		}
@@ -103,34 +110,44 @@ func New(so *zmq.Socket) (*Waiter, error) {
 // signal again. Wait reads ZMQ_EVENTS after arming the poller, so it sees such a message
 // and misses no edge; the caller may receive one message or all of them between Waits.
 func (w *Waiter) Wait(deadline time.Time) error {
+	_, err := w.wait(deadline, false)
+	return err
+}
+
+// wait is Wait, and reports whether it parked. With woken (Receive's wait) it returns nil
+// as soon as the descriptor signals after a park, without reading ZMQ_EVENTS again: the
+// caller's receive processes the socket's commands as that read would, and finds the
+// message or EAGAIN. Every park still follows a read of ZMQ_EVENTS after arming the poller,
+// so no edge is lost either way.
+func (w *Waiter) wait(deadline time.Time, woken bool) (parked bool, err error) {
 	if w.closed.Load() {
-		return ErrClosed
+		return false, ErrClosed
 	}
-	w.err = nil
+	w.err, w.parked, w.woken = nil, false, woken
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		// The poller reports a passed deadline without calling ready: check once.
 		ev, err := w.so.GetEvents()
 		switch {
 		case err != nil:
-			return fmt.Errorf("zmqwait: socket events: %w", err)
+			return false, fmt.Errorf("zmqwait: socket events: %w", err)
 		case ev&zmq.POLLIN != 0:
-			return nil
+			return false, nil
 		}
-		return os.ErrDeadlineExceeded
+		return false, os.ErrDeadlineExceeded
 	}
 	if err := w.f.SetReadDeadline(deadline); err != nil {
-		return w.pollErr(err)
+		return false, w.pollErr(err)
 	}
 	// RawConn.Read clears the descriptor's readiness, then calls ready, and waits for the
 	// next edge only when ready returns false: an edge after the clear is never lost.
-	err := w.rc.Read(w.ready)
+	err = w.rc.Read(w.ready)
 	if w.err != nil {
-		return fmt.Errorf("zmqwait: socket events: %w", w.err)
+		return w.parked, fmt.Errorf("zmqwait: socket events: %w", w.err)
 	}
 	if err != nil {
-		return w.pollErr(err)
+		return w.parked, w.pollErr(err)
 	}
-	return nil
+	return w.parked, nil
 }
 
 // pollErr maps an error of the poller: ErrClosed once Close was called (the poller says
@@ -147,14 +164,31 @@ func (w *Waiter) pollErr(err error) error {
 // the error of a wait: os.ErrDeadlineExceeded at deadline (zero: none), ErrClosed, or
 // zmq.ETERM. recv assigns what it received to the caller's variables. Like Wait, Receive
 // must be called by the goroutine that owns the socket.
+//
+// It calls recv as few times as it can. A message that came after a park is, most of the
+// time, the only one queued (an engine's worker pushes a batch now and then): the next
+// Receive waits first rather than calling a recv that would find nothing, and after the
+// park's edge it calls recv without reading ZMQ_EVENTS again. A message that was queued
+// before its wait may have others behind it: the next Receive calls recv first, so a
+// backlog is drained with one recv a message. Either way a recv that finds nothing (the
+// edge was for another command) is followed by a wait.
 func (w *Waiter) Receive(deadline time.Time, recv func(zmq.Flag) error) error {
 	for {
+		if w.more {
+			if err := recv(zmq.DONTWAIT); !IsAgain(err) {
+				return err
+			}
+		}
+		parked, err := w.wait(deadline, true)
+		if err != nil {
+			w.more = false
+			return err
+		}
+		w.more = !parked
 		if err := recv(zmq.DONTWAIT); !IsAgain(err) {
 			return err
 		}
-		if err := w.Wait(deadline); err != nil {
-			return err
-		}
+		w.more = false
 	}
 }
 

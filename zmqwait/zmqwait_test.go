@@ -445,3 +445,75 @@ func TestReceiveEndsOnClose(t *testing.T) {
 		t.Fatalf("Receive after Close = %v, want ErrClosed", err)
 	}
 }
+
+// Receive calls recv once per message whether messages come one at a time (each sent once
+// the receiver has parked: the next Receive waits first, and recv runs once after the
+// park's edge) or are queued in a backlog (recv runs before any wait, with no park). A
+// recv that finds nothing is allowed only for the connection's own commands at the start.
+func TestReceiveCallsRecvOnceAMessage(t *testing.T) {
+	const n = 20
+	for _, tc := range []struct {
+		name, transport string
+		backlog         bool // all n queued before the first Receive, else one per park
+		maxEmpty        int  // recv calls that may find nothing
+	}{
+		{"one at a time (tcp)", "tcp", false, 2},
+		{"one at a time (inproc)", "inproc", false, 2},
+		{"a backlog (inproc)", "inproc", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			push, pull := pair(t, tc.transport)
+			w := newWaiter(t, pull)
+			parkCount, parked := parks(w)
+			sent := make(chan error, 1)
+			stop := make(chan struct{})
+			defer close(stop)
+			if tc.backlog {
+				for range n {
+					send(t, push, "m")
+				}
+				sent <- nil
+			} else {
+				go func() {
+					for range n {
+						select {
+						case <-parked:
+						case <-stop:
+							sent <- nil
+							return
+						}
+						if _, err := push.Send("m", 0); err != nil {
+							sent <- err
+							return
+						}
+					}
+					sent <- nil
+				}()
+			}
+			calls, empty := 0, 0
+			for i := range n {
+				var msg string
+				err := w.Receive(time.Now().Add(long), func(f zmq.Flag) (err error) {
+					calls++
+					msg, err = pull.Recv(f)
+					if IsAgain(err) {
+						empty++
+					}
+					return err
+				})
+				if err != nil || msg != "m" {
+					t.Fatalf("Receive %d = %q, %v; want %q, nil", i, msg, err, "m")
+				}
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			if empty > tc.maxEmpty || calls != n+empty {
+				t.Errorf("recv called %d times for %d messages, %d of them finding nothing; want at most %d finding nothing", calls, n, empty, tc.maxEmpty)
+			}
+			if tc.backlog && *parkCount != 0 {
+				t.Errorf("Receive parked %d times with a backlog queued; want 0", *parkCount)
+			}
+		})
+	}
+}

@@ -3,8 +3,64 @@ package lmcache
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 )
+
+// TestApplyFramesAllocatesOnlyItsMessages bounds what applying a worker's batch allocates:
+// one value per decoded message and the first frame's instance id, whatever the batch's
+// size up to maxBatchFrames: no list of the messages, no copy of an instance id its
+// previous frame named. The keys are held already, so the key table does not grow.
+func TestApplyFramesAllocatesOnlyItsMessages(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	for _, n := range []int{1, 7, 50} {
+		t.Run(fmt.Sprintf("frames=%d", n), func(t *testing.T) {
+			ix := newTestIndex(t, IndexConfig{})
+			const peer = "127.0.0.2"
+			url := peer + ":0"
+			if got := ix.ApplyFrames([][]byte{mustEncode(t, RegisterMsg{InstanceID: "engine-0", IP: peer, Port: 8001, DistributedURL: &url})}, peer, t0); got != 1 {
+				t.Fatalf("the RegisterMsg was not applied (%d)", got)
+			}
+			frames := make([][]byte, n)
+			for i := range frames {
+				frames[i] = mustEncode(t, KVAdmitMsg{InstanceID: "engine-0", Key: int64(i), Location: "LocalCPUBackend"})
+			}
+			if got := ix.ApplyFrames(frames, peer, t0); got != n {
+				t.Fatalf("applied %d of %d frames", got, n)
+			}
+			allocs := testing.AllocsPerRun(50, func() { ix.ApplyFrames(frames, peer, t0) })
+			if allocs > float64(n+1) {
+				t.Errorf("ApplyFrames of %d frames allocates %v times; want at most %d (one per message, and the first one's instance id)", n, allocs, n+1)
+			}
+		})
+	}
+}
+
+// FuzzDecodeAfter holds decodeAfter to Decode: for any frame and any previous instance id,
+// the same message (the instance id equal in value) or the same error.
+func FuzzDecodeAfter(f *testing.F) {
+	f.Add(unhex(f, specAdmit), "")
+	f.Add(mustEncode(f, KVAdmitMsg{InstanceID: "engine-0", Key: 1, Location: "LocalCPUBackend"}), "engine-0")
+	f.Add(mustEncode(f, KVAdmitMsg{InstanceID: "engine-0", Key: 1, Location: "LocalCPUBackend"}), "engine-1")
+	f.Add(mustEncode(f, BatchedKVOperationMsg{InstanceID: "i", Operations: []KVOp{{Op: OpAdmit, Key: 2}}}), "i")
+	f.Add([]byte(`{"type":"KVAdmitMsg","instance_id":"i","key":1}`), "i")
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 8 {
+		f.Add(mustEncode(f, randomMessage(r)), "")
+	}
+	f.Fuzz(func(t *testing.T, frame []byte, prev string) {
+		want, wantErr := Decode(frame)
+		got, err := decodeAfter(frame, prev)
+		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+			t.Fatalf("decodeAfter(frame, %q) error = %v; Decode's = %v", prev, err, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeAfter(frame, %q) = %#v; Decode = %#v", prev, got, want)
+		}
+	})
+}
 
 // BenchmarkApplyBatch7 is the in-process share of one LMCache batch as extload's feeder
 // sends it: 7 KVAdmitMsg frames of new keys from an instance registered on the batch's

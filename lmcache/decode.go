@@ -40,7 +40,14 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // optional fields may be missing, and integers may use any width. A frame that cannot be
 // decoded returns a *DecodeError.
 func Decode(frame []byte) (Message, error) {
-	var f fields
+	return decodeAfter(frame, "")
+}
+
+// decodeAfter is Decode for a frame of a batch whose previous frame named instance prev:
+// an equal instance_id is returned as prev itself, not a new string (the frames of a
+// worker's batch name one instance).
+func decodeAfter(frame []byte, prev string) (Message, error) {
+	f := fields{prevID: prev}
 	var err error
 	if len(frame) > 0 && frame[0] == '{' {
 		err = f.readJSON(frame)
@@ -74,6 +81,7 @@ const (
 // fields collects every field any message has; build then checks the ones its tag needs.
 type fields struct {
 	have                                  uint32
+	prevID                                string // an instance_id equal to it is returned as it (decodeAfter)
 	tag                                   string
 	instanceID, ip, location, syncID, err string
 	workerID, port, batchID, total        int64
@@ -126,7 +134,19 @@ func (f *fields) readValue(k, b []byte) ([]byte, error) {
 		}
 		return b, nil
 	case "instance_id":
-		return f.str(b, readStr, &f.instanceID, hasInstanceID, "instance_id")
+		if msgp.IsNil(b) {
+			return b[1:], nil
+		}
+		s, o, err := msgp.ReadMapKeyZC(b)
+		if err != nil {
+			return o, f.bad("instance_id", err)
+		}
+		f.instanceID = f.prevID
+		if string(s) != f.prevID {
+			f.instanceID = string(s)
+		}
+		f.have |= hasInstanceID
+		return o, nil
 	case "ip":
 		return f.str(b, readStr, &f.ip, hasIP, "ip")
 	case "location":

@@ -213,15 +213,23 @@ func (ix *Index) ApplyFrame(frame []byte, now time.Time) (Message, error) {
 // With a peer, a message is applied only if the peer may speak for its instance
 // (authorize). An instance that never registered (LMCache 0.3.9 registers once, at start, so after a picker restart
 // none of them does) takes it as its IP, unless another instance has claimed that IP.
+//
+// A batch of up to maxBatchFrames frames is decoded without allocating more than its
+// messages, and frames naming the instance of the frame before share its instance id.
 func (ix *Index) ApplyFrames(frames [][]byte, peer string, now time.Time) int {
-	msgs := make([]Message, 0, len(frames))
+	var buf [maxBatchFrames]Message
+	msgs := buf[:0]
+	prev := ""
 	for _, f := range frames {
-		m, err := Decode(f)
+		m, err := decodeAfter(f, prev)
 		if err != nil {
 			ix.noteInvalid(err)
 			continue
 		}
 		msgs = append(msgs, m)
+		if id, _, ok := InstanceOf(m); ok {
+			prev = id
+		}
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -234,6 +242,10 @@ func (ix *Index) ApplyFrames(frames [][]byte, peer string, now time.Time) int {
 	ix.enforceBudget(now)
 	return n
 }
+
+// maxBatchFrames is the most frames LMCache 0.3.9 pushes in one batch (50), rounded up: a
+// batch of more is applied the same, its message list on the heap.
+const maxBatchFrames = 64
 
 // ErrRefused is returned for a message its connection may not send (see authorize).
 var ErrRefused = errors.New("lmcache: message refused")

@@ -127,7 +127,7 @@ func BenchmarkApplyBatch7(b *testing.B) {
 		defer reportCPU(b)()
 		for i := range b.N {
 			if n := ix.ApplyFrames(batches[i%len(batches)], peer, t0); n != perBatch {
-				b.Fatal(fmt.Sprintf("applied %d of %d frames", n, perBatch))
+				b.Fatalf("applied %d of %d frames", n, perBatch)
 			}
 		}
 	})

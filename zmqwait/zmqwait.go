@@ -5,7 +5,8 @@
 // until sysmon retakes it, one or two sysmon ticks of up to 10 ms each: with GOMAXPROCS 1
 // the whole process stalls for up to about 20 ms each time such a goroutine goes back to
 // waiting. The pattern that avoids it: receive with zmq.DONTWAIT until EAGAIN, then Wait,
-// then receive again; Receive does that for one message.
+// then receive again; Receive does that for one message (waiting first when the last
+// message came alone after a wait).
 //
 // The package does not receive, send or close the socket; it only waits.
 package zmqwait

@@ -327,6 +327,25 @@ type discardConn struct{ chunkConn }
 
 func (c *discardConn) Write(p []byte) (int, error) { return len(p), nil }
 
+// streamsWire is a client's bytes for n streams one after another, each its headers and
+// one message of msgLen bytes in one DATA frame: the bytes, each stream's length (the first
+// with the preface) and the trailers that end each.
+func streamsWire(n, msgLen int) (src []byte, sizes []int, ends [][]byte) {
+	m := msg(msgLen, fill(msgLen))
+	for i := range n {
+		id := uint32(2*i + 1)
+		w := newWire()
+		if i > 0 {
+			w.buf.Reset() // the preface comes once, before the first stream
+		}
+		w.headers(id, false).data(id, false, m)
+		src = append(src, w.buf.Bytes()...)
+		sizes = append(sizes, w.buf.Len())
+		ends = append(ends, trailers(id))
+	}
+	return src, sizes, ends
+}
+
 // TestStreamsAllocateNothing: once a connection has served a stream, each further stream
 // (its headers and a long message read, its trailers written) allocates nothing in the gate.
 func TestStreamsAllocateNothing(t *testing.T) {
@@ -334,21 +353,7 @@ func TestStreamsAllocateNothing(t *testing.T) {
 	var b budget
 	b.max.Store(1 << 20)
 	g := New(b.config(100, 10_000))
-	big := msg(1000, fill(1000))
-	var src []byte
-	var sizes []int
-	var ends [][]byte
-	for i := range streams {
-		id := uint32(2*i + 1)
-		w := newWire()
-		if i > 0 {
-			w.buf.Reset() // the preface comes once, before the first stream
-		}
-		w.headers(id, false).data(id, false, big)
-		src = append(src, w.buf.Bytes()...)
-		sizes = append(sizes, w.buf.Len())
-		ends = append(ends, trailers(id))
-	}
+	src, sizes, ends := streamsWire(streams, 1000)
 	c := g.wrap(&discardConn{chunkConn{src: src, sizes: sizes}})
 	p := make([]byte, 4096)
 	i := 0

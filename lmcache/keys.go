@@ -133,7 +133,7 @@ func (h *Hasher) AppendChunkKeys(dst []int64, tokens []uint32) []int64 {
 	cs := h.cfg.ChunkSize
 	prev := h.noneHash
 	start := 0
-	for ; len(tokens)-start >= 4*cs; start += 4 * cs {
+	for ; cs > 0 && len(tokens)-start >= 4*cs; start += 4 * cs { // cs is 0 only in a Hasher not from NewHasher
 		var tups [4]int64
 		tupleHashes4(&tups, tokens[start:start+4*cs], cs)
 		for _, tup := range tups {
@@ -141,7 +141,7 @@ func (h *Hasher) AppendChunkKeys(dst []int64, tokens []uint32) []int64 {
 			dst = append(dst, prev)
 		}
 	}
-	for ; len(tokens)-start >= 2*cs; start += 2 * cs {
+	for ; cs > 0 && len(tokens)-start >= 2*cs; start += 2 * cs {
 		t0, t1 := tupleHashes2(tokens[start:start+cs], tokens[start+cs:start+2*cs])
 		prev = chainKey(prev, t0, h.third)
 		dst = append(dst, prev)

@@ -202,8 +202,12 @@ func BenchmarkChunkKeys1578(b *testing.B) {
 
 // TestAppendChunkKeysAgreesChunkByChunk: the keys computed four and two chunks at a time
 // are the keys of one chunk at a time, in order, for every count of full chunks up to nine
-// with and without a partial one, and chunk sizes of 1, 3 and 256.
+// with and without a partial one, and chunk sizes of 1, 3 and 256; a zero Hasher (chunk size
+// 0) still returns at once for no tokens.
 func TestAppendChunkKeysAgreesChunkByChunk(t *testing.T) {
+	if got := new(Hasher).AppendChunkKeys(nil, nil); len(got) != 0 {
+		t.Errorf("a zero Hasher gave %v for no tokens, want no keys", got)
+	}
 	for _, cs := range []int{1, 3, 256} {
 		h, err := NewHasher(KeyConfig{HashSeed: "123", ChunkSize: cs, Format: KeyFormatV04})
 		if err != nil {

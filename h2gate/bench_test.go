@@ -46,3 +46,30 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStream is the gate's cost per stream on a connection serving them one after
+// another, as an ext_proc connection does: each stream's headers and an 8 KiB message (over
+// the threshold, so taken and given back) read, and its trailers written.
+func BenchmarkStream(b *testing.B) {
+	const streams = 4096
+	src, sizes, ends := streamsWire(streams, 8<<10)
+	var bud budget
+	bud.max.Store(1 << 40)
+	g := New(bud.config(64<<10>>4, 4<<20))
+	p := make([]byte, 32<<10)
+	var c net.Conn
+	i := streams
+	b.ReportAllocs()
+	for b.Loop() {
+		if i == streams {
+			c, i = g.wrap(&discardConn{chunkConn{src: src, sizes: sizes}}), 0
+		}
+		if _, err := c.Read(p); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write(ends[i]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -214,6 +214,12 @@ func TestGate(t *testing.T) {
 			sizes: []int{4096}, close: true},
 		{name: "data of a stream not opened is not followed", budget: 0,
 			wire: newWire().data(5, false, big), sizes: []int{4096}},
+		{name: "a stream after an ended one starts afresh", budget: 1000,
+			wire:  newWire().headers(1, false).data(1, false, big[:600]).rst(1).headers(3, false).data(3, false, big),
+			sizes: []int{4096}, used: 1000},
+		{name: "a stream after a refused one starts afresh", budget: 1000,
+			wire:  newWire().headers(1, false).data(1, false, msg(maxMessage+1, fill(50))).rst(1).headers(3, false).data(3, false, big),
+			sizes: []int{4096}, used: 1000},
 		{name: "an ended stream's later data is not followed", budget: 1000,
 			wire: newWire().headers(1, false).rst(1).headers(1, false).data(1, false, big), sizes: []int{4096}},
 	}
@@ -314,4 +320,56 @@ func FuzzScan(f *testing.F) {
 			t.Fatalf("taken %d and %d on the overdraft after close, want 0", u, o)
 		}
 	})
+}
+
+// discardConn is a chunkConn whose Writes are dropped, so that writing allocates nothing.
+type discardConn struct{ chunkConn }
+
+func (c *discardConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// streamsWire is a client's bytes for n streams one after another, each its headers and
+// one message of msgLen bytes in one DATA frame: the bytes, each stream's length (the first
+// with the preface) and the trailers that end each.
+func streamsWire(n, msgLen int) (src []byte, sizes []int, ends [][]byte) {
+	m := msg(msgLen, fill(msgLen))
+	for i := range n {
+		id := uint32(2*i + 1)
+		w := newWire()
+		if i > 0 {
+			w.buf.Reset() // the preface comes once, before the first stream
+		}
+		w.headers(id, false).data(id, false, m)
+		src = append(src, w.buf.Bytes()...)
+		sizes = append(sizes, w.buf.Len())
+		ends = append(ends, trailers(id))
+	}
+	return src, sizes, ends
+}
+
+// TestStreamsAllocateNothing: once a connection has served a stream, each further stream
+// (its headers and a long message read, its trailers written) allocates nothing in the gate.
+func TestStreamsAllocateNothing(t *testing.T) {
+	const streams = 200
+	var b budget
+	b.max.Store(1 << 20)
+	g := New(b.config(100, 10_000))
+	src, sizes, ends := streamsWire(streams, 1000)
+	c := g.wrap(&discardConn{chunkConn{src: src, sizes: sizes}})
+	p := make([]byte, 4096)
+	i := 0
+	allocs := testing.AllocsPerRun(streams-1, func() {
+		if _, err := c.Read(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(ends[i]); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per stream, want 0", allocs)
+	}
+	if u := b.used.Load(); u != 0 {
+		t.Errorf("taken %d after every stream ended, want 0", u)
+	}
 }

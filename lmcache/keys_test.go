@@ -199,3 +199,36 @@ func BenchmarkChunkKeys1578(b *testing.B) {
 		buf = h.AppendChunkKeys(buf[:0], toks)
 	}
 }
+
+// TestAppendChunkKeysAgreesChunkByChunk: the keys computed four and two chunks at a time
+// are the keys of one chunk at a time, in order, for every count of full chunks up to nine
+// with and without a partial one, and chunk sizes of 1, 3 and 256; a zero Hasher (chunk size
+// 0) still returns at once for no tokens.
+func TestAppendChunkKeysAgreesChunkByChunk(t *testing.T) {
+	if got := new(Hasher).AppendChunkKeys(nil, nil); len(got) != 0 {
+		t.Errorf("a zero Hasher gave %v for no tokens, want no keys", got)
+	}
+	for _, cs := range []int{1, 3, 256} {
+		h, err := NewHasher(KeyConfig{HashSeed: "123", ChunkSize: cs, Format: KeyFormatV04})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for chunks := range 10 {
+			for _, extra := range []int{0, 1, cs - 1} {
+				toks := seq(chunks*cs + extra)
+				for i := range toks {
+					toks[i] = toks[i]*2654435761 + 17 // ids that differ between chunks
+				}
+				var want []int64
+				prev := h.NoneHash()
+				for start := 0; start < len(toks); start += cs {
+					prev = chunkKey(prev, toks[start:min(start+cs, len(toks))], h.third)
+					want = append(want, prev)
+				}
+				if got := h.AppendChunkKeys(nil, toks); !slices.Equal(got, want) {
+					t.Errorf("chunk size %d, %d tokens: %v, one chunk at a time %v", cs, len(toks), got, want)
+				}
+			}
+		}
+	}
+}

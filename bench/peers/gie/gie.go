@@ -6,8 +6,9 @@
 //
 // The adapter replaces only what a bench has instead of a Kubernetes cluster: the datastore
 // (the fleet is a fixed list of addresses), the metrics scraper (the caller passes each
-// endpoint's metrics as a scraper last saw them) and the picker's tie-break generator (see
-// Config). It is bench-only: product packages must not import it (see docs/bench/peers.md).
+// endpoint's metrics as a scraper last saw them), the picker's tie-break generator and the
+// Director's wall-clock timeout on its prepare-data step (see Config). It is bench-only:
+// product packages must not import it (see docs/bench/peers.md).
 package gie
 
 import (

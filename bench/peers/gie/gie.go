@@ -6,8 +6,9 @@
 //
 // The adapter replaces only what a bench has instead of a Kubernetes cluster: the datastore
 // (the fleet is a fixed list of addresses), the metrics scraper (the caller passes each
-// endpoint's metrics as a scraper last saw them) and the picker's tie-break generator (see
-// Config). It is bench-only: product packages must not import it (see docs/bench/peers.md).
+// endpoint's metrics as a scraper last saw them), the picker's tie-break generator and the
+// Director's wall-clock timeout on its prepare-data step (see Config). It is bench-only:
+// product packages must not import it (see docs/bench/peers.md).
 package gie
 
 import (
@@ -124,6 +125,11 @@ type Config struct {
 	Seed uint64
 	// TimeSeededTies runs GIE's max-score-picker itself, wall-clock tie-break included.
 	TimeSeededTies bool
+	// TimedPrepareData runs the prepare-data plugins as GIE's Director runs them, on a
+	// goroutine it stops waiting for after 400 ms of wall-clock time, so a loaded host can
+	// change the decisions. By default the adapter runs them synchronously, with nothing
+	// timed (see syncPrepareData).
+	TimedPrepareData bool
 }
 
 // ProfilePlugin is one plugin of the scheduling profile in effect.
@@ -134,6 +140,9 @@ type ProfilePlugin struct {
 }
 
 // Pipeline names the plugins GIE's Director runs at each extension point, as loaded.
+// PrepareData is in the order the plugins run; they run before the Admission plugins, from
+// the adapter's untimed step unless Config.TimedPrepareData (Admission does not list that
+// step).
 type Pipeline struct {
 	Profile            []ProfilePlugin
 	PrepareData        []string
@@ -161,8 +170,9 @@ type Picker struct {
 
 // New loads GIE's configuration (cfg.PickerConfig or GIE's default) over the fleet's
 // endpoints (distinct host:port addresses) and wires GIE's Director as GIE's runner does,
-// with the legacy admission controller (flow control is off by default in v1.5.0). Call
-// Close when done: GIE's plugins run background goroutines.
+// with the legacy admission controller (flow control is off by default in v1.5.0), except
+// that the prepare-data plugins run untimed (Config.TimedPrepareData). Call Close when
+// done: GIE's plugins run background goroutines.
 func New(endpoints []string, cfg Config) (*Picker, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("gie: no endpoints: pass the fleet's host:port addresses")
@@ -223,7 +233,21 @@ func build(ctx context.Context, logger logr.Logger, p *pool, cfg Config) (*Picke
 	if err != nil {
 		return nil, fmt.Errorf("gie: plugin data dependencies: %w", err)
 	}
-	rc.OrderPrepareDataPlugins(order)
+	if cfg.TimedPrepareData {
+		rc.OrderPrepareDataPlugins(order)
+	} else {
+		// The Director's timed step gets no plugins (it then starts no goroutine and no
+		// timer); they run first in the admission step instead, before the configured
+		// admission plugins, as they would have run before them.
+		rc.OrderPrepareDataPlugins(nil)
+		admit := []fwkrc.AdmissionPlugin{&syncPrepareData{plugins: orderedPrepareData(plugins, order)}}
+		for _, pl := range plugins {
+			if a, ok := pl.(fwkrc.AdmissionPlugin); ok {
+				admit = append(admit, a)
+			}
+		}
+		rc.WithAdmissionPlugins(admit...)
+	}
 
 	candidates := requestcontrol.NewDatastoreEndpointCandidates(p)
 	admission := requestcontrol.NewLegacyAdmissionController(loaded.SaturationDetector, candidates)

@@ -113,7 +113,7 @@ func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
 func (*TTFTAware) Needs() Needs {
-	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
@@ -193,6 +193,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	saturated := true
 	spare := true     // no candidate is saturated
 	presumed := false // some candidate's holding is presumed, not seen
+	lineage := false  // and this prompt may continue the one routed there (a session's next turn)
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
@@ -202,6 +203,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
 				rs[i].Presumed = min(r.tokens, in.PromptTokens)
 				presumed = true
+				lineage = lineage || !r.repeat
 			}
 		}
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
@@ -253,11 +255,13 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
-		case presumed:
+		case lineage:
 			rs[i].Score = -rs[i].Estimate
 		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
 			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
+		case presumed:
+			rs[i].Score = -rs[i].Estimate
 		default:
 			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
 		}
@@ -327,7 +331,8 @@ func missOf(prompt, matched, presumed int) int {
 
 // presumption returns, when the cache index shows no candidate holding any of the prompt,
 // the last two endpoints its prefix key was routed to (none when there are none, or the
-// index knows the prompt); s.mu must be held.
+// index knows the prompt), each marked a repeat when the prompt's token ids show it does
+// not continue the one routed there (see pastRoute); s.mu must be held.
 func (s *State) presumption(in Input) [2]pastRoute {
 	if in.PrefixKey == 0 || in.PromptTokens <= 0 {
 		return [2]pastRoute{}
@@ -342,18 +347,27 @@ func (s *State) presumption(in Input) [2]pastRoute {
 		return [2]pastRoute{}
 	}
 	var out [2]pastRoute
+	known := len(in.Tokens) == in.PromptTokens
 	for i, rt := range [2]route{r.route, r.prev} {
 		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
+		continues := rt.tokens < in.PromptTokens && tailHash(in.Tokens, rt.tokens) == rt.tail
+		out[i].repeat = known && rt.tail != 0 && !continues
 	}
 	return out
 }
 
 // pastRoute is a prompt of tokens tokens routed to addr, since which uncached tokens were
-// booked there.
+// booked there. repeat says the prompt asked about is known not to continue it: its
+// tokens where the routed prompt's last ones were (tailHash) differ, or it is no longer.
+// The two are then requests of one family that share a prefix (a hot document, a system
+// prompt), where a second holder serves the family's later requests as well as the
+// first; one that continues it is the next turn of a session, whose later turns continue
+// only this one and gain nothing from the copy a move would leave behind.
 type pastRoute struct {
 	addr   string
 	tokens int
 	since  float64
+	repeat bool
 }
 
 // presumedHeld says whether c still holds a prompt routed to it before since uncached

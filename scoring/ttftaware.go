@@ -16,9 +16,9 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
-//		           = est(s)                              when the holding is only presumed
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
+//		           = est(s)                              otherwise when the holding is only presumed
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -44,7 +44,8 @@ import (
 //	    only presumed (the index shows the prompt nowhere) charges no move: the recompute
 //	    is a guess there, and multiplying a guess by the destination's queue made the
 //	    picker's own routing history a penalty prefill(s) times larger than the request's
-//	    own estimate of it (decision 1613). The presumption still counts in est(s).
+//	    own estimate of it (decision 1613). The presumption still counts in est(s), and
+//	    such a holding may still be copied (below).
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
 //	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When
@@ -56,8 +57,12 @@ import (
 //	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
 //	    the prompt when the copy saves its family more wait than it costs (replicaPays). (A
 //	    candidate holding the prompt's start lacks only what this request does not share
-//	    with its family, a conversation's history after its system prompt: no copy.) Its
-//	    recompute x costs
+//	    with its family, a conversation's history after its system prompt: no copy.) Over
+//	    a holding that is only presumed, a copy is made only when the prompt's token ids
+//	    (Input.Tokens) show it is another request of the family of each prompt presumed
+//	    held (pastRoute.repeat): it does not continue that prompt, as a session's next turn
+//	    does, whose later turns continue only this one and gain nothing from a second
+//	    copy (decision 1650). Its recompute x costs
 //
 //		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
 //

@@ -28,7 +28,8 @@ import (
 //	    published), the last two engines its prefix key (the first 256 tokens) was routed
 //	    to are each presumed to hold the shorter of the prompt routed there and this one,
 //	    until its free KV has been allocated again since (presumedHeld); elsewhere 0. The
-//	    caller records each routing with State.Routed.
+//	    caller records each routing with State.RoutedPrompt (State.Routed when the prompt's
+//	    token ids are not known).
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is

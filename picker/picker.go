@@ -475,6 +475,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 	if act.needs&scoring.NeedsPrefixKey != 0 {
 		in.PrefixKey = prefixKey(tokens, key)
 	}
+	if act.needs&scoring.NeedsTokens != 0 {
+		in.Tokens = tokens
+	}
 	if act.needs&scoring.NeedsPrompt != 0 {
 		in.Prompt = r.Prompt
 		if in.Prompt == "" {
@@ -570,7 +573,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		if act.needs&scoring.NeedsUncached != 0 {
 			p.state.Uncached(b.Addr(), max(in.PromptTokens-max(ranked[i].Matched, ranked[i].Presumed, 0), 0))
 		}
-		p.state.Routed(in.PrefixKey, b.Addr(), in.PromptTokens, now)
+		p.state.RoutedPrompt(in.PrefixKey, b.Addr(), tokens, now)
 	}
 	if r.Explain || p.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 		d.Sources = rs.sources(d.Sources, d.Ranked, cands, matches, held, useHeld)

@@ -75,3 +75,67 @@ func TestTTFTAwarePresumesTheLastRouteAndBooksItsHit(t *testing.T) {
 		t.Errorf("explain %q lacks 10.0.0.1's queued=0.768", ex)
 	}
 }
+
+// With an index that shows nothing, ttftaware copies a hot family's prefix to an idle
+// engine only for another request of the family: the picker hands it the prompt's token
+// ids and records each route with them. The family's 2,000-token prompt went to
+// 10.0.0.1 twice (the second a presumed hit), and a 300-token prompt of another family
+// is in prefill there; 10.0.0.2 is idle. A repeat of the family with its own last 200
+// tokens is copied to 10.0.0.2 (reason replica); the next turn of the same prompt (it
+// continues it) stays on 10.0.0.1, where its history is.
+func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
+	family := func(own uint32, n int) []uint32 {
+		p := make([]uint32, n)
+		for i := range p {
+			p[i] = uint32(i + 1)
+			if i >= 1800 {
+				p[i] = own + uint32(i)
+			}
+		}
+		return p
+	}
+	first := family(1<<20, 2000)
+	for _, tc := range []struct {
+		name       string
+		prompt     []uint32
+		want       string
+		wantReason string
+	}{
+		{"a repeat of the family", family(2<<20, 2000), "10.0.0.2:8000", "replica"},
+		{"the first prompt's next turn", append(append([]uint32{}, first...), family(3<<20, 2100)[1800:]...), "10.0.0.1:8000", "lowest-ttft"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Policy: "ttftaware", Cache: mapCache{}})
+			for range 2 {
+				d, err := p.Pick(context.Background(), Request{Tokens: first})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Endpoints[0] != "10.0.0.1:8000" {
+					t.Fatalf("the family's prompt went to %s, want 10.0.0.1:8000", d.Endpoints[0])
+				}
+				d.Booking.Release()
+			}
+			other := make([]uint32, 300)
+			for i := range other {
+				other[i] = 9
+			}
+			busy, err := p.Pick(context.Background(), Request{Tokens: other})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Booking.Release()
+			if busy.Endpoints[0] != "10.0.0.1:8000" {
+				t.Fatalf("the other prompt went to %s, want 10.0.0.1:8000", busy.Endpoints[0])
+			}
+			d, err := p.Pick(context.Background(), Request{Tokens: tc.prompt, Explain: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Booking.Release()
+			if d.Endpoints[0] != tc.want || d.Ranked[0].Reason != tc.wantReason {
+				t.Fatalf("routed to %s (%s), want %s (%s): %s", d.Endpoints[0], d.Ranked[0].Reason, tc.want, tc.wantReason, d.Explain())
+			}
+		})
+	}
+}

@@ -74,6 +74,7 @@ type Input struct {
 	Session      string    // session key value; "" when the request carries none
 	Now          time.Time // decision time, for the QPS window
 	PrefixKey    uint64    // hash of the prompt's first chunk of tokens; 0 when there are none
+	Tokens       []uint32  // the prompt's token ids (NeedsTokens); nil when not asked for or none
 	Prompt       string    // the prompt text (prefixaware's trie), or the chat messages' contents
 	Candidates   []Candidate
 	// Top is how many leading entries of the ranking the caller reads: the policy puts at
@@ -158,6 +159,10 @@ const (
 	// (Candidate.InFlightPrefill, ActiveBlocks, NewBlocks); the caller keeps it only for
 	// such a policy.
 	NeedsInFlightSizes
+	// NeedsTokens: Input.Tokens, the prompt's token ids; the caller records each booked
+	// request's prompt with State.RoutedPrompt (ttftaware tells a session's next turn
+	// from another request of its prefix's family by them).
+	NeedsTokens
 )
 
 // TokenlessRanker is a Policy that ranks a request without token ids (Input.PromptTokens

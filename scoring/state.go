@@ -137,11 +137,32 @@ type routed struct {
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
-// tokens were booked there (State.allocated).
+// tokens were booked there (State.allocated); tail is the hash of its last tokens
+// (tailHash; 0: not known).
 type route struct {
 	addr   string
 	tokens int
 	mark   float64
+	tail   uint64
+}
+
+// tailTokens is how many of a prompt's last tokens State keeps a hash of: one KV block
+// (vLLM's block_size), enough that another prompt having them at the same place is one
+// that continues it (a session's next turn), not one that happens to be as long.
+const tailTokens = 16
+
+// tailHash is the FNV-1a hash of prompt's last tokenCount tokens' last tailTokens (of
+// them all when fewer), never 0; 0 when tokenCount is not within prompt.
+func tailHash(prompt []uint32, tokenCount int) uint64 {
+	if tokenCount <= 0 || tokenCount > len(prompt) {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for _, t := range prompt[max(tokenCount-tailTokens, 0):tokenCount] {
+		h ^= uint64(t)
+		h *= 1099511628211
+	}
+	return h | 1
 }
 
 // maxRecent bounds the prefix keys latencyaware remembers; past it, keys idle longer
@@ -152,6 +173,17 @@ const maxRecent = 1 << 16
 // to addr at now (latencyaware's and ttftaware's history; key 0 records nothing). A
 // caller that also records the request's uncached tokens (Uncached) does so first.
 func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
+	s.routed(key, addr, tokens, 0, now)
+}
+
+// RoutedPrompt is Routed for a prompt whose token ids are known: ttftaware then tells
+// whether a later prompt of the key continues this one (NeedsTokens).
+func (s *State) RoutedPrompt(key uint64, addr string, prompt []uint32, now time.Time) {
+	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
+}
+
+// routed is Routed with the prompt's tail hash (0: not known).
+func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now time.Time) {
 	if key == 0 {
 		return
 	}
@@ -198,7 +230,7 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 	if r.addr != "" && r.addr != addr {
 		r.prev = r.route
 	}
-	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr]}, now
+	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr], tail: tail}, now
 	s.recent[key] = r
 }
 

@@ -16,9 +16,9 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
-//		           = est(s)                              when the holding is only presumed
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
+//		           = est(s)                              otherwise when the holding is only presumed
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -28,7 +28,8 @@ import (
 //	    published), the last two engines its prefix key (the first 256 tokens) was routed
 //	    to are each presumed to hold the shorter of the prompt routed there and this one,
 //	    until its free KV has been allocated again since (presumedHeld); elsewhere 0. The
-//	    caller records each routing with State.Routed.
+//	    caller records each routing with State.RoutedPrompt (State.Routed when the prompt's
+//	    token ids are not known).
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
@@ -44,7 +45,8 @@ import (
 //	    only presumed (the index shows the prompt nowhere) charges no move: the recompute
 //	    is a guess there, and multiplying a guess by the destination's queue made the
 //	    picker's own routing history a penalty prefill(s) times larger than the request's
-//	    own estimate of it (decision 1613). The presumption still counts in est(s).
+//	    own estimate of it (decision 1613). The presumption still counts in est(s), and
+//	    such a holding may still be copied (below).
 //	  - Fleet-saturation floor: an engine is saturated when the prefill queued on it
 //	    (ahead(s)) fills at least one step's token budget, so it cannot start a new prompt in
 //	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When
@@ -56,8 +58,12 @@ import (
 //	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
 //	    the prompt when the copy saves its family more wait than it costs (replicaPays). (A
 //	    candidate holding the prompt's start lacks only what this request does not share
-//	    with its family, a conversation's history after its system prompt: no copy.) Its
-//	    recompute x costs
+//	    with its family, a conversation's history after its system prompt: no copy.) Over
+//	    a holding that is only presumed, a copy is made only when the prompt's token ids
+//	    (Input.Tokens) show it is another request of the family of each prompt presumed
+//	    held (pastRoute.repeat): it does not continue that prompt, as a session's next turn
+//	    does, whose later turns continue only this one and gain nothing from a second
+//	    copy (decision 1650). Its recompute x costs
 //
 //		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
 //
@@ -113,7 +119,7 @@ func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
 func (*TTFTAware) Needs() Needs {
-	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
@@ -193,6 +199,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	saturated := true
 	spare := true     // no candidate is saturated
 	presumed := false // some candidate's holding is presumed, not seen
+	lineage := false  // and this prompt may continue the one routed there (a session's next turn)
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
@@ -202,6 +209,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
 				rs[i].Presumed = min(r.tokens, in.PromptTokens)
 				presumed = true
+				lineage = lineage || !r.repeat
 			}
 		}
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
@@ -253,11 +261,13 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
-		case presumed:
+		case lineage:
 			rs[i].Score = -rs[i].Estimate
 		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
 			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
+		case presumed:
+			rs[i].Score = -rs[i].Estimate
 		default:
 			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
 		}
@@ -327,7 +337,8 @@ func missOf(prompt, matched, presumed int) int {
 
 // presumption returns, when the cache index shows no candidate holding any of the prompt,
 // the last two endpoints its prefix key was routed to (none when there are none, or the
-// index knows the prompt); s.mu must be held.
+// index knows the prompt), each marked a repeat when the prompt's token ids show it does
+// not continue the one routed there (see pastRoute); s.mu must be held.
 func (s *State) presumption(in Input) [2]pastRoute {
 	if in.PrefixKey == 0 || in.PromptTokens <= 0 {
 		return [2]pastRoute{}
@@ -342,18 +353,27 @@ func (s *State) presumption(in Input) [2]pastRoute {
 		return [2]pastRoute{}
 	}
 	var out [2]pastRoute
+	known := len(in.Tokens) == in.PromptTokens
 	for i, rt := range [2]route{r.route, r.prev} {
 		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
+		continues := rt.tokens < in.PromptTokens && tailHash(in.Tokens, rt.tokens) == rt.tail
+		out[i].repeat = known && rt.tail != 0 && !continues
 	}
 	return out
 }
 
 // pastRoute is a prompt of tokens tokens routed to addr, since which uncached tokens were
-// booked there.
+// booked there. repeat says the prompt asked about is known not to continue it: its
+// tokens where the routed prompt's last ones were (tailHash) differ, or it is no longer.
+// The two are then requests of one family that share a prefix (a hot document, a system
+// prompt), where a second holder serves the family's later requests as well as the
+// first; one that continues it is the next turn of a session, whose later turns continue
+// only this one and gain nothing from the copy a move would leave behind.
 type pastRoute struct {
 	addr   string
 	tokens int
 	since  float64
+	repeat bool
 }
 
 // presumedHeld says whether c still holds a prompt routed to it before since uncached

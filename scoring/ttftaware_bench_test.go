@@ -9,8 +9,8 @@ import (
 // BenchmarkTTFTAwareRank ranks 256 candidates, with the engines not scraped (the
 // estimate without its KV wait), scraped near a full pool (every candidate's KV wait
 // computed), and with an index that shows none of the prompt, whose prefix key was routed
-// before (the presumption looked up), in reused scratch memory: the ranking allocates
-// nothing.
+// before with another prompt of its family (the presumption looked up, the two prompts'
+// tokens compared), in reused scratch memory: the ranking allocates nothing.
 func BenchmarkTTFTAwareRank(b *testing.B) {
 	for _, bc := range []struct {
 		name             string
@@ -31,9 +31,10 @@ func BenchmarkTTFTAwareRank(b *testing.B) {
 				st.Uncached(addr, 100+i)
 			}
 			const key = 0x5eed
-			st.Routed(key, cands[100].Addr, 1578, t0)
+			st.RoutedPrompt(key, cands[100].Addr, prompt(1578, 1400, 1<<20), t0)
 			p := mustNew(b, "ttftaware", DefaultParams(), st)
-			in := Input{PromptTokens: 1578, PrefixKey: key, Now: t0, Candidates: cands, Sorted: true, Scratch: make([]Ranked, 0, len(cands))}
+			in := Input{PromptTokens: 1578, PrefixKey: key, Now: t0, Candidates: cands, Sorted: true, Scratch: make([]Ranked, 0, len(cands)),
+				Tokens: prompt(1578, 1400, 2<<20)}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

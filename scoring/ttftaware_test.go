@@ -497,3 +497,71 @@ func TestStateEvictedShare(t *testing.T) {
 		})
 	}
 }
+
+// prompt returns n token ids: the first shared of them a family's (1, 2, ...), the rest
+// this request's own (from own on).
+func prompt(n, shared int, own uint32) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		p[i] = uint32(i + 1)
+		if i >= shared {
+			p[i] = own + uint32(i)
+		}
+	}
+	return p
+}
+
+func TestTTFTAwareCopiesOverAPresumedHolderOnlyForARepeat(t *testing.T) {
+	// The index shows nothing (no CPU tier); the prefix key went to a:1 twice, 30 s apart,
+	// with 1,000 uncached tokens booked between, the last time a 2,000-token prompt
+	// (previous). a:1, presumed to hold it, has one request in prefill; b:1 is idle and
+	// holds nothing. As when the holding is seen (TestTTFTAwareReplicatesWhenTheFamilySavesMore),
+	// a hot family's copy on b:1 pays, but a presumed holding admits it only when this
+	// prompt is known to be another request of the family, not the next turn of the
+	// previous prompt's session.
+	const key = 0x7e92
+	previous := prompt(2000, 1800, 1<<20)
+	tests := []struct {
+		name       string
+		prompt     []uint32 // this request's tokens
+		tokens     bool     // handed to the policy (NeedsTokens)
+		recorded   bool     // the previous prompt's tokens recorded (RoutedPrompt; else Routed)
+		want       string
+		wantReason string
+	}{
+		{"a repeat of the family's 1,800-token prefix: the copy pays", prompt(2000, 1800, 2<<20), true, true, "b:1", ReasonReplica},
+		{"the same prompt again: a repeat", previous, true, true, "b:1", ReasonReplica},
+		{"a shorter repeat", prompt(1900, 1800, 2<<20), true, true, "b:1", ReasonReplica},
+		{"the previous prompt's next turn: its history lives on a:1", append(append([]uint32{}, previous...), prompt(300, 0, 3<<20)...), true, true, "a:1", ReasonLowestTTFT},
+		{"this prompt's tokens not handed over: no copy", prompt(2000, 1800, 2<<20), false, true, "a:1", ReasonLowestTTFT},
+		{"the previous prompt's tokens not recorded: no copy", prompt(2000, 1800, 2<<20), true, false, "a:1", ReasonLowestTTFT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.RoutedPrompt(key, "a:1", previous, t0)
+			st.Uncached("c:1", 1000)
+			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+			st.Uncached("a:1", 0)
+			if tt.recorded {
+				st.RoutedPrompt(key, "a:1", previous, t0.Add(30*time.Second))
+			} else {
+				st.Routed(key, "a:1", len(previous), t0.Add(30*time.Second))
+			}
+			in := Input{PromptTokens: len(tt.prompt), PrefixKey: key, Now: t0.Add(31 * time.Second),
+				Candidates: []Candidate{lcand("a:1", 0, 1, 0, 0), lcand("b:1", 0, 0, 0, 0)}}
+			if tt.tokens {
+				in.Tokens = tt.prompt
+			}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(in)
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+			if a := rs[0]; a.Addr == "a:1" && a.Presumed != min(len(previous), len(tt.prompt)) {
+				t.Errorf("a:1 presumed %d, want %d", a.Presumed, min(len(previous), len(tt.prompt)))
+			}
+		})
+	}
+}

@@ -66,7 +66,8 @@ func rssMiB() float64 {
 
 // TestSoak runs for LOADAWARE_SOAK (a duration; unset: skipped) and writes its samples to
 // LOADAWARE_SOAK_OUT (default soak.md). The picker's budgets are the defaults except the
-// buffered-bytes budget (64 MiB) and the LMCache key budget (200k keys), scaled down so the
+// buffered-bytes budget (64 MiB; LOADAWARE_SOAK_BUFFERED_BYTES to change it, e.g. to the Helm
+// chart's 134217728) and the LMCache key budget (200k keys), scaled down so the
 // hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
 // (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container).
 func TestSoak(t *testing.T) {
@@ -114,11 +115,17 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("LOADAWARE_SOAK_STREAM_RATE=%q: give streams per second, 0 for the default, or -1", v)
 		}
 	}
+	buffered := int64(64 << 20) // LOADAWARE_SOAK_BUFFERED_BYTES: the picker's --max-buffered-bytes
+	if v := os.Getenv("LOADAWARE_SOAK_BUFFERED_BYTES"); v != "" {
+		if buffered, err = strconv.ParseInt(v, 10, 64); err != nil || buffered < extproc.DefaultMaxBodySize {
+			t.Fatalf("LOADAWARE_SOAK_BUFFERED_BYTES=%q: give bytes, at least the largest body (%d)", v, extproc.DefaultMaxBodySize)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: "loadaware", Beta: 1, MaxEndpoints: 2, BodyMode: extproc.FullDuplex,
-		Limits:    extproc.Limits{MaxBufferedBytes: 64 << 20, IdleTimeout: 5 * time.Second},
+		Limits:    extproc.Limits{MaxBufferedBytes: buffered, IdleTimeout: 5 * time.Second},
 		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
 		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
 		Tokenizer: tok, LargeTokenizations: largeTok, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
@@ -212,7 +219,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
-	fmt.Fprintf(&b, "The process's collector (LOADAWARE_SOAK_GC): %s.\n\n", collector.Why)
+	fmt.Fprintf(&b, "The process's collector (LOADAWARE_SOAK_GC): %s. The buffered-bytes budget: %d MiB.\n\n", collector.Why, buffered>>20)
 	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
 	fmt.Fprintf(&b, "The picker's part of it (the gateway's request headers sent to the routing answer): p99 %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); p50 / p90 / p99.9 %s alone, %s beside.\n\n",
 		p99(pickIdle), p99(pickLoaded), p99(pickLoaded)/p99(pickIdle), spread(pickIdle), spread(pickLoaded))

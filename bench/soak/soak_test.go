@@ -231,11 +231,15 @@ func TestSoak(t *testing.T) {
 		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it.\n\n",
 			hostileCPUBegin.Seconds()*1000, (hostileCPUEnd-hostileCPUBegin).Seconds()/hostileSecs)
 	}
-	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections; the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
-	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run, its collections and the heap the window's last one marked live (a dash: none in the window); the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
+	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | live heap MiB | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
-			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, s.hostileCores, s.bodyMiB)
+		live := "-"
+		if s.rt.liveMiB >= 0 {
+			live = fmt.Sprintf("%.0f", s.rt.liveMiB)
+		}
+		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %s | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
+			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, live, s.hostileCores, s.bodyMiB)
 	}
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
 	out := os.Getenv("LOADAWARE_SOAK_OUT")

@@ -57,18 +57,19 @@ func TestRSSUnderUnfinishedBodies(t *testing.T) {
 		if err != nil || n < 1 {
 			t.Fatalf("LOADAWARE_RSS: %q is not a stream count", c)
 		}
-		peak, sent, idle, ready, cpu, refused := rssUnderBodies(t, bin, n, hold)
-		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB, ready after %.2f s), senders got %7.1f MiB through, picker CPU %5.2f s; refused: %s",
-			n, mib(peak), mib(idle), ready.Seconds(), mib(sent), cpu.Seconds(), refused)
+		peak, sent, idle, ready, startCPU, cpu, refused := rssUnderBodies(t, bin, n, hold)
+		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB, ready after %.2f s and %.2f s of CPU), senders got %7.1f MiB through, picker CPU %5.2f s; refused: %s",
+			n, mib(peak), mib(idle), ready.Seconds(), startCPU.Seconds(), mib(sent), cpu.Seconds(), refused)
 	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // rssUnderBodies runs one measurement and returns the peak RSS, the bytes sent, the RSS
-// before the attack, the time the picker took to become ready (with --heap-pretouch, the
-// pre-touch's), its CPU time during the attack and the refusals it counted.
-func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64, ready, cpu time.Duration, refused string) {
+// before the attack, the time and CPU time the picker took to become ready (with
+// --heap-pretouch, mostly the pre-touch's), its CPU time during the attack and the refusals it
+// counted.
+func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64, ready, startCPU, cpu time.Duration, refused string) {
 	t.Helper()
 	cmd, gp, mp, ready := startPicker(t, bin)
 	defer func() {
@@ -114,7 +115,7 @@ func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (
 		})
 	}
 	wg.Wait()
-	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle, ready, procCPU(t, cmd.Process.Pid) - cpu0, overloads(t, mp)
+	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle, ready, cpu0, procCPU(t, cmd.Process.Pid) - cpu0, overloads(t, mp)
 }
 
 // pickerProc is a started picker process; done is closed when it has exited.

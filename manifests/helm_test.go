@@ -874,6 +874,11 @@ func TestChartMemoryPlan(t *testing.T) {
 					t.Errorf("the picker gets %s, which turns its own collector plan off", e.Name)
 				}
 			}
+			c := d.Spec.Template.Spec.Containers[0]
+			if sp := c.StartupProbe; sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != c.LivenessProbe.HTTPGet.Path ||
+				sp.PeriodSeconds*sp.FailureThreshold < 60 {
+				t.Errorf("startup probe %+v: want the liveness probe's /healthz for at least 60 s, so a pre-touching start is not killed", sp)
+			}
 			if !tt.wantPretouch {
 				return
 			}

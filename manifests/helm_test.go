@@ -710,6 +710,9 @@ func TestChartRejects(t *testing.T) {
 		{"pre-touch with GOGC", []string{"--set", "picker.extraEnv[0].name=GOGC", "--set-string", "picker.extraEnv[0].value=200"}, "picker.extraEnv sets GOGC"},
 		{"pre-touch not a boolean", []string{"--set-string", "picker.heapPretouch=yes"}, "/picker/heapPretouch"},
 		{"negative buffered bytes", []string{"--set", "picker.maxBufferedBytes=-1"}, "/picker/maxBufferedBytes"},
+		{"a body larger than the buffered budget", []string{"--set", "picker.maxBodyBytes=134217728"},
+			"picker.maxBufferedBytes 67108864 is smaller than the largest body, picker.maxBodyBytes 134217728"},
+		{"a buffered budget under the default body", []string{"--set", "picker.maxBufferedBytes=1048576"}, "picker.maxBodyBytes 16777216 (0: 16 MiB)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

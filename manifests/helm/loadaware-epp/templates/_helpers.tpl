@@ -141,6 +141,11 @@ app.kubernetes.io/component: envoy-gateway
 {{- if and (eq .Values.tokenizer.source "file") (not .Values.tokenizer.file.volume) -}}
 {{- fail "tokenizer.source file needs tokenizer.file.volume: the volume that holds tokenizer.json" -}}
 {{- end -}}
+{{- $body := int64 (default 16777216 .Values.picker.maxBodyBytes) -}}
+{{- $buffered := int64 (default 268435456 .Values.picker.maxBufferedBytes) -}}
+{{- if lt $buffered $body -}}
+{{- fail (printf "picker.maxBufferedBytes %d is smaller than the largest body, picker.maxBodyBytes %d (0: 16 MiB): the picker would refuse to start. Raise picker.maxBufferedBytes (with the memory: docs/deploy/helm.md \"Memory\") or lower picker.maxBodyBytes" $buffered $body) -}}
+{{- end -}}
 {{- if .Values.picker.heapPretouch -}}
 {{- $res := default dict .Values.picker.resources -}}
 {{- $limit := (default dict $res.limits).memory -}}

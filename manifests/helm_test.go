@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,8 +24,11 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/loadaware/loadaware-epp/app"
 	"github.com/loadaware/loadaware-epp/envoy"
+	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet/kube"
+	"github.com/loadaware/loadaware-epp/lmcache"
 )
 
 // helmCmd is how the tests get helm: pinned, built by the Go toolchain.
@@ -701,6 +705,14 @@ func TestChartRejects(t *testing.T) {
 		{"endpoint fallback to IPv6", []string{"--set", "mode=envoy", "--set", "envoy.endpointFallback=true",
 			"--set", "engines.endpoints={[fd00::1]:8000}"}, "IPv4 (V4_ONLY)"},
 		{"a list without endpoint fallback", []string{"--set", "mode=envoy", "--set", "picker.maxEndpoints=2"}, "picker.maxEndpoints 2 in mode envoy"},
+		{"pre-touch without a memory limit", []string{"--set", "picker.resources.limits=null"}, "picker.heapPretouch needs picker.resources.limits.memory"},
+		{"pre-touch with a smaller request", []string{"--set", "picker.resources.requests.memory=512Mi"}, "requests.memory 512Mi differs from limits.memory 1Gi"},
+		{"pre-touch with GOGC", []string{"--set", "picker.extraEnv[0].name=GOGC", "--set-string", "picker.extraEnv[0].value=200"}, "picker.extraEnv sets GOGC"},
+		{"pre-touch not a boolean", []string{"--set-string", "picker.heapPretouch=yes"}, "/picker/heapPretouch"},
+		{"negative buffered bytes", []string{"--set", "picker.maxBufferedBytes=-1"}, "/picker/maxBufferedBytes"},
+		{"a body larger than the buffered budget", []string{"--set", "picker.maxBodyBytes=134217728"},
+			"picker.maxBufferedBytes 67108864 is smaller than the largest body, picker.maxBodyBytes 134217728"},
+		{"a buffered budget under the default body", []string{"--set", "picker.maxBufferedBytes=1048576"}, "picker.maxBodyBytes 16777216 (0: 16 MiB)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -811,4 +823,92 @@ func TestChartKVEventsValues(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestChartMemoryPlan: the picker's memory plan (decision 1186). By default the chart passes
+// --heap-pretouch and --max-buffered-bytes and requests the whole memory limit, and the most the
+// picker can be made to hold (heldBound) fits under the collector's limit, 90% of the
+// container's, on a node of 16 CPUs.
+func TestChartMemoryPlan(t *testing.T) {
+	tests := []struct {
+		name         string
+		args         []string
+		wantPretouch bool
+		wantBuffered string // --max-buffered-bytes; "": not passed (the binary's default)
+		wantRequest  string // requests.memory; "": none rendered
+		wantLimit    string
+	}{
+		{"defaults", nil, true, "67108864", "1Gi", "1Gi"},
+		{"a larger limit", []string{"--set", "picker.resources.limits.memory=2Gi", "--set", "picker.maxBufferedBytes=268435456"},
+			true, "268435456", "2Gi", "2Gi"},
+		{"the binary's budget in a larger limit", []string{"--set", "picker.resources.limits.memory=1536Mi", "--set", "picker.maxBufferedBytes=0"},
+			true, "", "1536Mi", "1536Mi"},
+		{"the request given equal to the limit", []string{"--set", "picker.resources.requests.memory=1Gi"}, true, "67108864", "1Gi", "1Gi"},
+		{"not pre-touched", []string{"--set", "picker.heapPretouch=false"}, false, "67108864", "", "1Gi"},
+		{"not pre-touched, a smaller request", []string{"--set", "picker.heapPretouch=false", "--set", "picker.resources.requests.memory=512Mi",
+			"--set", "picker.maxBufferedBytes=0"}, false, "", "512Mi", "1Gi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := get[appsv1.Deployment](render(t, release, tt.args...), "Deployment", picker)
+			args := pickerArgs(t, d)
+			if _, ok := args["heap-pretouch"]; ok != tt.wantPretouch {
+				t.Errorf("--heap-pretouch passed: %v, want %v (args %v)", ok, tt.wantPretouch, args)
+			}
+			if _, ok := args["memory-limit"]; ok {
+				t.Errorf("--memory-limit=%s passed: the picker takes 90%% of the container's limit from its cgroup", args["memory-limit"])
+			}
+			if got, ok := args["max-buffered-bytes"]; got != tt.wantBuffered || ok != (tt.wantBuffered != "") {
+				t.Errorf("--max-buffered-bytes=%q (passed: %v), want %q", got, ok, tt.wantBuffered)
+			}
+			res := d.Spec.Template.Spec.Containers[0].Resources
+			if got := res.Limits.Memory().String(); got != tt.wantLimit {
+				t.Errorf("limits.memory = %s, want %s", got, tt.wantLimit)
+			}
+			req, ok := res.Requests[corev1.ResourceMemory]
+			if got := req.String(); ok != (tt.wantRequest != "") || (ok && got != tt.wantRequest) {
+				t.Errorf("requests.memory = %s (rendered: %v), want %q", got, ok, tt.wantRequest)
+			}
+			if res.Requests.Cpu().String() != "500m" {
+				t.Errorf("requests.cpu = %s, want the values' 500m kept", res.Requests.Cpu())
+			}
+			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "GOGC" || e.Name == "GOMEMLIMIT" {
+					t.Errorf("the picker gets %s, which turns its own collector plan off", e.Name)
+				}
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			if sp := c.StartupProbe; sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != c.LivenessProbe.HTTPGet.Path ||
+				sp.PeriodSeconds*sp.FailureThreshold < 60 {
+				t.Errorf("startup probe %+v: want the liveness probe's /healthz for at least 60 s, so a pre-touching start is not killed", sp)
+			}
+			if !tt.wantPretouch {
+				return
+			}
+			buffered := int64(extproc.DefaultMaxBufferedBytes)
+			if tt.wantBuffered != "" {
+				buffered, _ = strconv.ParseInt(tt.wantBuffered, 10, 64)
+			}
+			const cpus = 16
+			live, limit := heldBound(buffered, cpus), res.Limits.Memory().Value()*9/10
+			if live > limit {
+				t.Errorf("the budgets' bound %d MiB (%d CPUs) is over the collector's limit %d MiB (90%% of %s): lower picker.maxBufferedBytes or raise the memory",
+					live>>20, cpus, limit>>20, tt.wantLimit)
+			}
+		})
+	}
+}
+
+// heldBound is the most the picker can be made to hold at buffered-bytes budget B, P CPUs
+// and the binary's other defaults: docs/security.md's bound on what ext_proc clients can make
+// it hold, live <= 2B + S(W + R) + (2P + 1)M + C(H + 64 KiB) (the stream cap plus its 64, the
+// 256 KiB stream window W, the 64 KiB messages let through R, the message size M, the
+// connection cap C and its 64 KiB header block H), plus the LMCache index at its key budget
+// (159 bytes a key held by two instances, lmcache.DefaultMaxKeys) and 20 MiB of the rest (the
+// soak's live heap before its hostile clients, the tokenizer's model among it: 18 MiB).
+func heldBound(buffered int64, cpus int64) int64 {
+	const window, uncounted, header, keyBytes, rest = 256 << 10, 64 << 10, 64 << 10, 160, 20 << 20
+	streams := int64(extproc.DefaultMaxStreams + 64)
+	extProc := 2*buffered + streams*(window+uncounted) + (2*cpus+1)*app.DefaultMaxMessageBytes + app.DefaultMaxGRPCConns*(header+64<<10)
+	return extProc + lmcache.DefaultMaxKeys*keyBytes + rest
 }

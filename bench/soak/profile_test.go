@@ -136,9 +136,15 @@ func profileOnset(t *testing.T, d time.Duration) (wait func()) {
 // soak allows its process's RSS.
 const soakPodBytes = 768 << 20
 
+// chartPodBytes is the Helm chart's default container for the picker (values.yaml
+// picker.resources.limits.memory, requested whole under picker.heapPretouch; decision 1186),
+// the container of LOADAWARE_SOAK_GC=chart.
+const chartPodBytes = 1 << 30
+
 // tuneCollector applies LOADAWARE_SOAK_GC to the soak's process, as cmd/loadaware-epp does
 // to a picker's: "go" leaves Go's defaults (GOGC 100, no limit), "pod" is gctune's plan for
-// a soakPodBytes container, "pretouch" that plan pre-touched (decision 1184). It returns
+// a soakPodBytes container, "pretouch" that plan pre-touched (decision 1184), "chart" the
+// Helm chart's default: a chartPodBytes container, pre-touched (decision 1186). It returns
 // what it applied and puts the collector back when t ends.
 func tuneCollector(t *testing.T) gctune.Settings {
 	mode := os.Getenv("LOADAWARE_SOAK_GC")
@@ -151,8 +157,10 @@ func tuneCollector(t *testing.T) gctune.Settings {
 		if mode != "pod" {
 			s = gctune.WithPretouch(s)
 		}
+	case "chart":
+		s = gctune.WithPretouch(gctune.Plan(os.Getenv, chartPodBytes, gctune.DefaultGCPercent, 0))
 	default:
-		t.Fatalf("LOADAWARE_SOAK_GC=%q: use go, pod or pretouch (the default)", mode)
+		t.Fatalf("LOADAWARE_SOAK_GC=%q: use go, pod, pretouch (the default) or chart", mode)
 	}
 	gogc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	debug.SetGCPercent(gogc)
@@ -160,6 +168,10 @@ func tuneCollector(t *testing.T) gctune.Settings {
 		debug.SetGCPercent(gogc)
 		debug.SetMemoryLimit(limit)
 	})
+	start := time.Now()
 	gctune.Apply(s)
+	if s.Pretouch > 0 {
+		s.Why += fmt.Sprintf(" (the pre-touch took %.2f s)", time.Since(start).Seconds())
+	}
 	return s
 }

@@ -18,6 +18,7 @@ type runtimeSnap struct {
 	gcCPU     float64       // /cpu/classes/gc/total:cpu-seconds
 	mutexWait float64       // /sync/mutex/wait/total:seconds
 	gcCycles  uint64
+	liveHeap  uint64                    // /gc/heap/live:bytes: the heap marked live by the last collection
 	sched     *metrics.Float64Histogram // /sched/latencies:seconds: runnable -> running
 	stw       *metrics.Float64Histogram // /sched/pauses/total/gc:seconds
 }
@@ -28,6 +29,7 @@ var runtimeNames = []string{
 	"/gc/cycles/total:gc-cycles",
 	"/sched/latencies:seconds",
 	"/sched/pauses/total/gc:seconds",
+	"/gc/heap/live:bytes",
 }
 
 func readRuntime() runtimeSnap {
@@ -52,6 +54,10 @@ func readRuntime() runtimeSnap {
 			r.sched = histOK(v)
 		case runtimeNames[4]:
 			r.stw = histOK(v)
+		case runtimeNames[5]:
+			if v.Value.Kind() == metrics.KindUint64 {
+				r.liveHeap = v.Value.Uint64()
+			}
 		}
 	}
 	return r
@@ -93,13 +99,19 @@ type runtimePhase struct {
 	schedP999us  float64
 	stwMaxMS     float64 // longest GC stop-the-world pause (bucket upper bound)
 	schedSamples uint64
+	// liveMiB is the heap the last collection of the phase marked live; -1 when the heap was
+	// not collected in the phase (a pre-touched heap, collected at its limit only).
+	liveMiB float64
 }
 
 func phase(a, b runtimeSnap) runtimePhase {
 	wall := b.at.Sub(a.at).Seconds()
 	cpu := (b.cpu - a.cpu).Seconds()
 	p := runtimePhase{wall: wall, cores: cpu / wall, mutexWaitMS: (b.mutexWait - a.mutexWait) * 1000 / wall,
-		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall, faultsPerSec: float64(b.faults-a.faults) / wall}
+		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall, faultsPerSec: float64(b.faults-a.faults) / wall, liveMiB: -1}
+	if b.gcCycles > a.gcCycles {
+		p.liveMiB = float64(b.liveHeap) / (1 << 20)
+	}
 	if cpu > 0 {
 		p.gcShare = (b.gcCPU - a.gcCPU) / cpu
 	}

@@ -66,7 +66,8 @@ func rssMiB() float64 {
 
 // TestSoak runs for LOADAWARE_SOAK (a duration; unset: skipped) and writes its samples to
 // LOADAWARE_SOAK_OUT (default soak.md). The picker's budgets are the defaults except the
-// buffered-bytes budget (64 MiB) and the LMCache key budget (200k keys), scaled down so the
+// buffered-bytes budget (64 MiB; LOADAWARE_SOAK_BUFFERED_BYTES to change it, e.g. to the Helm
+// chart's 134217728) and the LMCache key budget (200k keys), scaled down so the
 // hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
 // (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container).
 func TestSoak(t *testing.T) {
@@ -114,11 +115,17 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("LOADAWARE_SOAK_STREAM_RATE=%q: give streams per second, 0 for the default, or -1", v)
 		}
 	}
+	buffered := int64(64 << 20) // LOADAWARE_SOAK_BUFFERED_BYTES: the picker's --max-buffered-bytes
+	if v := os.Getenv("LOADAWARE_SOAK_BUFFERED_BYTES"); v != "" {
+		if buffered, err = strconv.ParseInt(v, 10, 64); err != nil || buffered < extproc.DefaultMaxBodySize {
+			t.Fatalf("LOADAWARE_SOAK_BUFFERED_BYTES=%q: give bytes, at least the largest body (%d)", v, extproc.DefaultMaxBodySize)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: "loadaware", Beta: 1, MaxEndpoints: 2, BodyMode: extproc.FullDuplex,
-		Limits:    extproc.Limits{MaxBufferedBytes: 64 << 20, IdleTimeout: 5 * time.Second},
+		Limits:    extproc.Limits{MaxBufferedBytes: buffered, IdleTimeout: 5 * time.Second},
 		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
 		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
 		Tokenizer: tok, LargeTokenizations: largeTok, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
@@ -212,7 +219,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
 	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
 		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
-	fmt.Fprintf(&b, "The process's collector (LOADAWARE_SOAK_GC): %s.\n\n", collector.Why)
+	fmt.Fprintf(&b, "The process's collector (LOADAWARE_SOAK_GC): %s. The buffered-bytes budget: %d MiB.\n\n", collector.Why, buffered>>20)
 	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
 	fmt.Fprintf(&b, "The picker's part of it (the gateway's request headers sent to the routing answer): p99 %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); p50 / p90 / p99.9 %s alone, %s beside.\n\n",
 		p99(pickIdle), p99(pickLoaded), p99(pickLoaded)/p99(pickIdle), spread(pickIdle), spread(pickLoaded))
@@ -224,11 +231,15 @@ func TestSoak(t *testing.T) {
 		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it.\n\n",
 			hostileCPUBegin.Seconds()*1000, (hostileCPUEnd-hostileCPUBegin).Seconds()/hostileSecs)
 	}
-	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run and its collections; the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
-	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run, its collections and the heap the window's last one marked live (a dash: none in the window); the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
+	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | live heap MiB | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
-			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, s.hostileCores, s.bodyMiB)
+		live := "-"
+		if s.rt.liveMiB >= 0 {
+			live = fmt.Sprintf("%.0f", s.rt.liveMiB)
+		}
+		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %s | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
+			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, live, s.hostileCores, s.bodyMiB)
 	}
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
 	out := os.Getenv("LOADAWARE_SOAK_OUT")

@@ -20,6 +20,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/loadaware/loadaware-epp/internal/testlog"
 )
 
 // TestRSSUnderUnfinishedBodies measures what hostile streams make the real binary hold:
@@ -55,46 +57,25 @@ func TestRSSUnderUnfinishedBodies(t *testing.T) {
 		if err != nil || n < 1 {
 			t.Fatalf("LOADAWARE_RSS: %q is not a stream count", c)
 		}
-		peak, sent, idle, cpu, refused := rssUnderBodies(t, bin, n, hold)
-		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB), senders got %7.1f MiB through, picker CPU %5.2f s; refused: %s", n, mib(peak), mib(idle), mib(sent), cpu.Seconds(), refused)
+		peak, sent, idle, ready, startCPU, cpu, refused := rssUnderBodies(t, bin, n, hold)
+		t.Logf("streams %5d: peak RSS %6.1f MiB (idle %5.1f MiB, ready after %.2f s and %.2f s of CPU), senders got %7.1f MiB through, picker CPU %5.2f s; refused: %s",
+			n, mib(peak), mib(idle), ready.Seconds(), startCPU.Seconds(), mib(sent), cpu.Seconds(), refused)
 	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // rssUnderBodies runs one measurement and returns the peak RSS, the bytes sent, the RSS
-// before the attack, the picker's CPU time during it and the refusals it counted.
-func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64, cpu time.Duration, refused string) {
+// before the attack, the time and CPU time the picker took to become ready (with
+// --heap-pretouch, mostly the pre-touch's), its CPU time during the attack and the refusals it
+// counted.
+func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (peak, sent, idle int64, ready, startCPU, cpu time.Duration, refused string) {
 	t.Helper()
-	gp, mp := freePort(t), freePort(t)
-	args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(gp), "--grpc-health-port", "0",
-		"--metrics-port", fmt.Sprint(mp), "--endpoints", "127.0.0.1:1", "--secure-serving=false",
-		"--lmcache-pull-port", "0", "--lmcache-reply-port", "0", "--health-check-interval", "0"}
-	args = append(args, strings.Fields(os.Getenv("LOADAWARE_RSS_FLAGS"))...)
-	cmd := exec.Command(bin, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, gp, mp, ready := startPicker(t, bin)
 	defer func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-cmd.done
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", mp))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after 10s: %v; log:\n%s", err, stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond) // a separate process's readiness: no signal to await
-	}
 	idle = procStatus(t, cmd.Process.Pid, "VmRSS")
 	cpu0 := procCPU(t, cmd.Process.Pid)
 
@@ -134,7 +115,75 @@ func rssUnderBodies(t *testing.T, bin string, streams int, hold time.Duration) (
 		})
 	}
 	wg.Wait()
-	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle, procCPU(t, cmd.Process.Pid) - cpu0, overloads(t, mp)
+	return procStatus(t, cmd.Process.Pid, "VmHWM"), total.Load(), idle, ready, cpu0, procCPU(t, cmd.Process.Pid) - cpu0, overloads(t, mp)
+}
+
+// pickerProc is a started picker process; done is closed when it has exited.
+type pickerProc struct {
+	*exec.Cmd
+	done chan struct{}
+}
+
+// startPicker starts bin on ports free a moment before (the picker takes no port 0 for
+// them; internal/testnet's held ports cannot be handed to another process, whose bind of
+// one fails), and waits until its /readyz answers. A port taken in that moment by a test
+// running beside this one makes the picker exit with EADDRINUSE; it is then started again
+// on new ports. It returns the process, its ext_proc and metrics ports and the time it took
+// to become ready.
+func startPicker(t *testing.T, bin string) (p pickerProc, grpcPort, metricsPort int, ready time.Duration) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		gp, mp := freePort(t), freePort(t)
+		args := []string{"--bind-address", "127.0.0.1", "--grpc-port", fmt.Sprint(gp), "--grpc-health-port", "0",
+			"--metrics-port", fmt.Sprint(mp), "--endpoints", "127.0.0.1:1", "--secure-serving=false",
+			"--lmcache-pull-port", "0", "--lmcache-reply-port", "0", "--health-check-interval", "0"}
+		args = append(args, strings.Fields(os.Getenv("LOADAWARE_RSS_FLAGS"))...)
+		p = pickerProc{Cmd: exec.Command(bin, args...), done: make(chan struct{})}
+		stderr := &testlog.Buffer{}
+		p.Stderr = stderr
+		begin := time.Now()
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_ = p.Wait()
+			close(p.done)
+		}()
+		// A pre-touched heap is written before the picker listens: seconds on a loaded host.
+		err := waitReady(p, mp, begin.Add(60*time.Second))
+		switch {
+		case err == nil:
+			return p, gp, mp, time.Since(begin)
+		case attempt < 5 && strings.Contains(strings.ToLower(stderr.String()), "address already in use"):
+			t.Logf("start %d: a port was taken before the picker bound it; again on new ports", attempt)
+		default:
+			_ = p.Process.Kill()
+			<-p.done
+			t.Fatalf("%v; log:\n%s", err, stderr.String())
+		}
+	}
+}
+
+// waitReady polls the picker's /readyz on port mp until it answers 200 (nil), the process
+// exits or the deadline passes (an error saying which).
+func waitReady(p pickerProc, mp int, deadline time.Time) error {
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", mp))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("the picker exited before it was ready")
+		case <-time.After(20 * time.Millisecond): // a separate process's readiness: no signal to await
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready by the deadline: %v", err)
+		}
+	}
 }
 
 // procCPU is the user and system CPU time process pid has used (/proc/pid/stat fields 14

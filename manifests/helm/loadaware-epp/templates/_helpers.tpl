@@ -141,7 +141,43 @@ app.kubernetes.io/component: envoy-gateway
 {{- if and (eq .Values.tokenizer.source "file") (not .Values.tokenizer.file.volume) -}}
 {{- fail "tokenizer.source file needs tokenizer.file.volume: the volume that holds tokenizer.json" -}}
 {{- end -}}
+{{- $body := int64 (default 16777216 .Values.picker.maxBodyBytes) -}}
+{{- $buffered := int64 (default 268435456 .Values.picker.maxBufferedBytes) -}}
+{{- if lt $buffered $body -}}
+{{- fail (printf "picker.maxBufferedBytes %d is smaller than the largest body, picker.maxBodyBytes %d (0: 16 MiB): the picker would refuse to start. Raise picker.maxBufferedBytes (with the memory: docs/deploy/helm.md \"Memory\") or lower picker.maxBodyBytes" $buffered $body) -}}
+{{- end -}}
+{{- if .Values.picker.heapPretouch -}}
+{{- $res := default dict .Values.picker.resources -}}
+{{- $limit := (default dict $res.limits).memory -}}
+{{- $request := (default dict $res.requests).memory -}}
+{{- if not $limit -}}
+{{- fail "picker.heapPretouch needs picker.resources.limits.memory: the picker pre-touches 90% of the container's memory limit, and without one it would not pre-touch. Set a limit (the default is 1Gi) or set picker.heapPretouch false" -}}
+{{- end -}}
+{{- if and $request (ne (toString $request) (toString $limit)) -}}
+{{- fail (printf "picker.resources.requests.memory %v differs from limits.memory %v with picker.heapPretouch: a pre-touched picker holds about its limit from the start, so the chart requests the whole limit. Leave requests.memory unset (the chart sets it to the limit), set it equal, or set picker.heapPretouch false" $request $limit) -}}
+{{- end -}}
+{{- range .Values.picker.extraEnv -}}
+{{- if has .name (list "GOGC" "GOMEMLIMIT") -}}
+{{- fail (printf "picker.extraEnv sets %s with picker.heapPretouch: the picker then leaves the collector to it and does not pre-touch. Drop %s, or set picker.heapPretouch false" .name .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if not .Values.lmcache.hashSeed -}}
 {{- fail "lmcache.hashSeed is empty: set it to the engines' PYTHONHASHSEED (the vLLM Production Stack uses \"123\")" -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The picker container's resources: picker.resources, with requests.memory set to
+limits.memory under picker.heapPretouch (a pre-touched heap holds about the limit from the
+start; validate has checked that the limit is there). YAML, for fromYaml.
+*/}}
+{{- define "loadaware-epp.pickerResources" -}}
+{{- $res := deepCopy (default dict .Values.picker.resources) -}}
+{{- if .Values.picker.heapPretouch -}}
+{{- $requests := default dict $res.requests -}}
+{{- $_ := set $requests "memory" $res.limits.memory -}}
+{{- $_ := set $res "requests" $requests -}}
+{{- end -}}
+{{- toYaml $res -}}
 {{- end -}}

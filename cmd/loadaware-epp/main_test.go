@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -164,20 +163,9 @@ func TestServeStartsAndStops(t *testing.T) {
 			cancel()
 			t.Fatalf("not started after 10s; log:\n%s", stderr.String())
 		}
-		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", mp)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.Get(url)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not ready after 10s: %v; log:\n%s", err, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond) // polling a separate server's readiness; there is no signal to await
+		if err := waitReady(mp, nil, time.Now().Add(10*time.Second)); err != nil {
+			cancel()
+			t.Fatalf("%v; log:\n%s", err, stderr.String())
 		}
 		cancel()
 		if code := <-done; code != 0 {

@@ -150,7 +150,7 @@ func startPicker(t *testing.T, bin string) (p pickerProc, grpcPort, metricsPort 
 			close(p.done)
 		}()
 		// A pre-touched heap is written before the picker listens: seconds on a loaded host.
-		err := waitReady(p, mp, begin.Add(60*time.Second))
+		err := waitReady(mp, p.done, begin.Add(60*time.Second))
 		switch {
 		case err == nil:
 			return p, gp, mp, time.Since(begin)
@@ -164,9 +164,10 @@ func startPicker(t *testing.T, bin string) (p pickerProc, grpcPort, metricsPort 
 	}
 }
 
-// waitReady polls the picker's /readyz on port mp until it answers 200 (nil), the process
-// exits or the deadline passes (an error saying which).
-func waitReady(p pickerProc, mp int, deadline time.Time) error {
+// waitReady polls the picker's /readyz on port mp until it answers 200 (nil), exited is
+// closed (the process ended; nil: a picker in this process, which does not exit by itself)
+// or the deadline passes (an error saying which).
+func waitReady(mp int, exited <-chan struct{}, deadline time.Time) error {
 	for {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", mp))
 		if err == nil {
@@ -176,9 +177,9 @@ func waitReady(p pickerProc, mp int, deadline time.Time) error {
 			}
 		}
 		select {
-		case <-p.done:
+		case <-exited:
 			return fmt.Errorf("the picker exited before it was ready")
-		case <-time.After(20 * time.Millisecond): // a separate process's readiness: no signal to await
+		case <-time.After(20 * time.Millisecond): // a separate server's readiness: no signal to await
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not ready by the deadline: %v", err)

@@ -712,7 +712,12 @@ func TestChartRejects(t *testing.T) {
 		{"negative buffered bytes", []string{"--set", "picker.maxBufferedBytes=-1"}, "/picker/maxBufferedBytes"},
 		{"a body larger than the buffered budget", []string{"--set", "picker.maxBodyBytes=134217728"},
 			"picker.maxBufferedBytes 67108864 is smaller than the largest body, picker.maxBodyBytes 134217728"},
-		{"a buffered budget under the default body", []string{"--set", "picker.maxBufferedBytes=1048576"}, "picker.maxBodyBytes 16777216 (0: 16 MiB)"},
+		// The template's stand-ins for 0 are the binary's defaults.
+		{"a buffered budget under the default body", []string{"--set", "picker.maxBufferedBytes=1048576"},
+			fmt.Sprintf("picker.maxBodyBytes %d (0: 16 MiB)", extproc.DefaultMaxBodySize)},
+		{"the default buffered budget under a body", []string{"--set", "picker.maxBufferedBytes=0",
+			"--set", fmt.Sprintf("picker.maxBodyBytes=%d", extproc.DefaultMaxBufferedBytes+1)},
+			fmt.Sprintf("picker.maxBufferedBytes %d is smaller", extproc.DefaultMaxBufferedBytes)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

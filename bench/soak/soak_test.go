@@ -66,8 +66,8 @@ func rssMiB() float64 {
 
 // TestSoak runs for LOADAWARE_SOAK (a duration; unset: skipped) and writes its samples to
 // LOADAWARE_SOAK_OUT (default soak.md). The picker's budgets are the defaults except the
-// buffered-bytes budget (64 MiB; LOADAWARE_SOAK_BUFFERED_BYTES to change it, e.g. to the Helm
-// chart's 134217728) and the LMCache key budget (200k keys), scaled down so the
+// buffered-bytes budget (64 MiB, the Helm chart's; LOADAWARE_SOAK_BUFFERED_BYTES to change
+// it) and the LMCache key budget (200k keys), scaled down so the
 // hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
 // (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container).
 func TestSoak(t *testing.T) {

@@ -43,9 +43,10 @@ type State struct {
 // offered is the rate of the bookings with a prefix key, of the uncached prompt tokens
 // booked with them and of those of them recomputed after an eviction (remiss), per second,
 // each decayed over HotTau as a prefix's rate is, as of at; mark is State.allocatedAll then.
+// first is the first booking's time: the rates count the bookings since then only.
 type offered struct {
 	rate, tokens, remiss float64
-	at                   time.Time
+	at, first            time.Time
 	mark                 float64
 }
 
@@ -56,6 +57,8 @@ func (s *State) book(now time.Time, remiss float64) {
 	f := 0.0
 	if !b.at.IsZero() {
 		f = math.Exp(-max(now.Sub(b.at), 0).Seconds() / HotTau.Seconds())
+	} else {
+		b.first = now
 	}
 	b.rate = b.rate*f + 1/HotTau.Seconds()
 	b.tokens = b.tokens*f + (s.allocatedAll-b.mark)/HotTau.Seconds()
@@ -75,6 +78,15 @@ func (s *State) offered(now time.Time) (rate, tokens, evicted float64) {
 		evicted = min(b.remiss/b.tokens, 1)
 	}
 	return b.rate * math.Exp(-max(now.Sub(b.at), 0).Seconds()/HotTau.Seconds()), b.tokens / b.rate, evicted
+}
+
+// offeredMeasured says whether the fleet's offered load (offered) is measured as of now:
+// its first booking is at least HotTau old. A rate decayed over HotTau that has counted
+// for T seconds holds 1 - e^(-T/HotTau) of the bookings of its window, so a younger one
+// reads low (at 2 s, a sixth); s.mu must be held.
+func (s *State) offeredMeasured(now time.Time) bool {
+	f := s.booked.first
+	return !f.IsZero() && now.Sub(f) >= HotTau
 }
 
 // UncachedMemory is how many bookings State.Uncached's mean spans: it follows a change of

@@ -204,6 +204,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
 	rate, perBooking, evicted := p.state.offered(in.Now)
+	measured := p.state.offeredMeasured(in.Now)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
@@ -263,7 +264,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && busy < 1 && evicted < 1 &&
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
 			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:

@@ -398,6 +398,51 @@ func TestTTFTAwareReplicatesWhenTheFamilySavesMore(t *testing.T) {
 	}
 }
 
+func TestTTFTAwareCopiesNothingBeforeItsRateIsMeasured(t *testing.T) {
+	// The live demo's start (decision 1660): 16 bookings a second for 2 s, most of them
+	// cached (43 uncached tokens each), every eighth one of a hot family held by a:1. a:1
+	// holds the family's 1,579-token prompt but for its suffix, behind one request in
+	// prefill; b:1 holds none of it and has nothing in prefill. By the copy's price (an
+	// idle fleet: busy 0.05, the recompute 0.31 s) a copy on b:1 pays many times over, but
+	// that busy is read from a rate decayed over HotTau that has counted 2 s of bookings,
+	// a sixth of its window: the fleet is offered six times more. A picker whose first
+	// booking is younger than HotTau makes no copy; one that booked once a window before
+	// (its rate as low) does.
+	const family = 0x7e93
+	tests := []struct {
+		name       string
+		earlier    bool // one booking HotTau before the stream
+		want       string
+		wantReason string
+	}{
+		{"a picker started 2 s ago: its offered rate is not measured, no copy", false, "a:1", ReasonLowestTTFT},
+		{"a picker that booked once HotTau before: the copy", true, "b:1", ReasonReplica},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			if tt.earlier {
+				st.Uncached("c:1", 0)
+				st.Routed(0x9999, "c:1", 100, t0.Add(-HotTau))
+			}
+			for i := range 32 {
+				now := t0.Add(time.Duration(i) * time.Second / 16)
+				key, addr := uint64(0x100+i), []string{"a:1", "b:1"}[i%2]
+				if i%8 == 0 {
+					key, addr = family, "a:1"
+				}
+				st.Uncached(addr, 43)
+				st.Routed(key, addr, 1579, now)
+			}
+			cands := []Candidate{lcand("a:1", 1536, 1, 10, 0), lcand("b:1", 0, 0, 10, 0)}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 1579, PrefixKey: family, Now: t0.Add(2 * time.Second), Candidates: cands})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+		})
+	}
+}
+
 func TestStateBetweenAFamilysRequests(t *testing.T) {
 	st := NewState()
 	const key = 0x51

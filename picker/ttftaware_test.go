@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/loadaware/loadaware-epp/scoring"
 )
 
 // ttftaware sees the uncached tokens the picker booked before: a second unheld prompt
@@ -79,10 +82,11 @@ func TestTTFTAwarePresumesTheLastRouteAndBooksItsHit(t *testing.T) {
 // With an index that shows nothing, ttftaware copies a hot family's prefix to an idle
 // engine only for another request of the family: the picker hands it the prompt's token
 // ids and records each route with them. The family's 2,000-token prompt went to
-// 10.0.0.1 twice (the second a presumed hit), and a 300-token prompt of another family
-// is in prefill there; 10.0.0.2 is idle. A repeat of the family with its own last 200
-// tokens is copied to 10.0.0.2 (reason replica); the next turn of the same prompt (it
-// continues it) stays on 10.0.0.1, where its history is.
+// 10.0.0.1 twice (the second a presumed hit), and HotTau later (the picker's offered
+// rate measured) a 300-token prompt of another family is in prefill there; 10.0.0.2 is
+// idle. A repeat of the family with its own last 200 tokens is copied to 10.0.0.2
+// (reason replica); the next turn of the same prompt (it continues it) stays on
+// 10.0.0.1, where its history is.
 func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 	family := func(own uint32, n int) []uint32 {
 		p := make([]uint32, n)
@@ -105,7 +109,9 @@ func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 		{"the first prompt's next turn", append(append([]uint32{}, first...), family(3<<20, 2100)[1800:]...), "10.0.0.1:8000", "lowest-ttft"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Policy: "ttftaware", Cache: mapCache{}})
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Policy: "ttftaware", Cache: mapCache{},
+				Now: func() time.Time { return now }})
 			for range 2 {
 				d, err := p.Pick(context.Background(), Request{Tokens: first})
 				if err != nil {
@@ -116,6 +122,8 @@ func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 				}
 				d.Booking.Release()
 			}
+			// No copy is made before the picker's offered rate is measured (decision 1660).
+			now = now.Add(scoring.HotTau)
 			other := make([]uint32, 300)
 			for i := range other {
 				other[i] = 9

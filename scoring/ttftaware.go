@@ -78,6 +78,10 @@ import (
 //	    uncached tokens booked where their prefix was last routed beyond the least it ever
 //	    booked (its own suffix). At busy or evicted 1 nothing is copied: past capacity a
 //	    recompute is never won back, and a pool that evicts what it will need repays none.
+//	    Nor is anything copied before the rate is measured, until the picker's first
+//	    booking is HotTau old: a rate decayed over HotTau that has counted for T seconds
+//	    holds 1 - e^(-T/HotTau) of its window's bookings (a sixth at 2 s), so a picker
+//	    just started reads its fleet idle and prices a copy far too low (decision 1660).
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.

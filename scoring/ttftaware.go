@@ -204,14 +204,17 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
 	rate, perBooking, evicted := p.state.offered(in.Now)
+	chunked := p.state.presumeChunks(in, rs)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
-				rs[i].Presumed = min(r.tokens, in.PromptTokens)
-				presumed = true
+				if !chunked || !r.repeat {
+					rs[i].Presumed = max(rs[i].Presumed, min(r.tokens, in.PromptTokens))
+				}
 				lineage = lineage || !r.repeat
 			}
 		}
+		presumed = presumed || rs[i].Presumed > 0
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
 		ahead := 0.0

@@ -208,7 +208,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
-				if !chunked || !r.repeat {
+				if !chunked || r.starts {
 					rs[i].Presumed = max(rs[i].Presumed, min(r.tokens, in.PromptTokens))
 				}
 				lineage = lineage || !r.repeat
@@ -359,8 +359,9 @@ func (s *State) presumption(in Input) [2]pastRoute {
 	known := len(in.Tokens) == in.PromptTokens
 	for i, rt := range [2]route{r.route, r.prev} {
 		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
-		continues := rt.tokens < in.PromptTokens && tailHash(in.Tokens, rt.tokens) == rt.tail
-		out[i].repeat = known && rt.tail != 0 && !continues
+		starts := known && rt.tail != 0 && tailHash(in.Tokens, rt.tokens) == rt.tail
+		out[i].repeat = known && rt.tail != 0 && !(starts && rt.tokens < in.PromptTokens)
+		out[i].starts = starts
 	}
 	return out
 }
@@ -372,11 +373,16 @@ func (s *State) presumption(in Input) [2]pastRoute {
 // prompt), where a second holder serves the family's later requests as well as the
 // first; one that continues it is the next turn of a session, whose later turns continue
 // only this one and gain nothing from the copy a move would leave behind.
+//
+// starts says the prompt asked about is known to start with the routed one (their tokens
+// at the routed prompt's end agree): the route holds all of it that the routed prompt
+// had, its last partial chunk too, which the chunks (presumeChunks) do not show.
 type pastRoute struct {
 	addr   string
 	tokens int
 	since  float64
 	repeat bool
+	starts bool
 }
 
 // presumedHeld says whether c still holds a prompt routed to it before since uncached

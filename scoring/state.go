@@ -41,6 +41,9 @@ type State struct {
 	// chunks is ttftaware's record of where the chunks of the prompts routed with their
 	// token ids went (recordChunks), by chained chunk hash.
 	chunks map[uint64]heldChunk
+	// indexed is set once the cache index has shown a candidate holding a prompt
+	// (presumeChunks): the chunks are then neither recorded nor read.
+	indexed bool
 }
 
 // offered is the rate of the bookings with a prefix key, of the uncached prompt tokens

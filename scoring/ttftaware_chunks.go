@@ -48,7 +48,7 @@ func chainChunk(h uint64, tokens []uint32) uint64 {
 // its full presumeChunk-token chunks, the first named by the key and each later one by the
 // chained hash of the tokens up to its end; s.mu must be held.
 func (s *State) recordChunks(key uint64, addr string, prompt []uint32) {
-	if key == 0 || len(prompt) < presumeChunk {
+	if key == 0 || len(prompt) < presumeChunk || s.indexed {
 		return
 	}
 	if s.chunks == nil {
@@ -105,15 +105,22 @@ func (s *State) pruneChunks() {
 // presumeChunks sets each candidate's Presumed in rs (in.Candidates' order) to the prompt
 // tokens, from its start, in chunks routed there and still held (presumedHeld): the
 // chunks this picker sent there, whoever's prompt they were part of. It does nothing and
-// returns false unless the prompt's token ids are known (in.Tokens), it has a full chunk, and no candidate
-// holds any of it in the cache index (the presumption's condition); s.mu must be held.
-// It allocates nothing.
+// returns false unless the prompt's token ids are known (in.Tokens), it has a full
+// chunk, and the cache index has never shown any candidate holding any prompt: once it
+// has (State.indexed), the engines publish their KV events, and a prompt the index does
+// not show was evicted from their CPU tier, where the picker's count of the tokens
+// allocated since a routing (State.Uncached, which leaves out the tokens loaded from
+// that tier into GPU blocks) no longer tells what the GPU still holds; the chunks are
+// then forgotten and the last two routes presumed as before. s.mu must be held. It
+// allocates nothing.
 func (s *State) presumeChunks(in Input, rs []Ranked) bool {
-	if in.PrefixKey == 0 || len(in.Tokens) != in.PromptTokens || in.PromptTokens < presumeChunk {
+	if s.indexed || in.PrefixKey == 0 || len(in.Tokens) != in.PromptTokens || in.PromptTokens < presumeChunk {
 		return false
 	}
 	for _, c := range in.Candidates {
 		if c.Matched > 0 {
+			s.indexed = true
+			clear(s.chunks)
 			return false
 		}
 	}

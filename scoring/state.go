@@ -183,7 +183,8 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 }
 
 // RoutedPrompt is Routed for a prompt whose token ids are known: ttftaware then tells
-// whether a later prompt of the key continues this one (NeedsTokens).
+// whether a later prompt of the key continues this one (NeedsTokens), and records where
+// the prompt's chunks went (recordChunks).
 func (s *State) RoutedPrompt(key uint64, addr string, prompt []uint32, now time.Time) {
 	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
 	s.mu.Lock()

@@ -29,7 +29,13 @@ import (
 //	    to are each presumed to hold the shorter of the prompt routed there and this one,
 //	    until its free KV has been allocated again since (presumedHeld); elsewhere 0. The
 //	    caller records each routing with State.RoutedPrompt (State.Routed when the prompt's
-//	    token ids are not known).
+//	    token ids are not known). While the index has never shown a holding (a fleet that
+//	    publishes no KV events) and the prompt's token ids are known, s is instead presumed
+//	    to hold the prompt's leading 256-token chunks that were routed there and are still
+//	    held by the same measure, whichever prompts they were part of (presumeChunks): every
+//	    engine a shared system prompt went to, not only the last two, and of another
+//	    session's prompt only the chunks this one shares (decision 1670); a last route this
+//	    prompt starts with still counts whole.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is

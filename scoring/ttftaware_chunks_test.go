@@ -24,20 +24,30 @@ func TestTTFTAwarePresumesByChunks(t *testing.T) {
 		tokens  bool // this prompt's token ids handed to the policy (NeedsTokens)
 		evictA  bool // a pool's worth of uncached tokens booked on a:1 since its route
 		matched int  // a:1's match in the index
+		indexed bool // the index showed a holding of an earlier prompt (the fleet publishes KV events)
 		want    map[string]int
 	}{
 		// a:1 holds the first turn's four full chunks (four routes back, which the last two
 		// missed); b:1 and c:1 the family's three; d:1 too, though its route (another
 		// session's, not continued) is longer.
-		{"every engine the chunks went to", true, false, 0, map[string]int{"a:1": 1024, "b:1": 768, "c:1": 768, "d:1": 768}},
-		{"a:1's holding evicted since", true, true, 0, map[string]int{"b:1": 768, "c:1": 768, "d:1": 768}},
+		{"every engine the chunks went to", true, false, 0, false, map[string]int{"a:1": 1024, "b:1": 768, "c:1": 768, "d:1": 768}},
+		{"a:1's holding evicted since", true, true, 0, false, map[string]int{"b:1": 768, "c:1": 768, "d:1": 768}},
 		// Without the token ids: the last two routes, each the shorter prompt (decision 1610).
-		{"tokens not known: the last two routes", false, false, 0, map[string]int{"c:1": 1300, "d:1": 1300}},
-		{"the index shows some of it: nothing presumed", true, false, 256, map[string]int{}},
+		{"tokens not known: the last two routes", false, false, 0, false, map[string]int{"c:1": 1300, "d:1": 1300}},
+		{"the index shows some of it: nothing presumed", true, false, 256, false, map[string]int{}},
+		// An index that has shown a holding is the truth: a prompt it does not show was
+		// evicted from the CPU tier, and the chunks are not read (the last two routes are).
+		{"the index showed a holding before: the last two routes", true, false, 0, true, map[string]int{"c:1": 1300, "d:1": 1300}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := NewState()
+			p := mustNew(t, "ttftaware", DefaultParams(), st)
+			if tt.indexed {
+				seen := cands()
+				seen[4].Matched = 512
+				p.Rank(Input{PromptTokens: 600, PrefixKey: 0x1de, Tokens: prompt(600, 0, 9<<20), Now: t0, Candidates: seen})
+			}
 			st.Uncached("a:1", 1100)
 			st.RoutedPrompt(key, "a:1", first, t0)
 			for i, addr := range []string{"b:1", "c:1", "d:1"} {
@@ -53,7 +63,7 @@ func TestTTFTAwarePresumesByChunks(t *testing.T) {
 			if tt.tokens {
 				in.Tokens = turn
 			}
-			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(in)
+			rs := p.Rank(in)
 			for _, r := range rs {
 				if r.Presumed != tt.want[r.Addr] {
 					t.Errorf("%s presumed %d, want %d", r.Addr, r.Presumed, tt.want[r.Addr])

@@ -37,7 +37,10 @@ import (
 //	    session's prompt only the chunks this one shares (decision 1670); a last route this
 //	    prompt starts with still counts whole.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
-//	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
+//	    sequences fill the KV pool, and a new prompt waits for some of them to finish. The
+//	    prompt needs no new blocks for what a sequence running on s already holds
+//	    (sharedRunning: the prefix key's last request, routed to s less than its measured
+//	    decode duration ago; decision 1671).
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
 //	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
@@ -145,9 +148,10 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
 }
 
-// KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
-// seconds, from its scraped metrics, the picker's requests decoding there and their mean
-// decode duration (pace):
+// KVWait is how long a prompt of prompt tokens needing new KV blocks (TTFTAware passes
+// the prompt less what a running sequence there shares, sharedRunning) waits for KV
+// capacity on an engine, in seconds, from its scraped metrics, the picker's requests
+// decoding there and their mean decode duration (pace):
 //
 //	pool    = Engine.KVPoolTokens, or KVPoolTokens when the   the engine's GPU KV pool in tokens
 //	          engine does not export it
@@ -193,6 +197,20 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 	return c.DecodePace.Seconds() * math.Ceil(deficit*n/used) / (n + 1)
 }
 
+// sharedRunning is the prompt tokens whose KV blocks a sequence running on c already
+// holds: vLLM shares with a new request the cached prefix blocks a running request
+// references, allocating nothing for them. r is where the prompt's prefix key
+// was last routed; when that was c, less than c's measured decode duration (DecodePace)
+// before now, that request still runs there (its queue and prefill came first), holding
+// the held tokens of this prompt (matched in the index or presumed) up to its own length.
+// Else 0.
+func sharedRunning(c Candidate, held int, r routed, now time.Time) int {
+	if r.addr != c.Addr || c.DecodePace <= 0 || now.Sub(r.at) >= c.DecodePace {
+		return 0
+	}
+	return max(min(held, r.tokens), 0)
+}
+
 // Rank implements Policy.
 func (p *TTFTAware) Rank(in Input) []Ranked {
 	rs := base(in, ReasonLowestTTFT)
@@ -209,6 +227,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
+	last, lastOK := p.state.recent[in.PrefixKey]
 	rate, perBooking, evicted := p.state.offered(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
 	for i, c := range in.Candidates {
@@ -232,7 +251,11 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		rs[i].Slowdown = PrefillSlowdown(c)
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
-		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
+		need := in.PromptTokens
+		if lastOK {
+			need -= sharedRunning(c, max(c.Matched, rs[i].Presumed), last, in.Now)
+		}
+		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait

@@ -38,6 +38,12 @@ type State struct {
 	allocatedAll float64
 	// booked is ttftaware's record of the fleet's offered load (Offered).
 	booked offered
+	// chunks is ttftaware's record of where the chunks of the prompts routed with their
+	// token ids went (recordChunks), by chained chunk hash.
+	chunks map[uint64]heldChunk
+	// indexed is set once the cache index has shown a candidate holding a prompt
+	// (presumeChunks): the chunks are then neither recorded nor read.
+	indexed bool
 }
 
 // offered is the rate of the bookings with a prefix key, of the uncached prompt tokens
@@ -189,9 +195,13 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 }
 
 // RoutedPrompt is Routed for a prompt whose token ids are known: ttftaware then tells
-// whether a later prompt of the key continues this one (NeedsTokens).
+// whether a later prompt of the key continues this one (NeedsTokens), and records where
+// the prompt's chunks went (recordChunks).
 func (s *State) RoutedPrompt(key uint64, addr string, prompt []uint32, now time.Time) {
 	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
+	s.mu.Lock()
+	s.recordChunks(key, addr, prompt)
+	s.mu.Unlock()
 }
 
 // routed is Routed with the prompt's tail hash (0: not known).

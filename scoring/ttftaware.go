@@ -29,9 +29,18 @@ import (
 //	    to are each presumed to hold the shorter of the prompt routed there and this one,
 //	    until its free KV has been allocated again since (presumedHeld); elsewhere 0. The
 //	    caller records each routing with State.RoutedPrompt (State.Routed when the prompt's
-//	    token ids are not known).
+//	    token ids are not known). While the index has never shown a holding (a fleet that
+//	    publishes no KV events) and the prompt's token ids are known, s is instead presumed
+//	    to hold the prompt's leading 256-token chunks that were routed there and are still
+//	    held by the same measure, whichever prompts they were part of (presumeChunks): every
+//	    engine a shared system prompt went to, not only the last two, and of another
+//	    session's prompt only the chunks this one shares (decision 1670); a last route this
+//	    prompt starts with still counts whole.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
-//	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
+//	    sequences fill the KV pool, and a new prompt waits for some of them to finish. The
+//	    prompt needs no new blocks for what a sequence running on s already holds
+//	    (sharedRunning: the prefix key's last request, routed to s less than its measured
+//	    decode duration ago; decision 1671).
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
 //	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
@@ -143,9 +152,10 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
 }
 
-// KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
-// seconds, from its scraped metrics, the picker's requests decoding there and their mean
-// decode duration (pace):
+// KVWait is how long a prompt of prompt tokens needing new KV blocks (TTFTAware passes
+// the prompt less what a running sequence there shares, sharedRunning) waits for KV
+// capacity on an engine, in seconds, from its scraped metrics, the picker's requests
+// decoding there and their mean decode duration (pace):
 //
 //	pool    = Engine.KVPoolTokens, or KVPoolTokens when the   the engine's GPU KV pool in tokens
 //	          engine does not export it
@@ -191,6 +201,20 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 	return c.DecodePace.Seconds() * math.Ceil(deficit*n/used) / (n + 1)
 }
 
+// sharedRunning is the prompt tokens whose KV blocks a sequence running on c already
+// holds: vLLM shares with a new request the cached prefix blocks a running request
+// references, allocating nothing for them. r is where the prompt's prefix key
+// was last routed; when that was c, less than c's measured decode duration (DecodePace)
+// before now, that request still runs there (its queue and prefill came first), holding
+// the held tokens of this prompt (matched in the index or presumed) up to its own length.
+// Else 0.
+func sharedRunning(c Candidate, held int, r routed, now time.Time) int {
+	if r.addr != c.Addr || c.DecodePace <= 0 || now.Sub(r.at) >= c.DecodePace {
+		return 0
+	}
+	return max(min(held, r.tokens), 0)
+}
+
 // Rank implements Policy.
 func (p *TTFTAware) Rank(in Input) []Ranked {
 	rs := base(in, ReasonLowestTTFT)
@@ -207,16 +231,20 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
+	last, lastOK := p.state.recent[in.PrefixKey]
 	rate, perBooking, evicted := p.state.offered(in.Now)
 	measured := p.state.offeredMeasured(in.Now)
+	chunked := p.state.presumeChunks(in, rs)
 	for i, c := range in.Candidates {
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
-				rs[i].Presumed = min(r.tokens, in.PromptTokens)
-				presumed = true
+				if !chunked || r.starts {
+					rs[i].Presumed = max(rs[i].Presumed, min(r.tokens, in.PromptTokens))
+				}
 				lineage = lineage || !r.repeat
 			}
 		}
+		presumed = presumed || rs[i].Presumed > 0
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
 		ahead := 0.0
@@ -228,7 +256,11 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		rs[i].Slowdown = PrefillSlowdown(c)
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
-		rs[i].KVWait = KVWait(c, in.PromptTokens, steps)
+		need := in.PromptTokens
+		if lastOK {
+			need -= sharedRunning(c, max(c.Matched, rs[i].Presumed), last, in.Now)
+		}
+		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
@@ -361,8 +393,9 @@ func (s *State) presumption(in Input) [2]pastRoute {
 	known := len(in.Tokens) == in.PromptTokens
 	for i, rt := range [2]route{r.route, r.prev} {
 		out[i] = pastRoute{addr: rt.addr, tokens: rt.tokens, since: s.allocated[rt.addr] - rt.mark}
-		continues := rt.tokens < in.PromptTokens && tailHash(in.Tokens, rt.tokens) == rt.tail
-		out[i].repeat = known && rt.tail != 0 && !continues
+		starts := known && rt.tail != 0 && tailHash(in.Tokens, rt.tokens) == rt.tail
+		out[i].repeat = known && rt.tail != 0 && !(starts && rt.tokens < in.PromptTokens)
+		out[i].starts = starts
 	}
 	return out
 }
@@ -374,11 +407,16 @@ func (s *State) presumption(in Input) [2]pastRoute {
 // prompt), where a second holder serves the family's later requests as well as the
 // first; one that continues it is the next turn of a session, whose later turns continue
 // only this one and gain nothing from the copy a move would leave behind.
+//
+// starts says the prompt asked about is known to start with the routed one (their tokens
+// at the routed prompt's end agree): the route holds all of it that the routed prompt
+// had, its last partial chunk too, which the chunks (presumeChunks) do not show.
 type pastRoute struct {
 	addr   string
 	tokens int
 	since  float64
 	repeat bool
+	starts bool
 }
 
 // presumedHeld says whether c still holds a prompt routed to it before since uncached

@@ -163,6 +163,16 @@ func (m *memStream) Context() context.Context                 { return m.ctx }
 func (m *memStream) SetHeader(metadata.MD) error              { return nil }
 func (m *memStream) Send(*extprocv3.ProcessingResponse) error { m.sent++; return nil }
 
+// RecvMsg is the stream's receive: the message is handed over as it is, not decoded.
+func (m *memStream) RecvMsg(v any) error {
+	r, err := m.Recv()
+	if err != nil {
+		return err
+	}
+	v.(*received).ProcessingRequest = r
+	return nil
+}
+
 func (m *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
 	if m.next == len(m.msgs) {
 		return nil, io.EOF

@@ -294,7 +294,7 @@ func decodeHeaderValue(b []byte, h *corev3.HeaderValue) bool {
 				return false
 			}
 			if num == 1 {
-				h.Key = string(v)
+				h.Key = headerKey(v)
 			} else {
 				h.Value = string(v)
 			}
@@ -305,6 +305,52 @@ func decodeHeaderValue(b []byte, h *corev3.HeaderValue) bool {
 		}
 	}
 	return true
+}
+
+// headerKey is a header's name as a string: one of the names Envoy sends on most requests
+// and responses without a copy (a constant), any other copied.
+func headerKey(v []byte) string {
+	switch string(v) { // compared, not converted
+	case ":authority":
+		return ":authority"
+	case ":path":
+		return ":path"
+	case ":method":
+		return ":method"
+	case ":scheme":
+		return ":scheme"
+	case ":status":
+		return ":status"
+	case "content-type":
+		return "content-type"
+	case "content-length":
+		return "content-length"
+	case "x-request-id":
+		return "x-request-id"
+	case "x-forwarded-proto":
+		return "x-forwarded-proto"
+	case "x-forwarded-for":
+		return "x-forwarded-for"
+	case "x-envoy-internal":
+		return "x-envoy-internal"
+	case "x-envoy-expected-rq-timeout-ms":
+		return "x-envoy-expected-rq-timeout-ms"
+	case "user-agent":
+		return "user-agent"
+	case "accept":
+		return "accept"
+	case "accept-encoding":
+		return "accept-encoding"
+	case "authorization":
+		return "authorization"
+	case "date":
+		return "date"
+	case "server":
+		return "server"
+	case "x-envoy-upstream-service-time":
+		return "x-envoy-upstream-service-time"
+	}
+	return string(v)
 }
 
 // alias is a bytes field's value pointing into the buffer: nil when empty, as protobuf

@@ -181,3 +181,49 @@ func sameMessage(a, b *extprocv3.ProcessingRequest) bool {
 	bb, err2 := o.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ab, bb)
 }
+
+// BenchmarkDecode decodes extload's conversation as received (request headers as its
+// client renders them, an 8 KiB body, response headers and a body), with proto.Unmarshal and
+// with the aliasing decoder (each message then released). One op is one conversation.
+func BenchmarkDecode(b *testing.B) {
+	msgs := []*extprocv3.ProcessingRequest{
+		withProtocol(headers(false, ":authority", "extload", ":path", PathCompletions, ":method", "POST", ":scheme", "http",
+			"content-length", "8192", "content-type", "application/json", "x-request-id", "0f9c6a3e-4b1d-4c2a-9d7e-5a8b3c1f2e4d"),
+			filterv3.ProcessingMode_FULL_DUPLEX_STREAMED),
+		body(`{"model":"m","prompt":"`+strings.Repeat("x", 8170)+`"}`, true),
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: false,
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")},
+				{Key: "content-type", RawValue: []byte("text/event-stream")}}}}}},
+		respBody("data: [DONE]\n\n", true),
+	}
+	var wire [][]byte
+	for _, m := range msgs {
+		w, err := proto.Marshal(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wire = append(wire, w)
+	}
+	b.Run("decoder=protobuf", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, w := range wire {
+				if err := proto.Unmarshal(w, new(extprocv3.ProcessingRequest)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("decoder=aliasing", func(b *testing.B) {
+		b.ReportAllocs()
+		var r received
+		for b.Loop() {
+			for _, w := range wire {
+				if err := r.UnmarshalAliasing(mem.SliceBuffer(w)); err != nil {
+					b.Fatal(err)
+				}
+				r.release()
+			}
+		}
+	})
+}

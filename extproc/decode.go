@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -68,8 +69,8 @@ func (r *received) release() {
 	r.ProcessingRequest = nil
 }
 
-// subUnmarshal decodes the fields the decoder leaves to protobuf (the metadata and the
-// protocol configuration): one level below the message, so one level less deep.
+// subUnmarshal decodes the field the decoder leaves to protobuf (the metadata): one level
+// below the message, so one level less deep.
 var subUnmarshal = proto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}
 
 // decodeRequest decodes b into m, which must be empty, and reports true; bytes fields point
@@ -117,7 +118,7 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 				return false
 			}
 			m.ProtocolConfig = new(extprocv3.ProtocolConfiguration)
-			if subUnmarshal.Unmarshal(v, m.ProtocolConfig) != nil {
+			if !decodeProtocol(v, m.ProtocolConfig) {
 				return false
 			}
 		default:
@@ -219,6 +220,29 @@ func decodeTrailers(b []byte, h *extprocv3.HttpTrailers) bool {
 		b = rest
 		h.Trailers = new(corev3.HeaderMap)
 		if !decodeHeaderMap(v, h.Trailers) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeProtocol decodes a ProtocolConfiguration: the two body modes (1, 2; enums, read as
+// protobuf reads an open enum's varint) and send_body_without_waiting_for_header_response (3).
+func decodeProtocol(b []byte, p *extprocv3.ProtocolConfiguration) bool {
+	for len(b) > 0 {
+		num, typ, x, _, rest, ok := protoField(b)
+		if !ok || typ != protowire.VarintType {
+			return false
+		}
+		b = rest
+		switch num {
+		case 1:
+			p.RequestBodyMode = filterv3.ProcessingMode_BodySendMode(int32(x))
+		case 2:
+			p.ResponseBodyMode = filterv3.ProcessingMode_BodySendMode(int32(x))
+		case 3:
+			p.SendBodyWithoutWaitingForHeaderResponse = x != 0
+		default:
 			return false
 		}
 	}

@@ -30,7 +30,9 @@ func envoyMessages() map[string]*extprocv3.ProcessingRequest {
 	flags.GetRequestBody().DrainComplete = true
 	trailers := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "grpc-status", RawValue: []byte("0")}}}
 	return map[string]*extprocv3.ProcessingRequest{
-		"headers with protocol":  withProtocol(postHeaders(PathCompletions), filterv3.ProcessingMode_FULL_DUPLEX_STREAMED),
+		"headers with protocol": withProtocol(postHeaders(PathCompletions), filterv3.ProcessingMode_FULL_DUPLEX_STREAMED),
+		"protocol, all fields": {ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED,
+			ResponseBodyMode: filterv3.ProcessingMode_BodySendMode(-7), SendBodyWithoutWaitingForHeaderResponse: true}},
 		"headers with metadata":  withMD,
 		"headers with values":    values,
 		"headers ending":         headers(true, ":method", "GET", ":path", "/v1/models"),

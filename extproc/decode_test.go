@@ -103,8 +103,11 @@ func TestDecodeGivesUpToProtobuf(t *testing.T) {
 	bdy := headerBytes(body("{}", true))
 	attrs := headers(false, ":path", "/")
 	attrs.Attributes = map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {}}
-	oldAttrs := headers(false)
-	oldAttrs.GetRequestHeaders().Attributes = map[string]*structpb.Struct{"a": {}}
+	// request_headers holding the deprecated attributes map (HttpHeaders field 2): {"a": {}}.
+	entry := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("a"))
+	entry = protowire.AppendBytes(protowire.AppendTag(entry, 2, protowire.BytesType), nil)
+	oldAttrs := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType),
+		protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), entry))
 	badKey := protowire.AppendTag(nil, 2, protowire.BytesType)
 	hv := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("\xff\xfe"))
 	hm := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), hv)
@@ -116,7 +119,7 @@ func TestDecodeGivesUpToProtobuf(t *testing.T) {
 		wantErr bool
 	}{
 		{"attributes", headerBytes(attrs), false},
-		{"headers' deprecated attributes", headerBytes(oldAttrs), false},
+		{"headers' deprecated attributes", oldAttrs, false},
 		{"headers then body: the oneof's last wins", append(append([]byte{}, hdr...), bdy...), false},
 		{"body twice: merged", append(append([]byte{}, bdy...), bdy...), false},
 		{"unknown field", protowire.AppendVarint(protowire.AppendTag(append([]byte{}, hdr...), 99, protowire.VarintType), 7), false},

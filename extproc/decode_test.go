@@ -60,10 +60,11 @@ func TestDecodeReadsEnvoysMessages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := new(extprocv3.ProcessingRequest)
-			if !decodeRequest(b, got) {
+			d := new(decoded)
+			if !decodeRequest(b, d) {
 				t.Fatal("the decoder gave up on a message Envoy sends")
 			}
+			got := &d.req
 			if !proto.Equal(got, m) {
 				t.Fatalf("decoded %v, want %v", got, m)
 			}
@@ -130,7 +131,7 @@ func TestDecodeGivesUpToProtobuf(t *testing.T) {
 		{"bad tag", []byte{0x80}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if decodeRequest(c.b, new(extprocv3.ProcessingRequest)) {
+			if decodeRequest(c.b, new(decoded)) {
 				t.Fatal("the decoder read it itself, want it given up")
 			}
 			want := new(extprocv3.ProcessingRequest)
@@ -160,7 +161,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := new(extprocv3.ProcessingRequest)
 		wantErr := proto.Unmarshal(b, want)
-		if decodeRequest(b, new(extprocv3.ProcessingRequest)) && wantErr != nil {
+		if decodeRequest(b, new(decoded)) && wantErr != nil {
 			t.Fatalf("the decoder read a message protobuf refuses: %v", wantErr)
 		}
 		var r received

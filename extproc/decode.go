@@ -37,10 +37,11 @@ type received struct {
 // ProcessingRequest whose bytes fields point into buf, and keeps buf until release. When
 // the decoder gives up, proto.Unmarshal copies what it keeps and buf is freed at once.
 func (r *received) UnmarshalAliasing(buf mem.Buffer) error {
+	r.ProcessingRequest = new(extprocv3.ProcessingRequest)
 	r.buf = nil
 	b := buf.ReadOnlyData()
-	if d := new(decoded); decodeRequest(b, d) {
-		r.ProcessingRequest, r.buf = &d.req, buf
+	if decodeRequest(b, r.ProcessingRequest) {
+		r.buf = buf
 		return nil
 	}
 	r.ProcessingRequest = new(extprocv3.ProcessingRequest)
@@ -72,30 +73,10 @@ func (r *received) release() {
 // below the message, so one level less deep.
 var subUnmarshal = proto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}
 
-// decoded is the parts of one decoded message, in one allocation rather than one each: the
-// message, its protocol configuration, the request oneof's member and what that holds. The
-// decoder uses each part at most once (it gives up on a field seen twice).
-type decoded struct {
-	req       extprocv3.ProcessingRequest
-	protocol  extprocv3.ProtocolConfiguration
-	headers   extprocv3.HttpHeaders
-	body      extprocv3.HttpBody
-	trailers  extprocv3.HttpTrailers
-	headerMap corev3.HeaderMap
-
-	reqHeaders   extprocv3.ProcessingRequest_RequestHeaders
-	respHeaders  extprocv3.ProcessingRequest_ResponseHeaders
-	reqBody      extprocv3.ProcessingRequest_RequestBody
-	respBody     extprocv3.ProcessingRequest_ResponseBody
-	reqTrailers  extprocv3.ProcessingRequest_RequestTrailers
-	respTrailers extprocv3.ProcessingRequest_ResponseTrailers
-}
-
-// decodeRequest decodes b into d.req, which must be new, and reports true; bytes fields point
-// into b. It reports false, leaving d partly filled, for anything it does not read as
+// decodeRequest decodes b into m, which must be empty, and reports true; bytes fields point
+// into b. It reports false, leaving m partly filled, for anything it does not read as
 // proto.Unmarshal would.
-func decodeRequest(b []byte, d *decoded) bool {
-	m := &d.req
+func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -121,7 +102,7 @@ func decodeRequest(b []byte, d *decoded) bool {
 		b = b[n:]
 		switch num {
 		case 2, 3, 4, 5, 6, 7: // the request oneof
-			if m.Request != nil || !decodeOneof(num, v, d) {
+			if m.Request != nil || !decodeOneof(num, v, m) {
 				return false
 			}
 		case 8:
@@ -136,7 +117,7 @@ func decodeRequest(b []byte, d *decoded) bool {
 			if m.ProtocolConfig != nil {
 				return false
 			}
-			m.ProtocolConfig = &d.protocol
+			m.ProtocolConfig = new(extprocv3.ProtocolConfiguration)
 			if !decodeProtocol(v, m.ProtocolConfig) {
 				return false
 			}
@@ -147,35 +128,38 @@ func decodeRequest(b []byte, d *decoded) bool {
 	return true
 }
 
-// decodeOneof decodes v, field num of ProcessingRequest's request oneof, into d.req.Request.
-func decodeOneof(num protowire.Number, v []byte, d *decoded) bool {
+// decodeOneof decodes v, field num of ProcessingRequest's request oneof, into m.Request.
+func decodeOneof(num protowire.Number, v []byte, m *extprocv3.ProcessingRequest) bool {
 	switch num {
 	case 2, 3:
-		if !decodeHeaders(v, &d.headers, &d.headerMap) {
+		h := new(extprocv3.HttpHeaders)
+		if !decodeHeaders(v, h) {
 			return false
 		}
 		if num == 2 {
-			d.reqHeaders.RequestHeaders, d.req.Request = &d.headers, &d.reqHeaders
+			m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
 		} else {
-			d.respHeaders.ResponseHeaders, d.req.Request = &d.headers, &d.respHeaders
+			m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
 		}
 	case 4, 5:
-		if !decodeBody(v, &d.body) {
+		h := new(extprocv3.HttpBody)
+		if !decodeBody(v, h) {
 			return false
 		}
 		if num == 4 {
-			d.reqBody.RequestBody, d.req.Request = &d.body, &d.reqBody
+			m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: h}
 		} else {
-			d.respBody.ResponseBody, d.req.Request = &d.body, &d.respBody
+			m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: h}
 		}
 	default: // 6, 7
-		if !decodeTrailers(v, &d.trailers, &d.headerMap) {
+		h := new(extprocv3.HttpTrailers)
+		if !decodeTrailers(v, h) {
 			return false
 		}
 		if num == 6 {
-			d.reqTrailers.RequestTrailers, d.req.Request = &d.trailers, &d.reqTrailers
+			m.Request = &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: h}
 		} else {
-			d.respTrailers.ResponseTrailers, d.req.Request = &d.trailers, &d.respTrailers
+			m.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: h}
 		}
 	}
 	return true
@@ -203,8 +187,8 @@ func protoField(b []byte) (num protowire.Number, typ protowire.Type, x uint64, v
 	return num, typ, x, v, b[n:], true
 }
 
-// decodeHeaders decodes an HttpHeaders (headers 1, into hm; end_of_stream 3).
-func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, hm *corev3.HeaderMap) bool {
+// decodeHeaders decodes an HttpHeaders (headers 1, end_of_stream 3).
+func decodeHeaders(b []byte, h *extprocv3.HttpHeaders) bool {
 	for len(b) > 0 {
 		num, typ, x, v, rest, ok := protoField(b)
 		if !ok {
@@ -213,7 +197,7 @@ func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, hm *corev3.HeaderMap) boo
 		b = rest
 		switch {
 		case num == 1 && typ == protowire.BytesType && h.Headers == nil:
-			h.Headers = hm
+			h.Headers = new(corev3.HeaderMap)
 			if !decodeHeaderMap(v, h.Headers) {
 				return false
 			}
@@ -226,15 +210,15 @@ func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, hm *corev3.HeaderMap) boo
 	return true
 }
 
-// decodeTrailers decodes an HttpTrailers (trailers 1, into hm).
-func decodeTrailers(b []byte, h *extprocv3.HttpTrailers, hm *corev3.HeaderMap) bool {
+// decodeTrailers decodes an HttpTrailers (trailers 1).
+func decodeTrailers(b []byte, h *extprocv3.HttpTrailers) bool {
 	for len(b) > 0 {
 		num, typ, _, v, rest, ok := protoField(b)
 		if !ok || num != 1 || typ != protowire.BytesType || h.Trailers != nil {
 			return false
 		}
 		b = rest
-		h.Trailers = hm
+		h.Trailers = new(corev3.HeaderMap)
 		if !decodeHeaderMap(v, h.Trailers) {
 			return false
 		}

@@ -60,11 +60,10 @@ func TestDecodeReadsEnvoysMessages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := new(decoded)
-			if !decodeRequest(b, d) {
+			got := new(extprocv3.ProcessingRequest)
+			if !decodeRequest(b, got) {
 				t.Fatal("the decoder gave up on a message Envoy sends")
 			}
-			got := &d.req
 			if !proto.Equal(got, m) {
 				t.Fatalf("decoded %v, want %v", got, m)
 			}
@@ -131,7 +130,7 @@ func TestDecodeGivesUpToProtobuf(t *testing.T) {
 		{"bad tag", []byte{0x80}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if decodeRequest(c.b, new(decoded)) {
+			if decodeRequest(c.b, new(extprocv3.ProcessingRequest)) {
 				t.Fatal("the decoder read it itself, want it given up")
 			}
 			want := new(extprocv3.ProcessingRequest)
@@ -161,7 +160,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := new(extprocv3.ProcessingRequest)
 		wantErr := proto.Unmarshal(b, want)
-		if decodeRequest(b, new(decoded)) && wantErr != nil {
+		if decodeRequest(b, new(extprocv3.ProcessingRequest)) && wantErr != nil {
 			t.Fatalf("the decoder read a message protobuf refuses: %v", wantErr)
 		}
 		var r received

@@ -13,6 +13,7 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/loadaware/loadaware-epp/grpcbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -48,6 +49,21 @@ func streamedFlood() []*extprocv3.ProcessingRequest {
 func BenchmarkRoundTrip(b *testing.B) {
 	msgs, request, answers := fullDuplex8KiB()
 	benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints}, msgs, request, answers)
+}
+
+// BenchmarkRoundTripCodec measures fullDuplex8KiB as BenchmarkRoundTrip does, with gRPC's
+// own proto codec and with the service's (grpcbuf.ServerOptions, whose codec lets the stream
+// decode its messages in place: decision 1197).
+func BenchmarkRoundTripCodec(b *testing.B) {
+	msgs, request, answers := fullDuplex8KiB()
+	for _, c := range []struct {
+		name string
+		opts []grpc.ServerOption
+	}{{"codec=grpc", nil}, {"codec=grpcbuf", grpcbuf.ServerOptions()}} {
+		b.Run(c.name, func(b *testing.B) {
+			benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints, grpcOpts: c.opts}, msgs, request, answers)
+		})
+	}
 }
 
 // BenchmarkRoundTripStreamed measures the soak's `streamed` conversation (streamedFlood) the
@@ -162,6 +178,16 @@ type memStream struct {
 func (m *memStream) Context() context.Context                 { return m.ctx }
 func (m *memStream) SetHeader(metadata.MD) error              { return nil }
 func (m *memStream) Send(*extprocv3.ProcessingResponse) error { m.sent++; return nil }
+
+// RecvMsg is the stream's receive: the message is handed over as it is, not decoded.
+func (m *memStream) RecvMsg(v any) error {
+	r, err := m.Recv()
+	if err != nil {
+		return err
+	}
+	v.(*received).ProcessingRequest = r
+	return nil
+}
 
 func (m *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
 	if m.next == len(m.msgs) {

@@ -98,11 +98,12 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 		st.held += n
 	}
 	if st.chunked == 0 && (b.GetEndOfStream() || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED) {
-		st.whole = b.GetBody() // the body in one frame: no copy
+		st.whole = b.GetBody() // the body in one frame, routed in this message: no copy
 	} else if len(b.GetBody()) > 0 {
-		// Kept as received: the budget holds exactly what the stream holds, with no
-		// doubling buffer and no copies left to the collector while the body grows.
-		st.chunks, st.chunked = append(st.chunks, b.GetBody()), st.chunked+len(b.GetBody())
+		// Kept as a copy of exactly its bytes (the received buffer goes back to the pool
+		// when this message is done): the budget holds exactly what the stream holds, with
+		// no doubling buffer and no copies left to the collector while the body grows.
+		st.chunks, st.chunked = append(st.chunks, bytes.Clone(b.GetBody())), st.chunked+len(b.GetBody())
 	}
 	if st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		if !b.GetEndOfStream() {

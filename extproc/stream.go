@@ -43,13 +43,23 @@ func (st *stream) work() {
 // the stream out meanwhile; with a Pacer, a body chunk past Limits.UnpacedBodyBytes is
 // processed only after the pacer's Delay. The Pacer is asked for once, when the stream's
 // bodies first go past that bound. recv returns errTimedOut when watch timed the stream out.
+//
+// The message is st.msg, whose bytes fields may point into the buffer it was received in
+// (decode.go): the caller releases it once done with it; recv has released it when it
+// returns an error.
 func (st *stream) recv() (*extprocv3.ProcessingRequest, error) {
 	st.mu.Unlock()
-	req, err := st.srv.Recv()
+	err := st.srv.RecvMsg(&st.msg)
 	st.mu.Lock()
 	if st.phase == timedOut {
+		st.msg.release()
 		return nil, errTimedOut
 	}
+	if err != nil {
+		st.msg.release()
+		return nil, err
+	}
+	req := st.msg.ProcessingRequest
 	if st.phase.reading() { // only then does watch read it: no phase leads back to reading
 		st.lastRecv = time.Now()
 	}
@@ -67,7 +77,7 @@ func (st *stream) recv() (*extprocv3.ProcessingRequest, error) {
 			}
 		}
 	}
-	return req, err
+	return req, nil
 }
 
 // errTimedOut is recv's error once watch has answered 408 and returned.
@@ -116,9 +126,10 @@ type stream struct {
 	session           string
 	explain           bool
 	subset            []string
-	chunks            [][]byte         // the request body's frames as received (no copy), when it came in several
+	msg               received         // the message being handled; released before the next is received
+	chunks            [][]byte         // the request body's frames (copies), when it came in several
 	chunked           int              // the length of chunks' bytes together
-	whole             []byte           // the request body, when it came in one frame
+	whole             []byte           // the request body, when it came in one frame: in msg's buffer
 	decision          *picker.Decision // &noDecision until decide takes one from the pool
 	decidedAt         time.Time        // when decide routed the request
 }
@@ -140,45 +151,54 @@ func (st *stream) run() error {
 		if err != nil {
 			return err
 		}
-		if first && req.GetProtocolConfig() != nil {
-			pc := req.GetProtocolConfig()
-			st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
-		}
-		if md := req.GetMetadataContext(); md != nil && st.subset == nil {
-			st.subset = subsetHint(md)
-		}
-		ev, ok := messageEvent(req)
-		if !ok {
-			return errUnknownMessage
-		}
-		if err := st.on(ev); err != nil {
+		end, err := st.handle(req, first)
+		st.whole = nil // it points into the message's buffer
+		st.msg.release()
+		if err != nil || end {
 			return err
-		}
-		switch r := req.Request.(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			err = st.requestHeaders(r.RequestHeaders)
-		case *extprocv3.ProcessingRequest_RequestBody:
-			err = st.requestBody(r.RequestBody)
-		case *extprocv3.ProcessingRequest_RequestTrailers:
-			err = st.requestTrailers()
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			err = st.responseHeaders(r.ResponseHeaders)
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			err = st.responseBody(r.ResponseBody)
-		case *extprocv3.ProcessingRequest_ResponseTrailers:
-			st.release()
-			err = st.send(continueResponseTrailers)
-		}
-		if err != nil {
-			return err
-		}
-		if !st.phase.reading() {
-			st.freeBody() // routed or answered: the body is no longer needed
-		}
-		if st.phase.over() && st.decision.Booking == nil {
-			return nil // an ImmediateResponse (or a response before routing) ended the conversation
 		}
 	}
+}
+
+// handle handles one message, req; end reports that the conversation is over.
+func (st *stream) handle(req *extprocv3.ProcessingRequest, first bool) (end bool, err error) {
+	if first && req.GetProtocolConfig() != nil {
+		pc := req.GetProtocolConfig()
+		st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+	}
+	if md := req.GetMetadataContext(); md != nil && st.subset == nil {
+		st.subset = subsetHint(md)
+	}
+	ev, ok := messageEvent(req)
+	if !ok {
+		return false, errUnknownMessage
+	}
+	if err := st.on(ev); err != nil {
+		return false, err
+	}
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		err = st.requestHeaders(r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		err = st.requestBody(r.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		err = st.requestTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		err = st.responseHeaders(r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		err = st.responseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		st.release()
+		err = st.send(continueResponseTrailers)
+	}
+	if err != nil {
+		return false, err
+	}
+	if !st.phase.reading() {
+		st.freeBody() // routed or answered: the body is no longer needed
+	}
+	// An ImmediateResponse (or a response before routing) ends the conversation.
+	return st.phase.over() && st.decision.Booking == nil, nil
 }
 
 // messageEvent is the event of Envoy's message req; false for a message that carries none

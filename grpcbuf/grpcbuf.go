@@ -13,6 +13,10 @@
 // bytes, a message encoded to its computed size), as the package's test checks end to end
 // with random payloads both ways, and because proto.Unmarshal copies what it keeps out of
 // the buffer before the buffer is reused.
+//
+// A message that implements Aliasing is given the received buffer itself instead: its
+// fields may point into the buffer, which goes back to the pool only once the message has
+// freed it (decision 1197).
 package grpcbuf
 
 import (
@@ -35,14 +39,26 @@ func ServerOptions() []grpc.ServerOption {
 }
 
 // Codec is gRPC's proto codec, except that a message received in several buffers is
-// gathered into one from its Pool rather than from gRPC's default (clearing) pool.
+// gathered into one from its pool rather than from gRPC's default (clearing) pool, and
+// that an Aliasing message decodes itself from the received buffer.
 type Codec struct {
-	pool *Pool
+	pool mem.BufferPool
 	base encoding.CodecV2
 }
 
-// NewCodec returns a Codec gathering messages into p.
-func NewCodec(p *Pool) Codec { return Codec{pool: p, base: encoding.GetCodecV2(protocodec.Name)} }
+// NewCodec returns a Codec gathering messages into p, normally a *Pool.
+func NewCodec(p mem.BufferPool) Codec {
+	return Codec{pool: p, base: encoding.GetCodecV2(protocodec.Name)}
+}
+
+// Aliasing is a received message that decodes itself from the buffer it arrived in and
+// may keep pointing into it: UnmarshalAliasing is given one reference to buf, which the
+// message owns from then on, whatever it returns. It must Free buf exactly once, after
+// the last read of any byte of it: the buffer then goes back to the pool, whose next
+// user overwrites it. The codec calls UnmarshalAliasing in place of proto.Unmarshal.
+type Aliasing interface {
+	UnmarshalAliasing(buf mem.Buffer) error
+}
 
 // Marshal encodes v, a proto.Message (anything else goes to gRPC's codec), as gRPC's proto
 // codec does, except that a message of pooling size is written into a buffer of the Pool
@@ -73,8 +89,14 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
 }
 
-// Unmarshal parses data into v, a proto.Message (anything else goes to gRPC's codec).
+// Unmarshal parses data into v: an Aliasing message gets the data in one buffer (the
+// received one, else one gathered from the pool) with a reference of its own; a
+// proto.Message is decoded by proto.Unmarshal, which copies what it keeps; anything else
+// goes to gRPC's codec.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if a, ok := v.(Aliasing); ok {
+		return a.UnmarshalAliasing(data.MaterializeToBuffer(c.pool))
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return c.base.Unmarshal(data, v)

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -222,4 +224,68 @@ func drainServer(tb testing.TB, opts ...grpc.ServerOption) *grpc.ClientConn {
 		}
 		return st.SendMsg(&wrapperspb.BytesValue{})
 	})))
+}
+
+// poisoned is a Pool that overwrites every buffer put back with 0xA5.
+type poisoned struct{ Pool }
+
+func (p *poisoned) Put(b *[]byte) {
+	full := (*b)[:cap(*b)]
+	for i := range full {
+		full[i] = 0xA5
+	}
+	p.Pool.Put(b)
+}
+
+// aliased is an Aliasing message that keeps its buffer until the handler frees it.
+type aliased struct{ buf mem.Buffer }
+
+func (a *aliased) UnmarshalAliasing(buf mem.Buffer) error { a.buf = buf; return nil }
+
+// An Aliasing message owns a reference to its buffer: its bytes stay what was received
+// after gRPC has let go of the message, in one frame or gathered from several, though
+// every buffer put back to the pool is poisoned at once. The handler decodes the message
+// only after RecvMsg has returned, echoes it, then frees the buffer.
+func TestAliasingMessageOwnsItsBuffer(t *testing.T) {
+	p := &poisoned{}
+	conn := serve(t, []grpc.ServerOption{experimental.BufferPool(p), grpc.ForceServerCodecV2(NewCodec(p)),
+		grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+			for {
+				var a aliased
+				if err := st.RecvMsg(&a); err != nil {
+					return nil
+				}
+				var m wrapperspb.BytesValue
+				err := proto.Unmarshal(a.buf.ReadOnlyData(), &m)
+				if err == nil {
+					err = st.SendMsg(&m)
+				}
+				a.buf.Free()
+				if err != nil {
+					return err
+				}
+			}
+		})})
+	st, err := conn.NewStream(context.Background(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/grpcbuf.Echo/Echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.NewChaCha8([32]byte{5})
+	for i, n := range []int{0, 1, 2000, 16 << 10, 100 << 10, 300 << 10, 50} {
+		msg := make([]byte, n)
+		_, _ = r.Read(msg)
+		if err := st.SendMsg(wrapperspb.Bytes(msg)); err != nil {
+			t.Fatal(err)
+		}
+		var got wrapperspb.BytesValue
+		if err := st.RecvMsg(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Value, msg) {
+			t.Fatalf("message %d (%d bytes): the server read other bytes from its buffer", i, n)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -59,7 +59,7 @@ type Request struct {
 	CacheSalt string   // the body's "cache_salt"; empty: none
 	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing)
 	Prompt    string   // completion prompt text
-	ChatBody  []byte   // raw chat request body, for chat requests
+	ChatBody  []byte   // raw chat request body, for chat requests; read it only until Pick returns (extproc reuses its bytes)
 	Session   string   // value of the session header
 	Subset    []string // the gateway's subset hint; nil when absent
 	Explain   bool     // the caller will render Decision.Explain: keep the 32 best, not KeptRanked

@@ -1,0 +1,388 @@
+package extproc
+
+import (
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// This file is the stream's decoding of Envoy's messages (decision 1197). proto.Unmarshal
+// copies every bytes field out of the received buffer: the request body (8 KiB and more)
+// and each header's raw value, 6 µs a request in extload's profile. A received message
+// here decodes itself from the buffer instead when the server's codec offers it
+// (grpcbuf.Aliasing): its bodies and raw header values point into the buffer, which the
+// stream frees once it is done with the message (release).
+//
+// The decoder reads the messages Envoy sends on the request path: headers, bodies and
+// trailers with the protocol configuration and metadata beside them. Anything else (an
+// unknown field, a field with an unexpected wire type, a repeated singular field, invalid
+// UTF-8 in a string, the deprecated attributes maps) makes it give up, and the message is
+// decoded by proto.Unmarshal from the same bytes: the result is always the message
+// proto.Unmarshal would give, with the same error for a malformed one (FuzzDecodeRequest).
+
+// received is one message of the stream. ProcessingRequest is what it decoded; while buf
+// is set, its bytes fields may point into buf, and must not be read after release.
+type received struct {
+	*extprocv3.ProcessingRequest
+	buf mem.Buffer
+}
+
+// UnmarshalAliasing implements grpcbuf.Aliasing: it decodes buf into a new
+// ProcessingRequest whose bytes fields point into buf, and keeps buf until release. When
+// the decoder gives up, proto.Unmarshal copies what it keeps and buf is freed at once.
+func (r *received) UnmarshalAliasing(buf mem.Buffer) error {
+	r.ProcessingRequest = new(extprocv3.ProcessingRequest)
+	r.buf = nil
+	b := buf.ReadOnlyData()
+	if decodeRequest(b, r.ProcessingRequest) {
+		r.buf = buf
+		return nil
+	}
+	r.ProcessingRequest = new(extprocv3.ProcessingRequest)
+	err := proto.Unmarshal(b, r.ProcessingRequest)
+	buf.Free()
+	return err
+}
+
+// ProtoReflect makes a received a proto.Message, for a codec that does not offer
+// aliasing: protobuf then decodes into a new ProcessingRequest, copying.
+func (r *received) ProtoReflect() protoreflect.Message {
+	if r.ProcessingRequest == nil {
+		r.ProcessingRequest = new(extprocv3.ProcessingRequest)
+	}
+	return r.ProcessingRequest.ProtoReflect()
+}
+
+// release frees the buffer the message points into, if any: none of its bytes fields may
+// be read after.
+func (r *received) release() {
+	if r.buf != nil {
+		r.buf.Free()
+		r.buf = nil
+	}
+	r.ProcessingRequest = nil
+}
+
+// subUnmarshal decodes the field the decoder leaves to protobuf (the metadata): one level
+// below the message, so one level less deep.
+var subUnmarshal = proto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}
+
+// decodeRequest decodes b into m, which must be empty, and reports true; bytes fields point
+// into b. It reports false, leaving m partly filled, for anything it does not read as
+// proto.Unmarshal would.
+func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 || num != 10 {
+				return false
+			}
+			b = b[n:]
+			m.ObservabilityMode = v != 0
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch num {
+		case 2, 3, 4, 5, 6, 7: // the request oneof
+			if m.Request != nil || !decodeOneof(num, v, m) {
+				return false
+			}
+		case 8:
+			if m.MetadataContext != nil {
+				return false
+			}
+			m.MetadataContext = new(corev3.Metadata)
+			if subUnmarshal.Unmarshal(v, m.MetadataContext) != nil {
+				return false
+			}
+		case 11:
+			if m.ProtocolConfig != nil {
+				return false
+			}
+			m.ProtocolConfig = new(extprocv3.ProtocolConfiguration)
+			if !decodeProtocol(v, m.ProtocolConfig) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeOneof decodes v, field num of ProcessingRequest's request oneof, into m.Request.
+func decodeOneof(num protowire.Number, v []byte, m *extprocv3.ProcessingRequest) bool {
+	switch num {
+	case 2, 3:
+		h := new(extprocv3.HttpHeaders)
+		if !decodeHeaders(v, h) {
+			return false
+		}
+		if num == 2 {
+			m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+		} else {
+			m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+		}
+	case 4, 5:
+		h := new(extprocv3.HttpBody)
+		if !decodeBody(v, h) {
+			return false
+		}
+		if num == 4 {
+			m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: h}
+		} else {
+			m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: h}
+		}
+	default: // 6, 7
+		h := new(extprocv3.HttpTrailers)
+		if !decodeTrailers(v, h) {
+			return false
+		}
+		if num == 6 {
+			m.Request = &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: h}
+		} else {
+			m.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: h}
+		}
+	}
+	return true
+}
+
+// protoField reads one field of b: its number and type, its value as a varint (VarintType) or
+// bytes (BytesType), and the rest of b; ok is false for any other type or a malformed field.
+func protoField(b []byte) (num protowire.Number, typ protowire.Type, x uint64, v, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, 0, nil, nil, false
+	}
+	b = b[n:]
+	switch typ {
+	case protowire.VarintType:
+		x, n = protowire.ConsumeVarint(b)
+	case protowire.BytesType:
+		v, n = protowire.ConsumeBytes(b)
+	default:
+		return 0, 0, 0, nil, nil, false
+	}
+	if n < 0 {
+		return 0, 0, 0, nil, nil, false
+	}
+	return num, typ, x, v, b[n:], true
+}
+
+// decodeHeaders decodes an HttpHeaders (headers 1, end_of_stream 3).
+func decodeHeaders(b []byte, h *extprocv3.HttpHeaders) bool {
+	for len(b) > 0 {
+		num, typ, x, v, rest, ok := protoField(b)
+		if !ok {
+			return false
+		}
+		b = rest
+		switch {
+		case num == 1 && typ == protowire.BytesType && h.Headers == nil:
+			h.Headers = new(corev3.HeaderMap)
+			if !decodeHeaderMap(v, h.Headers) {
+				return false
+			}
+		case num == 3 && typ == protowire.VarintType:
+			h.EndOfStream = x != 0
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeTrailers decodes an HttpTrailers (trailers 1).
+func decodeTrailers(b []byte, h *extprocv3.HttpTrailers) bool {
+	for len(b) > 0 {
+		num, typ, _, v, rest, ok := protoField(b)
+		if !ok || num != 1 || typ != protowire.BytesType || h.Trailers != nil {
+			return false
+		}
+		b = rest
+		h.Trailers = new(corev3.HeaderMap)
+		if !decodeHeaderMap(v, h.Trailers) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeProtocol decodes a ProtocolConfiguration: the two body modes (1, 2; enums, read as
+// protobuf reads an open enum's varint) and send_body_without_waiting_for_header_response (3).
+func decodeProtocol(b []byte, p *extprocv3.ProtocolConfiguration) bool {
+	for len(b) > 0 {
+		num, typ, x, _, rest, ok := protoField(b)
+		if !ok || typ != protowire.VarintType {
+			return false
+		}
+		b = rest
+		switch num {
+		case 1:
+			p.RequestBodyMode = filterv3.ProcessingMode_BodySendMode(int32(x))
+		case 2:
+			p.ResponseBodyMode = filterv3.ProcessingMode_BodySendMode(int32(x))
+		case 3:
+			p.SendBodyWithoutWaitingForHeaderResponse = x != 0
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeBody decodes an HttpBody: the body (1) points into b; the four flags (2-5) are
+// booleans.
+func decodeBody(b []byte, h *extprocv3.HttpBody) bool {
+	for len(b) > 0 {
+		num, typ, x, v, rest, ok := protoField(b)
+		if !ok {
+			return false
+		}
+		b = rest
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			h.Body = alias(v)
+		case num == 2 && typ == protowire.VarintType:
+			h.EndOfStream = x != 0
+		case num == 3 && typ == protowire.VarintType:
+			h.EndOfStreamWithoutMessage = x != 0
+		case num == 4 && typ == protowire.VarintType:
+			h.GrpcMessageCompressed = x != 0
+		case num == 5 && typ == protowire.VarintType:
+			h.DrainComplete = x != 0
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeHeaderMap decodes a HeaderMap: its repeated HeaderValues (1), held in one
+// allocation rather than one each.
+func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
+	count := 0
+	for r := b; len(r) > 0; count++ {
+		num, typ, _, _, rest, ok := protoField(r)
+		if !ok || num != 1 || typ != protowire.BytesType {
+			return false
+		}
+		r = rest
+	}
+	if count == 0 {
+		return true
+	}
+	values := make([]corev3.HeaderValue, count)
+	m.Headers = make([]*corev3.HeaderValue, count)
+	for i := range count {
+		_, _, _, v, rest, _ := protoField(b)
+		b = rest
+		if !decodeHeaderValue(v, &values[i]) {
+			return false
+		}
+		m.Headers[i] = &values[i]
+	}
+	return true
+}
+
+// decodeHeaderValue decodes a HeaderValue: key (1) and value (2) as UTF-8 strings, copied;
+// raw_value (3) pointing into b.
+func decodeHeaderValue(b []byte, h *corev3.HeaderValue) bool {
+	for len(b) > 0 {
+		num, typ, _, v, rest, ok := protoField(b)
+		if !ok || typ != protowire.BytesType {
+			return false
+		}
+		b = rest
+		switch num {
+		case 1, 2:
+			if !utf8.Valid(v) {
+				return false
+			}
+			if num == 1 {
+				h.Key = headerKey(v)
+			} else {
+				h.Value = string(v)
+			}
+		case 3:
+			h.RawValue = alias(v)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// headerKey is a header's name as a string: one of the names Envoy sends on most requests
+// and responses without a copy (a constant), any other copied.
+func headerKey(v []byte) string {
+	switch string(v) { // compared, not converted
+	case ":authority":
+		return ":authority"
+	case ":path":
+		return ":path"
+	case ":method":
+		return ":method"
+	case ":scheme":
+		return ":scheme"
+	case ":status":
+		return ":status"
+	case "content-type":
+		return "content-type"
+	case "content-length":
+		return "content-length"
+	case "x-request-id":
+		return "x-request-id"
+	case "x-forwarded-proto":
+		return "x-forwarded-proto"
+	case "x-forwarded-for":
+		return "x-forwarded-for"
+	case "x-envoy-internal":
+		return "x-envoy-internal"
+	case "x-envoy-expected-rq-timeout-ms":
+		return "x-envoy-expected-rq-timeout-ms"
+	case "user-agent":
+		return "user-agent"
+	case "accept":
+		return "accept"
+	case "accept-encoding":
+		return "accept-encoding"
+	case "authorization":
+		return "authorization"
+	case "date":
+		return "date"
+	case "server":
+		return "server"
+	case "x-envoy-upstream-service-time":
+		return "x-envoy-upstream-service-time"
+	}
+	return string(v)
+}
+
+// alias is a bytes field's value pointing into the buffer: nil when empty, as protobuf
+// leaves it, and with no capacity past its end, so that an append copies rather than
+// writes into the buffer.
+func alias(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return v[:len(v):len(v)]
+}

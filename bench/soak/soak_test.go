@@ -17,10 +17,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/gctune"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
@@ -173,6 +176,7 @@ func TestSoak(t *testing.T) {
 	hostileCPUBegin := hostile.cpu()
 	hostile.start()
 	profiled := profileOnset(t, d)
+	traced := traceRaw(ctx, a)
 	var samples []sample
 	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
 	every := min(5*time.Second, d/6)
@@ -265,6 +269,10 @@ func TestSoak(t *testing.T) {
 			fmt.Fprintf(&rb, "%.3f,%.2f\n", off+(r.at-r.took).Seconds(), float64(r.took)/float64(time.Millisecond))
 		}
 		st.mu.Unlock()
+		rb.WriteString("# every 250 ms from the hostile clients' start, on the same clock: the heap's objects MiB, the runtime's mapped MiB (total less released), minor page faults so far, LMCache keys indexed\n")
+		for _, p := range traced() {
+			fmt.Fprintf(&rb, "@%.3f,%.1f,%.1f,%d,%d\n", p.at.Sub(processStart).Seconds(), p.objectsMiB, p.mappedMiB, p.faults, p.keys)
+		}
 		if err := os.WriteFile(raw, []byte(rb.String()), 0o644); err != nil {
 			t.Error(err)
 		}
@@ -413,6 +421,44 @@ func steadyStart(t *testing.T, url string, ctx context.Context) {
 			})
 		}
 	})
+}
+
+// tracePoint is one of traceRaw's readings.
+type tracePoint struct {
+	at                    time.Time
+	objectsMiB, mappedMiB float64
+	faults                int64
+	keys                  int
+}
+
+// traceRaw, with LOADAWARE_SOAK_RAW set, reads the process's heap, mapped memory, page faults
+// and a's LMCache key count every 250 ms until ctx ends; the function it returns waits for
+// that and gives the readings. Without the variable it reads nothing.
+func traceRaw(ctx context.Context, a *app.App) func() []tracePoint {
+	if os.Getenv("LOADAWARE_SOAK_RAW") == "" {
+		return func() []tracePoint { return nil }
+	}
+	var points []tracePoint
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(s)
+			var ru syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+			points = append(points, tracePoint{at: time.Now(), objectsMiB: float64(s[0].Value.Uint64()) / (1 << 20),
+				mappedMiB: float64(gctune.Mapped()) / (1 << 20), faults: ru.Minflt, keys: a.LMCacheIndex.Keys()})
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []tracePoint { <-done; return points }
 }
 
 // p99 is d's 99th percentile in milliseconds, 0 for none.

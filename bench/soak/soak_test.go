@@ -239,8 +239,9 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
 		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(got.BodyBytes)/(1<<20)/hostileSecs, float64(got.LMCacheFrames)/hostileSecs, float64(got.PromptsRouted)/hostileSecs, float64(got.SharedBytes)/(1<<20)/hostileSecs)
 	if own {
-		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it.\n\n",
-			hostileCPUBegin.Seconds()*1000, (hostileCPUEnd-hostileCPUBegin).Seconds()/hostileSecs)
+		hostileCores := (hostileCPUEnd - hostileCPUBegin).Seconds() / hostileSecs
+		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it; with the test's process, %.2f of the %d CPUs (a run whose two processes got much less than the machine measures the host: decision 1187).\n\n",
+			hostileCPUBegin.Seconds()*1000, hostileCores, hostileCores+phase(rtHostile, rtEnd).cores, runtime.NumCPU())
 	}
 	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run, its collections and the heap the window's last one marked live (a dash: none in the window); the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
 	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | live heap MiB | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

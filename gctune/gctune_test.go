@@ -66,29 +66,59 @@ func TestParseLimit(t *testing.T) {
 
 func TestWithPretouch(t *testing.T) {
 	const mib = 1 << 20
+	env := func(godebug string) func(string) string {
+		return func(k string) string {
+			if k == "GODEBUG" {
+				return godebug
+			}
+			return ""
+		}
+	}
 	for _, tc := range []struct {
 		name      string
 		in        Settings
+		godebug   string
 		wantGC    int
 		wantTouch int64
 		why       string
 	}{
-		{"a limit and GOGC of ours", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, -1, int64(900 * mib * PretouchShare), "pre-touched: 810 MiB"},
-		{"no limit", Settings{}, 0, 0, "not pre-touched"},
-		{"GOMEMLIMIT from the environment", Settings{GCPercent: 400}, 400, 0, "not pre-touched"},
-		{"GOGC from the environment", Settings{MemoryLimit: 900 * mib}, 0, 0, "not pre-touched"},
+		{"a limit and GOGC of ours, eager release", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, "", -1, int64(900 * mib * PretouchEagerShare), "holds 837 MiB (93% of the limit)"},
+		{"lazy release", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, "madvdontneed=0", -1, 900 * mib, "holds 900 MiB (all the limit)"},
+		{"lazy release among other settings", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, "gctrace=1,madvdontneed=0", -1, 900 * mib, "stays resident"},
+		{"eager release asked for", Settings{GCPercent: 400, MemoryLimit: 900 * mib}, "madvdontneed=1", -1, int64(900 * mib * PretouchEagerShare), "madvdontneed=0 would keep"},
+		{"no limit", Settings{}, "madvdontneed=0", 0, 0, "not pre-touched"},
+		{"GOMEMLIMIT from the environment", Settings{GCPercent: 400}, "", 400, 0, "not pre-touched"},
+		{"GOGC from the environment", Settings{MemoryLimit: 900 * mib}, "", 0, 0, "not pre-touched"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := WithPretouch(tc.in)
+			s := WithPretouch(tc.in, env(tc.godebug))
 			if s.GCPercent != tc.wantGC || s.Pretouch != tc.wantTouch || s.MemoryLimit != tc.in.MemoryLimit || !strings.Contains(s.Why, tc.why) {
-				t.Errorf("WithPretouch(%+v) = %+v, want GOGC %d, pretouch %d, a reason containing %q", tc.in, s, tc.wantGC, tc.wantTouch, tc.why)
+				t.Errorf("WithPretouch(%+v, GODEBUG=%q) = %+v, want GOGC %d, pretouch %d, a reason containing %q", tc.in, tc.godebug, s, tc.wantGC, tc.wantTouch, tc.why)
 			}
 		})
 	}
 }
 
-// Apply with Pretouch leaves that much memory resident and held by the runtime as free heap:
-// the next allocations of that size find it mapped.
+func TestLazyRelease(t *testing.T) {
+	for in, want := range map[string]bool{
+		"":                              false,
+		"madvdontneed=0":                true,
+		"madvdontneed=1":                false,
+		"gctrace=1, madvdontneed=0":     true,
+		"madvdontneed=0,madvdontneed=1": false,
+		"madvdontneed=1,madvdontneed=0": true,
+		"xmadvdontneed=0":               false,
+		"madvdontneed=00":               false,
+	} {
+		if got := LazyRelease(in); got != want {
+			t.Errorf("LazyRelease(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+// Apply with Pretouch writes the heap until the runtime's mapped memory reaches it, leaves
+// that memory resident and held as free heap (the next allocations of that size find it
+// mapped), and sets the memory limit after.
 func TestApplyPretouchStaysResident(t *testing.T) {
 	gogc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	t.Cleanup(func() {
@@ -97,15 +127,22 @@ func TestApplyPretouchStaysResident(t *testing.T) {
 		debug.FreeOSMemory()
 	})
 	const n = 64 << 20
-	before := rssAnon(t)
-	Apply(Settings{GCPercent: -1, MemoryLimit: 4 * n, Pretouch: n})
-	if got := rssAnon(t) - before; got < n*9/10 {
-		t.Errorf("RssAnon rose %d MiB after pre-touching %d MiB", got>>20, n>>20)
+	before, rssBefore := Mapped(), rssAnon(t)
+	target := before + n
+	Apply(Settings{GCPercent: -1, MemoryLimit: 4 * target, Pretouch: target})
+	if got := Mapped(); got < target {
+		t.Errorf("the runtime holds %d MiB after pre-touching up to %d MiB", got>>20, target>>20)
+	}
+	if got := rssAnon(t) - rssBefore; got < n*9/10 {
+		t.Errorf("RssAnon rose %d MiB after pre-touching %d MiB more", got>>20, n>>20)
 	}
 	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
 	metrics.Read(s)
 	if free := s[0].Value.Uint64(); free < n*9/10 {
-		t.Errorf("the runtime holds %d MiB of free mapped heap after pre-touching %d MiB", free>>20, n>>20)
+		t.Errorf("the runtime holds %d MiB of free mapped heap after pre-touching %d MiB more", free>>20, n>>20)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 4*target {
+		t.Errorf("memory limit %d after Apply, want %d", got, 4*target)
 	}
 }
 

@@ -842,16 +842,19 @@ func TestChartMemoryPlan(t *testing.T) {
 		wantBuffered string // --max-buffered-bytes; "": not passed (the binary's default)
 		wantRequest  string // requests.memory; "": none rendered
 		wantLimit    string
+		wantGodebug  string // the container's GODEBUG; "": none
 	}{
-		{"defaults", nil, true, "67108864", "1Gi", "1Gi"},
+		{"defaults", nil, true, "67108864", "1Gi", "1Gi", "madvdontneed=0"},
+		{"the operator's GODEBUG", []string{"--set", "picker.extraEnv[0].name=GODEBUG", "--set", "picker.extraEnv[0].value=gctrace=1"},
+			true, "67108864", "1Gi", "1Gi", "gctrace=1"},
 		{"a larger limit", []string{"--set", "picker.resources.limits.memory=2Gi", "--set", "picker.maxBufferedBytes=268435456"},
-			true, "268435456", "2Gi", "2Gi"},
+			true, "268435456", "2Gi", "2Gi", "madvdontneed=0"},
 		{"the binary's budget in a larger limit", []string{"--set", "picker.resources.limits.memory=1536Mi", "--set", "picker.maxBufferedBytes=0"},
-			true, "", "1536Mi", "1536Mi"},
-		{"the request given equal to the limit", []string{"--set", "picker.resources.requests.memory=1Gi"}, true, "67108864", "1Gi", "1Gi"},
-		{"not pre-touched", []string{"--set", "picker.heapPretouch=false"}, false, "67108864", "", "1Gi"},
+			true, "", "1536Mi", "1536Mi", "madvdontneed=0"},
+		{"the request given equal to the limit", []string{"--set", "picker.resources.requests.memory=1Gi"}, true, "67108864", "1Gi", "1Gi", "madvdontneed=0"},
+		{"not pre-touched", []string{"--set", "picker.heapPretouch=false"}, false, "67108864", "", "1Gi", ""},
 		{"not pre-touched, a smaller request", []string{"--set", "picker.heapPretouch=false", "--set", "picker.resources.requests.memory=512Mi",
-			"--set", "picker.maxBufferedBytes=0"}, false, "", "512Mi", "1Gi"},
+			"--set", "picker.maxBufferedBytes=0"}, false, "", "512Mi", "1Gi", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -877,10 +880,17 @@ func TestChartMemoryPlan(t *testing.T) {
 			if res.Requests.Cpu().String() != "500m" {
 				t.Errorf("requests.cpu = %s, want the values' 500m kept", res.Requests.Cpu())
 			}
+			var godebug []string
 			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
 				if e.Name == "GOGC" || e.Name == "GOMEMLIMIT" {
 					t.Errorf("the picker gets %s, which turns its own collector plan off", e.Name)
 				}
+				if e.Name == "GODEBUG" {
+					godebug = append(godebug, e.Value)
+				}
+			}
+			if want := []string{tt.wantGodebug}; !slices.Equal(godebug, want) && !(tt.wantGodebug == "" && godebug == nil) {
+				t.Errorf("GODEBUG %q, want %q once", godebug, tt.wantGodebug)
 			}
 			c := d.Spec.Template.Spec.Containers[0]
 			if sp := c.StartupProbe; sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != c.LivenessProbe.HTTPGet.Path ||

@@ -144,8 +144,10 @@ const chartPodBytes = 1 << 30
 // tuneCollector applies LOADAWARE_SOAK_GC to the soak's process, as cmd/loadaware-epp does
 // to a picker's: "go" leaves Go's defaults (GOGC 100, no limit), "pod" is gctune's plan for
 // a soakPodBytes container, "pretouch" that plan pre-touched (decision 1184), "chart" the
-// Helm chart's default: a chartPodBytes container, pre-touched (decision 1186). It returns
-// what it applied and puts the collector back when t ends.
+// Helm chart's default: a chartPodBytes container, pre-touched, with the chart's
+// GODEBUG=madvdontneed=0 (decisions 1186 and 1187; the process must be started with it), and
+// "chart-gogc" that with GOGC 400 kept (a candidate, decision 1187). It returns what it
+// applied and puts the collector back when t ends.
 func tuneCollector(t *testing.T) gctune.Settings {
 	mode := os.Getenv("LOADAWARE_SOAK_GC")
 	var s gctune.Settings
@@ -155,12 +157,25 @@ func tuneCollector(t *testing.T) gctune.Settings {
 	case "pod", "pretouch", "":
 		s = gctune.Plan(os.Getenv, soakPodBytes, gctune.DefaultGCPercent, 0)
 		if mode != "pod" {
-			s = gctune.WithPretouch(s)
+			s = gctune.WithPretouch(s, os.Getenv)
 		}
 	case "chart":
-		s = gctune.WithPretouch(gctune.Plan(os.Getenv, chartPodBytes, gctune.DefaultGCPercent, 0))
+		if !gctune.LazyRelease(os.Getenv("GODEBUG")) {
+			t.Fatalf("LOADAWARE_SOAK_GC=chart is the chart's pod, which runs with GODEBUG=madvdontneed=0: start the soak with it (GODEBUG=%q now)", os.Getenv("GODEBUG"))
+		}
+		s = gctune.WithPretouch(gctune.Plan(os.Getenv, chartPodBytes, gctune.DefaultGCPercent, 0), os.Getenv)
+	case "chart-gogc":
+		// A candidate, not a plan the binary runs (decision 1187): the chart's pre-touch to the
+		// whole limit with its GOGC 400 kept, so the collector is paced by the live heap (a
+		// runway from recent cycles) and the scavenger's trimming to its goal is lazy.
+		if !gctune.LazyRelease(os.Getenv("GODEBUG")) {
+			t.Fatalf("LOADAWARE_SOAK_GC=chart-gogc needs GODEBUG=madvdontneed=0, as the chart's pod has (GODEBUG=%q now)", os.Getenv("GODEBUG"))
+		}
+		s = gctune.Plan(os.Getenv, chartPodBytes, gctune.DefaultGCPercent, 0)
+		s.Pretouch = int64(float64(s.MemoryLimit) * gctune.PretouchLazyShare)
+		s.Why += "; pre-touched to the whole limit with GOGC kept (the chart-gogc candidate, decision 1187)"
 	default:
-		t.Fatalf("LOADAWARE_SOAK_GC=%q: use go, pod, pretouch (the default) or chart", mode)
+		t.Fatalf("LOADAWARE_SOAK_GC=%q: use go, pod, pretouch (the default), chart or chart-gogc", mode)
 	}
 	gogc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	debug.SetGCPercent(gogc)

@@ -19,6 +19,8 @@ type runtimeSnap struct {
 	mutexWait float64       // /sync/mutex/wait/total:seconds
 	gcCycles  uint64
 	liveHeap  uint64                    // /gc/heap/live:bytes: the heap marked live by the last collection
+	scavCPU   float64                   // /cpu/classes/scavenge/total:cpu-seconds: handing memory back to the OS
+	released  uint64                    // /memory/classes/heap/released:bytes: heap handed back and not reused
 	sched     *metrics.Float64Histogram // /sched/latencies:seconds: runnable -> running
 	stw       *metrics.Float64Histogram // /sched/pauses/total/gc:seconds
 }
@@ -30,6 +32,8 @@ var runtimeNames = []string{
 	"/sched/latencies:seconds",
 	"/sched/pauses/total/gc:seconds",
 	"/gc/heap/live:bytes",
+	"/cpu/classes/scavenge/total:cpu-seconds",
+	"/memory/classes/heap/released:bytes",
 }
 
 func readRuntime() runtimeSnap {
@@ -57,6 +61,12 @@ func readRuntime() runtimeSnap {
 		case runtimeNames[5]:
 			if v.Value.Kind() == metrics.KindUint64 {
 				r.liveHeap = v.Value.Uint64()
+			}
+		case runtimeNames[6]:
+			r.scavCPU = float64OK(v)
+		case runtimeNames[7]:
+			if v.Value.Kind() == metrics.KindUint64 {
+				r.released = v.Value.Uint64()
 			}
 		}
 	}
@@ -102,13 +112,17 @@ type runtimePhase struct {
 	// liveMiB is the heap the last collection of the phase marked live; -1 when the heap was
 	// not collected in the phase (a pre-touched heap, collected at its limit only).
 	liveMiB float64
+	// scavMS is the CPU the runtime spent handing memory back, ms per wall second;
+	// releasedMiB the change in the heap it holds handed back (negative: reused).
+	scavMS, releasedMiB float64
 }
 
 func phase(a, b runtimeSnap) runtimePhase {
 	wall := b.at.Sub(a.at).Seconds()
 	cpu := (b.cpu - a.cpu).Seconds()
 	p := runtimePhase{wall: wall, cores: cpu / wall, mutexWaitMS: (b.mutexWait - a.mutexWait) * 1000 / wall,
-		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall, faultsPerSec: float64(b.faults-a.faults) / wall, liveMiB: -1}
+		gcPerSec: float64(b.gcCycles-a.gcCycles) / wall, faultsPerSec: float64(b.faults-a.faults) / wall, liveMiB: -1,
+		scavMS: (b.scavCPU - a.scavCPU) * 1000 / wall, releasedMiB: (float64(b.released) - float64(a.released)) / (1 << 20)}
 	if b.gcCycles > a.gcCycles {
 		p.liveMiB = float64(b.liveHeap) / (1 << 20)
 	}
@@ -162,6 +176,6 @@ func finite(v float64) float64 {
 }
 
 func (p runtimePhase) String() string {
-	return fmt.Sprintf("process CPU %.2f cores (GC %.0f%%, %.1f cycles/s, longest stop-the-world <= %.2f ms); goroutines' wait to run p99 %.0f us, p99.9 %.0f us (%d waits); mutex wait %.1f ms/s; %.0f minor page faults/s",
-		p.cores, p.gcShare*100, p.gcPerSec, p.stwMaxMS, p.schedP99us, p.schedP999us, p.schedSamples, p.mutexWaitMS, p.faultsPerSec)
+	return fmt.Sprintf("process CPU %.2f cores (GC %.0f%%, %.1f cycles/s, longest stop-the-world <= %.2f ms); goroutines' wait to run p99 %.0f us, p99.9 %.0f us (%d waits); mutex wait %.1f ms/s; %.0f minor page faults/s; handing memory back %.1f ms/s of CPU, heap handed back %+.0f MiB",
+		p.cores, p.gcShare*100, p.gcPerSec, p.stwMaxMS, p.schedP99us, p.schedP999us, p.schedSamples, p.mutexWaitMS, p.faultsPerSec, p.scavMS, p.releasedMiB)
 }

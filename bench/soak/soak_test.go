@@ -10,15 +10,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +32,7 @@ import (
 	"github.com/loadaware/loadaware-epp/bench/sim"
 	"github.com/loadaware/loadaware-epp/bench/stats"
 	"github.com/loadaware/loadaware-epp/extproc"
+	"github.com/loadaware/loadaware-epp/gctune"
 	"github.com/loadaware/loadaware-epp/lmcache"
 	"github.com/loadaware/loadaware-epp/picker"
 	"github.com/loadaware/loadaware-epp/tokenize"
@@ -69,7 +74,9 @@ func rssMiB() float64 {
 // buffered-bytes budget (64 MiB, the Helm chart's; LOADAWARE_SOAK_BUFFERED_BYTES to change
 // it) and the LMCache key budget (200k keys), scaled down so the
 // hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
-// (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container).
+// (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container; make
+// soak runs the chart's). LOADAWARE_SOAK_RAW names a file for every steady request's start
+// and latency, on GODEBUG=gctrace=1's clock.
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
 	if err != nil {
@@ -142,15 +149,17 @@ func TestSoak(t *testing.T) {
 	srv := httptest.NewServer(gw)
 	defer srv.Close()
 
-	// The first quarter (at least 10 s) is steady traffic alone: the idle latency the rest is
-	// compared with.
-	idleFor := max(d/4, 10*time.Second)
+	// Steady traffic alone comes first: warmUp, not counted (the first requests' connections,
+	// the runtime's first trim after a pre-touch), then idleFor, the latency the rest is
+	// compared with: as long as the hostile window up to 20 s, so that the two p99s rest on
+	// as many requests, and at least a quarter of a longer run (decision 1187).
+	idleFor := max(d/4, min(d, 20*time.Second))
 	// The run ends by cancellation, not by a deadline: a deadline would travel to the picker as
 	// grpc-timeout, and under load the picker's copy of it can fire (and answer
 	// DeadlineExceeded) before this side's context reports itself done, which reads as a failure.
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	time.AfterFunc(idleFor+d, stop)
+	time.AfterFunc(warmUp+idleFor+d, stop)
 	// The hostile clients are prepared first (their process started, connected, payloads
 	// built), so that none of that lands in either window.
 	hostile := prepareHostile(ctx, t, targets{GRPC: a.GRPCAddr(), Metrics: a.MetricsAddr(), LMCachePull: a.LMCachePullAddr(),
@@ -159,7 +168,7 @@ func TestSoak(t *testing.T) {
 	steadyStart(t, srv.URL, ctx)
 	rtBegin := readRuntime()
 	select {
-	case <-time.After(idleFor):
+	case <-time.After(warmUp + idleFor):
 	case <-ctx.Done():
 	}
 	hostileFrom := time.Since(begin)
@@ -167,6 +176,7 @@ func TestSoak(t *testing.T) {
 	hostileCPUBegin := hostile.cpu()
 	hostile.start()
 	profiled := profileOnset(t, d)
+	traced := traceRaw(ctx, a)
 	var samples []sample
 	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
 	every := min(5*time.Second, d/6)
@@ -203,8 +213,9 @@ func TestSoak(t *testing.T) {
 	profiled()
 	st.wg.Wait()
 	got := hostile.wait()
-	idle, loaded := split(st.done, hostileFrom)
-	pickIdle, pickLoaded := split(st.picker, hostileFrom)
+	idle, loaded := split(st.done, warmUp, hostileFrom)
+	pickIdle, pickLoaded := split(st.picker, warmUp, hostileFrom)
+	lo, hi := ratioInterval(idle, loaded, 0.90, 2000)
 	failed := st.failed
 
 	where, alsoHostile := "The hostile clients ran in the test's process (LOADAWARE_SOAK_HOSTILE_PROCESS=own: in their own).", ", hostile clients"
@@ -216,9 +227,9 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone, then %v beside hostile clients\n\n", idleFor, d)
-	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); %d ok, %d failed.\n\n",
-		p99(idle), p99(loaded), p99(loaded)/p99(idle), st.ok, st.failed)
+	fmt.Fprintf(&b, "# Soak: steady traffic (50 req/s), %v alone (after %v not counted), then %v beside hostile clients\n\n", idleFor, warmUp, d)
+	fmt.Fprintf(&b, "Steady p99: %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f; 90%% interval %.2f-%.2f, resampling each window's %d and %d requests); %d ok, %d failed.\n\n",
+		p99(idle), p99(loaded), p99(loaded)/p99(idle), lo, hi, len(idle), len(loaded), st.ok, st.failed)
 	fmt.Fprintf(&b, "The process's collector (LOADAWARE_SOAK_GC): %s. The buffered-bytes budget: %d MiB.\n\n", collector.Why, buffered>>20)
 	fmt.Fprintf(&b, "Steady latency p50 / p90 / p99.9, ms: %s alone, %s beside the hostile clients.\n\n", spread(idle), spread(loaded))
 	fmt.Fprintf(&b, "The picker's part of it (the gateway's request headers sent to the routing answer): p99 %.2f ms alone, %.2f ms beside the hostile clients (ratio %.2f); p50 / p90 / p99.9 %s alone, %s beside.\n\n",
@@ -228,8 +239,9 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "Where the time went (Go runtime/metrics and getrusage; the whole process):\n\n- alone: %v\n- beside the hostile clients: %v\n- the hostile senders got out %.1f MiB/s of request bodies, %.0f LMCache events/s, %.1f worst-shape prompts routed/s and %.1f MiB/s of bodies through the gateway\n\n",
 		phase(rtBegin, rtHostile), phase(rtHostile, rtEnd), float64(got.BodyBytes)/(1<<20)/hostileSecs, float64(got.LMCacheFrames)/hostileSecs, float64(got.PromptsRouted)/hostileSecs, float64(got.SharedBytes)/(1<<20)/hostileSecs)
 	if own {
-		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it.\n\n",
-			hostileCPUBegin.Seconds()*1000, (hostileCPUEnd-hostileCPUBegin).Seconds()/hostileSecs)
+		hostileCores := (hostileCPUEnd - hostileCPUBegin).Seconds() / hostileSecs
+		fmt.Fprintf(&b, "The hostile clients' process used %.0f ms of CPU getting ready (started, connected, payloads built) before the steady traffic began, and %.2f cores beside it; with the test's process, %.2f of the %d CPUs (a run whose two processes got much less than the machine measures the host: decision 1187).\n\n",
+			hostileCPUBegin.Seconds()*1000, hostileCores, hostileCores+phase(rtHostile, rtEnd).cores, runtime.NumCPU())
 	}
 	b.WriteString("The windows (each since the previous row; the first since the hostile clients started): the process's CPU, its minor page faults (first touches of memory), its goroutines' wait to run, its collections and the heap the window's last one marked live (a dash: none in the window); the hostile clients' own process's CPU (LOADAWARE_SOAK_HOSTILE_PROCESS=own; else 0, counted in the process's); and the request body MiB the bodies client got out.\n\n")
 	b.WriteString("| t | RSS MiB | goroutines | steady p99 ms | steady ok | steady failed | hostile refused | CPU cores | page faults/s | wait to run p99 us | GC cycles/s | live heap MiB | hostile process CPU cores | hostile body MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -248,6 +260,23 @@ func TestSoak(t *testing.T) {
 	}
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		t.Error(err)
+	}
+	if raw := os.Getenv("LOADAWARE_SOAK_RAW"); raw != "" {
+		var rb strings.Builder
+		off := begin.Sub(processStart).Seconds()
+		fmt.Fprintf(&rb, "# seconds since the process started (GODEBUG=gctrace=1's clock) at which each steady request started, and its latency in ms; counted alone from %.3f, hostile from %.3f\n", off+warmUp.Seconds(), off+hostileFrom.Seconds())
+		st.mu.Lock()
+		for _, r := range st.done {
+			fmt.Fprintf(&rb, "%.3f,%.2f\n", off+(r.at-r.took).Seconds(), float64(r.took)/float64(time.Millisecond))
+		}
+		st.mu.Unlock()
+		rb.WriteString("# every 250 ms from the hostile clients' start, on the same clock: the heap's objects MiB, the runtime's mapped MiB (total less released), minor page faults so far, LMCache keys indexed\n")
+		for _, p := range traced() {
+			fmt.Fprintf(&rb, "@%.3f,%.1f,%.1f,%d,%d\n", p.at.Sub(processStart).Seconds(), p.objectsMiB, p.mappedMiB, p.faults, p.keys)
+		}
+		if err := os.WriteFile(raw, []byte(rb.String()), 0o644); err != nil {
+			t.Error(err)
+		}
 	}
 	t.Log("\n" + b.String())
 
@@ -306,19 +335,52 @@ func recordPickerTime(o gateway.Outcome) {
 	st.picker = append(st.picker, result{start + o.PickerTime, o.PickerTime})
 }
 
-// split parts rs into the latencies of requests that started before from and the rest.
-func split(rs []result, from time.Duration) (before, after []time.Duration) {
+// warmUp is the start of the steady traffic that neither window counts.
+const warmUp = 2 * time.Second
+
+// split parts the latencies of rs by when each request started: in [warm, from) (alone)
+// and from on (beside); those that started before warm are in neither.
+func split(rs []result, warm, from time.Duration) (before, after []time.Duration) {
 	for _, r := range rs {
-		if r.at-r.took < from {
+		switch start := r.at - r.took; {
+		case start < warm:
+		case start < from:
 			before = append(before, r.took)
-		} else {
+		default:
 			after = append(after, r.took)
 		}
 	}
 	return before, after
 }
 
+// ratioInterval is the central interval at level of p99(b)/p99(a), from resamples
+// resamplings of each (with replacement, a fixed seed); NaNs when either is empty.
+func ratioInterval(a, b []time.Duration, level float64, resamples int) (lo, hi float64) {
+	if len(a) == 0 || len(b) == 0 || resamples < 1 {
+		return math.NaN(), math.NaN()
+	}
+	rng := rand.New(rand.NewPCG(1187, 35))
+	xa, xb := millis(a), millis(b)
+	ra, rb := make([]float64, len(xa)), make([]float64, len(xb))
+	ratios := make([]float64, resamples)
+	for i := range ratios {
+		for j := range ra {
+			ra[j] = xa[rng.IntN(len(xa))]
+		}
+		for j := range rb {
+			rb[j] = xb[rng.IntN(len(xb))]
+		}
+		ratios[i] = stats.Percentile(rb, 99) / stats.Percentile(ra, 99)
+	}
+	q := stats.Percentiles(ratios, 50-level*50, 50+level*50)
+	return q[0], q[1]
+}
+
 var st *steady
+
+// processStart is about when the process started (package initialization): GODEBUG=gctrace=1
+// stamps collections with the time since then.
+var processStart = time.Now()
 
 func steadyStart(t *testing.T, url string, ctx context.Context) {
 	st = &steady{begin: time.Now()}
@@ -360,6 +422,44 @@ func steadyStart(t *testing.T, url string, ctx context.Context) {
 			})
 		}
 	})
+}
+
+// tracePoint is one of traceRaw's readings.
+type tracePoint struct {
+	at                    time.Time
+	objectsMiB, mappedMiB float64
+	faults                int64
+	keys                  int
+}
+
+// traceRaw, with LOADAWARE_SOAK_RAW set, reads the process's heap, mapped memory, page faults
+// and a's LMCache key count every 250 ms until ctx ends; the function it returns waits for
+// that and gives the readings. Without the variable it reads nothing.
+func traceRaw(ctx context.Context, a *app.App) func() []tracePoint {
+	if os.Getenv("LOADAWARE_SOAK_RAW") == "" {
+		return func() []tracePoint { return nil }
+	}
+	var points []tracePoint
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(s)
+			var ru syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+			points = append(points, tracePoint{at: time.Now(), objectsMiB: float64(s[0].Value.Uint64()) / (1 << 20),
+				mappedMiB: float64(gctune.Mapped()) / (1 << 20), faults: ru.Minflt, keys: a.LMCacheIndex.Keys()})
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []tracePoint { <-done; return points }
 }
 
 // p99 is d's 99th percentile in milliseconds, 0 for none.

@@ -17,25 +17,26 @@ func TestCollectorPlanPretouch(t *testing.T) {
 		limit     int64 // --memory-limit
 		cgroup    int64
 		env       map[string]string
-		touched   bool
+		touched   float64 // the share of the limit the heap is written up to; 0: not pre-touched
 		wantWarn  bool
 		wantLimit int64
 	}{
-		{"off", false, 1 << 30, 0, nil, false, false, 1 << 30},
-		{"under --memory-limit", true, 1 << 30, 0, nil, true, false, 1 << 30},
-		{"under the container's limit", true, 0, cgroup, nil, true, false, containerLimit},
-		{"no limit", true, 0, 0, nil, false, true, 0},
-		{"GOGC set by the operator", true, 1 << 30, 0, map[string]string{"GOGC": "100"}, false, true, 1 << 30},
+		{"off", false, 1 << 30, 0, nil, 0, false, 1 << 30},
+		{"under --memory-limit", true, 1 << 30, 0, nil, gctune.PretouchEagerShare, false, 1 << 30},
+		{"under the container's limit", true, 0, cgroup, nil, gctune.PretouchEagerShare, false, containerLimit},
+		{"lazy release", true, 0, cgroup, map[string]string{"GODEBUG": "madvdontneed=0"}, gctune.PretouchLazyShare, false, containerLimit},
+		{"no limit", true, 0, 0, nil, 0, true, 0},
+		{"GOGC set by the operator", true, 1 << 30, 0, map[string]string{"GOGC": "100"}, 0, true, 1 << 30},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o := options{heapPretouch: tc.pretouch, memoryLimit: tc.limit, gcPercent: gctune.DefaultGCPercent}
 			gc, warn := collectorPlan(o, env(tc.env), tc.cgroup)
-			if touched := gc.Pretouch > 0; touched != tc.touched {
-				t.Errorf("pre-touch %d bytes, want pre-touched %v (%s)", gc.Pretouch, tc.touched, gc.Why)
+			if want := int64(float64(gc.MemoryLimit) * tc.touched); gc.Pretouch != want {
+				t.Errorf("pre-touch up to %d bytes, want %d: %v of the %d limit (%s)", gc.Pretouch, want, tc.touched, gc.MemoryLimit, gc.Why)
 			}
-			if tc.touched && (gc.GCPercent != -1 || gc.Pretouch != int64(float64(gc.MemoryLimit)*gctune.PretouchShare)) {
-				t.Errorf("pre-touched plan GOGC %d, %d bytes of a %d limit: want GOGC off and %v of the limit", gc.GCPercent, gc.Pretouch, gc.MemoryLimit, gctune.PretouchShare)
+			if tc.touched > 0 && gc.GCPercent != -1 {
+				t.Errorf("pre-touched plan GOGC %d, want off", gc.GCPercent)
 			}
 			if (warn != "") != tc.wantWarn {
 				t.Errorf("warning %q, want one: %v", warn, tc.wantWarn)

@@ -87,7 +87,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.bindAddress, "bind-address", "", "address to listen on (default: all interfaces)")
 	fs.IntVar(&o.gcPercent, "gc-percent", gctune.DefaultGCPercent, "GOGC under a memory limit (--memory-limit, the container's, or GOMEMLIMIT); without one, and when GOGC is set, the collector is left as it is")
 	fs.Int64Var(&o.memoryLimit, "memory-limit", 0, "soft memory limit of the Go heap in bytes; 0: 90% of the container's memory limit, if any; -1: none")
-	fs.BoolVar(&o.heapPretouch, "heap-pretouch", false, "under a memory limit of the picker's own (--memory-limit or the container's; GOGC and GOMEMLIMIT unset), write 90% of it once at start and collect only at the limit (GOGC off), so a burst of input does not fault a new heap in while it arrives; RSS stays at about the limit")
+	fs.BoolVar(&o.heapPretouch, "heap-pretouch", false, "under a memory limit of the picker's own (--memory-limit or the container's; GOGC and GOMEMLIMIT unset), write the heap once at start until the runtime holds the limit (93% of it unless GODEBUG has madvdontneed=0) and collect only at the limit (GOGC off), so a burst of input does not fault a new heap in while it arrives; RSS stays at about the limit")
 	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS (a self-signed certificate unless --cert-path)")
 	fs.StringVar(&o.certPath, "cert-path", "", "directory holding tls.crt and tls.key for --secure-serving")
 	fs.StringVar(&o.endpoints, "endpoints", "", "static endpoint list: ip:port,ip:port,... (IPv6 as [addr]:port); or discover them with --pool-name or --endpoint-selector")
@@ -334,7 +334,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	gc, unmet := collectorPlan(o, getenv, gctune.CgroupMemoryMax())
 	tuned := time.Now()
 	gctune.Apply(gc)
-	log.Info("Go collector: "+gc.Why, "gogc", gc.GCPercent, "memory_limit_bytes", gc.MemoryLimit, "pretouch_bytes", gc.Pretouch, "took", time.Since(tuned).Round(time.Millisecond))
+	log.Info("Go collector: "+gc.Why, "gogc", gc.GCPercent, "memory_limit_bytes", gc.MemoryLimit, "pretouch_to_bytes", gc.Pretouch, "took", time.Since(tuned).Round(time.Millisecond))
 	if unmet != "" {
 		log.Warn(unmet)
 	}
@@ -454,7 +454,7 @@ func collectorPlan(o options, getenv func(string) string, cgroupMax int64) (gctu
 	if !o.heapPretouch {
 		return gc, ""
 	}
-	if gc = gctune.WithPretouch(gc); gc.Pretouch == 0 {
+	if gc = gctune.WithPretouch(gc, getenv); gc.Pretouch == 0 {
 		return gc, "--heap-pretouch asked for but not done: give the picker a memory limit of its own (--memory-limit, or a container memory limit) and leave GOGC and GOMEMLIMIT unset"
 	}
 	return gc, ""

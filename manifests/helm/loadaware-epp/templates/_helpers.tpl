@@ -151,7 +151,7 @@ app.kubernetes.io/component: envoy-gateway
 {{- $limit := (default dict $res.limits).memory -}}
 {{- $request := (default dict $res.requests).memory -}}
 {{- if not $limit -}}
-{{- fail "picker.heapPretouch needs picker.resources.limits.memory: the picker pre-touches 90% of the container's memory limit, and without one it would not pre-touch. Set a limit (the default is 1Gi) or set picker.heapPretouch false" -}}
+{{- fail "picker.heapPretouch needs picker.resources.limits.memory: the picker pre-touches its heap up to 90% of the container's memory limit, and without one it would not pre-touch. Set a limit (the default is 1Gi) or set picker.heapPretouch false" -}}
 {{- end -}}
 {{- if and $request (ne (toString $request) (toString $limit)) -}}
 {{- fail (printf "picker.resources.requests.memory %v differs from limits.memory %v with picker.heapPretouch: a pre-touched picker holds about its limit from the start, so the chart requests the whole limit. Leave requests.memory unset (the chart sets it to the limit), set it equal, or set picker.heapPretouch false" $request $limit) -}}

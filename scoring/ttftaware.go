@@ -34,8 +34,7 @@ import (
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish.
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
-//	    (PrefillSlowdown; 1 until measured, and on an idle engine, where the measurement
-//	    of a loaded one does not apply: decision 1680): a slower GPU prefills and steps slower.
+//	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
 //	    the fleet compute the difference again, work the requests that queue behind it on the
 //	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x

@@ -8,22 +8,17 @@ import (
 
 func TestPrefillSlowdown(t *testing.T) {
 	for _, tt := range []struct {
-		name            string
-		prefill, decode int // the picker's requests in flight there
-		engine          EngineMetrics
-		want            float64
+		name   string
+		engine EngineMetrics
+		want   float64
 	}{
-		{"not scraped: 1", 1, 0, EngineMetrics{PrefillSlowdown: 2}, 1},
-		{"scraped, not measured: 1", 1, 0, EngineMetrics{Known: true, Running: 1}, 1},
-		{"measured", 0, 0, EngineMetrics{Known: true, PrefillSlowdown: 1.3, Running: 1}, 1.3},
-		{"measured, the picker's request in prefill", 1, 0, EngineMetrics{Known: true, PrefillSlowdown: 1.3}, 1.3},
-		{"measured, the picker's request decoding", 0, 1, EngineMetrics{Known: true, PrefillSlowdown: 1.3}, 1.3},
-		{"measured, a request waiting", 0, 0, EngineMetrics{Known: true, PrefillSlowdown: 1.3, Waiting: 1}, 1.3},
-		{"measured but idle: 1", 0, 0, EngineMetrics{Known: true, PrefillSlowdown: 4.5}, 1},
-		{"a negative reading is not a measurement", 1, 0, EngineMetrics{Known: true, PrefillSlowdown: -1}, 1},
+		{"not scraped: 1", EngineMetrics{PrefillSlowdown: 2}, 1},
+		{"scraped, not measured: 1", EngineMetrics{Known: true}, 1},
+		{"measured", EngineMetrics{Known: true, PrefillSlowdown: 1.3}, 1.3},
+		{"a negative reading is not a measurement", EngineMetrics{Known: true, PrefillSlowdown: -1}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PrefillSlowdown(Candidate{Prefill: tt.prefill, Decode: tt.decode, Engine: tt.engine}); got != tt.want {
+			if got := PrefillSlowdown(Candidate{Engine: tt.engine}); got != tt.want {
 				t.Fatalf("PrefillSlowdown = %v, want %v", got, tt.want)
 			}
 		})
@@ -31,18 +26,15 @@ func TestPrefillSlowdown(t *testing.T) {
 }
 
 func TestTTFTAwareScalesPrefillBySlowdown(t *testing.T) {
-	// Two engines each running one request of another picker, neither holding the prompt:
-	// the measured 1.3x engine's estimate is 1.3 times the other's, so the other wins;
-	// unmeasured, or idle (the measurement is not applied: decision 1680), they tie and
-	// the smaller address wins. A KV wait is not scaled.
+	// Two idle engines, neither holding the prompt: the measured 1.3x engine's estimate is
+	// 1.3 times the other's, so the other wins; unmeasured, they tie and the smaller
+	// address wins. A KV wait is not scaled.
 	fast := lcand("b:1", 0, 0, 0, 0)
 	slow := lcand("a:1", 0, 0, 0, 0)
-	fast.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1, Running: 1}
-	slow.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1.3, Running: 1}
+	fast.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1}
+	slow.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1.3}
 	unmeasured := slow
-	unmeasured.Engine = EngineMetrics{Known: true, Running: 1}
-	idle := slow
-	idle.Engine.Running = 0
+	unmeasured.Engine = EngineMetrics{Known: true}
 	full := slow
 	full.DecodePace, full.Decode, full.Engine = 100*time.Second, 10, EngineMetrics{Known: true, PrefillSlowdown: 1.3, KVUsage: 1, Running: 10}
 	for _, tt := range []struct {
@@ -53,7 +45,6 @@ func TestTTFTAwareScalesPrefillBySlowdown(t *testing.T) {
 	}{
 		{"the slow engine loses", []Candidate{slow, fast}, "b:1", 1.3},
 		{"unmeasured: a tie", []Candidate{unmeasured, fast}, "a:1", 1},
-		{"idle: a tie", []Candidate{idle, fast}, "a:1", 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rs := mustNew(t, "ttftaware", DefaultParams(), NewState()).Rank(Input{PromptTokens: 2000, Now: t0, Candidates: tt.cands})

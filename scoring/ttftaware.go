@@ -16,8 +16,8 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
-//		           = est(s) - kvwait(s) + drain(s) + (miss(s) - least miss) x TokenCost
-//		                                                         when every candidate is saturated, some only for KV
+//		           = est(s) - kvwait(s) + drain(s) + (miss(s) - least miss) x TokenCost / (1 - busy)
+//		                                      when every candidate is saturated, some only for KV, and busy < 1
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //		           = est(s)                              otherwise when the holding is only presumed
@@ -55,11 +55,13 @@ import (
 //	    every candidate is saturated nothing is diverted: a move then only adds work to a
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals. When some candidate is saturated
-//	    only for KV (its prefill queue does not fill a step), the fleet has compute to spare
-//	    and lacks KV: a move costs its recompute once, and the KV wait is read from the
-//	    picker's own account of the blocks in flight on s, drain(s) (kvDrain), rather than
-//	    from the scrape; the least miss then no longer pins a session's turn to an engine
-//	    whose KV is tens of seconds behind another's (decision 1680).
+//	    only for KV (its prefill queue does not fill a step) and the fleet's measured prefill
+//	    utilization busy (below) is under 1, the fleet has compute to spare and lacks KV: a
+//	    move costs its recompute and the queue it grows, recompute / (1 - busy) as a copy's
+//	    does, and the KV wait is the picker's own account of the blocks in flight on s
+//	    drained at its decode pace, drain(s) (kvDrain), not the scrape's; the least miss
+//	    then no longer pins a session's turn to an engine whose KV is tens of seconds behind
+//	    another's (decision 1680).
 //	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
 //	    requests choose the less queued of two, so a candidate holding none of the prompt
 //	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
@@ -268,8 +270,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		extra := float64(miss - leastMiss)
 		recompute := extra * tok * rs[i].Slowdown
 		switch {
-		case saturated && !computeBound:
-			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + kvDrain(c) + recompute)
+		case saturated && !computeBound && busy < 1:
+			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + kvDrain(c) + recompute/(1-busy))
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:

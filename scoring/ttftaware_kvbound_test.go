@@ -42,15 +42,18 @@ func TestTTFTAwareKVBoundFloor(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		uncached int // State.Uncached on each before the decision: the prefill queued there
+		booked   int // 12,000-token bookings of other prefixes at t0 before it: the offered rate
 		cands    []Candidate
 		want     string
 	}{
 		{"KV-bound: the fewer blocks in flight win over a little more held",
-			0, []Candidate{full("a:1", 11500, 3000, 0), full("b:1", 11000, 500, 0)}, "b:1"},
+			0, 0, []Candidate{full("a:1", 11500, 3000, 0), full("b:1", 11000, 500, 0)}, "b:1"},
+		{"KV-bound but past the fleet's prefill capacity: the least miss, whatever the KV",
+			0, 40, []Candidate{full("a:1", 11500, 3000, 0), full("b:1", 11000, 500, 0)}, "a:1"},
 		{"KV-bound, as many blocks in flight: the more held wins",
-			0, []Candidate{full("a:1", 11500, 500, 0), full("b:1", 11000, 500, 0)}, "a:1"},
+			0, 0, []Candidate{full("a:1", 11500, 500, 0), full("b:1", 11000, 500, 0)}, "a:1"},
 		{"compute-bound (a step of prefill queued everywhere): the least miss, whatever the KV",
-			3000, []Candidate{full("a:1", 11500, 3000, 1), full("b:1", 11000, 500, 1)}, "a:1"},
+			3000, 0, []Candidate{full("a:1", 11500, 3000, 1), full("b:1", 11000, 500, 1)}, "a:1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := NewState()
@@ -58,6 +61,10 @@ func TestTTFTAwareKVBoundFloor(t *testing.T) {
 				for _, c := range tt.cands {
 					st.Uncached(c.Addr, tt.uncached)
 				}
+			}
+			for i := range tt.booked {
+				st.Uncached("c:1", 12000)
+				st.Routed(uint64(1000+i), "c:1", 12000, t0)
 			}
 			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 12000, Now: t0, Candidates: tt.cands})
 			for _, r := range rs {

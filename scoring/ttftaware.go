@@ -133,8 +133,9 @@ func (*TTFTAware) Needs() Needs {
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
 // queued ahead and the wait for KV capacity, in seconds, the prompt tokens presumed held
-// from the routing history, and the engine's measured prefill slowdown the estimate was
-// scaled by.
+// from the routing history, the engine's measured prefill slowdown the estimate was
+// scaled by, and the KV in flight drained at the decode pace, in seconds, that ranked a
+// fleet short only of KV in the scraped wait's place (0 otherwise).
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
@@ -145,7 +146,9 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " presumed="...)
 	b = strconv.AppendInt(b, int64(r.Presumed), 10)
 	b = append(b, " slowdown="...)
-	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
+	b = strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
+	b = append(b, " kv_drain="...)
+	return strconv.AppendFloat(b, r.Drain, 'f', 3, 64)
 }
 
 // KVWait is how long a prompt of prompt tokens waits for KV capacity on an engine, in
@@ -271,7 +274,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		recompute := extra * tok * rs[i].Slowdown
 		switch {
 		case saturated && !computeBound && busy < 1:
-			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + kvDrain(c) + recompute/(1-busy))
+			rs[i].Drain = kvDrain(c)
+			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + rs[i].Drain + recompute/(1-busy))
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:

@@ -75,6 +75,18 @@ func TestTTFTAwareKVBoundFloor(t *testing.T) {
 			if rs[0].Addr != tt.want {
 				t.Fatalf("winner %s, want %s: %+v", rs[0].Addr, tt.want, rs)
 			}
+			for _, r := range rs {
+				c := tt.cands[0]
+				if r.Addr == tt.cands[1].Addr {
+					c = tt.cands[1]
+				}
+				if want := kvDrain(c); tt.uncached == 0 && tt.booked == 0 && math.Abs(r.Drain-want) > 1e-9 {
+					t.Errorf("%s explained drain %v, want kvDrain's %v", r.Addr, r.Drain, want)
+				}
+				if (tt.uncached > 0 || tt.booked > 0) && r.Drain != 0 {
+					t.Errorf("%s explained drain %v outside the KV-bound floor, want 0", r.Addr, r.Drain)
+				}
+			}
 		})
 	}
 }

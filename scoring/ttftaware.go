@@ -16,8 +16,9 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
-//		           = est(s) - kvwait(s) + drain(s) + (miss(s) - least miss) x TokenCost / (1 - busy)
-//		                                      when every candidate is saturated, some only for KV, and busy < 1
+//		           = est(s) - kvwait(s) + drain(s) + r(s) / (1 - busy) + r(s) / (1 - evicted)
+//		             r(s) = (miss(s) - least miss) x TokenCost
+//		                           when every candidate is saturated, some only for KV, busy < 1, evicted < 1
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //		           = est(s)                              otherwise when the holding is only presumed
@@ -56,9 +57,10 @@ import (
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals. When some candidate is saturated
 //	    only for KV (its prefill queue does not fill a step) and the fleet's measured prefill
-//	    utilization busy (below) is under 1, the fleet has compute to spare and lacks KV: a
-//	    move costs its recompute and the queue it grows, recompute / (1 - busy) as a copy's
-//	    does, and the KV wait is the picker's own account of the blocks in flight on s
+//	    utilization busy and eviction share evicted (below) are under 1, the fleet has
+//	    compute to spare and lacks KV: a move costs what a copy does, its recompute r(s),
+//	    the queue it grows (r(s) / (1 - busy)) and the blocks it evicts (r(s) / (1 -
+//	    evicted)), and the KV wait is the picker's own account of the blocks in flight on s
 //	    drained at its decode pace, drain(s) (kvDrain), not the scrape's; the least miss
 //	    then no longer pins a session's turn to an engine whose KV is tens of seconds behind
 //	    another's (decision 1680).
@@ -273,9 +275,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		extra := float64(miss - leastMiss)
 		recompute := extra * tok * rs[i].Slowdown
 		switch {
-		case saturated && !computeBound && busy < 1:
+		case saturated && !computeBound && busy < 1 && evicted < 1:
 			rs[i].Drain = kvDrain(c)
-			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + rs[i].Drain + recompute/(1-busy))
+			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + rs[i].Drain + recompute/(1-busy) + recompute/(1-evicted))
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:

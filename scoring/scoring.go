@@ -123,7 +123,6 @@ type Ranked struct {
 	KVWait       float64 // ttftaware: of Estimate, the wait for KV capacity, seconds; 0 for the others
 	Presumed     int     // ttftaware: prompt tokens presumed held from the routing history (TTFTAware); 0 for the others
 	Slowdown     float64 // ttftaware: the engine's measured prefill slowdown Estimate was scaled by (1: not measured); 0 for the others
-	Drain        float64 // ttftaware: the KV in flight drained at the decode pace, seconds, when the fleet is short only of KV (kvDrain); 0 otherwise
 }
 
 // Policy ranks candidates. See the package comment for the contract.

@@ -16,9 +16,6 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
-//		           = est(s) - kvwait(s) + drain(s) + r(s) / (1 - busy) + r(s) / (1 - evicted)
-//		             r(s) = (miss(s) - least miss) x TokenCost
-//		                           when every candidate is saturated, some only for KV, busy < 1, evicted < 1
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //		           = est(s)                              otherwise when the holding is only presumed
@@ -64,15 +61,7 @@ import (
 //	    its next step, or when it has no KV capacity for the prompt (kvwait(s) > 0). When
 //	    every candidate is saturated nothing is diverted: a move then only adds work to a
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
-//	    lowest miss), the estimate deciding among equals. When some candidate is saturated
-//	    only for KV (its prefill queue does not fill a step) and the fleet's measured prefill
-//	    utilization busy and eviction share evicted (below) are under 1, the fleet has
-//	    compute to spare and lacks KV: a move costs what a copy does, its recompute r(s),
-//	    the queue it grows (r(s) / (1 - busy)) and the blocks it evicts (r(s) / (1 -
-//	    evicted)), and the KV wait is the picker's own account of the blocks in flight on s
-//	    drained at its decode pace, drain(s) (kvDrain), not the scrape's; the least miss
-//	    then no longer pins a session's turn to an engine whose KV is tens of seconds behind
-//	    another's (decision 1680).
+//	    lowest miss), the estimate deciding among equals.
 //	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
 //	    requests choose the less queued of two, so a candidate holding none of the prompt
 //	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
@@ -143,14 +132,13 @@ func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
 func (*TTFTAware) Needs() Needs {
-	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens | NeedsInFlightSizes
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
 // queued ahead and the wait for KV capacity, in seconds, the prompt tokens presumed held
-// from the routing history, the engine's measured prefill slowdown the estimate was
-// scaled by, and the KV in flight drained at the decode pace, in seconds, that ranked a
-// fleet short only of KV in the scraped wait's place (0 otherwise).
+// from the routing history, and the engine's measured prefill slowdown the estimate was
+// scaled by.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
@@ -161,9 +149,7 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " presumed="...)
 	b = strconv.AppendInt(b, int64(r.Presumed), 10)
 	b = append(b, " slowdown="...)
-	b = strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
-	b = append(b, " kv_drain="...)
-	return strconv.AppendFloat(b, r.Drain, 'f', 3, 64)
+	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
 }
 
 // KVWait is how long a prompt of prompt tokens needing new KV blocks (TTFTAware passes
@@ -239,10 +225,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	step, seq := StepCost.Seconds(), SeqStepCost.Seconds()
 	leastMiss := math.MaxInt
 	saturated := true
-	computeBound := true // every candidate's queued prefill fills a step
-	spare := true        // no candidate is saturated
-	presumed := false    // some candidate's holding is presumed, not seen
-	lineage := false     // and this prompt may continue the one routed there (a session's next turn)
+	spare := true     // no candidate is saturated
+	presumed := false // some candidate's holding is presumed, not seen
+	lineage := false  // and this prompt may continue the one routed there (a session's next turn)
 	p.state.mu.Lock()
 	routes := p.state.presumption(in)
 	between, gap := p.state.between(in.PrefixKey)
@@ -277,7 +262,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		}
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
-		computeBound = computeBound && ahead >= StepTokens
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
@@ -312,9 +296,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		extra := float64(miss - leastMiss)
 		recompute := extra * tok * rs[i].Slowdown
 		switch {
-		case saturated && !computeBound && busy < 1 && evicted < 1:
-			rs[i].Drain = kvDrain(c)
-			rs[i].Score = -(rs[i].Estimate - rs[i].KVWait + rs[i].Drain + recompute/(1-busy) + recompute/(1-evicted))
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
@@ -343,26 +324,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	}
 	return rs
 }
-
-// kvDrain is how long the KV in flight on c, with the prompt's own new blocks, takes to
-// drain at c's decode pace, in seconds (the KV-bound floor, decision 1680):
-//
-//	drain(s) = pace(s) x (ActiveBlocks(s) + NewBlocks(s)) x inFlightBlockTokens / pool(s)
-//
-// A KV-bound engine frees its pool once per decode pace, its sequences finishing one after
-// another, so the blocks ahead of the prompt in the picker's own account of what it has in
-// flight there (Candidate.ActiveBlocks, a block shared by several requests once) are freed
-// in that share of the pace. 0 when the pace is not measured.
-func kvDrain(c Candidate) float64 {
-	if c.DecodePace <= 0 {
-		return 0
-	}
-	return c.DecodePace.Seconds() * float64(max(c.ActiveBlocks, 0)+max(c.NewBlocks, 0)) * inFlightBlockTokens / kvPool(c.Engine)
-}
-
-// inFlightBlockTokens is the tokens of one block of Candidate.ActiveBlocks and NewBlocks
-// (vLLM's block_size).
-const inFlightBlockTokens = 16
 
 // replicaPays says whether a copy of the prompt's prefix on c saves its family more wait
 // than it costs. The family's later requests, while the copy stays cached there, may each

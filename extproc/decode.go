@@ -78,28 +78,18 @@ var subUnmarshal = proto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecur
 // proto.Unmarshal would.
 func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		num, typ, x, v, rest, ok := protoField(b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
+		b = rest
 		if typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 || num != 10 {
+			if num != 10 {
 				return false
 			}
-			b = b[n:]
-			m.ObservabilityMode = v != 0
+			m.ObservabilityMode = x != 0
 			continue
 		}
-		if typ != protowire.BytesType {
-			return false
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 		switch num {
 		case 2, 3, 4, 5, 6, 7: // the request oneof
 			if m.Request != nil || !decodeOneof(num, v, m) {

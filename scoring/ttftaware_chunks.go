@@ -136,32 +136,23 @@ func (s *State) presumeChunks(in Input, rs []Ranked) bool {
 		if !ok {
 			break
 		}
-		if end == presumeChunk {
-			for _, o := range c.holders {
-				if o.addr == "" {
-					continue
-				}
-				for i := range in.Candidates {
-					if in.Candidates[i].Addr == o.addr && presumedHeld(in.Candidates[i], s.allocated[o.addr]-o.mark) {
-						alive[n] = i
-						n++
-						break
-					}
+		kept := 0
+		if end == presumeChunk { // the first chunk: any candidate may hold it
+			for i := range in.Candidates {
+				if kept < chunkHolders && s.holdsChunk(&c, in.Candidates[i]) {
+					alive[kept] = i
+					kept++
 				}
 			}
-		} else {
-			kept := 0
+		} else { // a later one: only those holding every chunk before it
 			for _, i := range alive[:n] {
-				for _, o := range c.holders {
-					if o.addr == in.Candidates[i].Addr && presumedHeld(in.Candidates[i], s.allocated[o.addr]-o.mark) {
-						alive[kept] = i
-						kept++
-						break
-					}
+				if s.holdsChunk(&c, in.Candidates[i]) {
+					alive[kept] = i
+					kept++
 				}
 			}
-			n = kept
 		}
+		n = kept
 		if n == 0 {
 			break
 		}
@@ -170,4 +161,15 @@ func (s *State) presumeChunks(in Input, rs []Ranked) bool {
 		}
 	}
 	return true
+}
+
+// holdsChunk says whether c was routed to cand's endpoint and is still held there
+// (presumedHeld); s.mu must be held.
+func (s *State) holdsChunk(c *heldChunk, cand Candidate) bool {
+	for _, o := range c.holders {
+		if o.addr != "" && o.addr == cand.Addr {
+			return presumedHeld(cand, s.allocated[o.addr]-o.mark)
+		}
+	}
+	return false
 }

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -37,19 +35,9 @@ func TestAdmitBoundsTheTransportStreams(t *testing.T) {
 	}
 	done := make(chan struct{}, TransportSlack+2)
 	s.streamDone = func() { done <- struct{}{} }
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(grpc.InTapHandle(s.Admit))
 	extprocv3.RegisterExternalProcessorServer(gs, s)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveLoopback(t, gs)
 	c := extprocv3.NewExternalProcessorClient(conn)
 	open := func() (extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/loadaware/loadaware-epp/grpcbuf"
 	"github.com/loadaware/loadaware-epp/picker"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 )
 
@@ -67,21 +65,9 @@ func TestAliasedMessagesOutliveNoBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(experimental.BufferPool(pool), grpc.ForceServerCodecV2(grpcbuf.NewCodec(pool)), grpc.MaxRecvMsgSize(1<<20))
 	extprocv3.RegisterExternalProcessorServer(gs, s)
-	go func() { _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		gs.Stop()
-	})
+	conn := serveLoopback(t, gs)
 	client := extprocv3.NewExternalProcessorClient(conn)
 
 	var wg sync.WaitGroup

@@ -49,6 +49,28 @@ type harnessOpts struct {
 	grpcOpts  []grpc.ServerOption
 }
 
+// serveLoopback serves gs, its services registered, on a free loopback port and returns a
+// client connection to it; the connection is closed, then the server stopped, when the test
+// ends.
+func serveLoopback(t testing.TB, gs *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		gs.Stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		gs.Stop()
+	})
+	return conn
+}
+
 func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	f := fleet.New()
@@ -70,24 +92,12 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	h := &harness{fleet: f, picker: p, server: s, done: make(chan struct{}, 64)}
 	s.streamDone = func() { h.done <- struct{}{} }
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(o.grpcOpts...)
 	extprocv3.RegisterExternalProcessorServer(gs, s)
 	hs := NewHealth()
 	hs.SetServing(true)
 	healthpb.RegisterHealthServer(gs, hs)
-	go func() { _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		gs.Stop()
-	})
+	conn := serveLoopback(t, gs)
 	h.client = extprocv3.NewExternalProcessorClient(conn)
 	h.health = healthpb.NewHealthClient(conn)
 	return h
@@ -571,19 +581,9 @@ func TestHealthServesEveryName(t *testing.T) {
 
 func TestHealthWatchSeesChanges(t *testing.T) {
 	hs := NewHealth()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveLoopback(t, gs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})

@@ -3,6 +3,7 @@ package grpcbuf
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"net"
 	"syscall"
@@ -90,16 +91,7 @@ func TestServerReceivesExactBytes(t *testing.T) {
 		}
 		for i := range 24 {
 			n := sizes[(i*7+stream)%len(sizes)]
-			msg := make([]byte, n)
-			_, _ = r.Read(msg)
-			if err := st.SendMsg(wrapperspb.Bytes(msg)); err != nil {
-				t.Fatal(err)
-			}
-			var got wrapperspb.BytesValue
-			if err := st.RecvMsg(&got); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got.Value, msg) {
+			if !echoes(t, st, r, n) {
 				t.Fatalf("stream %d message %d (%d bytes): the server received other bytes", stream, i, n)
 			}
 		}
@@ -107,6 +99,22 @@ func TestServerReceivesExactBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// echoes sends n random bytes from r on st and reports whether the server echoed exactly
+// them back.
+func echoes(t *testing.T, st grpc.ClientStream, r io.Reader, n int) bool {
+	t.Helper()
+	msg := make([]byte, n)
+	_, _ = r.Read(msg)
+	if err := st.SendMsg(wrapperspb.Bytes(msg)); err != nil {
+		t.Fatal(err)
+	}
+	var got wrapperspb.BytesValue
+	if err := st.RecvMsg(&got); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(got.Value, msg)
 }
 
 // echoServer serves a stream that sends back every message it receives, with opts, and
@@ -272,16 +280,7 @@ func TestAliasingMessageOwnsItsBuffer(t *testing.T) {
 	}
 	r := rand.NewChaCha8([32]byte{5})
 	for i, n := range []int{0, 1, 2000, 16 << 10, 100 << 10, 300 << 10, 50} {
-		msg := make([]byte, n)
-		_, _ = r.Read(msg)
-		if err := st.SendMsg(wrapperspb.Bytes(msg)); err != nil {
-			t.Fatal(err)
-		}
-		var got wrapperspb.BytesValue
-		if err := st.RecvMsg(&got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got.Value, msg) {
+		if !echoes(t, st, r, n) {
 			t.Fatalf("message %d (%d bytes): the server read other bytes from its buffer", i, n)
 		}
 	}

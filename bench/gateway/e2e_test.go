@@ -415,7 +415,10 @@ func (r killResult) insideEjections(ejection time.Duration) (covered, failed int
 	}
 	for j, q := range r.reqs {
 		for k, f := range r.reqs {
-			if k == j || f.ok || q.at.Before(f.done) || q.done.After(f.at.Add(ejection)) || voided(f) {
+			// f opens a window only when the picker saw it fail: a request cut after the
+			// killed engine's 200 headers (its body ended early) passed the response phase
+			// as a success, and ejects nothing.
+			if k == j || f.ok || f.status == http.StatusOK || q.at.Before(f.done) || q.done.After(f.at.Add(ejection)) || voided(f) {
 				continue
 			}
 			covered++

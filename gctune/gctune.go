@@ -135,7 +135,9 @@ func LazyRelease(godebug string) bool {
 // per page) until the runtime's mapped memory reaches s.Pretouch, with no memory limit yet so
 // that nothing collects while it does, then drops it and collects, so the pages stay mapped as
 // free heap, and only then sets the limit. That is a first-touch fault per page: about 18 us
-// of CPU each on the project's VM, some 4.5 s per GiB (decision 1184).
+// of CPU each on the project's VM, some 4.5 s per GiB (decision 1184). With the collector
+// then running at the limit only (GOGC off), Apply also starts a goroutine that starts the
+// heap's first collection FirstCollectionRunway under its goal and ends there (runway.go).
 func Apply(s Settings) {
 	if s.GCPercent != 0 {
 		debug.SetGCPercent(s.GCPercent)
@@ -147,6 +149,9 @@ func Apply(s Settings) {
 	}
 	if s.MemoryLimit > 0 {
 		debug.SetMemoryLimit(s.MemoryLimit)
+	}
+	if s.Pretouch > 0 && s.GCPercent < 0 && s.MemoryLimit > 0 {
+		startFirstCollectionWatch()
 	}
 }
 

@@ -76,7 +76,9 @@ func rssMiB() float64 {
 // hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
 // (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container; make
 // soak runs the chart's). LOADAWARE_SOAK_RAW names a file for every steady request's start
-// and latency, on GODEBUG=gctrace=1's clock.
+// and latency, on GODEBUG=gctrace=1's clock. LOADAWARE_SOAK_LMCACHE_HWM sets the LMCache
+// controller's ZeroMQ receive queue (messages a peer; 0: its default). soak.md ends with each
+// window's tail second beside its median second, from a 100 ms timeline (decision 1188).
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
 	if err != nil {

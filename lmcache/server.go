@@ -120,10 +120,15 @@ type Server struct {
 
 const zapDomain = "loadaware-epp-lmcache"
 
-// DefaultRcvHWM queues 2,000 messages per socket (a worker's batch is up to 50 events of
-// about 60 bytes): seconds of a fleet's events, not the gigabyte a flooding peer made
-// libzmq hold with a queue of 100,000 (issue 10's soak).
-const DefaultRcvHWM = 2000
+// DefaultRcvHWM queues 100 messages per connected peer (ZeroMQ's high-water mark is a
+// pipe's). A worker's batch is up to 50 events of about 60 bytes and a busy engine sends
+// some 25 KB/s, so 100 is seconds of its events, and a 110,000-key full sync (55 batches of
+// 2,000 keys) fits whole; a faster peer is read at --lmcache-peer-rate anyway, so a longer
+// queue only holds more of its backlog in libzmq. At 2,000 (decision 0703, down from the
+// 100,000 under which a flooding peer made libzmq hold a gigabyte) the soak's junk flood
+// queued 100,000 events in its first second, faulting in 4,200-4,800 pages a second of the
+// picker's process outside Go; at 100, 500-590 (decision 1188).
+const DefaultRcvHWM = 100
 
 // NewServer prepares a server for idx. reg (optional) receives the server's metrics.
 func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {

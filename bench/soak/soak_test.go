@@ -76,7 +76,9 @@ func rssMiB() float64 {
 // hostile clients reach them in a short run. The process's collector is LOADAWARE_SOAK_GC's
 // (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container; make
 // soak runs the chart's). LOADAWARE_SOAK_RAW names a file for every steady request's start
-// and latency, on GODEBUG=gctrace=1's clock.
+// and latency, on GODEBUG=gctrace=1's clock. LOADAWARE_SOAK_LMCACHE_HWM sets the LMCache
+// controller's ZeroMQ receive queue (messages a peer; 0: its default). soak.md ends with each
+// window's tail second beside its median second, from a 100 ms timeline (decision 1188).
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
 	if err != nil {
@@ -128,13 +130,19 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("LOADAWARE_SOAK_BUFFERED_BYTES=%q: give bytes, at least the largest body (%d)", v, extproc.DefaultMaxBodySize)
 		}
 	}
+	hwm := 0 // LOADAWARE_SOAK_LMCACHE_HWM: the controller's ZeroMQ receive high-water mark (0: its default)
+	if v := os.Getenv("LOADAWARE_SOAK_LMCACHE_HWM"); v != "" {
+		if hwm, err = strconv.Atoi(v); err != nil || hwm < 0 {
+			t.Fatalf("LOADAWARE_SOAK_LMCACHE_HWM=%q: give messages, 0 for the default", v)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: "loadaware", Beta: 1, MaxEndpoints: 2, BodyMode: extproc.FullDuplex,
 		Limits:    extproc.Limits{MaxBufferedBytes: buffered, IdleTimeout: 5 * time.Second},
 		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
-		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000},
+		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000, RcvHWM: hwm},
 		Tokenizer: tok, LargeTokenizations: largeTok, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
 	}, quiet)
 	if err != nil {
@@ -166,6 +174,7 @@ func TestSoak(t *testing.T) {
 		Gateway: srv.URL, Clients: os.Getenv("LOADAWARE_SOAK_HOSTILE"), CPUs: hostileCPUs})
 	begin := time.Now()
 	steadyStart(t, srv.URL, ctx)
+	timeline := recordTimeline(ctx, begin, hostile.cpu, hostile.now)
 	rtBegin := readRuntime()
 	select {
 	case <-time.After(warmUp + idleFor):
@@ -213,6 +222,7 @@ func TestSoak(t *testing.T) {
 	profiled()
 	st.wg.Wait()
 	got := hostile.wait()
+	readings := timeline()
 	idle, loaded := split(st.done, warmUp, hostileFrom)
 	pickIdle, pickLoaded := split(st.picker, warmUp, hostileFrom)
 	lo, hi := ratioInterval(idle, loaded, 0.90, 2000)
@@ -252,6 +262,13 @@ func TestSoak(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "| %v | %.0f | %d | %.2f | %d | %d | %d | %.2f | %.0f | %.0f | %.1f | %s | %.2f | %.1f |\n", s.at, s.rssMiB, s.goroutines, s.p99ms, s.ok, s.failed, s.refused,
 			s.rt.cores, s.rt.faultsPerSec, s.rt.schedP99us, s.rt.gcPerSec, live, s.hostileCores, s.bodyMiB)
+	}
+	fmt.Fprintf(&b, "\nEach window's tail second: the second (sliding by %v) whose starts hold the most of the window's requests over its p99, and what happened in it, against the window's median second (decision 1188). The rest of the machine is its busy CPU less the two processes'; the wait for a CPU is the kernel's run queue, the wait to run Go's.\n\n", timelineStep)
+	clock := begin.Sub(processStart)
+	b.WriteString(windowTail("alone", st.done, readings, warmUp, hostileFrom, clock))
+	b.WriteString(windowTail("beside the hostile clients", st.done, readings, hostileFrom, hostileFrom+d, clock))
+	if f, ok := spanFigures(readings, hostileFrom, hostileFrom+time.Second); ok {
+		fmt.Fprintf(&b, "- the hostile clients' first second (their onset): %v\n", f)
 	}
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
 	out := os.Getenv("LOADAWARE_SOAK_OUT")

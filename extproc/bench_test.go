@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"strings"
 	"syscall"
@@ -100,7 +101,7 @@ func benchRoundTrip(b *testing.B, o harnessOpts, msgs []*extprocv3.ProcessingReq
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0, g0 := processCPU(), goroutinesCreated()
 	for i := 0; i < b.N; i++ {
 		st, err := h.client.Process(b.Context())
 		if err != nil {
@@ -131,6 +132,7 @@ func benchRoundTrip(b *testing.B, o harnessOpts, msgs []*extprocv3.ProcessingReq
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
@@ -198,6 +200,16 @@ func (m *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
 }
 
 // processCPU is the process's user and system CPU time so far, in ns.
+// goroutinesCreated is the count of goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []rtmetrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
 func processCPU() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {

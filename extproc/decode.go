@@ -27,23 +27,33 @@ import (
 // proto.Unmarshal would give, with the same error for a malformed one (FuzzDecodeRequest).
 
 // received is one message of the stream. ProcessingRequest is what it decoded; while buf
-// is set, its bytes fields may point into buf, and must not be read after release.
+// is set, its bytes fields may point into buf, and must not be read after release. parts,
+// once set, are the structures the decoder fills: the message's, reused for the next
+// message after release (the stream keeps them across its requests).
 type received struct {
 	*extprocv3.ProcessingRequest
-	buf mem.Buffer
+	buf   mem.Buffer
+	parts *parts
 }
 
-// UnmarshalAliasing implements grpcbuf.Aliasing: it decodes buf into a new
-// ProcessingRequest whose bytes fields point into buf, and keeps buf until release. When
-// the decoder gives up, proto.Unmarshal copies what it keeps and buf is freed at once.
+// UnmarshalAliasing implements grpcbuf.Aliasing: it decodes buf into r's parts (a
+// ProcessingRequest whose bytes fields point into buf) and keeps buf until release. When
+// the decoder gives up, proto.Unmarshal decodes into a new ProcessingRequest, copying what
+// it keeps, and buf is freed at once.
 func (r *received) UnmarshalAliasing(buf mem.Buffer) error {
-	r.ProcessingRequest = new(extprocv3.ProcessingRequest)
+	if r.parts == nil {
+		r.parts = new(parts)
+	}
+	r.parts.clear() // a no-op after release
+	r.ProcessingRequest = nil
 	r.buf = nil
 	b := buf.ReadOnlyData()
-	if decodeRequest(b, r.ProcessingRequest) {
+	if m := r.parts.request(); decodeInto(b, m, r.parts) {
+		r.ProcessingRequest = m
 		r.buf = buf
 		return nil
 	}
+	r.parts.clear()
 	r.ProcessingRequest = new(extprocv3.ProcessingRequest)
 	err := proto.Unmarshal(b, r.ProcessingRequest)
 	buf.Free()
@@ -59,14 +69,76 @@ func (r *received) ProtoReflect() protoreflect.Message {
 	return r.ProcessingRequest.ProtoReflect()
 }
 
-// release frees the buffer the message points into, if any: none of its bytes fields may
-// be read after.
+// release frees the buffer the message points into, if any, and clears the parts it was
+// decoded into: none of the message's fields may be read after.
 func (r *received) release() {
 	if r.buf != nil {
 		r.buf.Free()
 		r.buf = nil
 	}
+	if r.parts != nil {
+		r.parts.clear()
+	}
 	r.ProcessingRequest = nil
+}
+
+// maxKeptHeaders bounds the header values parts keep for reuse: a message with more gets
+// a slab of its own, so that one request with many headers leaves no large slab behind.
+const maxKeptHeaders = 64
+
+// parts are the structures one message is decoded into, allocated once and reused: a
+// message (of any kind) holds at most one of each. Between messages they are zero (clear),
+// so that nothing of a message outlives its release. A message's decoding then allocates
+// only what is copied out of the buffer: header names that are not headerKey's constants,
+// values sent as strings, and the metadata (decoded by protobuf).
+type parts struct {
+	used bool // something below is filled: clear has work to do
+	req  extprocv3.ProcessingRequest
+
+	reqHeaders   extprocv3.ProcessingRequest_RequestHeaders
+	respHeaders  extprocv3.ProcessingRequest_ResponseHeaders
+	reqBody      extprocv3.ProcessingRequest_RequestBody
+	respBody     extprocv3.ProcessingRequest_ResponseBody
+	reqTrailers  extprocv3.ProcessingRequest_RequestTrailers
+	respTrailers extprocv3.ProcessingRequest_ResponseTrailers
+
+	headers  extprocv3.HttpHeaders
+	body     extprocv3.HttpBody
+	trailers extprocv3.HttpTrailers
+	hmap     corev3.HeaderMap
+	protocol extprocv3.ProtocolConfiguration
+
+	values  []corev3.HeaderValue  // the slab of hmap's values; len is what clear must zero
+	pointer []*corev3.HeaderValue // hmap.Headers' backing array, pointing into values
+}
+
+// request is the ProcessingRequest to decode into, marking the parts in use.
+func (p *parts) request() *extprocv3.ProcessingRequest {
+	p.used = true
+	return &p.req
+}
+
+// clear zeroes every part, keeping the slabs' memory.
+func (p *parts) clear() {
+	if !p.used {
+		return
+	}
+	clear(p.values)
+	clear(p.pointer)
+	*p = parts{values: p.values[:0], pointer: p.pointer[:0]}
+}
+
+// headerSlabs are count header values and their pointers: from the parts up to
+// maxKeptHeaders, else new.
+func (p *parts) headerSlabs(count int) ([]corev3.HeaderValue, []*corev3.HeaderValue) {
+	if count > maxKeptHeaders {
+		return make([]corev3.HeaderValue, count), make([]*corev3.HeaderValue, count)
+	}
+	if cap(p.values) < count {
+		p.values, p.pointer = make([]corev3.HeaderValue, 0, count), make([]*corev3.HeaderValue, 0, count)
+	}
+	p.values, p.pointer = p.values[:count], p.pointer[:count]
+	return p.values, p.pointer
 }
 
 // subUnmarshal decodes the field the decoder leaves to protobuf (the metadata): one level
@@ -77,6 +149,11 @@ var subUnmarshal = proto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecur
 // into b. It reports false, leaving m partly filled, for anything it does not read as
 // proto.Unmarshal would.
 func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
+	return decodeInto(b, m, new(parts))
+}
+
+// decodeInto is decodeRequest with m's nested messages taken from p, which must be clear.
+func decodeInto(b []byte, m *extprocv3.ProcessingRequest, p *parts) bool {
 	for len(b) > 0 {
 		num, typ, x, v, rest, ok := protoField(b)
 		if !ok {
@@ -92,7 +169,7 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 		}
 		switch num {
 		case 2, 3, 4, 5, 6, 7: // the request oneof
-			if m.Request != nil || !decodeOneof(num, v, m) {
+			if m.Request != nil || !decodeOneof(num, v, m, p) {
 				return false
 			}
 		case 8:
@@ -107,7 +184,7 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 			if m.ProtocolConfig != nil {
 				return false
 			}
-			m.ProtocolConfig = new(extprocv3.ProtocolConfiguration)
+			m.ProtocolConfig = &p.protocol
 			if !decodeProtocol(v, m.ProtocolConfig) {
 				return false
 			}
@@ -118,38 +195,39 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 	return true
 }
 
-// decodeOneof decodes v, field num of ProcessingRequest's request oneof, into m.Request.
-func decodeOneof(num protowire.Number, v []byte, m *extprocv3.ProcessingRequest) bool {
+// decodeOneof decodes v, field num of ProcessingRequest's request oneof, into m.Request,
+// with its parts from p.
+func decodeOneof(num protowire.Number, v []byte, m *extprocv3.ProcessingRequest, p *parts) bool {
 	switch num {
 	case 2, 3:
-		h := new(extprocv3.HttpHeaders)
-		if !decodeHeaders(v, h) {
+		h := &p.headers
+		if !decodeHeaders(v, h, p) {
 			return false
 		}
 		if num == 2 {
-			m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+			p.reqHeaders.RequestHeaders, m.Request = h, &p.reqHeaders
 		} else {
-			m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+			p.respHeaders.ResponseHeaders, m.Request = h, &p.respHeaders
 		}
 	case 4, 5:
-		h := new(extprocv3.HttpBody)
+		h := &p.body
 		if !decodeBody(v, h) {
 			return false
 		}
 		if num == 4 {
-			m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: h}
+			p.reqBody.RequestBody, m.Request = h, &p.reqBody
 		} else {
-			m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: h}
+			p.respBody.ResponseBody, m.Request = h, &p.respBody
 		}
 	default: // 6, 7
-		h := new(extprocv3.HttpTrailers)
-		if !decodeTrailers(v, h) {
+		h := &p.trailers
+		if !decodeTrailers(v, h, p) {
 			return false
 		}
 		if num == 6 {
-			m.Request = &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: h}
+			p.reqTrailers.RequestTrailers, m.Request = h, &p.reqTrailers
 		} else {
-			m.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: h}
+			p.respTrailers.ResponseTrailers, m.Request = h, &p.respTrailers
 		}
 	}
 	return true
@@ -178,7 +256,7 @@ func protoField(b []byte) (num protowire.Number, typ protowire.Type, x uint64, v
 }
 
 // decodeHeaders decodes an HttpHeaders (headers 1, end_of_stream 3).
-func decodeHeaders(b []byte, h *extprocv3.HttpHeaders) bool {
+func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, p *parts) bool {
 	for len(b) > 0 {
 		num, typ, x, v, rest, ok := protoField(b)
 		if !ok {
@@ -187,8 +265,8 @@ func decodeHeaders(b []byte, h *extprocv3.HttpHeaders) bool {
 		b = rest
 		switch {
 		case num == 1 && typ == protowire.BytesType && h.Headers == nil:
-			h.Headers = new(corev3.HeaderMap)
-			if !decodeHeaderMap(v, h.Headers) {
+			h.Headers = &p.hmap
+			if !decodeHeaderMap(v, h.Headers, p) {
 				return false
 			}
 		case num == 3 && typ == protowire.VarintType:
@@ -201,15 +279,15 @@ func decodeHeaders(b []byte, h *extprocv3.HttpHeaders) bool {
 }
 
 // decodeTrailers decodes an HttpTrailers (trailers 1).
-func decodeTrailers(b []byte, h *extprocv3.HttpTrailers) bool {
+func decodeTrailers(b []byte, h *extprocv3.HttpTrailers, p *parts) bool {
 	for len(b) > 0 {
 		num, typ, _, v, rest, ok := protoField(b)
 		if !ok || num != 1 || typ != protowire.BytesType || h.Trailers != nil {
 			return false
 		}
 		b = rest
-		h.Trailers = new(corev3.HeaderMap)
-		if !decodeHeaderMap(v, h.Trailers) {
+		h.Trailers = &p.hmap
+		if !decodeHeaderMap(v, h.Trailers, p) {
 			return false
 		}
 	}
@@ -266,9 +344,9 @@ func decodeBody(b []byte, h *extprocv3.HttpBody) bool {
 	return true
 }
 
-// decodeHeaderMap decodes a HeaderMap: its repeated HeaderValues (1), held in one
-// allocation rather than one each.
-func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
+// decodeHeaderMap decodes a HeaderMap: its repeated HeaderValues (1), held in one slab
+// (p's, see headerSlabs) rather than one allocation each.
+func decodeHeaderMap(b []byte, m *corev3.HeaderMap, p *parts) bool {
 	count := 0
 	for r := b; len(r) > 0; count++ {
 		num, typ, _, _, rest, ok := protoField(r)
@@ -280,8 +358,8 @@ func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
 	if count == 0 {
 		return true
 	}
-	values := make([]corev3.HeaderValue, count)
-	m.Headers = make([]*corev3.HeaderValue, count)
+	values, pointers := p.headerSlabs(count)
+	m.Headers = pointers
 	for i := range count {
 		_, _, _, v, rest, _ := protoField(b)
 		b = rest

@@ -2,6 +2,10 @@ package extproc
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -231,4 +235,70 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// One received decodes message after message into the same parts: each decoded message is
+// protobuf's, whatever came before it (released or not, read by the decoder or given up),
+// and after release nothing of a message is left in the parts.
+func TestDecodePartsReused(t *testing.T) {
+	msgs := envoyMessages()
+	names := make([]string, 0, len(msgs)+3)
+	var wire [][]byte
+	for name := range msgs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		b, err := proto.Marshal(msgs[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire = append(wire, b)
+	}
+	many := headers(false)
+	for i := range maxKeptHeaders + 1 {
+		many.GetRequestHeaders().Headers.Headers = append(many.GetRequestHeaders().Headers.Headers,
+			&corev3.HeaderValue{Key: fmt.Sprintf("x-h%d", i), RawValue: []byte("v")})
+	}
+	attrs := headers(false, ":path", "/", "x-a", "b")
+	attrs.Attributes = map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {}}
+	for _, m := range []*extprocv3.ProcessingRequest{many, attrs} {
+		b, _ := proto.Marshal(m)
+		wire = append(wire, b)
+	}
+	names = append(names, "more headers than kept", "given up after its headers")
+	truncated := wire[slices.Index(names, "headers with values")]
+	wire = append(wire, truncated[:len(truncated)-2])
+	names = append(names, "truncated")
+
+	rng := rand.New(rand.NewPCG(1198, 1))
+	var r received
+	for round := range 200 {
+		i := rng.IntN(len(wire))
+		want := new(extprocv3.ProcessingRequest)
+		wantErr := proto.Unmarshal(wire[i], want)
+		err := r.UnmarshalAliasing(mem.SliceBuffer(bytes.Clone(wire[i])))
+		if (err != nil) != (wantErr != nil) || (err == nil && !sameMessage(r.ProcessingRequest, want)) {
+			t.Fatalf("round %d, %s: got %v, %v; want protobuf's %v, %v", round, names[i], r.ProcessingRequest, err, want, wantErr)
+		}
+		if rng.IntN(4) == 0 {
+			continue // the next decode, not release, clears the parts
+		}
+		r.release()
+		p := r.parts
+		pv := reflect.ValueOf(p).Elem()
+		for f := range pv.NumField() {
+			if name := pv.Type().Field(f).Name; name != "values" && name != "pointer" && !pv.Field(f).IsZero() {
+				t.Fatalf("round %d, %s: parts.%s left filled after release", round, names[i], name)
+			}
+		}
+		for k := range p.values[:cap(p.values)] {
+			if v := &p.values[:cap(p.values)][k]; v.Key != "" || v.Value != "" || v.RawValue != nil {
+				t.Fatalf("round %d, %s: a header value left after release: %v", round, names[i], v)
+			}
+		}
+		if cap(p.values) > maxKeptHeaders {
+			t.Fatalf("round %d: the parts keep %d header values, want at most %d", round, cap(p.values), maxKeptHeaders)
+		}
+	}
 }

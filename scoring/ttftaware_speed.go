@@ -2,37 +2,29 @@ package scoring
 
 import "math"
 
-// PrefillSlowdown is what ttftaware scales a candidate's prefill by. Two measures of the
-// engine's prefill are kept (decision 1691): the scraped one (EngineMetrics.PrefillSlowdown,
-// vLLM's per-request prefill spans over the model's time) reads the engine's speed times
-// the sharing of its steps at the time, since a request's span also carries the work of
-// the requests and decoding sequences beside it; the booked one (Candidate.PrefillSlowdown,
-// NeedsPrefillTimes: the time the engine had the caller's requests awaiting a first token
-// over the model's time for their work) counts each moment once, and reads the speed
-// alone, with what the caller believed cached and the engine computed. On an engine with
-// work, a new prompt's prefill shares its steps as the last ones did: the scraped measure
-// (the booked one until it is measured). On an idle engine (nothing of the caller's in
-// flight, nothing running or waiting scraped) nothing shares them: the lower of the two,
-// either alone when only one is measured. 1 when none is.
-//
-// An idle engine read at its loaded sharing estimates an idle prompt several times its
-// true time, gets no request, and keeps the reading (decision 1680's h11).
+// PrefillSlowdown is what ttftaware scales a candidate's prefill by: the lower of the
+// engine's two measured prefill slowdowns, the one from the caller's own bookings
+// (Candidate.PrefillSlowdown, NeedsPrefillTimes) and the scraped one
+// (EngineMetrics.PrefillSlowdown), either alone when only one is measured, or 1 when
+// neither is. Each over-reads in its own way and neither reads an engine faster than it
+// is (decision 1691): the scraped one, from vLLM's per-request prefill spans, counts a
+// step once per request in it, so a loaded engine whose steps are shared reads several
+// times slow; the booked one counts each moment once but weighs it against the work the
+// caller believed it asked for, so a prompt believed cached and computed, or a wait for
+// KV, reads as slowness. The lower is the nearer. The KV wait is not scaled: it is the
+// running sequences' decode time (the measured pace), not this engine's prefill.
 func PrefillSlowdown(c Candidate) float64 {
-	scraped := 0.0
+	s := 0.0
 	if c.Engine.Known && c.Engine.PrefillSlowdown > 0 {
-		scraped = c.Engine.PrefillSlowdown
+		s = c.Engine.PrefillSlowdown
 	}
-	booked := max(c.PrefillSlowdown, 0)
-	idle := c.Prefill <= 0 && c.Decode <= 0 && (!c.Engine.Known || c.Engine.Running+c.Engine.Waiting <= 0)
-	switch {
-	case idle && booked > 0 && (scraped == 0 || booked < scraped):
-		return booked
-	case scraped > 0:
-		return scraped
-	case booked > 0:
-		return booked
+	if b := c.PrefillSlowdown; b > 0 && (s == 0 || b < s) {
+		s = b
 	}
-	return 1
+	if s == 0 {
+		return 1
+	}
+	return s
 }
 
 // PrefillModel is the calibrated model's time, in seconds, for the work a request with

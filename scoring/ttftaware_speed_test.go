@@ -7,26 +7,23 @@ import (
 )
 
 func TestPrefillSlowdown(t *testing.T) {
-	idle := EngineMetrics{Known: true}
-	busy := EngineMetrics{Known: true, Running: 3}
 	for _, tt := range []struct {
-		name string
-		c    Candidate
-		want float64
+		name   string
+		booked float64 // Candidate.PrefillSlowdown
+		engine EngineMetrics
+		want   float64
 	}{
-		{"not scraped, not booked: 1", Candidate{Engine: EngineMetrics{PrefillSlowdown: 2}}, 1},
-		{"scraped, not measured: 1", Candidate{Engine: idle}, 1},
-		{"a negative reading is not a measurement", Candidate{PrefillSlowdown: -1, Engine: EngineMetrics{Known: true, PrefillSlowdown: -1}}, 1},
-		{"busy: the scraped", Candidate{PrefillSlowdown: 1.3, Engine: EngineMetrics{Known: true, Running: 3, PrefillSlowdown: 4.5}}, 4.5},
-		{"busy with our own requests only: the scraped", Candidate{Decode: 1, PrefillSlowdown: 1.3, Engine: EngineMetrics{Known: true, PrefillSlowdown: 4.5}}, 4.5},
-		{"busy, the scraped not measured: the booked", Candidate{PrefillSlowdown: 1.3, Engine: busy}, 1.3},
-		{"idle: the lower, the booked", Candidate{PrefillSlowdown: 1.3, Engine: EngineMetrics{Known: true, PrefillSlowdown: 4.5}}, 1.3},
-		{"idle: the lower, the scraped", Candidate{PrefillSlowdown: 3.6, Engine: EngineMetrics{Known: true, PrefillSlowdown: 1.5}}, 1.5},
-		{"idle, not scraped: the booked", Candidate{PrefillSlowdown: 1.2}, 1.2},
-		{"idle, not booked: the scraped", Candidate{Engine: EngineMetrics{Known: true, PrefillSlowdown: 1.5}}, 1.5},
+		{"not scraped, not booked: 1", 0, EngineMetrics{PrefillSlowdown: 2}, 1},
+		{"scraped, not measured: 1", 0, EngineMetrics{Known: true}, 1},
+		{"scraped and measured", 0, EngineMetrics{Known: true, PrefillSlowdown: 1.3}, 1.3},
+		{"a negative reading is not a measurement", -1, EngineMetrics{Known: true, PrefillSlowdown: -1}, 1},
+		{"booked only", 1.2, EngineMetrics{Known: true}, 1.2},
+		{"booked, not scraped", 1.2, EngineMetrics{}, 1.2},
+		{"both: the booked lower (steps shared)", 1.3, EngineMetrics{Known: true, PrefillSlowdown: 4.5}, 1.3},
+		{"both: the scraped lower (work believed cached)", 3.6, EngineMetrics{Known: true, PrefillSlowdown: 1.5}, 1.5},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PrefillSlowdown(tt.c); got != tt.want {
+			if got := PrefillSlowdown(Candidate{PrefillSlowdown: tt.booked, Engine: tt.engine}); got != tt.want {
 				t.Fatalf("PrefillSlowdown = %v, want %v", got, tt.want)
 			}
 		})

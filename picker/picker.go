@@ -241,9 +241,8 @@ type Picker struct {
 	scratch sync.Pool       // *pickScratch, for the work before the lock
 	ranking rankScratch     // guarded by decide
 	usable  atomic.Pointer[usableView]
-	ledger  *ledger       // requests in flight with their sizes, for the policies that read them
-	prefill *prefillTimes // each endpoint's prefill speed from our bookings, for the policies that read it
-	ranks   *rankPicker   // the data-parallel ranks behind each endpoint (RankedView); nil: none
+	ledger  *ledger     // requests in flight with their sizes, for the policies that read them
+	ranks   *rankPicker // the data-parallel ranks behind each endpoint (RankedView); nil: none
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
@@ -281,8 +280,7 @@ func New(opts Options) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), base: baseModels(opts.BaseModels), ledger: newLedger(),
-		prefill: newPrefillTimes(opts.Now)}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), base: baseModels(opts.BaseModels), ledger: newLedger()}
 	if opts.LargeTokenizations > 0 {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
@@ -332,7 +330,6 @@ func (p *Picker) Forget(keep []string) {
 	p.state.Forget(keep)
 	p.metrics.share.forget(keep)
 	p.ledger.forget(keep)
-	p.prefill.forget(keep)
 }
 
 // PeerBooked records in the routing history a request another replica of this picker
@@ -543,11 +540,6 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 				rs.cands[i].Engine = p.opts.Engines.Engine(rs.cands[i].Addr, now)
 			}
 		}
-		if act.needs&scoring.NeedsPrefillTimes != 0 {
-			for i := range rs.cands {
-				rs.cands[i].PrefillSlowdown = p.prefill.slowdown(rs.cands[i].Addr)
-			}
-		}
 		if sizes {
 			hashes = blockHashes(tokens)
 			for i := range rs.cands {
@@ -559,8 +551,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)
 		p.metrics.rankWhole.Inc()
 	}
-	if b != nil && (sizes || act.needs&scoring.NeedsPrefillTimes != 0) {
-		b.SetHook(p.hooks(act, b.Addr(), ranked[i], in, tokens, hashes))
+	if b != nil && sizes {
+		m := min(max(ranked[i].Matched, 0), len(tokens))
+		b.SetHook(p.ledger.add(b.Addr(), hashes, len(tokens)-m))
 	}
 	if b != nil {
 		d.Booking = b
@@ -791,33 +784,6 @@ func baseModels(names []string) map[string]bool {
 		m[n] = true
 	}
 	return m
-}
-
-// hooks returns the hook of a booking on addr for the accounts the policy in force reads:
-// the ledger (scoring.NeedsInFlightSizes) and the prefill times (NeedsPrefillTimes), the
-// latter sent the model's time for the work the winner r's uncached prompt asks of it.
-func (p *Picker) hooks(act *active, addr string, r scoring.Ranked, in scoring.Input, tokens []uint32, hashes []uint64) fleet.Hook {
-	var led, pre fleet.Hook
-	if act.needs&scoring.NeedsInFlightSizes != 0 {
-		led = p.ledger.add(addr, hashes, len(tokens)-min(max(r.Matched, 0), len(tokens)))
-	}
-	if act.needs&scoring.NeedsPrefillTimes != 0 {
-		c := scoring.Candidate{Addr: addr}
-		for _, k := range in.Candidates {
-			if k.Addr == addr {
-				c = k
-				break
-			}
-		}
-		pre = p.prefill.sent(addr, scoring.PrefillModel(c, in.PromptTokens-max(min(r.Matched, in.PromptTokens), r.Presumed, 0)))
-	}
-	switch {
-	case led == nil:
-		return pre
-	case pre == nil:
-		return led
-	}
-	return bothHooks{led, pre}
 }
 
 // candidate is an endpoint's load as a policy sees it, before its cache match is applied.

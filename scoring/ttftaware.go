@@ -132,7 +132,7 @@ func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
 func (*TTFTAware) Needs() Needs {
-	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens | NeedsPrefillTimes
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill

@@ -9,46 +9,17 @@ import (
 func TestPrefillSlowdown(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		booked float64 // Candidate.PrefillSlowdown
 		engine EngineMetrics
 		want   float64
 	}{
-		{"not scraped, not booked: 1", 0, EngineMetrics{PrefillSlowdown: 2}, 1},
-		{"scraped, not measured: 1", 0, EngineMetrics{Known: true}, 1},
-		{"scraped and measured", 0, EngineMetrics{Known: true, PrefillSlowdown: 1.3}, 1.3},
-		{"a negative reading is not a measurement", -1, EngineMetrics{Known: true, PrefillSlowdown: -1}, 1},
-		{"booked only", 1.2, EngineMetrics{Known: true}, 1.2},
-		{"booked, not scraped", 1.2, EngineMetrics{}, 1.2},
-		{"both: the booked lower (steps shared)", 1.3, EngineMetrics{Known: true, PrefillSlowdown: 4.5}, 1.3},
-		{"both: the scraped lower (work believed cached)", 3.6, EngineMetrics{Known: true, PrefillSlowdown: 1.5}, 1.5},
+		{"not scraped: 1", EngineMetrics{PrefillSlowdown: 2}, 1},
+		{"scraped, not measured: 1", EngineMetrics{Known: true}, 1},
+		{"measured", EngineMetrics{Known: true, PrefillSlowdown: 1.3}, 1.3},
+		{"a negative reading is not a measurement", EngineMetrics{Known: true, PrefillSlowdown: -1}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PrefillSlowdown(Candidate{PrefillSlowdown: tt.booked, Engine: tt.engine}); got != tt.want {
+			if got := PrefillSlowdown(Candidate{Engine: tt.engine}); got != tt.want {
 				t.Fatalf("PrefillSlowdown = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestPrefillModel(t *testing.T) {
-	tok, step, seq := TokenCost.Seconds(), StepCost.Seconds(), SeqStepCost.Seconds()
-	admit := func(seqs int) float64 { return AdmitCost.Seconds() + float64(seqs)*AdmitSeqCost.Seconds() }
-	for _, tt := range []struct {
-		name     string
-		c        Candidate
-		uncached int
-		want     float64
-	}{
-		{"alone: its own steps, as est charges it", Candidate{}, 3000, admit(0) + 3000*tok + 2*step},
-		{"alone, nothing to compute: one step", Candidate{}, 0, admit(0) + step},
-		{"alone, its steps carry the decoding sequences", Candidate{Decode: 10}, 400, admit(10) + 400*tok + (step + 10*seq)},
-		{"three in prefill beside a short prompt: a quarter of a step", Candidate{Prefill: 3, Decode: 10}, 400, admit(13) + 400*tok + (step+10*seq)/4},
-		{"beside others, a long prompt: its tokens' share of the steps", Candidate{Prefill: 1}, 3072, admit(1) + 3072*tok + 1.5*step},
-		{"a negative count is none", Candidate{Prefill: -2, Decode: -1}, -5, admit(0) + step},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := PrefillModel(tt.c, tt.uncached); math.Abs(got-tt.want) > 1e-12 {
-				t.Fatalf("PrefillModel = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -76,3 +76,64 @@ func TestPrefillSpeedForgets(t *testing.T) {
 		t.Fatalf("five windows after the change: %v, want about 2", got)
 	}
 }
+
+// TestPrefillSpeedCountsSharedSteps shows what decision 1680 found on seed 20261209 h11:
+// vLLM's request_prefill_time_seconds runs from a request's admission to its first token
+// over every step it is in, and those steps also carry other requests' work, so the sum
+// over requests counts each shared step once per request in it. An engine that runs
+// exactly at the model's speed (each step's time is the model's: StepCost, its tokens at
+// TokenCost, AdmitCost per admission) reads far slower than 1 when short turns ride along
+// a long prompt's chunks, and exactly 1 when the same requests do not share steps.
+func TestPrefillSpeedCountsSharedSteps(t *testing.T) {
+	const (
+		short = 400  // a cached turn's computed tokens
+		chunk = 1648 // the long prompt's chunk beside it: the step's 2,048-token budget full
+		steps = 5    // the long prompt's chunks: 8,240 tokens
+	)
+	stepTime := func(tokens, admitted int) float64 {
+		return scoring.StepCost.Seconds() + float64(tokens)*scoring.TokenCost.Seconds() + float64(admitted)*scoring.AdmitCost.Seconds()
+	}
+	for _, tt := range []struct {
+		name     string
+		shared   bool
+		min, max float64 // the reading's bounds
+	}{
+		// Each step: one short turn admitted (its whole prefill) and one chunk of the
+		// long prompt (admitted with the first). The short turn's span is the whole step.
+		{"short turns sharing the long prompt's steps: over-read 1.9x", true, 1.85, 1.95},
+		// The same requests, each in steps of its own.
+		{"the same requests one after another: 1", false, 0.98, 1.0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var p PrefillSpeed
+			var c PrefillCounters
+			for range 20 { // 120 requests: past half a window
+				long := 0.0
+				for s := range steps {
+					admitted := 1
+					if s == 0 {
+						admitted = 2
+					}
+					if tt.shared {
+						d := stepTime(short+chunk, admitted)
+						c.Seconds += d // the short turn's span: the whole step
+						long += d
+					} else {
+						c.Seconds += stepTime(short, 1)
+						long += stepTime(chunk, admitted-1)
+					}
+					c.Count++
+					c.Computed += short
+				}
+				c.Seconds += long
+				c.Count++
+				c.Computed += steps * chunk
+				c.Known = true
+				p.Observe(c)
+			}
+			if got := p.Slowdown(); got < tt.min || got > tt.max {
+				t.Fatalf("Slowdown = %.3f on an engine at the model's speed, want within [%v, %v]", got, tt.min, tt.max)
+			}
+		})
+	}
+}

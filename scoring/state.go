@@ -41,6 +41,11 @@ type State struct {
 	// chunks is ttftaware's record of where the chunks of the prompts routed with their
 	// token ids went (recordChunks), by chained chunk hash.
 	chunks map[uint64]heldChunk
+	// lru is, by endpoint, the order its prefix cache evicts the chunks routed there
+	// (recordChunks); lruTop is the last position any of them took, after which an
+	// endpoint's new LRU starts.
+	lru    map[string]*chunkLRU
+	lruTop uint64
 	// indexed is set once the cache index has shown a candidate holding a prompt
 	// (presumeChunks): the chunks are then neither recorded nor read.
 	indexed bool
@@ -317,6 +322,11 @@ func (s *State) Forget(keep []string) {
 		if !k[a] {
 			delete(s.uncached, a)
 			delete(s.allocated, a)
+		}
+	}
+	for a := range s.lru {
+		if !k[a] {
+			delete(s.lru, a)
 		}
 	}
 }

@@ -32,10 +32,13 @@ import (
 //	    token ids are not known). While the index has never shown a holding (a fleet that
 //	    publishes no KV events) and the prompt's token ids are known, s is instead presumed
 //	    to hold the prompt's leading 256-token chunks that were routed there and are still
-//	    held by the same measure, whichever prompts they were part of (presumeChunks): every
-//	    engine a shared system prompt went to, not only the last two, and of another
-//	    session's prompt only the chunks this one shares (decision 1670); a last route this
-//	    prompt starts with still counts whole.
+//	    held, whichever prompts they were part of (presumeChunks): every engine a shared
+//	    system prompt went to, not only the last two, and of another session's prompt only
+//	    the chunks this one shares (decision 1670). A chunk is held until the distinct prompt
+//	    tokens routed to s since it was (an LRU of what the picker sent there, chunkLRU: a
+//	    prompt sent again counts once, a hit counts too) fill s's KV pool, as vLLM's LRU
+//	    of blocks evicts it (holdsChunk; decision 1690). A last route this prompt starts
+//	    with still counts whole while its full chunks are held.
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish. The
 //	    prompt needs no new blocks for what a sequence running on s already holds
@@ -236,9 +239,10 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	measured := p.state.offeredMeasured(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
 	for i, c := range in.Candidates {
+		byChunks := rs[i].Presumed
 		for _, r := range routes {
 			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
-				if !chunked || r.starts {
+				if !chunked || r.starts && routeChunksHeld(byChunks, r.tokens) {
 					rs[i].Presumed = max(rs[i].Presumed, min(r.tokens, in.PromptTokens))
 				}
 				lineage = lineage || !r.repeat

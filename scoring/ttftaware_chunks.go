@@ -15,24 +15,25 @@ const chunkHolders = 8
 // (about 390,000 tokens at gpu_memory_utilization 0.9).
 const maxChunks = 1 << 14
 
-// prunedSince is the uncached tokens booked on an endpoint after a chunk was routed there
-// past which no pool holds it any more: 4 x KVPoolTokens, beyond the largest A10 pool. A
-// full chunk store first forgets the chunks held nowhere by this measure.
+// prunedSince is the distinct prompt tokens routed to an endpoint after a chunk was routed
+// there (chunkLRU.since) past which no pool holds it any more: 4 x KVPoolTokens, beyond the
+// largest A10 pool. A full chunk store first forgets the chunks held nowhere by this measure.
 const prunedSince = 4 * KVPoolTokens
 
 // heldChunk is where one chunk of routed prompts went: up to chunkHolders endpoints, each
-// with State.allocated there when it was routed (the mark presumedHeld measures from).
+// with the chunk's last position in that endpoint's chunkLRU (the mark holdsChunk
+// measures the distinct tokens routed there since from).
 // next is the slot the next new endpoint takes (the eldest).
 type heldChunk struct {
 	holders [chunkHolders]chunkHolder
 	next    uint8
 }
 
-// chunkHolder is one endpoint a chunk was routed to, after mark uncached tokens were
-// booked there.
+// chunkHolder is one endpoint a chunk was routed to, last at position mark of its
+// chunkLRU.
 type chunkHolder struct {
 	addr string
-	mark float64
+	mark uint64
 }
 
 // chainChunk folds one chunk's tokens into the chained hash h of the chunks before it.
@@ -46,39 +47,52 @@ func chainChunk(h uint64, tokens []uint32) uint64 {
 
 // recordChunks records that prompt, whose prefix key is key, was routed to addr: each of
 // its full presumeChunk-token chunks, the first named by the key and each later one by the
-// chained hash of the tokens up to its end; s.mu must be held.
+// chained hash of the tokens up to its end, and the tokens past the last full chunk, at
+// new positions in addr's chunkLRU (those tokens first, then the chunks from the last to
+// the first, the order vLLM frees them in); s.mu must be held.
 func (s *State) recordChunks(key uint64, addr string, prompt []uint32) {
-	if key == 0 || len(prompt) < presumeChunk || s.indexed {
+	if key == 0 || len(prompt) == 0 || s.indexed {
 		return
 	}
 	if s.chunks == nil {
-		s.chunks = map[uint64]heldChunk{}
+		s.chunks, s.lru = map[uint64]heldChunk{}, map[string]*chunkLRU{}
 	}
-	mark := s.allocated[addr]
+	l := s.lru[addr]
+	if l == nil {
+		l = newChunkLRU(s.lruTop)
+		s.lru[addr] = l
+	}
+	full := len(prompt) / presumeChunk
+	first := l.reserve(full + 1) // the rest's position, then the chunks' from the last
+	l.put(first, len(prompt)-full*presumeChunk)
 	h := key
-	for end := presumeChunk; end <= len(prompt); end += presumeChunk {
-		if end > presumeChunk {
-			h = chainChunk(h, prompt[end-presumeChunk:end])
+	for k := range full {
+		if k > 0 {
+			h = chainChunk(h, prompt[k*presumeChunk:(k+1)*presumeChunk])
 		}
 		c, ok := s.chunks[h]
 		if !ok && len(s.chunks) >= maxChunks {
 			s.pruneChunks()
 		}
-		c.hold(addr, mark)
+		c.hold(addr, l, first+uint64(full-k))
 		s.chunks[h] = c
 	}
+	s.lruTop = max(s.lruTop, l.seq)
 }
 
-// hold records the chunk routed to addr at mark: that endpoint's slot is refreshed (vLLM
-// frees a reused block to the LRU queue's tail again), else the eldest slot is taken.
-func (c *heldChunk) hold(addr string, mark float64) {
+// hold records the chunk routed to addr, at position pos of its LRU l: that endpoint's
+// slot leaves its old position (vLLM frees a reused block to the LRU queue's tail again),
+// else the eldest slot is taken.
+func (c *heldChunk) hold(addr string, l *chunkLRU, pos uint64) {
+	l.put(pos, presumeChunk)
 	for i := range c.holders {
 		if c.holders[i].addr == addr {
-			c.holders[i].mark = mark
+			l.leave(c.holders[i].mark)
+			c.holders[i].mark = pos
 			return
 		}
 	}
-	c.holders[c.next] = chunkHolder{addr: addr, mark: mark}
+	c.holders[c.next] = chunkHolder{addr: addr, mark: pos}
 	c.next = (c.next + 1) % chunkHolders
 }
 
@@ -88,8 +102,8 @@ func (s *State) pruneChunks() {
 	for h, c := range s.chunks {
 		live := false
 		for _, o := range c.holders {
-			if o.addr != "" {
-				since := s.allocated[o.addr] - o.mark
+			if l := s.lru[o.addr]; o.addr != "" && l != nil {
+				since := l.since(o.mark)
 				live = live || (since >= 0 && since < prunedSince)
 			}
 		}
@@ -103,15 +117,16 @@ func (s *State) pruneChunks() {
 }
 
 // presumeChunks sets each candidate's Presumed in rs (in.Candidates' order) to the prompt
-// tokens, from its start, in chunks routed there and still held (presumedHeld): the
+// tokens, from its start, in chunks routed there and still held (holdsChunk): the
 // chunks this picker sent there, whoever's prompt they were part of. It does nothing and
 // returns false unless the prompt's token ids are known (in.Tokens), it has a full
 // chunk, and the cache index has never shown any candidate holding any prompt: once it
 // has (State.indexed), the engines publish their KV events, and a prompt the index does
 // not show was evicted from their CPU tier, where the picker's count of the tokens
 // allocated since a routing (State.Uncached, which leaves out the tokens loaded from
-// that tier into GPU blocks) no longer tells what the GPU still holds; the chunks are
-// then forgotten and the last two routes presumed as before. s.mu must be held. It
+// that tier into GPU blocks) no longer told what the GPU still holds (decision 1670;
+// the LRU of the tokens routed, chunkLRU, was not tried there); the chunks are then
+// forgotten and the last two routes presumed as before. s.mu must be held. It
 // allocates nothing.
 func (s *State) presumeChunks(in Input, rs []Ranked) bool {
 	if s.indexed || in.PrefixKey == 0 || len(in.Tokens) != in.PromptTokens || in.PromptTokens < presumeChunk {
@@ -121,6 +136,7 @@ func (s *State) presumeChunks(in Input, rs []Ranked) bool {
 		if c.Matched > 0 {
 			s.indexed = true
 			clear(s.chunks)
+			clear(s.lru)
 			return false
 		}
 	}
@@ -163,13 +179,35 @@ func (s *State) presumeChunks(in Input, rs []Ranked) bool {
 	return true
 }
 
-// holdsChunk says whether c was routed to cand's endpoint and is still held there
-// (presumedHeld); s.mu must be held.
+// holdsChunk says whether c was routed to cand's endpoint and is still held there: fewer
+// distinct prompt tokens were routed there since (chunkLRU.since) than its GPU KV pool
+// holds (kvPool). vLLM's prefix cache is an LRU of blocks whose most recently used are the
+// running sequences' (out of the free queue) and then the blocks freed last, so a chunk is
+// evicted once a pool's worth of other blocks were used after it: the pool, not its free
+// part, since the running sequences' prompts are among the tokens counted. Their decode
+// tokens are not (the picker does not know them), so a decode-heavy engine evicts a little
+// sooner than this says; counting an estimate of them (the measured decode duration over
+// a step's) erred less but lost held-out TTFT (decision 1690). s.mu must be held.
 func (s *State) holdsChunk(c *heldChunk, cand Candidate) bool {
 	for _, o := range c.holders {
 		if o.addr != "" && o.addr == cand.Addr {
-			return presumedHeld(cand, s.allocated[o.addr]-o.mark)
+			l := s.lru[o.addr]
+			if l == nil {
+				return false
+			}
+			since := l.since(o.mark)
+			return since >= 0 && since < kvPool(cand.Engine)
 		}
 	}
 	return false
+}
+
+// routeChunksHeld says whether a last route that this prompt starts with (pastRoute.starts)
+// still counts whole while the chunks are read: only while its full chunks are presumed
+// held there (byChunks, the candidate's presumption by chunks, reaches them). vLLM frees a
+// finished request's blocks last first, so its partial last chunk is evicted before them;
+// the route's own measure (its uncached tokens booked since) would keep a prompt the
+// engine's LRU already evicted.
+func routeChunksHeld(byChunks, tokens int) bool {
+	return byChunks >= tokens/presumeChunk*presumeChunk
 }

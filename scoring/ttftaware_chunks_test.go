@@ -22,7 +22,7 @@ func TestTTFTAwarePresumesByChunks(t *testing.T) {
 	tests := []struct {
 		name    string
 		tokens  bool // this prompt's token ids handed to the policy (NeedsTokens)
-		evictA  bool // a pool's worth of uncached tokens booked on a:1 since its route
+		evictA  bool // a pool's worth of other prompts' tokens routed to a:1 since its route
 		matched int  // a:1's match in the index
 		indexed bool // the index showed a holding of an earlier prompt (the fleet publishes KV events)
 		want    map[string]int
@@ -56,6 +56,7 @@ func TestTTFTAwarePresumesByChunks(t *testing.T) {
 			}
 			if tt.evictA {
 				st.Uncached("a:1", KVPoolTokens)
+				st.RoutedPrompt(0x0e1c, "a:1", prompt(KVPoolTokens, 0, 8<<20), t0.Add(4*time.Second))
 			}
 			cs := cands()
 			cs[0].Matched = tt.matched
@@ -112,5 +113,139 @@ func TestStateChunksStayBounded(t *testing.T) {
 	in := Input{PromptTokens: len(last), PrefixKey: key, Tokens: last, Now: t0, Candidates: []Candidate{lcand("a:1", 0, 0, 0, 0)}}
 	if rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(in); rs[0].Presumed != len(last) {
 		t.Errorf("the latest prompt presumed %d, want %d", rs[0].Presumed, len(last))
+	}
+}
+
+func TestTTFTAwareChunksHeldByDistinctTokensRoutedSince(t *testing.T) {
+	// a:1's pool (16,000 tokens) took a 4,096-token prompt, then others; the prompt is held
+	// while fewer distinct prompt tokens than the pool were routed there since (the
+	// engine's LRU of blocks evicts it after a pool's worth of others were used), whatever
+	// the picker booked as uncached.
+	const key, pool = 0xa11, 16000
+	held := prompt(4096, 0, 1<<20)
+	hot := prompt(4096, 0, 2<<20) // another prefix, sent again and again
+	tests := []struct {
+		name     string
+		then     func(st *State)
+		usage    float64 // a:1's scraped KV usage
+		presumed int
+	}{
+		{"nothing since", func(*State) {}, 0, 4096},
+		// Three distinct prompts since (9,000 tokens), running and taking half the pool:
+		// their blocks are among those counted, and the first prompt is held.
+		{"the running sequences' blocks are the ones routed since", func(st *State) {
+			for i := range 3 {
+				st.RoutedPrompt(uint64(0xd1+i), "a:1", prompt(3000, 0, uint32(3+i)<<20), t0.Add(time.Duration(i+1)*time.Second))
+			}
+		}, 0.5, 4096},
+		// The hot prompt routed 20 times (81,920 tokens) takes its 4,096 tokens' blocks
+		// once: the first prompt is still held.
+		{"one hot prompt again and again", func(st *State) {
+			for i := range 20 {
+				st.RoutedPrompt(0xb07, "a:1", hot, t0.Add(time.Duration(i+1)*time.Second))
+			}
+		}, 0, 4096},
+		// Four distinct prompts of 4,096 tokens (16,384, past the pool): evicted, though
+		// the picker booked them as cached.
+		{"a pool of distinct prompts", func(st *State) {
+			for i := range 4 {
+				st.Uncached("a:1", 0)
+				st.RoutedPrompt(uint64(0xd1+i), "a:1", prompt(4096, 0, uint32(3+i)<<20), t0.Add(time.Duration(i+1)*time.Second))
+			}
+		}, 0, 0},
+		// 12,400 tokens since: the prompt's last chunk, freed first, is evicted first (a
+		// route of the whole prompt no longer counts whole).
+		{"a prompt's last chunk goes first", func(st *State) {
+			for i := range 4 {
+				st.RoutedPrompt(uint64(0xd1+i), "a:1", prompt(3100, 0, uint32(3+i)<<20), t0.Add(time.Duration(i+1)*time.Second))
+			}
+		}, 0, 3840},
+		// The held prompt routed again after three of them: it is behind them in the LRU,
+		// and the fourth leaves it held.
+		{"routed again in between", func(st *State) {
+			for i := range 4 {
+				if i == 3 {
+					st.RoutedPrompt(key, "a:1", held, t0.Add(10*time.Second))
+				}
+				st.RoutedPrompt(uint64(0xd1+i), "a:1", prompt(4096, 0, uint32(3+i)<<20), t0.Add(time.Duration(i+1)*time.Second))
+			}
+		}, 0, 4096},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", len(held))
+			st.RoutedPrompt(key, "a:1", held, t0)
+			tt.then(st)
+			a := lcand("a:1", 0, 0, 0, 0)
+			a.Engine = EngineMetrics{Known: true, KVPoolTokens: pool, KVUsage: tt.usage}
+			in := Input{PromptTokens: len(held), PrefixKey: key, Tokens: held, Now: t0.Add(time.Minute), Candidates: []Candidate{a, lcand("b:1", 0, 0, 0, 0)}}
+			for _, r := range mustNew(t, "ttftaware", DefaultParams(), st).Rank(in) {
+				if want := map[string]int{"a:1": tt.presumed}[r.Addr]; r.Presumed != want {
+					t.Errorf("%s presumed %d, want %d", r.Addr, r.Presumed, want)
+				}
+			}
+		})
+	}
+}
+
+func TestChunkLRUSince(t *testing.T) {
+	type op struct {
+		take  int    // tokens of a new position (0: none)
+		leave uint64 // a position to leave (0: none)
+	}
+	tests := []struct {
+		name  string
+		base  uint64
+		ops   []op
+		pos   uint64
+		since float64
+	}{
+		{"the last position", 0, []op{{take: 256}, {take: 256}}, 2, 0},
+		{"the positions after it", 0, []op{{take: 256}, {take: 100}, {take: 256}}, 1, 356},
+		{"a position left weighs nothing", 0, []op{{take: 256}, {take: 256}, {take: 256}, {leave: 2}}, 1, 256},
+		{"left twice, once counted", 0, []op{{take: 256}, {take: 256}, {leave: 2}, {leave: 2}, {take: 7}}, 1, 7},
+		{"not taken yet", 0, []op{{take: 256}}, 2, -1},
+		{"another life's", 5, []op{{take: 256}, {take: 256}}, 5, -1},
+		{"this life's", 5, []op{{take: 256}, {take: 256}}, 6, 256},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newChunkLRU(tt.base)
+			for _, o := range tt.ops {
+				if o.take > 0 {
+					l.take(o.take)
+				}
+				if o.leave > 0 {
+					l.leave(o.leave)
+				}
+			}
+			if got := l.since(tt.pos); got != tt.since {
+				t.Errorf("since(%d) = %v, want %v", tt.pos, got, tt.since)
+			}
+		})
+	}
+}
+
+func TestChunkLRUWraps(t *testing.T) {
+	// Past lruSpan positions the ring forgets the eldest: a position still in it counts
+	// the positions after it, across the wrap; one forgotten holds nothing, and leaving it
+	// changes nothing.
+	l := newChunkLRU(0)
+	for range lruSpan + 10 {
+		l.take(2)
+	}
+	if got, want := l.since(l.seq-lruSpan+1), float64(2*(lruSpan-1)); got != want {
+		t.Errorf("the eldest kept: since %v, want %v", got, want)
+	}
+	if got, want := l.since(l.seq-20), 40.0; got != want {
+		t.Errorf("across the wrap: since %v, want %v", got, want)
+	}
+	l.leave(3)
+	if got := l.since(3); got != -1 {
+		t.Errorf("forgotten: since %v, want -1", got)
+	}
+	if got, want := l.since(l.seq-20), 40.0; got != want {
+		t.Errorf("after leaving a forgotten position: since %v, want %v", got, want)
 	}
 }

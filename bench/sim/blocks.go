@@ -108,3 +108,19 @@ func (p *blockPool) release(ids []int32) {
 
 // used is the number of blocks held by running requests.
 func (p *blockPool) used() int { return len(p.blocks) - p.free }
+
+// CachedPrefix is how many of prompt's leading tokens, in full blocks, the engine's GPU
+// prefix cache holds now for adapter ("" for the base model): what the scheduler would
+// find were the prompt admitted now (a diagnostic's truth; it changes nothing).
+func (e *Engine) CachedPrefix(prompt []uint32, adapter string) int {
+	r := Request{Tokens: prompt, Adapter: adapter}
+	bs := e.cfg.BlockSize
+	n := 0
+	for i := 0; (i+1)*bs <= len(prompt); i++ {
+		if _, ok := e.pool.lookup(r.blockHash(i, bs)); !ok {
+			break
+		}
+		n += bs
+	}
+	return n
+}

@@ -625,6 +625,9 @@ func (w *world) send(ctx context.Context, p *pending) error {
 		p.errText = err.Error()
 		return nil
 	}
+	if PickSeen != nil && w.grid != nil {
+		w.pickSeen(p, &d)
+	}
 	if unheld && stale == "" {
 		w.fallback.addr, w.fallback.at = d.Endpoints[0], w.now
 	}

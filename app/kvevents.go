@@ -24,6 +24,9 @@ type KVEventsConfig struct {
 	Remote        kvindex.RemotePolicy // what REMOTE blocks get
 	ExtraKeys     bool                 // index LoRA and cache_salt blocks under their own key
 	ReplayTimeout time.Duration        // 0: 2 s
+	// MaxBlocks bounds the blocks each endpoint rank holds in the index
+	// (kvindex.IndexConfig.MaxBlocks): 0, kvindex.DefaultMaxBlocks; negative, no bound.
+	MaxBlocks int
 }
 
 // newKVEvents creates the vLLM KV events index and subscriber and puts the cache view
@@ -37,7 +40,7 @@ func (a *App) newKVEvents(cfg *Config, reg prometheus.Registerer) error {
 		return fmt.Errorf("vLLM KV events are configured but the cache source is %q: use --cache-source vllm-events or both", cfg.CacheSource)
 	}
 	var err error
-	if a.KVEventsIndex, err = kvindex.NewIndex(kvindex.IndexConfig{Credits: c.Credits, Remote: c.Remote, ExtraKeys: c.ExtraKeys, Registerer: reg}); err != nil {
+	if a.KVEventsIndex, err = kvindex.NewIndex(kvindex.IndexConfig{Credits: c.Credits, Remote: c.Remote, ExtraKeys: c.ExtraKeys, MaxBlocks: c.MaxBlocks, Registerer: reg}); err != nil {
 		return err
 	}
 	sc := kvevents.SubscriberConfig{Port: c.Port, ReplayPort: c.ReplayPort,

@@ -237,6 +237,7 @@ func (ix *Index) store(id streamID, ev *Event) {
 			return
 		}
 		key := chain(parent, ix.root.Load(), ev.Tokens[i*bs:(i+1)*bs])
+		had := s.engine.Len()
 		s.engine.put(h, key)
 		if i == 0 && !ev.HasParent {
 			// The store order before the block: a lookup that sees the block held finds it.
@@ -246,6 +247,11 @@ func (ix *Index) store(id streamID, ev *Event) {
 			}
 		}
 		ix.hold(med, s, key, owner)
+		if s.engine.Len() > had && !ix.noteStored(s, h) { // after the hold: a block over the budget is dropped whole
+			ix.m.count(OutStored, i+1)
+			ix.m.count(OutUnknownParent, n-i-1)
+			return
+		}
 		parent = key
 	}
 	ix.m.count(OutStored, n)

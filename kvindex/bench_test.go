@@ -193,3 +193,32 @@ func BenchmarkApplyBatches(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*32), "ns/block")
 }
+
+// BenchmarkApplyOverBudget measures Apply of one-event batches of 16 new blocks each
+// into a stream at its budget of 10^5 blocks, so that every block stored drops the
+// stream's least recently stored one (an engine that never sends BlockRemoved). Compare
+// ns/block with BenchmarkApplyBatches, whose batches store and then remove.
+func BenchmarkApplyOverBudget(b *testing.B) {
+	const budget = 100_000
+	ix, _ := NewIndex(IndexConfig{Seed: 1, MaxBlocks: budget})
+	for _, ev := range chainEvents(budget, 64, 64) {
+		ix.Apply("a", Batch{Events: []Event{ev}})
+	}
+	churn := chainEvents(16*10_000, 16, 16) // more than the budget: a block comes back after it was dropped
+	for i := range churn {
+		churn[i].Tokens[0] += 1 << 24 // content of its own
+	}
+	k := 0
+	for b.Loop() {
+		ev := churn[k%len(churn)]
+		for j := range ev.Hashes { // new engine hashes every round: always new blocks
+			ev.Hashes[j] += 1 << 50
+		}
+		ix.Apply("a", Batch{Seq: int64(k), Events: []Event{ev}})
+		k++
+	}
+	if ix.Blocks() != budget {
+		b.Fatalf("%d blocks held, want the budget %d", ix.Blocks(), budget)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*16), "ns/block")
+}

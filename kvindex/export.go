@@ -172,6 +172,7 @@ func (ix *Index) ImportStream(endpoint string, rank int, st StreamState) error {
 			}
 		}
 		b := &st.Blocks[i]
+		had := s.engine.Len()
 		s.engine.put(b.Hash, b.Key)
 		for m := range numMedia {
 			if b.Tiers&(1<<m) == 0 {
@@ -185,6 +186,9 @@ func (ix *Index) ImportStream(endpoint string, rank int, st StreamState) error {
 				s.owners.put(holdersKey(b.Key, m), hs)
 			}
 			ix.setBit(m, s, b.Key)
+		}
+		if s.engine.Len() > had && !ix.noteStored(s, b.Hash) {
+			return errors.New("kvindex: the stream was dropped while it was imported")
 		}
 	}
 	return nil

@@ -23,7 +23,11 @@ type IndexConfig struct {
 	// key of their own (matched only by lookups that give the same adapter and salt, see
 	// Key) instead of refusing them. Blocks with other extra keys (multimodal items,
 	// prompt embeddings) are refused either way: a router cannot compute them.
-	ExtraKeys  bool
+	ExtraKeys bool
+	// MaxBlocks bounds the blocks each stream (an endpoint's data-parallel rank) holds;
+	// over it the stream's least recently stored blocks are dropped (budget.go). 0 means
+	// DefaultMaxBlocks; negative means no bound.
+	MaxBlocks  int
 	Registerer prometheus.Registerer // nil: metrics not registered
 }
 
@@ -47,6 +51,8 @@ type Index struct {
 	remote RemotePolicy
 	extras bool
 	m      *indexMetrics
+	// maxBlocks is the blocks a stream may hold; 0: no bound (budget.go).
+	maxBlocks int
 
 	held   [numMedia]ctable // wordKey(block key, slot/64) -> bitmask of slots holding it
 	stamps ctable           // pair(first block key, stream salt) -> store order
@@ -82,6 +88,12 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		extras:  cfg.ExtraKeys,
 		streams: map[streamID]*stream{},
 		byEP:    map[string][]*stream{},
+	}
+	switch {
+	case cfg.MaxBlocks == 0:
+		ix.maxBlocks = DefaultMaxBlocks
+	case cfg.MaxBlocks > 0:
+		ix.maxBlocks = cfg.MaxBlocks
 	}
 	for m := range numMedia {
 		c := cfg.Credits.of(m)

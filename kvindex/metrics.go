@@ -30,14 +30,14 @@ func newIndexMetrics(reg prometheus.Registerer, ix *Index) (*indexMetrics, error
 		}, []string{"outcome"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_kvevents_dropped_blocks_total",
-			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), disconnect, block_size_changed, snapshot (replaced by a snapshot).",
+			Help: "Index entries dropped at once, by reason: cleared (AllBlocksCleared), reset (engine restarted), gap (batches lost, no replay), bad_batch, left (endpoint left the fleet), disconnect, block_size_changed, snapshot (replaced by a snapshot); budget counts blocks dropped one by one, a stream's least recently stored, when it holds more than its budget (--kv-events-max-blocks).",
 		}, []string{"reason"}),
 	}
 	for _, k := range []Kind{BlockStored, BlockRemoved, AllBlocksCleared} {
 		m.events.WithLabelValues(k.String())
 	}
 	// The reasons the Help names, so a dashboard sees every series from the start.
-	for _, r := range []string{"cleared", "reset", "gap", "bad_batch", "left", "disconnect", "block_size_changed", "snapshot"} {
+	for _, r := range []string{"cleared", "reset", "gap", "bad_batch", "left", "disconnect", "block_size_changed", "snapshot", DropBudget} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, o := range []string{OutStored, OutTierAdded, OutRemoved, OutRemovedUnknown, OutLoRA, OutExtraKeys, OutGroup,

@@ -21,6 +21,10 @@ type stream struct {
 	owned     bool  // an owned event was seen: owners is kept (owners.go)
 	seq       int64 // the last batch applied (Batch.Seq)
 	owners    table // holdersKey(block key, tier) -> holder set
+	// order is the engine hashes in the order first stored, oldest at head, when the
+	// index has a budget (budget.go).
+	order []uint64
+	head  int
 }
 
 func (s *stream) word() uint64 { return uint64(s.slot / 64) }
@@ -98,6 +102,7 @@ func (ix *Index) clear(s *stream) int {
 	s.engine.reset()
 	s.owners.reset()
 	s.owned = false
+	s.order, s.head = nil, 0
 	return n
 }
 

@@ -21,6 +21,7 @@ type kvFlags struct {
 	remote        string
 	extraKeys     bool
 	replayTimeout time.Duration
+	maxBlocks     int
 }
 
 func (k *kvFlags) register(fs *flag.FlagSet) {
@@ -33,6 +34,7 @@ func (k *kvFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.credit, "kv-events-medium-credit", kvindex.DefaultCredits().String(), "fraction of a cached block credited per tier (GPU, CPU, DISK, STORAGE); a medium spelling sets its tier (CPU_PINNED and CPU_TIER1 are CPU, CPU_TIER2 and NVME DISK, FS, OBJ and SHARED_STORAGE STORAGE); blocks of an unknown medium are refused and counted")
 	fs.StringVar(&k.remote, "kv-events-remote", "refuse", "blocks whose locality is REMOTE (not the publishing engine's own): refuse (not credited) or credit (credited to the publisher at their medium's tier; a REMOTE GPU block is refused either way)")
 	fs.BoolVar(&k.extraKeys, "kv-events-extra-keys", false, "index blocks stored under a LoRA adapter or a cache_salt under a key of their own (matched only by requests with the same adapter and salt) instead of refusing them; multimodal and prompt-embeds blocks are refused either way")
+	fs.IntVar(&k.maxBlocks, "kv-events-max-blocks", kvindex.DefaultMaxBlocks, "blocks the vLLM KV events index holds per endpoint rank (about 57 bytes each); beyond it that rank's least recently stored go first, other ranks' never; -1: no bound")
 	fs.DurationVar(&k.replayTimeout, "kv-events-replay-timeout", 2*time.Second, "longest wait for one engine's replay (at start, the picker is ready only after every replay ended or timed out)")
 }
 
@@ -69,10 +71,13 @@ func (k kvFlags) config(lm *app.LMCacheConfig) (string, *app.LMCacheConfig, *app
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("--kv-events-remote: %v", err)
 	}
+	if k.maxBlocks == 0 || k.maxBlocks < -1 {
+		return "", nil, nil, fmt.Errorf("--kv-events-max-blocks %d: use a count of blocks per endpoint rank (default %d) or -1 for no bound", k.maxBlocks, kvindex.DefaultMaxBlocks)
+	}
 	if k.replayTimeout <= 0 {
 		return "", nil, nil, fmt.Errorf("--kv-events-replay-timeout %v: use a positive duration such as 2s", k.replayTimeout)
 	}
-	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, RankMetrics: k.rankMetrics, Credits: credits, Remote: remote, ExtraKeys: k.extraKeys, ReplayTimeout: k.replayTimeout}
+	kv := &app.KVEventsConfig{Port: k.port, ReplayPort: k.replay, Topic: k.topic, Ranks: k.ranks, RankMetrics: k.rankMetrics, Credits: credits, Remote: remote, ExtraKeys: k.extraKeys, ReplayTimeout: k.replayTimeout, MaxBlocks: k.maxBlocks}
 	if source == picker.SourceVLLMEvents {
 		return source, nil, kv, nil // no LMCache controller: its ports stay free
 	}

@@ -60,12 +60,31 @@ func TestDPRankMetricsFlag(t *testing.T) {
 	}
 }
 
+// --kv-events-max-blocks reaches the KV events config, kvindex.DefaultMaxBlocks unless given.
+func TestKVEventsMaxBlocksFlag(t *testing.T) {
+	base := []string{"--endpoints=10.0.0.1:8000", "--cache-source", "vllm-events"}
+	for _, tc := range []struct {
+		extra []string
+		want  int
+	}{{nil, kvindex.DefaultMaxBlocks}, {[]string{"--kv-events-max-blocks", "5000"}, 5000}, {[]string{"--kv-events-max-blocks", "-1"}, -1}} {
+		cfg, _, err := parse(append(append([]string{}, base...), tc.extra...), env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv := cfg.KVEvents; kv == nil || kv.MaxBlocks != tc.want {
+			t.Errorf("%v: KVEvents = %+v, want MaxBlocks %d", tc.extra, kv, tc.want)
+		}
+	}
+}
+
 func TestKVEventsFlagsRejected(t *testing.T) {
 	ep := "--endpoints=10.0.0.1:8000"
 	for _, args := range [][]string{
 		{"--kv-events-remote", "maybe"},
 		{"--kv-events-medium-credit", "TAPE=1"},
 		{"--kv-events-medium-credit", "FS=0.5,OBJ=0.25"},
+		{"--kv-events-max-blocks", "0"},
+		{"--kv-events-max-blocks", "-2"},
 	} {
 		if _, _, err := parse(append([]string{ep, "--cache-source", "vllm-events"}, args...), env()); err == nil {
 			t.Errorf("%v: accepted", args)

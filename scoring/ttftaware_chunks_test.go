@@ -249,3 +249,11 @@ func TestChunkLRUWraps(t *testing.T) {
 		t.Errorf("after leaving a forgotten position: since %v, want %v", got, want)
 	}
 }
+
+// take gives l's next position tokens' weight and returns it, as recordChunks does for a
+// prompt's tokens past its last full chunk.
+func (l *chunkLRU) take(tokens int) uint64 {
+	pos := l.reserve(1)
+	l.put(pos, tokens)
+	return pos
+}

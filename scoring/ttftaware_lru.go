@@ -43,40 +43,38 @@ func (l *chunkLRU) prefix(i int) float32 {
 	return s
 }
 
+// live says whether pos was taken in this life and the ring still holds it.
+func (l *chunkLRU) live(pos uint64) bool {
+	return pos > l.base && pos <= l.seq && l.seq-pos < lruSpan
+}
+
+// zero drops the weight at ring index i.
+func (l *chunkLRU) zero(i int) { l.add(i, -(l.prefix(i+1) - l.prefix(i))) }
+
 // reserve takes the next n positions, weighing nothing yet, and returns the first; the
 // positions lruSpan before them are forgotten.
 func (l *chunkLRU) reserve(n int) uint64 {
 	first := l.seq + 1
 	for range n {
 		l.seq++
-		i := int(l.seq % lruSpan)
-		l.add(i, -(l.prefix(i+1) - l.prefix(i)))
+		l.zero(int(l.seq % lruSpan))
 	}
 	return first
 }
 
 // put gives pos, a position reserve returned, tokens' weight (nothing once forgotten).
 func (l *chunkLRU) put(pos uint64, tokens int) {
-	if pos > l.base && pos <= l.seq && l.seq-pos < lruSpan {
+	if l.live(pos) {
 		l.add(int(pos%lruSpan), float32(tokens))
 	}
-}
-
-// take gives the next position tokens' weight and returns it.
-func (l *chunkLRU) take(tokens int) uint64 {
-	pos := l.reserve(1)
-	l.put(pos, tokens)
-	return pos
 }
 
 // leave drops the weight at pos, a chunk's old position when it is routed there again
 // (nothing when pos is forgotten or not this life's).
 func (l *chunkLRU) leave(pos uint64) {
-	if pos <= l.base || pos > l.seq || l.seq-pos >= lruSpan {
-		return
+	if l.live(pos) {
+		l.zero(int(pos % lruSpan))
 	}
-	i := int(pos % lruSpan)
-	l.add(i, -(l.prefix(i+1) - l.prefix(i)))
 }
 
 // since is the weight at the positions after pos: the distinct prompt tokens routed to
@@ -86,7 +84,7 @@ func (l *chunkLRU) leave(pos uint64) {
 // latter, the least its since can be, presumed 5% of the holdings on held-out draw
 // 20261208's h03 wrongly, against 0.2% this way: decision 1690.)
 func (l *chunkLRU) since(pos uint64) float64 {
-	if pos <= l.base || pos > l.seq || l.seq-pos >= lruSpan {
+	if !l.live(pos) {
 		return -1
 	}
 	a, b := int(pos%lruSpan)+1, int(l.seq%lruSpan)+1

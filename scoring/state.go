@@ -49,6 +49,9 @@ type State struct {
 	// indexed is set once the cache index has shown a candidate holding a prompt
 	// (presumeChunks): the chunks are then neither recorded nor read.
 	indexed bool
+	// chain is the chunk hashes of the prompt being decided (presumeChunks), read again when
+	// it is recorded (recordChunks).
+	chain chunkChain
 }
 
 // offered is the rate of the bookings with a prefix key, of the uncached prompt tokens
@@ -196,6 +199,11 @@ const maxRecent = 1 << 16
 // to addr at now (latencyaware's and ttftaware's history; key 0 records nothing). A
 // caller that also records the request's uncached tokens (Uncached) does so first.
 func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
+	if key == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.routed(key, addr, tokens, 0, now)
 }
 
@@ -203,19 +211,17 @@ func (s *State) Routed(key uint64, addr string, tokens int, now time.Time) {
 // whether a later prompt of the key continues this one (NeedsTokens), and records where
 // the prompt's chunks went (recordChunks).
 func (s *State) RoutedPrompt(key uint64, addr string, prompt []uint32, now time.Time) {
-	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
-	s.mu.Lock()
-	s.recordChunks(key, addr, prompt)
-	s.mu.Unlock()
-}
-
-// routed is Routed with the prompt's tail hash (0: not known).
-func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now time.Time) {
 	if key == 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
+	s.recordChunks(key, addr, prompt)
+}
+
+// routed is Routed with the prompt's tail hash (0: not known); s.mu must be held.
+func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now time.Time) {
 	if s.recent == nil {
 		s.recent = map[uint64]routed{}
 	}

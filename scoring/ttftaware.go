@@ -232,16 +232,16 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	presumed := false // some candidate's holding is presumed, not seen
 	lineage := false  // and this prompt may continue the one routed there (a session's next turn)
 	p.state.mu.Lock()
-	routes := p.state.presumption(in)
-	between, gap := p.state.between(in.PrefixKey)
-	last, lastOK := p.state.recent[in.PrefixKey]
+	last, lastOK := p.state.recent[in.PrefixKey] // never key 0: routed records none
+	routes := p.state.presumption(in, last, lastOK)
+	between, gap := spacing(last, lastOK)
 	rate, perBooking, evicted := p.state.offered(in.Now)
 	measured := p.state.offeredMeasured(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
 	for i, c := range in.Candidates {
 		byChunks := rs[i].Presumed
 		for _, r := range routes {
-			if r.addr == c.Addr && r.tokens > 0 && presumedHeld(c, r.since) {
+			if r.tokens > 0 && r.addr == c.Addr && presumedHeld(c, r.since) {
 				if !chunked || r.starts && routeChunksHeld(byChunks, r.tokens) {
 					rs[i].Presumed = max(rs[i].Presumed, min(r.tokens, in.PromptTokens))
 				}
@@ -360,11 +360,11 @@ func copyCost(x, arrivals, busy, evicted float64) float64 {
 	return x*(1+arrivals*x/2)/(1-busy) + x/(1-evicted)
 }
 
-// between is the mean of the uncached tokens booked on the fleet between two requests
-// of the prefix key (-1: not seen twice); s.mu must be held.
-func (s *State) between(key uint64) (float64, float64) {
-	r, ok := s.recent[key]
-	if key == 0 || !ok {
+// spacing is the mean of the uncached tokens booked on the fleet between two requests of
+// a prefix key and the mean time between them, from its entry r in State.recent (ok false:
+// none); -1 when it was not seen twice.
+func spacing(r routed, ok bool) (between, gap float64) {
+	if !ok {
 		return -1, 0
 	}
 	return r.between, r.gap
@@ -379,19 +379,16 @@ func missOf(prompt, matched, presumed int) int {
 // presumption returns, when the cache index shows no candidate holding any of the prompt,
 // the last two endpoints its prefix key was routed to (none when there are none, or the
 // index knows the prompt), each marked a repeat when the prompt's token ids show it does
-// not continue the one routed there (see pastRoute); s.mu must be held.
-func (s *State) presumption(in Input) [2]pastRoute {
-	if in.PrefixKey == 0 || in.PromptTokens <= 0 {
+// not continue the one routed there (see pastRoute). r is the key's entry in s.recent (ok
+// false: none); s.mu must be held.
+func (s *State) presumption(in Input, r routed, ok bool) [2]pastRoute {
+	if in.PrefixKey == 0 || in.PromptTokens <= 0 || !ok {
 		return [2]pastRoute{}
 	}
 	for _, c := range in.Candidates {
 		if c.Matched > 0 {
 			return [2]pastRoute{}
 		}
-	}
-	r, ok := s.recent[in.PrefixKey]
-	if !ok {
-		return [2]pastRoute{}
 	}
 	var out [2]pastRoute
 	known := len(in.Tokens) == in.PromptTokens

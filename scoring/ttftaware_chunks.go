@@ -45,6 +45,35 @@ func chainChunk(h uint64, tokens []uint32) uint64 {
 	return h | 1
 }
 
+// chunkChain is the chained hashes of one prompt's leading full chunks, computed once for a
+// decision: presumeChunks reads them to rank, and recordChunks, once the prompt is booked,
+// reads them again (both walks cost a multiply per token, in one serial chain). The prompt
+// is named by its prefix key and its token slice (the first element's address and the
+// length): the caller ranks and then records one prompt without changing its token ids
+// between. recordChunks forgets the chain after reading it, and presumeChunks starts a new
+// one at each decision, so a chain is never read for a later prompt.
+type chunkChain struct {
+	key    uint64
+	first  *uint32
+	n      int
+	hashes []uint64 // hashes[k]: the chunk ending at token (k+1) x presumeChunk; hashes[0] is key
+}
+
+// hash returns the chained hash of prompt's k-th full chunk (k from 0; the first is key),
+// computing those not known yet; s.mu must be held by the chain's owner.
+func (c *chunkChain) hash(key uint64, prompt []uint32, k int) uint64 {
+	if c.key != key || c.first != &prompt[0] || c.n != len(prompt) || len(c.hashes) == 0 {
+		c.key, c.first, c.n, c.hashes = key, &prompt[0], len(prompt), append(c.hashes[:0], key)
+	}
+	for j := len(c.hashes); j <= k; j++ {
+		c.hashes = append(c.hashes, chainChunk(c.hashes[j-1], prompt[j*presumeChunk:(j+1)*presumeChunk]))
+	}
+	return c.hashes[k]
+}
+
+// forget drops the chain (and its hold on the prompt's memory).
+func (c *chunkChain) forget() { c.key, c.first, c.n, c.hashes = 0, nil, 0, c.hashes[:0] }
+
 // recordChunks records that prompt, whose prefix key is key, was routed to addr: each of
 // its full presumeChunk-token chunks, the first named by the key and each later one by the
 // chained hash of the tokens up to its end, and the tokens past the last full chunk, at
@@ -65,11 +94,8 @@ func (s *State) recordChunks(key uint64, addr string, prompt []uint32) {
 	full := len(prompt) / presumeChunk
 	first := l.reserve(full + 1) // the rest's position, then the chunks' from the last
 	l.put(first, len(prompt)-full*presumeChunk)
-	h := key
 	for k := range full {
-		if k > 0 {
-			h = chainChunk(h, prompt[k*presumeChunk:(k+1)*presumeChunk])
-		}
+		h := s.chain.hash(key, prompt, k)
 		c, ok := s.chunks[h]
 		if !ok && len(s.chunks) >= maxChunks {
 			s.pruneChunks()
@@ -78,6 +104,7 @@ func (s *State) recordChunks(key uint64, addr string, prompt []uint32) {
 		s.chunks[h] = c
 	}
 	s.lruTop = max(s.lruTop, l.seq)
+	s.chain.forget()
 }
 
 // hold records the chunk routed to addr, at position pos of its LRU l: that endpoint's
@@ -129,6 +156,7 @@ func (s *State) pruneChunks() {
 // forgotten and the last two routes presumed as before. s.mu must be held. It
 // allocates nothing.
 func (s *State) presumeChunks(in Input, rs []Ranked) bool {
+	s.chain.forget()
 	if s.indexed || in.PrefixKey == 0 || len(in.Tokens) != in.PromptTokens || in.PromptTokens < presumeChunk {
 		return false
 	}
@@ -143,12 +171,8 @@ func (s *State) presumeChunks(in Input, rs []Ranked) bool {
 	// alive: the candidates holding every chunk so far (at most chunkHolders of them).
 	var alive [chunkHolders]int
 	n := 0
-	h := in.PrefixKey
 	for end := presumeChunk; end <= len(in.Tokens); end += presumeChunk {
-		if end > presumeChunk {
-			h = chainChunk(h, in.Tokens[end-presumeChunk:end])
-		}
-		c, ok := s.chunks[h]
+		c, ok := s.chunks[s.chain.hash(in.PrefixKey, in.Tokens, end/presumeChunk-1)]
 		if !ok {
 			break
 		}

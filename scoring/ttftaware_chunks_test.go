@@ -250,6 +250,58 @@ func TestChunkLRUWraps(t *testing.T) {
 	}
 }
 
+func TestChunkHashesRankedAreTheOnesRecorded(t *testing.T) {
+	// A prompt ranked and then booked is recorded under the chunk hashes the ranking
+	// computed (chunkChain); a prompt recorded without a ranking before it, or after the
+	// ranking of another prompt of the same key and length in other memory, under its own.
+	const key = 0xc4a1
+	cands := []Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}
+	ranked := prompt(1578, 700, 1<<20)
+	other := prompt(1578, 700, 2<<20)
+	record := func(rank bool) map[uint64]heldChunk {
+		st := NewState()
+		if rank {
+			st.RoutedPrompt(key, "b:1", ranked, t0) // something to presume: the chain is read past the first chunk
+			p := mustNew(t, "ttftaware", DefaultParams(), st)
+			p.Rank(Input{PromptTokens: len(ranked), PrefixKey: key, Tokens: ranked, Now: t0, Candidates: cands})
+			st.RoutedPrompt(key, "a:1", ranked, t0)
+			p.Rank(Input{PromptTokens: len(ranked), PrefixKey: key, Tokens: ranked, Now: t0, Candidates: cands})
+			st.RoutedPrompt(key, "a:1", other, t0)
+		} else {
+			st.RoutedPrompt(key, "b:1", ranked, t0)
+			st.RoutedPrompt(key, "a:1", ranked, t0)
+			st.RoutedPrompt(key, "a:1", other, t0)
+		}
+		return st.chunks
+	}
+	got, want := record(true), record(false)
+	if len(got) != len(want) || len(want) != 10 { // of the 6 full chunks of each, the first 2 shared
+		t.Fatalf("%d chunks recorded after ranking, %d without, want 10", len(got), len(want))
+	}
+	for h, c := range want {
+		if g, ok := got[h]; !ok || g.holders != c.holders {
+			t.Errorf("chunk %x: after ranking %+v, without %+v", h, g, c)
+		}
+	}
+}
+
+func TestChunkLRUAtIsTheWeightAtAnIndex(t *testing.T) {
+	// at(i) reads one ring index's weight from the tree: prefix(i+1) - prefix(i), at every
+	// index, across the ring's wrap and after positions were left.
+	l := newChunkLRU(0)
+	for n := range lruSpan + 300 {
+		pos := l.take(n%256 + 1)
+		if n%3 == 0 {
+			l.leave(pos - 1)
+		}
+	}
+	for i := range lruSpan {
+		if got, want := l.at(i), l.prefix(i+1)-l.prefix(i); got != want {
+			t.Fatalf("at(%d) = %v, want %v", i, got, want)
+		}
+	}
+}
+
 // take gives l's next position tokens' weight and returns it, as recordChunks does for a
 // prompt's tokens past its last full chunk.
 func (l *chunkLRU) take(tokens int) uint64 {

@@ -49,7 +49,23 @@ func (l *chunkLRU) live(pos uint64) bool {
 }
 
 // zero drops the weight at ring index i.
-func (l *chunkLRU) zero(i int) { l.add(i, -(l.prefix(i+1) - l.prefix(i))) }
+func (l *chunkLRU) zero(i int) {
+	if v := l.at(i); v != 0 {
+		l.add(i, -v)
+	}
+}
+
+// at is the weight at ring index i: prefix(i+1) - prefix(i), found from the tree node
+// ending at i less its sub-ranges before i (the sums are whole numbers, so exactly), in
+// fewer steps than the two prefixes.
+func (l *chunkLRU) at(i int) float32 {
+	j := i + 1
+	v := l.tree[j-1]
+	for k, stop := j-1, j-(j&-j); k > stop; k -= k & -k {
+		v -= l.tree[k-1]
+	}
+	return v
+}
 
 // reserve takes the next n positions, weighing nothing yet, and returns the first; the
 // positions lruSpan before them are forgotten.

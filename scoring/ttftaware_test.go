@@ -443,25 +443,31 @@ func TestTTFTAwareCopiesNothingBeforeItsRateIsMeasured(t *testing.T) {
 	}
 }
 
+// between is the key's spacing as TTFTAware.Rank reads it.
+func between(st *State, key uint64) (float64, float64) {
+	r, ok := st.recent[key]
+	return spacing(r, ok)
+}
+
 func TestStateBetweenAFamilysRequests(t *testing.T) {
 	st := NewState()
 	const key = 0x51
-	if b, _ := st.between(key); b != -1 {
+	if b, _ := between(st, key); b != -1 {
 		t.Fatalf("unseen key: between %v, want -1", b)
 	}
 	st.Uncached("a:1", 500)
 	st.Routed(key, "a:1", 100, t0)
-	if b, _ := st.between(key); b != -1 {
+	if b, _ := between(st, key); b != -1 {
 		t.Fatalf("seen once: between %v, want -1", b)
 	}
 	st.Uncached("b:1", 1600)
 	st.Routed(key, "b:1", 100, t0.Add(4*time.Second))
-	if b, g := st.between(key); b != 1600 || g != 4 {
+	if b, g := between(st, key); b != 1600 || g != 4 {
 		t.Fatalf("seen twice: between %v, gap %v, want 1600, 4", b, g)
 	}
 	st.Routed(key, "a:1", 100, t0.Add(6*time.Second))
 	want, wantGap := 1600+(0-1600)/float64(UncachedMemory), 4+(2-4)/float64(UncachedMemory)
-	if b, g := st.between(key); math.Abs(b-want) > 1e-9 || math.Abs(g-wantGap) > 1e-9 {
+	if b, g := between(st, key); math.Abs(b-want) > 1e-9 || math.Abs(g-wantGap) > 1e-9 {
 		t.Fatalf("seen thrice: between %v, gap %v, want %v, %v", b, g, want, wantGap)
 	}
 }

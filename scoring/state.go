@@ -160,6 +160,9 @@ type routed struct {
 	gap float64
 	// least is the fewest uncached tokens any of its requests booked: its own suffix.
 	least float64
+	// shortest is the fewest tokens of any of its prompts (0: none known): what any two of
+	// them that do not continue one another can share at most.
+	shortest int
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -170,6 +173,7 @@ type route struct {
 	tokens int
 	mark   float64
 	tail   uint64
+	at     time.Time
 }
 
 // tailTokens is how many of a prompt's last tokens State keeps a hash of: one KV block
@@ -263,7 +267,10 @@ func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now tim
 	if r.addr != "" && r.addr != addr {
 		r.prev = r.route
 	}
-	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr], tail: tail}, now
+	if tokens > 0 && (r.shortest == 0 || tokens < r.shortest) {
+		r.shortest = tokens
+	}
+	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr], tail: tail, at: now}, now
 	s.recent[key] = r
 }
 

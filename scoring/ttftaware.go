@@ -42,8 +42,11 @@ import (
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish. The
 //	    prompt needs no new blocks for what a sequence running on s already holds
-//	    (sharedRunning: the prefix key's last request, routed to s less than its measured
-//	    decode duration ago; decision 1671).
+//	    (sharedRunning: the prefix key's last request, or the last before it to another
+//	    engine, routed to s less than its measured decode duration ago; decision 1671), which
+//	    is all this prompt holds there only when the prompt continues it (a session's next
+//	    turn), and else no more than the key's shortest prompt (another session on the same
+//	    system prompt shares that, not this session's history; decision 1694).
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
 //	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
@@ -206,16 +209,28 @@ func KVWait(c Candidate, prompt int, steps float64) float64 {
 
 // sharedRunning is the prompt tokens whose KV blocks a sequence running on c already
 // holds: vLLM shares with a new request the cached prefix blocks a running request
-// references, allocating nothing for them. r is where the prompt's prefix key
-// was last routed; when that was c, less than c's measured decode duration (DecodePace)
-// before now, that request still runs there (its queue and prefill came first), holding
-// the held tokens of this prompt (matched in the index or presumed) up to its own length.
-// Else 0.
-func sharedRunning(c Candidate, held int, r routed, now time.Time) int {
-	if r.addr != c.Addr || c.DecodePace <= 0 || now.Sub(r.at) >= c.DecodePace {
-		return 0
+// references, allocating nothing for them. r is where the prompt's prefix key was routed
+// last, and last before that to another endpoint; a request of the key routed to c less
+// than c's measured decode duration (DecodePace) before now still runs there (its queue
+// and prefill came first). It holds of this prompt what both share: the held tokens
+// (matched in the index or presumed) up to its length when this prompt continues it (a
+// session's next turn, known from the token ids), else up to the key's shortest prompt
+// too, all a sibling of the family (another session on the same system prompt) can
+// share with it; its cached history is referenced by no running request and takes free
+// blocks (decision 1694). Else 0.
+func sharedRunning(c Candidate, held int, r routed, tokens []uint32, now time.Time) int {
+	shared := 0
+	for _, rt := range [2]route{r.route, r.prev} {
+		if rt.addr != c.Addr || c.DecodePace <= 0 || now.Sub(rt.at) >= c.DecodePace {
+			continue
+		}
+		n := min(held, rt.tokens)
+		if rt.tail == 0 || tailHash(tokens, rt.tokens) != rt.tail {
+			n = min(n, r.shortest)
+		}
+		shared = max(shared, n)
 	}
-	return max(min(held, r.tokens), 0)
+	return max(shared, 0)
 }
 
 // Rank implements Policy.
@@ -262,7 +277,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
 		need := in.PromptTokens
 		if lastOK {
-			need -= sharedRunning(c, max(c.Matched, rs[i].Presumed), last, in.Now)
+			need -= sharedRunning(c, max(c.Matched, rs[i].Presumed), last, in.Tokens, in.Now)
 		}
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)

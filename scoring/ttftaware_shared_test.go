@@ -39,3 +39,47 @@ func TestTTFTAwareKVWaitSparesWhatARunningSequenceHolds(t *testing.T) {
 		})
 	}
 }
+
+func TestSharedRunningCountsWhatTheRunningRequestShares(t *testing.T) {
+	// A 6,000-token system prompt; this session's prompt is it and 2,000 tokens of its own,
+	// 7,000 of which a:1 holds. Another session's first turn is it and 200 others.
+	const key = 0x5a7e
+	seq := func(from, n int) []uint32 {
+		s := make([]uint32, n)
+		for i := range s {
+			s[i] = uint32(from + i)
+		}
+		return s
+	}
+	system := seq(1, 6000)
+	prompt := append(append([]uint32(nil), system...), seq(100000, 2000)...)
+	sibling := append(append([]uint32(nil), system...), seq(200000, 200)...)
+	type routing struct {
+		addr   string
+		prompt []uint32
+		at     time.Duration
+	}
+	for _, tt := range []struct {
+		name   string
+		routed []routing
+		now    time.Duration
+		want   int
+	}{
+		{"this session's previous turn, still running: all it holds of the prompt", []routing{{"a:1", prompt[:7000], 0}}, time.Second, 7000},
+		{"another session's turn, still running: no more than the family's shortest prompt", []routing{{"a:1", sibling, 0}}, time.Second, 6200},
+		{"finished (older than the decode pace): nothing", []routing{{"a:1", sibling, 0}}, 20 * time.Second, 0},
+		{"the one before the key's last request, still running on a:1: the family's part", []routing{{"a:1", sibling, 0}, {"b:1", prompt[:7000], time.Second}}, 2 * time.Second, 6200},
+		{"the key routed elsewhere only: nothing", []routing{{"b:1", sibling, 0}}, time.Second, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			for _, r := range tt.routed {
+				st.RoutedPrompt(key, r.addr, r.prompt, t0.Add(r.at))
+			}
+			c := lcand("a:1", 7000, 0, 2, 10*time.Second)
+			if got := sharedRunning(c, 7000, st.recent[key], prompt, t0.Add(tt.now)); got != tt.want {
+				t.Errorf("sharedRunning = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

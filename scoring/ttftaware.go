@@ -102,8 +102,11 @@ import (
 // (Candidate.Engine); an engine not scraped waits for nothing.
 //
 // The constants are the calibrated A10 engine model's (bench/sim DefaultConfig,
-// docs/bench/simulator.md); none was fitted on a workload. Lowest cost wins; ties go to the
-// smallest address. Scores are -cost in seconds.
+// docs/bench/simulator.md); none was fitted on a workload. Lowest cost wins. Among equal
+// costs the request fares the same anywhere, and what differs is what its placement
+// evicts: the tie goes to the candidate with the fewest uncached prompt tokens booked on
+// it (State.Uncached), whose caches hold the least of other prompts, then to the smallest
+// address (decision 1695). Scores are -cost in seconds.
 type TTFTAware struct {
 	state *State
 }
@@ -333,6 +336,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		best = min(best, rs[i].Estimate)
 	}
 	sortByScore(in, rs)
+	if len(rs) > 1 && rs[1].Score >= rs[0].Score-scoreEpsilon {
+		p.state.leastBookedFirst(rs)
+	}
 	switch {
 	case rs[0].Score > -rs[0].Estimate+scoreEpsilon:
 		label(rs, ReasonReplica)
@@ -342,6 +348,31 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// leastBookedFirst moves to the front of rs, sorted best first, the entry among those whose
+// score ties the best's with the fewest uncached prompt tokens booked on it
+// (State.allocated), the smallest address among equals; the others keep their order. It
+// looks at every entry, not only the sorted prefix, so a tie among many idle engines is
+// decided by the bookings too.
+func (s *State) leastBookedFirst(rs []Ranked) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	top := rs[0].Score - scoreEpsilon
+	pick, least := 0, s.allocated[rs[0].Addr]
+	for i := 1; i < len(rs); i++ {
+		if rs[i].Score < top {
+			continue
+		}
+		if a := s.allocated[rs[i].Addr]; a < least || a == least && rs[i].Addr < rs[pick].Addr {
+			pick, least = i, a
+		}
+	}
+	if pick > 0 {
+		r := rs[pick]
+		copy(rs[1:pick+1], rs[:pick])
+		rs[0] = r
+	}
 }
 
 // replicaPays says whether a copy of the prompt's prefix on c saves its family more wait

@@ -40,6 +40,9 @@ func TestTTFTAwareRanking(t *testing.T) {
 			0.025 + 10*0.00015 + 4096*198e-6 + 2*(0.019+10*0.0005)},
 		{"equal everything: the smallest address", 1000, nil,
 			[]Candidate{lcand("b:1", 500, 1, 4, 0), lcand("a:1", 500, 1, 4, 0)}, "a:1", ReasonLowestTTFT, 0},
+		{"equal estimates: the engine with the fewest tokens booked, whose caches hold the least to evict", 1000, map[string]int{"a:1": 5000, "b:1": 3000, "c:1": 1000},
+			[]Candidate{lcand("a:1", 0, 0, 0, 0), lcand("b:1", 0, 0, 0, 0), lcand("c:1", 0, 0, 0, 0)}, "c:1", ReasonLowestTTFT,
+			0.025 + 1000*198e-6 + 0.019},
 		{"a match longer than the prompt counts as the prompt", 100, nil,
 			[]Candidate{lcand("a:1", 5000, 0, 0, 0), lcand("b:1", 0, 0, 0, 0)}, "a:1", ReasonLowestTTFT, 0.025 + 0.019},
 	}

@@ -16,11 +16,10 @@ import (
 // seenFrames records the messages the controller hands to Ingest, as frame sizes, and can
 // hold the controller in Ingest until released (a stalled controller: its queue fills).
 type seenFrames struct {
-	mu      sync.Mutex
-	msgs    [][]int // each message's frame sizes
-	last    [][]byte
-	hold    chan struct{}
-	holding bool
+	mu   sync.Mutex
+	msgs [][]int // each message's frame sizes
+	last [][]byte
+	hold chan struct{}
 }
 
 func (s *seenFrames) ingest(_ string, frames [][]byte, apply func() bool) {

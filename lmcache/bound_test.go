@@ -180,7 +180,7 @@ func TestServerStalledQueueIsBoundedInBytes(t *testing.T) {
 	}
 	payload := bytes.Repeat([]byte{'x'}, frame)
 	sent, idle := 0, time.Now()
-	for time.Since(idle) < time.Second && sent < 10*hwm {
+	for time.Since(idle) < 2*time.Second && sent < 10*hwm {
 		if _, err := push.SendBytes(payload, zmq.DONTWAIT); err != nil {
 			time.Sleep(5 * time.Millisecond)
 			continue

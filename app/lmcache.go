@@ -25,6 +25,8 @@ type LMCacheConfig struct {
 	PeerRate  int64 // bytes/s of messages one engine IP may send; 0: lmcache.DefaultPeerRate; negative: no limit
 	PeerBurst int64 // bytes above PeerRate at once; 0: lmcache.DefaultPeerBurst
 	RcvHWM    int   // messages each socket queues in ZeroMQ; 0: lmcache.DefaultRcvHWM
+
+	MaxFrameBytes int64 // largest frame received; 0: lmcache.DefaultMaxFrameBytes
 }
 
 func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
@@ -44,7 +46,8 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	ingest = a.lmcacheIngest(ingest)
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
 		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
-		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM}, a.LMCacheIndex, a.log, reg)
+		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM,
+		MaxFrameBytes: c.MaxFrameBytes}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err
 	}

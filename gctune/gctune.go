@@ -56,11 +56,7 @@ type Settings struct {
 	GCPercent   int   // GOGC; 0: unchanged; -1: off (the collector runs at the memory limit only)
 	MemoryLimit int64 // bytes; 0: unchanged
 	Pretouch    int64 // bytes of mapped memory (runtime/metrics: total less released) Apply writes the heap up to; 0: none
-	// Runway, with Pretouch and GOGC off, is how far under the collector's goal Apply's watch
-	// starts the heap's first collection (runway.go); 0: none, the pacer's own 4 MiB. No plan
-	// sets it: a candidate the soak measures (LOADAWARE_SOAK_GC=chart-runway, decision 1188).
-	Runway int64
-	Why    string
+	Why         string
 }
 
 // Plan decides the settings. GOGC and GOMEMLIMIT in the environment are the operator's and
@@ -139,9 +135,7 @@ func LazyRelease(godebug string) bool {
 // per page) until the runtime's mapped memory reaches s.Pretouch, with no memory limit yet so
 // that nothing collects while it does, then drops it and collects, so the pages stay mapped as
 // free heap, and only then sets the limit. That is a first-touch fault per page: about 18 us
-// of CPU each on the project's VM, some 4.5 s per GiB (decision 1184). With s.Runway too
-// (and GOGC off), Apply starts a goroutine that starts the heap's first collection s.Runway
-// under its goal and ends there (runway.go).
+// of CPU each on the project's VM, some 4.5 s per GiB (decision 1184).
 func Apply(s Settings) {
 	if s.GCPercent != 0 {
 		debug.SetGCPercent(s.GCPercent)
@@ -153,9 +147,6 @@ func Apply(s Settings) {
 	}
 	if s.MemoryLimit > 0 {
 		debug.SetMemoryLimit(s.MemoryLimit)
-	}
-	if s.Runway > 0 && s.Pretouch > 0 && s.GCPercent < 0 && s.MemoryLimit > 0 {
-		startFirstCollectionWatch(uint64(s.Runway))
 	}
 }
 

@@ -69,7 +69,9 @@ type ServerConfig struct {
 	SweepInterval time.Duration
 	// Now is the clock stamped on received messages; nil means time.Now.
 	Now func() time.Time
-	// MaxFrameBytes bounds one received frame; larger ones drop the peer. 0 means 64 MiB.
+	// MaxFrameBytes bounds one received frame (ZeroMQ's ZMQ_MAXMSGSIZE): ZeroMQ disconnects
+	// a peer that announces a larger one, before reading it, and the message never reaches
+	// the controller. 0 means DefaultMaxFrameBytes.
 	MaxFrameBytes int64
 	// Ingest, when set, wraps every application of frames received from the network (see
 	// IngestFunc); nil applies them directly.
@@ -107,6 +109,9 @@ type Server struct {
 	overMsgs *prometheus.CounterVec
 	overLog  *ratelog.Limiter // a peer's over-rate line, once a minute per outcome
 
+	longMsgs prometheus.Counter
+	longLog  *ratelog.Limiter // a peer's too-many-frames line, once a minute
+
 	zctx                           *zmq.Context
 	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
 	pullAddr, replyAddr, heartAddr string
@@ -130,6 +135,24 @@ const zapDomain = "loadaware-epp-lmcache"
 // picker's process outside Go; at 100, 500-590 (decision 1188).
 const DefaultRcvHWM = 100
 
+// DefaultMaxFrameBytes bounds one frame at 256 KiB, 14 times the largest frame LMCache sends (a
+// full sync's batch of 2,000 keys, about 18 KB; a worker's batch is up to 50 frames of about
+// 60 bytes). With DefaultRcvHWM, what ZeroMQ holds for one peer connection of one socket is
+// at most (100 + 1) x 256 KiB, 25.3 MiB, for messages of one frame (64 MiB frames allowed
+// 6.3 GiB; decision 1179). ZeroMQ reads a multi-frame message whole before the controller
+// sees it and its high-water mark counts whole messages, so messages of many frames are not
+// bounded in bytes by ZeroMQ (docs/security.md).
+const DefaultMaxFrameBytes = 256 << 10
+
+// maxMessageFrames is the most frames of one message the controller keeps: a worker's batch
+// (maxBatchFrames), a ROUTER's routing id with an empty delimiter and a request. The rest of
+// a longer message is received and dropped with it, so one message holds at most
+// maxMessageFrames x MaxFrameBytes of the controller's memory (16 MiB by default).
+const maxMessageFrames = maxBatchFrames
+
+// errTooManyFrames reports a message of more than maxMessageFrames frames, received and dropped.
+var errTooManyFrames = errors.New("lmcache: message of too many frames dropped")
+
 // NewServer prepares a server for idx. reg (optional) receives the server's metrics.
 func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if idx == nil {
@@ -145,7 +168,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		cfg.RcvHWM = DefaultRcvHWM
 	}
 	if cfg.MaxFrameBytes <= 0 {
-		cfg.MaxFrameBytes = 64 << 20
+		cfg.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if cfg.PeerRate == 0 {
 		cfg.PeerRate = DefaultPeerRate
@@ -177,6 +200,11 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Help: "Messages of a peer IP over --lmcache-peer-rate: delayed (applied after a wait) or dropped (more than --lmcache-peer-burst in debt).",
 		}, []string{"outcome"}),
 		overLog: ratelog.New(time.Minute),
+		longMsgs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_long_messages_total",
+			Help: "LMCache messages of more than 64 frames (a worker batches at most 50): received and dropped whole, so that one message holds at most 64 x --lmcache-max-frame-bytes of the controller's memory.",
+		}),
+		longLog: ratelog.New(time.Minute),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -188,7 +216,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		s.limit = nil
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs} {
+		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
 			}
@@ -354,6 +382,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("lmcache: controller listening", "pull", s.pullAddr, "reply", s.replyAddr, "heartbeat", s.heartAddr,
 		"heartbeat_url", s.heartbeatURL, "allow_from", s.cfg.Allow.String(), "allowed_ips", len(*s.allowed.Load()),
 		"hash_seed", kc.HashSeed, "chunk_size", kc.ChunkSize, "key_format", kc.Format.String())
+	s.log.Info("lmcache: what a peer can make ZeroMQ hold: per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped; ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes (docs/security.md)",
+		"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
+		"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes)
 	if s.cfg.Allow == AllowFleet && len(*s.allowed.Load()) == 0 {
 		s.log.Warn("lmcache: no fleet IPs known yet: every worker connection is refused until the endpoints are set (or use allow-from any)")
 	}
@@ -421,11 +452,13 @@ func isTerm(err error) bool {
 }
 
 // recvPeer receives one message with flags, appended to frames, and the address of the
-// peer it came from ("" if unknown). The address is taken from the first frame that carries it: the routing id
+// peer it came from ("" if unknown). A message of more than maxMessageFrames frames is
+// received to its end and dropped: errTooManyFrames, with the peer's address. The address is taken from the first frame that carries it: the routing id
 // frame of a ROUTER carries none when ZMQ_EVENTS (read by every zmqwait.Waiter.Wait) has
 // prefetched the message, in libzmq before 4.3.5 (zeromq/libzmq#4317; Debian 12 ships
 // 4.3.4), while the frames the peer sent always do.
 func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer string, err error) {
+	long := false
 	for {
 		var b []byte
 		if peer == "" {
@@ -438,10 +471,35 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer
 		if err != nil {
 			return frames[:0], "", err
 		}
-		frames = append(frames, b)
-		if more, err := so.GetRcvmore(); err != nil || !more {
-			return frames, peer, err
+		switch {
+		case len(frames) < maxMessageFrames && !long:
+			frames = append(frames, b)
+		case !long:
+			long = true
+			clear(frames)
+			frames = frames[:0]
 		}
+		more, err := so.GetRcvmore()
+		switch {
+		case err != nil:
+			return frames, peer, err
+		case more:
+		case long:
+			return frames, peer, errTooManyFrames
+		default:
+			return frames, peer, nil
+		}
+	}
+}
+
+// noteLongMessage counts a message of too many frames and logs it at WARN, at most once a
+// minute per peer.
+func (s *Server) noteLongMessage(peer string) {
+	s.longMsgs.Inc()
+	ip := canonicalIP(peer)
+	if n, logIt := s.longLog.Due(ip, time.Now()); logIt {
+		s.log.Warn("lmcache: dropped a message of more frames than the controller keeps (an LMCache worker batches at most 50); it was read whole and not applied (logged once a minute per peer; see loadaware_lmcache_long_messages_total)",
+			"peer", ip, "messages", n, "max_frames", maxMessageFrames)
 	}
 }
 
@@ -464,6 +522,10 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 		if err != nil {
 			if isTerm(err) {
 				return
+			}
+			if errors.Is(err, errTooManyFrames) {
+				s.noteLongMessage(peer)
+				continue
 			}
 			s.log.Error("lmcache: receive on the pull socket", "err", err)
 			continue
@@ -534,6 +596,10 @@ func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter) {
 		if err != nil {
 			if isTerm(err) {
 				return
+			}
+			if errors.Is(err, errTooManyFrames) {
+				s.noteLongMessage(peer)
+				continue
 			}
 			s.log.Error("lmcache: receive on a reply socket", "err", err)
 			continue

@@ -28,6 +28,7 @@ import (
 	"github.com/loadaware/loadaware-epp/envoy"
 	"github.com/loadaware/loadaware-epp/extproc"
 	"github.com/loadaware/loadaware-epp/fleet/kube"
+	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lmcache"
 )
 
@@ -843,18 +844,26 @@ func TestChartMemoryPlan(t *testing.T) {
 		wantRequest  string // requests.memory; "": none rendered
 		wantLimit    string
 		wantGodebug  string // the container's GODEBUG; "": none
+		// wantEngines is how many engines' worst case the limit holds beside the rest at 16
+		// CPUs (heldBound; pre-touched renders only): a pin, which a change of any term moves
+		wantEngines int64
 	}{
-		{"defaults", nil, true, "67108864", "1Gi", "1Gi", "madvdontneed=0"},
+		{"defaults", nil, true, "67108864", "1Gi", "1Gi", "madvdontneed=0", 0},
 		{"the operator's GODEBUG", []string{"--set", "picker.extraEnv[0].name=GODEBUG", "--set", "picker.extraEnv[0].value=gctrace=1"},
-			true, "67108864", "1Gi", "1Gi", "gctrace=1"},
+			true, "67108864", "1Gi", "1Gi", "gctrace=1", 0},
 		{"a larger limit", []string{"--set", "picker.resources.limits.memory=2Gi", "--set", "picker.maxBufferedBytes=268435456"},
-			true, "268435456", "2Gi", "2Gi", "madvdontneed=0"},
+			true, "268435456", "2Gi", "2Gi", "madvdontneed=0", 10},
 		{"the binary's budget in a larger limit", []string{"--set", "picker.resources.limits.memory=1536Mi", "--set", "picker.maxBufferedBytes=0"},
-			true, "", "1536Mi", "1536Mi", "madvdontneed=0"},
-		{"the request given equal to the limit", []string{"--set", "picker.resources.requests.memory=1Gi"}, true, "67108864", "1Gi", "1Gi", "madvdontneed=0"},
-		{"not pre-touched", []string{"--set", "picker.heapPretouch=false"}, false, "67108864", "", "1Gi", ""},
+			true, "", "1536Mi", "1536Mi", "madvdontneed=0", 1},
+		{"the request given equal to the limit", []string{"--set", "picker.resources.requests.memory=1Gi"}, true, "67108864", "1Gi", "1Gi", "madvdontneed=0", 0},
+		{"vLLM KV events", []string{"--set", "cacheSource=vllm-events"}, true, "67108864", "1Gi", "1Gi", "madvdontneed=0", 2},
+		{"vLLM KV events, 2 ranks an endpoint, 2Gi", []string{"--set", "cacheSource=vllm-events", "--set", "kvEvents.dpSize=2",
+			"--set", "picker.resources.limits.memory=2Gi"}, true, "67108864", "2Gi", "2Gi", "madvdontneed=0", 7},
+		{"both sources, 2Gi", []string{"--set", "cacheSource=both", "--set", "picker.resources.limits.memory=2Gi"},
+			true, "67108864", "2Gi", "2Gi", "madvdontneed=0", 7},
+		{"not pre-touched", []string{"--set", "picker.heapPretouch=false"}, false, "67108864", "", "1Gi", "", 0},
 		{"not pre-touched, a smaller request", []string{"--set", "picker.heapPretouch=false", "--set", "picker.resources.requests.memory=512Mi",
-			"--set", "picker.maxBufferedBytes=0"}, false, "", "512Mi", "1Gi", ""},
+			"--set", "picker.maxBufferedBytes=0"}, false, "", "512Mi", "1Gi", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -905,10 +914,22 @@ func TestChartMemoryPlan(t *testing.T) {
 				buffered, _ = strconv.ParseInt(tt.wantBuffered, 10, 64)
 			}
 			const cpus = 16
-			live, limit := heldBound(buffered, cpus), res.Limits.Memory().Value()*9/10
+			source, dp := args["cache-source"], int64(1)
+			if v, ok := args["kv-events-dp-size"]; ok {
+				dp, _ = strconv.ParseInt(v, 10, 64)
+			}
+			live, limit := heldBound(buffered, cpus, source, 0, dp), res.Limits.Memory().Value()*9/10
 			if live > limit {
-				t.Errorf("the budgets' bound %d MiB (%d CPUs) is over the collector's limit %d MiB (90%% of %s): lower picker.maxBufferedBytes or raise the memory",
+				t.Errorf("the budgets' bound %d MiB (%d CPUs, no engine) is over the collector's limit %d MiB (90%% of %s): lower picker.maxBufferedBytes or raise the memory",
 					live>>20, cpus, limit>>20, tt.wantLimit)
+			}
+			engines := int64(0)
+			for heldBound(buffered, cpus, source, engines+1, dp) <= limit {
+				engines++
+			}
+			if engines != tt.wantEngines {
+				t.Errorf("the limit %d MiB holds the worst case of %d engines (cache source %s, %d ranks each; %d MiB each), want %d",
+					limit>>20, engines, source, dp, (heldBound(buffered, cpus, source, 1, dp)-live)>>20, tt.wantEngines)
 			}
 		})
 	}
@@ -921,9 +942,22 @@ func TestChartMemoryPlan(t *testing.T) {
 // connection cap C and its 64 KiB header block H), plus the LMCache index at its key budget
 // (159 bytes a key held by two instances, lmcache.DefaultMaxKeys) and 20 MiB of the rest (the
 // soak's live heap before its hostile clients, the tokenizer's model among it: 18 MiB).
-func heldBound(buffered int64, cpus int64) int64 {
-	const window, uncounted, header, keyBytes, rest = 256 << 10, 64 << 10, 64 << 10, 160, 20 << 20
+// Then, for each of engines (docs/security.md, decision 1179): with LMCache (cacheSource
+// lmcache or both) its two connections to the controller (pull and reply), each of whose
+// ZeroMQ queues holds (lmcache.DefaultRcvHWM + 1) frames of lmcache.DefaultMaxFrameBytes
+// (messages of one frame: ZeroMQ does not bound many-frame ones); with vLLM KV events
+// (vllm-events or both) dpSize streams at kvindex.DefaultMaxBlocks blocks of 69 bytes (the
+// store order's most, decision 1199).
+func heldBound(buffered, cpus int64, source string, engines, dpSize int64) int64 {
+	const window, uncounted, header, keyBytes, rest, blockBytes = 256 << 10, 64 << 10, 64 << 10, 160, 20 << 20, 69
 	streams := int64(extproc.DefaultMaxStreams + 64)
 	extProc := 2*buffered + streams*(window+uncounted) + (2*cpus+1)*app.DefaultMaxMessageBytes + app.DefaultMaxGRPCConns*(header+64<<10)
-	return extProc + lmcache.DefaultMaxKeys*keyBytes + rest
+	held := extProc + rest
+	if source != "vllm-events" {
+		held += lmcache.DefaultMaxKeys*keyBytes + engines*2*(lmcache.DefaultRcvHWM+1)*lmcache.DefaultMaxFrameBytes
+	}
+	if source != "lmcache" {
+		held += engines * dpSize * kvindex.DefaultMaxBlocks * blockBytes
+	}
+	return held
 }

@@ -146,8 +146,7 @@ const chartPodBytes = 1 << 30
 // a soakPodBytes container, "pretouch" that plan pre-touched (decision 1184), "chart" the
 // Helm chart's default: a chartPodBytes container, pre-touched, with the chart's
 // GODEBUG=madvdontneed=0 (decisions 1186 and 1187; the process must be started with it),
-// "chart-runway" that with the heap's first collection started early (a candidate, decision
-// 1188) and "chart-gogc" that with GOGC 400 kept (a candidate, decision 1187). It returns what it
+// and "chart-gogc" that with GOGC 400 kept (a candidate, decision 1187). It returns what it
 // applied and puts the collector back when t ends.
 func tuneCollector(t *testing.T) gctune.Settings {
 	mode := os.Getenv("LOADAWARE_SOAK_GC")
@@ -165,15 +164,6 @@ func tuneCollector(t *testing.T) gctune.Settings {
 			t.Fatalf("LOADAWARE_SOAK_GC=chart is the chart's pod, which runs with GODEBUG=madvdontneed=0: start the soak with it (GODEBUG=%q now)", os.Getenv("GODEBUG"))
 		}
 		s = gctune.WithPretouch(gctune.Plan(os.Getenv, chartPodBytes, gctune.DefaultGCPercent, 0), os.Getenv)
-	case "chart-runway":
-		// A candidate (decision 1188): the chart's plan with the heap's first collection
-		// started gctune.FirstCollectionRunway under its goal.
-		if !gctune.LazyRelease(os.Getenv("GODEBUG")) {
-			t.Fatalf("LOADAWARE_SOAK_GC=chart-runway needs GODEBUG=madvdontneed=0, as the chart's pod has (GODEBUG=%q now)", os.Getenv("GODEBUG"))
-		}
-		s = gctune.WithPretouch(gctune.Plan(os.Getenv, chartPodBytes, gctune.DefaultGCPercent, 0), os.Getenv)
-		s.Runway = gctune.FirstCollectionRunway
-		s.Why += fmt.Sprintf("; the first collection started %d MiB under the goal (the chart-runway candidate, decision 1188)", s.Runway>>20)
 	case "chart-gogc":
 		// A candidate, not a plan the binary runs (decision 1187): the chart's pre-touch to the
 		// whole limit with its GOGC 400 kept, so the collector is paced by the live heap (a
@@ -185,7 +175,7 @@ func tuneCollector(t *testing.T) gctune.Settings {
 		s.Pretouch = int64(float64(s.MemoryLimit) * gctune.PretouchLazyShare)
 		s.Why += "; pre-touched to the whole limit with GOGC kept (the chart-gogc candidate, decision 1187)"
 	default:
-		t.Fatalf("LOADAWARE_SOAK_GC=%q: use go, pod, pretouch (the default), chart, chart-runway or chart-gogc", mode)
+		t.Fatalf("LOADAWARE_SOAK_GC=%q: use go, pod, pretouch (the default), chart or chart-gogc", mode)
 	}
 	gogc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	debug.SetGCPercent(gogc)

@@ -35,6 +35,7 @@ type hardening struct {
 	maxMessageBytes     int
 	lmPeerRate          int64
 	lmPeerBurst         int64
+	lmMaxFrameBytes     int64
 	largeTokenizations  int
 }
 
@@ -60,6 +61,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.connStreamBurst, "grpc-conn-stream-burst", app.DefaultConnStreamBurst, "ext_proc streams a connection may open at once above --grpc-conn-stream-rate")
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
+	fs.Int64Var(&h.lmMaxFrameBytes, "lmcache-max-frame-bytes", lmcache.DefaultMaxFrameBytes, "largest frame of an LMCache message (a full sync's batch is about 18 KB); ZeroMQ disconnects a peer sending a larger one. What a peer connection can make ZeroMQ hold is 101 such frames (docs/security.md)")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
 }
 
@@ -102,12 +104,16 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmPeerRate == 0 || h.lmPeerRate < -1 || h.lmPeerBurst < 1 {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
 	}
+	if h.lmMaxFrameBytes < 4<<10 {
+		return fmt.Errorf("--lmcache-max-frame-bytes %d: use at least 4096 bytes (default %d), more than LMCache's largest frame (a full sync's batch, about 18 KB)", h.lmMaxFrameBytes, lmcache.DefaultMaxFrameBytes)
+	}
 	cfg.ConnReadRate, cfg.ConnReadBurst = h.connReadRate, h.connReadBurst
 	cfg.ConnStreamRate, cfg.ConnStreamBurst = h.connStreamRate, h.connStreamBurst
 	cfg.MaxMessageBytes = h.maxMessageBytes
 	if cfg.LMCache != nil {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
 		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst
+		cfg.LMCache.MaxFrameBytes = h.lmMaxFrameBytes
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)
 	if err != nil {

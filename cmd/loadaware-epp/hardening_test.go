@@ -31,6 +31,7 @@ func TestHardeningFlags(t *testing.T) {
 		{"message size", []string{ok, "--grpc-max-message-bytes", "1000"}, "--grpc-max-message-bytes 1000: use at least 65536"},
 		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
 		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
+		{"lmcache frame cap", []string{ok, "--lmcache-max-frame-bytes", "100"}, "--lmcache-max-frame-bytes 100: use at least 4096 bytes"},
 		{"gc percent", []string{ok, "--gc-percent", "0"}, "--gc-percent 0: use a GOGC of at least 1"},
 		{"memory limit", []string{ok, "--memory-limit", "-2"}, "--memory-limit -2: use a limit in bytes"},
 	} {
@@ -45,7 +46,8 @@ func TestHardeningFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 1<<20 {
+	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 1<<20 ||
+		cfg.LMCache.MaxFrameBytes != 256<<10 {
 		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
 	}
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -88,6 +89,16 @@ type ServerConfig struct {
 	// PeerBurst is how many bytes a peer may send at once above PeerRate (a full sync);
 	// 0 means DefaultPeerBurst.
 	PeerBurst int64
+	// IngestCPU is the share of one CPU the pull loop may use on average, every peer
+	// together: its OS thread's CPU time receiving, decoding and applying messages (Linux;
+	// elsewhere no budget applies). A loop over it pauses (at most 50 ms at a time) until
+	// the debt is repaid, so the socket's queue fills to RcvHWM and ZeroMQ blocks the
+	// senders: nothing is dropped. 0 means DefaultIngestCPU, negative: no budget. Counted
+	// in loadaware_lmcache_ingest_cpu_seconds_total and ..._paused_seconds_total.
+	IngestCPU float64
+	// IngestCPUBurst is how much CPU time the pull loop may use at once above IngestCPU;
+	// 0 means DefaultIngestCPUBurst.
+	IngestCPUBurst time.Duration
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -106,6 +117,10 @@ type Server struct {
 	overWait prometheus.Counter
 	overMsgs *prometheus.CounterVec
 	overLog  *ratelog.Limiter // a peer's over-rate line, once a minute per outcome
+
+	ingestCPU    prometheus.Counter
+	ingestPaused prometheus.Counter
+	pausedLog    *ratelog.Limiter // the pull loop's over-budget line, once a minute
 
 	zctx                           *zmq.Context
 	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
@@ -153,6 +168,12 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	if cfg.PeerBurst <= 0 {
 		cfg.PeerBurst = DefaultPeerBurst
 	}
+	if cfg.IngestCPU == 0 {
+		cfg.IngestCPU = DefaultIngestCPU
+	}
+	if cfg.IngestCPUBurst <= 0 {
+		cfg.IngestCPUBurst = DefaultIngestCPUBurst
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,6 +198,15 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Help: "Messages of a peer IP over --lmcache-peer-rate: delayed (applied after a wait) or dropped (more than --lmcache-peer-burst in debt).",
 		}, []string{"outcome"}),
 		overLog: ratelog.New(time.Minute),
+		ingestCPU: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_ingest_cpu_seconds_total",
+			Help: "CPU time the LMCache controller's pull loop used receiving, decoding and applying cache events (its OS thread's; Linux).",
+		}),
+		ingestPaused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_ingest_paused_seconds_total",
+			Help: "Time the LMCache controller's pull loop stopped reading because it had used its CPU budget (--lmcache-ingest-cpu; back-pressure: the senders block).",
+		}),
+		pausedLog: ratelog.New(time.Minute),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -188,7 +218,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		s.limit = nil
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs} {
+		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.ingestCPU, s.ingestPaused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
 			}
@@ -448,9 +478,14 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer
 // servePull receives and applies the pull socket's messages until the socket is closed. Its
 // frames slice and its two functions are made once, not per message: the frames are the
 // loop's again once ingest has returned (IngestFunc's contract), and the message of the
-// moment is read through the variables the functions share.
+// moment is read through the variables the functions share. The loop keeps to one OS
+// thread, whose CPU clock its budget reads (ServerConfig.IngestCPU).
 func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	budget := newIngestBudget(s.cfg.IngestCPU, s.cfg.IngestCPUBurst, time.Now())
+	cpuAt, cpuOK := threadCPU()
 	var frames [][]byte
 	var peer string
 	recv := func(f zmq.Flag) (err error) {
@@ -460,6 +495,9 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	applyFrames := func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 }
 	for {
 		clear(frames) // hold no message's memory while waiting for the next
+		if cpuOK && s.payIngest(budget, &cpuAt) {
+			return
+		}
 		err := w.Receive(time.Time{}, recv)
 		if err != nil {
 			if isTerm(err) {
@@ -480,6 +518,39 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 			continue
 		}
 		s.ingest(peer, frames, applyFrames)
+	}
+}
+
+// payIngest charges the pull loop's thread CPU since *at (the last reading, then moved to
+// now) to its budget and pauses while the budget is in debt. It reports stop when the
+// server is closing.
+func (s *Server) payIngest(budget *ingestBudget, at *time.Duration) (stop bool) {
+	now, ok := threadCPU()
+	if !ok {
+		return false
+	}
+	used := now - *at
+	*at = now
+	if used <= 0 {
+		return false
+	}
+	s.ingestCPU.Add(used.Seconds())
+	wait := budget.charge(used, time.Now())
+	if wait <= 0 {
+		return false
+	}
+	s.ingestPaused.Add(wait.Seconds())
+	if n, logIt := s.pausedLog.Due("pull", time.Now()); logIt {
+		s.log.Warn("lmcache: the controller's ingestion used its CPU budget; it stops reading the pull socket until the budget refills (the senders block; nothing is dropped; logged once a minute; see loadaware_lmcache_ingest_paused_seconds_total). If the fleet's events fall behind, raise --lmcache-ingest-cpu",
+			"pauses", n, "cpu_share", s.cfg.IngestCPU, "burst", s.cfg.IngestCPUBurst)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false
+	case <-s.done:
+		return true
 	}
 }
 

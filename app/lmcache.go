@@ -22,9 +22,10 @@ type LMCacheConfig struct {
 	MaxKeys           int // chunk keys held (LRU beyond); 0: lmcache.DefaultMaxKeys; negative: no bound
 	MaxInstancesPerIP int // 0: lmcache.DefaultMaxInstancesPerIP
 
-	PeerRate  int64 // bytes/s of messages one engine IP may send; 0: lmcache.DefaultPeerRate; negative: no limit
-	PeerBurst int64 // bytes above PeerRate at once; 0: lmcache.DefaultPeerBurst
-	RcvHWM    int   // messages each socket queues in ZeroMQ; 0: lmcache.DefaultRcvHWM
+	PeerRate  int64   // bytes/s of messages one engine IP may send; 0: lmcache.DefaultPeerRate; negative: no limit
+	PeerBurst int64   // bytes above PeerRate at once; 0: lmcache.DefaultPeerBurst
+	RcvHWM    int     // messages each socket queues in ZeroMQ; 0: lmcache.DefaultRcvHWM
+	IngestCPU float64 // share of one CPU the pull loop may use; 0: lmcache.DefaultIngestCPU; negative: no budget
 }
 
 func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
@@ -44,7 +45,7 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	ingest = a.lmcacheIngest(ingest)
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
 		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
-		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM}, a.LMCacheIndex, a.log, reg)
+		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM, IngestCPU: c.IngestCPU}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ type hardening struct {
 	maxMessageBytes     int
 	lmPeerRate          int64
 	lmPeerBurst         int64
+	lmIngestCPU         float64
 	largeTokenizations  int
 }
 
@@ -60,6 +61,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.connStreamBurst, "grpc-conn-stream-burst", app.DefaultConnStreamBurst, "ext_proc streams a connection may open at once above --grpc-conn-stream-rate")
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
+	fs.Float64Var(&h.lmIngestCPU, "lmcache-ingest-cpu", lmcache.DefaultIngestCPU, "share of one CPU the LMCache controller may spend receiving and applying cache events, every engine together; over it, it stops reading (the engines' sends block); -1: no bound")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
 }
 
@@ -102,12 +104,16 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmPeerRate == 0 || h.lmPeerRate < -1 || h.lmPeerBurst < 1 {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
 	}
+	if h.lmIngestCPU <= 0 && h.lmIngestCPU != -1 {
+		return fmt.Errorf("--lmcache-ingest-cpu %g: give a share of one CPU (default %g) or -1 for no bound", h.lmIngestCPU, lmcache.DefaultIngestCPU)
+	}
 	cfg.ConnReadRate, cfg.ConnReadBurst = h.connReadRate, h.connReadBurst
 	cfg.ConnStreamRate, cfg.ConnStreamBurst = h.connStreamRate, h.connStreamBurst
 	cfg.MaxMessageBytes = h.maxMessageBytes
 	if cfg.LMCache != nil {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
 		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst
+		cfg.LMCache.IngestCPU = h.lmIngestCPU
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)
 	if err != nil {

@@ -10,7 +10,8 @@ import (
 
 // threadCPU returns the CPU time the calling OS thread has used
 // (CLOCK_THREAD_CPUTIME_ID), and true. Unlike the wall clock it does not count the time
-// the kernel gave other threads and processes.
+// the kernel gave other threads and processes. The caller keeps to its thread between two
+// readings (runtime.LockOSThread).
 func threadCPU() (time.Duration, bool) {
 	var ts syscall.Timespec
 	const clockThreadCPUTimeID = 3

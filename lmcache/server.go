@@ -478,25 +478,41 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer
 // servePull receives and applies the pull socket's messages until the socket is closed. Its
 // frames slice and its two functions are made once, not per message: the frames are the
 // loop's again once ingest has returned (IngestFunc's contract), and the message of the
-// moment is read through the variables the functions share. The loop keeps to one OS
-// thread, whose CPU clock its budget reads (ServerConfig.IngestCPU).
+// moment is read through the variables the functions share. The two functions keep to
+// their OS thread while they run, and add the CPU time it used to the loop's budget
+// (ServerConfig.IngestCPU); the loop is not locked to a thread while it waits, so a wake-up
+// costs what it did without the budget.
 func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	budget := newIngestBudget(s.cfg.IngestCPU, s.cfg.IngestCPUBurst, time.Now())
-	cpuAt, cpuOK := threadCPU()
 	var frames [][]byte
 	var peer string
+	var used time.Duration // the thread CPU the functions used since the last payIngest
 	recv := func(f zmq.Flag) (err error) {
+		runtime.LockOSThread()
+		c0, _ := threadCPU()
 		frames, peer, err = recvPeer(so, f, frames[:0])
+		c1, _ := threadCPU()
+		used += c1 - c0
+		runtime.UnlockOSThread()
 		return err
 	}
-	applyFrames := func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 }
+	applyFrames := func() bool {
+		runtime.LockOSThread()
+		c0, _ := threadCPU()
+		ok := s.idx.ApplyFrames(frames, peer, s.now()) > 0
+		c1, _ := threadCPU()
+		used += c1 - c0
+		runtime.UnlockOSThread()
+		return ok
+	}
 	for {
 		clear(frames) // hold no message's memory while waiting for the next
-		if cpuOK && s.payIngest(budget, &cpuAt) {
-			return
+		if used > 0 {
+			if stop := s.payIngest(budget, used); stop {
+				return
+			}
+			used = 0
 		}
 		err := w.Receive(time.Time{}, recv)
 		if err != nil {
@@ -521,19 +537,9 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	}
 }
 
-// payIngest charges the pull loop's thread CPU since *at (the last reading, then moved to
-// now) to its budget and pauses while the budget is in debt. It reports stop when the
-// server is closing.
-func (s *Server) payIngest(budget *ingestBudget, at *time.Duration) (stop bool) {
-	now, ok := threadCPU()
-	if !ok {
-		return false
-	}
-	used := now - *at
-	*at = now
-	if used <= 0 {
-		return false
-	}
+// payIngest counts the pull loop's CPU time used and charges it to its budget, pausing
+// while the budget is in debt. It reports stop when the server is closing.
+func (s *Server) payIngest(budget *ingestBudget, used time.Duration) (stop bool) {
 	s.ingestCPU.Add(used.Seconds())
 	wait := budget.charge(used, time.Now())
 	if wait <= 0 {

@@ -10,8 +10,8 @@ import (
 // each engine sends, not what the fleet sends together, and each engine's bucket starts
 // full: a fleet starting at once, or a flooding peer's first second, is ingested as fast as
 // the loop runs, on a core the picker's decisions need. The budget bounds the sum: the loop
-// (receiving, decoding and applying, on its own OS thread) may use on average a quarter of
-// one CPU, and 10 ms at once. A busy engine's 400 events a second cost it about 1 ms a
+// (receiving, decoding and applying, on its thread's CPU clock) may use on average a quarter of
+// one CPU, and 10 ms at once. A busy engine's 400 events a second cost it 1-2 ms a
 // second, so a hundred such engines stay under a quarter; the soak's flooding peer at
 // --lmcache-peer-rate costs it some 40 ms a second.
 const (

@@ -26,6 +26,8 @@ type LMCacheConfig struct {
 	PeerBurst int64 // bytes above PeerRate at once; 0: lmcache.DefaultPeerBurst
 	RcvHWM    int   // messages each socket queues in ZeroMQ; 0: lmcache.DefaultRcvHWM
 
+	IngestCPU float64 // share of one CPU the pull loop may use; 0: lmcache.DefaultIngestCPU; negative: no budget
+
 	MaxFrameBytes int64 // largest frame received; 0: lmcache.DefaultMaxFrameBytes
 }
 
@@ -46,7 +48,7 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	ingest = a.lmcacheIngest(ingest)
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
 		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
-		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM,
+		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM, IngestCPU: c.IngestCPU,
 		MaxFrameBytes: c.MaxFrameBytes}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err

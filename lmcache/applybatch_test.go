@@ -132,3 +132,40 @@ func BenchmarkApplyBatch7(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkApplyJunk is the in-process cost of the soak's `lmcache` hostile client
+// (bench/soak): one engine IP pushing batches of 50 KVAdmitMsg frames of random keys,
+// every other batch from one instance ("junk-0", which claims the IP and fills the key
+// budget) and the others from a new instance id a frame (refused: the IP's instance cap).
+// One iteration is one batch of ApplyFrames into an index of the soak's budget (200,000
+// keys); ns/event and cpu-ns/event divide by the 50 frames. The frames are encoded before
+// the clock starts (4,096 batches, then repeated: admits of keys held already).
+func BenchmarkApplyJunk(b *testing.B) {
+	const perBatch, pool, peer = 50, 4096, "127.0.0.3"
+	r := rand.New(rand.NewPCG(1, 2))
+	batches := make([][][]byte, pool)
+	for i := range batches {
+		batches[i] = make([][]byte, perBatch)
+		for j := range batches[i] {
+			m := KVAdmitMsg{InstanceID: fmt.Sprintf("junk-%d", r.IntN(1_000_000)), Key: int64(r.Uint64()), Location: "cpu"}
+			if i%2 == 0 {
+				m.InstanceID = "junk-0"
+			}
+			batches[i][j] = mustEncode(b, m)
+		}
+	}
+	ix := newTestIndex(b, IndexConfig{MaxKeys: 200_000})
+	ix.ApplyFrames(batches[0], peer, t0) // junk-0 claims the IP
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, cpuOK := processCPU()
+	for i := range b.N {
+		ix.ApplyFrames(batches[i%pool], peer, t0)
+	}
+	b.StopTimer()
+	events := float64(b.N * perBatch)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
+	if cpu1, _ := processCPU(); cpuOK {
+		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/events, "cpu-ns/event")
+	}
+}

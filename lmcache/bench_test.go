@@ -192,9 +192,10 @@ func BenchmarkLookupWhileIngesting(b *testing.B) {
 // admit messages applied per second, end to end (encode excluded: frames are prepared
 // before the clock starts), and, on Linux, the process's CPU time per batch (cpu-us/batch:
 // the server's receiving, decoding and applying, libzmq's I/O threads on both sides, and
-// the pushing loop's sends, which cost the same whatever the server does); allocs/op counts
-// the whole process's allocations per batch, the server's included. The per-IP rate is off:
-// this measures what the server can take.
+// the pushing loop's sends, which cost the same whatever the server does) and loop-ns/event
+// the server's pull loop's alone (its thread's CPU clock, as its budget reads it); allocs/op
+// counts the whole process's allocations per batch, the server's included. The per-IP rate
+// and the CPU budget are off: this measures what the server can take.
 func BenchmarkServerIngest(b *testing.B) {
 	for _, frames := range []int{7, 50} {
 		b.Run(fmt.Sprintf("frames=%d", frames), func(b *testing.B) { benchServerIngest(b, frames) })
@@ -236,7 +237,7 @@ func benchServerIngest(b *testing.B, perBatch int) {
 	counted := func() float64 {
 		return testutil.ToFloat64(idx.met.ops[0][0]) + testutil.ToFloat64(idx.met.ops[0][1])
 	}
-	base := counted()
+	base, loop0 := counted(), testutil.ToFloat64(srv.ingestCPU)
 	b.ResetTimer()
 	start := time.Now()
 	cpu0, cpuOK := processCPU()
@@ -256,6 +257,9 @@ func benchServerIngest(b *testing.B, perBatch int) {
 	b.ReportMetric(float64(sent)/elapsed.Seconds(), "admits/s")
 	if cpu1, _ := processCPU(); cpuOK {
 		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(sent/perBatch), "cpu-us/batch")
+	}
+	if loop := testutil.ToFloat64(srv.ingestCPU) - loop0; loop > 0 {
+		b.ReportMetric(loop*1e9/float64(sent), "loop-ns/event")
 	}
 }
 
@@ -394,11 +398,12 @@ func BenchmarkAdmitWhilePurging(b *testing.B) {
 }
 
 // startIngestServer starts a controller pulling on a free loopback port into a new index
-// that accepts every peer at any rate, for the ingestion benchmarks; the caller closes it.
+// that accepts every peer at any rate and CPU, for the ingestion benchmarks; the caller
+// closes it.
 func startIngestServer(b *testing.B) (*Index, *Server) {
 	b.Helper()
 	idx := newTestIndex(b, IndexConfig{})
-	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1}, idx, nil, nil)
+	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, PeerRate: -1, IngestCPU: -1}, idx, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -188,7 +188,7 @@ func (ix *Index) ApplyFrameFrom(frame []byte, peer string, now time.Time) (Messa
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	err = ix.applyLocked(msg, now, peer)
+	err = ix.applyLocked(msg, now, canonicalIP(peer))
 	ix.enforceBudget(now)
 	return msg, err
 }
@@ -230,6 +230,9 @@ func (ix *Index) ApplyFrames(frames [][]byte, peer string, now time.Time) int {
 		if id, _, ok := InstanceOf(m); ok {
 			prev = id
 		}
+	}
+	if peer != "" {
+		peer = canonicalIP(peer) // once a batch: every frame comes from the one connection
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -276,10 +279,11 @@ func (ix *Index) noteInvalid(err error) {
 	}
 }
 
+// applyLocked applies msg from peer, which is canonical (canonicalIP) or "" for a trusted
+// in-process caller. Called with ix.mu held.
 func (ix *Index) applyLocked(msg Message, now time.Time, peer string) error {
 	defer ix.settle()
 	if peer != "" {
-		peer = canonicalIP(peer)
 		if r := ix.authorize(msg, peer); r.reason != "" {
 			ix.refuse(r, now)
 			if msg != nil {

@@ -1,6 +1,7 @@
 package lmcache
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -236,4 +237,75 @@ func startWorkEcho(b *testing.B, work int) (net.Conn, func()) {
 		ln.Close()
 		<-done
 	}
+}
+
+// BenchmarkIngestOnset is the soak's onset in miniature: a fresh controller at the default
+// per-IP rate (its bucket full: the 1 MiB burst), one peer pushing the soak's junk batches
+// (50 admits of one instance, encoded beforehand) as fast as it can for 500 ms. One iteration is one onset.
+// loop-ms is the pull loop's CPU over it (its thread's clock), paused-ms how long its
+// budget stopped it, events the admits applied; cpu=off has no budget, cpu=default the
+// default's quarter of a CPU with 10 ms at once.
+func BenchmarkIngestOnset(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		share float64
+	}{{"off", -1}, {"default", 0}} {
+		b.Run("cpu="+c.name, func(b *testing.B) {
+			var loop, paused, events float64
+			for range b.N {
+				l, p, e := ingestOnset(b, c.share, 500*time.Millisecond)
+				loop, paused, events = loop+l, paused+p, events+e
+			}
+			n := float64(b.N)
+			b.ReportMetric(loop*1000/n, "loop-ms")
+			b.ReportMetric(paused*1000/n, "paused-ms")
+			b.ReportMetric(events/n, "events")
+		})
+	}
+}
+
+// ingestOnset runs one onset of BenchmarkIngestOnset and returns the pull loop's CPU and
+// pause, in seconds, and the admits applied.
+func ingestOnset(b *testing.B, share float64, d time.Duration) (loop, paused, events float64) {
+	idx := newTestIndex(b, IndexConfig{MaxKeys: 200_000})
+	srv, err := NewServer(ServerConfig{PullAddr: "127.0.0.1:0", Allow: AllowAny, IngestCPU: share}, idx, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer zctx.Term()
+	push, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer push.Close()
+	if err := push.SetLinger(0); err != nil {
+		b.Fatal(err)
+	}
+	if err := push.SetSndtimeo(10 * time.Millisecond); err != nil {
+		b.Fatal(err)
+	}
+	if err := push.Connect("tcp://" + srv.PullAddr()); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	batches := make([][][]byte, 2000) // 100,000 admits, encoded before the onset
+	for i := range batches {
+		batches[i] = make([][]byte, 50)
+		for j := range batches[i] {
+			batches[i][j], _ = Encode(KVAdmitMsg{InstanceID: "junk-0", Key: int64(r.Uint64()), Location: "cpu"})
+		}
+	}
+	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+		_, _ = push.SendMessage(batches[i%len(batches)]) // a full queue times out: the sender is blocked
+	}
+	loop, paused = testutil.ToFloat64(srv.ingestCPU), testutil.ToFloat64(srv.ingestPaused)
+	return loop, paused, testutil.ToFloat64(idx.met.ops[0][0])
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -90,6 +91,16 @@ type ServerConfig struct {
 	// PeerBurst is how many bytes a peer may send at once above PeerRate (a full sync);
 	// 0 means DefaultPeerBurst.
 	PeerBurst int64
+	// IngestCPU is the share of one CPU the pull loop may use on average, every peer
+	// together: its OS thread's CPU time receiving, decoding and applying messages (Linux;
+	// elsewhere no budget applies). A loop over it pauses (at most 50 ms at a time) until
+	// the debt is repaid, so the socket's queue fills to RcvHWM and ZeroMQ blocks the
+	// senders: nothing is dropped. 0 means DefaultIngestCPU, negative: no budget. Counted
+	// in loadaware_lmcache_ingest_cpu_seconds_total and ..._paused_seconds_total.
+	IngestCPU float64
+	// IngestCPUBurst is how much CPU time the pull loop may use at once above IngestCPU;
+	// 0 means DefaultIngestCPUBurst.
+	IngestCPUBurst time.Duration
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -109,8 +120,11 @@ type Server struct {
 	overMsgs *prometheus.CounterVec
 	overLog  *ratelog.Limiter // a peer's over-rate line, once a minute per outcome
 
-	longMsgs prometheus.Counter
-	longLog  *ratelog.Limiter // a peer's too-many-frames line, once a minute
+	longMsgs     prometheus.Counter
+	longLog      *ratelog.Limiter // a peer's too-many-frames line, once a minute
+	ingestCPU    prometheus.Counter
+	ingestPaused prometheus.Counter
+	pausedLog    *ratelog.Limiter // the pull loop's over-budget line, once a minute
 
 	zctx                           *zmq.Context
 	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
@@ -176,6 +190,12 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	if cfg.PeerBurst <= 0 {
 		cfg.PeerBurst = DefaultPeerBurst
 	}
+	if cfg.IngestCPU == 0 {
+		cfg.IngestCPU = DefaultIngestCPU
+	}
+	if cfg.IngestCPUBurst <= 0 {
+		cfg.IngestCPUBurst = DefaultIngestCPUBurst
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -205,6 +225,15 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Help: "LMCache messages of more than 64 frames (a worker batches at most 50): received and dropped whole, so that one message holds at most 64 x --lmcache-max-frame-bytes of the controller's memory.",
 		}),
 		longLog: ratelog.New(time.Minute),
+		ingestCPU: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_ingest_cpu_seconds_total",
+			Help: "CPU time the LMCache controller's pull loop used receiving, decoding and applying cache events (its OS thread's; Linux).",
+		}),
+		ingestPaused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_ingest_paused_seconds_total",
+			Help: "Time the LMCache controller's pull loop stopped reading because it had used its CPU budget (--lmcache-ingest-cpu; back-pressure: the senders block).",
+		}),
+		pausedLog: ratelog.New(time.Minute),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -216,7 +245,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		s.limit = nil
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs} {
+		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs, s.ingestCPU, s.ingestPaused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
 			}
@@ -506,18 +535,42 @@ func (s *Server) noteLongMessage(peer string) {
 // servePull receives and applies the pull socket's messages until the socket is closed. Its
 // frames slice and its two functions are made once, not per message: the frames are the
 // loop's again once ingest has returned (IngestFunc's contract), and the message of the
-// moment is read through the variables the functions share.
+// moment is read through the variables the functions share. The two functions keep to
+// their OS thread while they run, and add the CPU time it used to the loop's budget
+// (ServerConfig.IngestCPU); the loop is not locked to a thread while it waits, so a wake-up
+// costs what it did without the budget.
 func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	defer so.Close()
+	budget := newIngestBudget(s.cfg.IngestCPU, s.cfg.IngestCPUBurst, time.Now())
 	var frames [][]byte
 	var peer string
+	var used time.Duration // the thread CPU the functions used since the last payIngest
 	recv := func(f zmq.Flag) (err error) {
+		runtime.LockOSThread()
+		c0, _ := threadCPU()
 		frames, peer, err = recvPeer(so, f, frames[:0])
+		c1, _ := threadCPU()
+		used += c1 - c0
+		runtime.UnlockOSThread()
 		return err
 	}
-	applyFrames := func() bool { return s.idx.ApplyFrames(frames, peer, s.now()) > 0 }
+	applyFrames := func() bool {
+		runtime.LockOSThread()
+		c0, _ := threadCPU()
+		ok := s.idx.ApplyFrames(frames, peer, s.now()) > 0
+		c1, _ := threadCPU()
+		used += c1 - c0
+		runtime.UnlockOSThread()
+		return ok
+	}
 	for {
 		clear(frames) // hold no message's memory while waiting for the next
+		if used > 0 {
+			if stop := s.payIngest(budget, used); stop {
+				return
+			}
+			used = 0
+		}
 		err := w.Receive(time.Time{}, recv)
 		if err != nil {
 			if isTerm(err) {
@@ -542,6 +595,29 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 			continue
 		}
 		s.ingest(peer, frames, applyFrames)
+	}
+}
+
+// payIngest counts the pull loop's CPU time used and charges it to its budget, pausing
+// while the budget is in debt. It reports stop when the server is closing.
+func (s *Server) payIngest(budget *ingestBudget, used time.Duration) (stop bool) {
+	s.ingestCPU.Add(used.Seconds())
+	wait := budget.charge(used, time.Now())
+	if wait <= 0 {
+		return false
+	}
+	s.ingestPaused.Add(wait.Seconds())
+	if n, logIt := s.pausedLog.Due("pull", time.Now()); logIt {
+		s.log.Warn("lmcache: the controller's ingestion used its CPU budget; it stops reading the pull socket until the budget refills (the senders block; nothing is dropped; logged once a minute; see loadaware_lmcache_ingest_paused_seconds_total). If the fleet's events fall behind, raise --lmcache-ingest-cpu",
+			"pauses", n, "cpu_share", s.cfg.IngestCPU, "burst", s.cfg.IngestCPUBurst)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false
+	case <-s.done:
+		return true
 	}
 }
 

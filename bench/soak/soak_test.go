@@ -136,13 +136,19 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("LOADAWARE_SOAK_LMCACHE_HWM=%q: give messages, 0 for the default", v)
 		}
 	}
+	ingestCPU := 0.0 // LOADAWARE_SOAK_LMCACHE_CPU: the controller's --lmcache-ingest-cpu (0: its default; -1: no budget)
+	if v := os.Getenv("LOADAWARE_SOAK_LMCACHE_CPU"); v != "" {
+		if ingestCPU, err = strconv.ParseFloat(v, 64); err != nil || ingestCPU < 0 && ingestCPU != -1 {
+			t.Fatalf("LOADAWARE_SOAK_LMCACHE_CPU=%q: give a share of one CPU, 0 for the default, -1 for none", v)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		Endpoints: addrs, Policy: "loadaware", Beta: 1, MaxEndpoints: 2, BodyMode: extproc.FullDuplex,
 		Limits:    extproc.Limits{MaxBufferedBytes: buffered, IdleTimeout: 5 * time.Second},
 		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
-		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000, RcvHWM: hwm},
+		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000, RcvHWM: hwm, IngestCPU: ingestCPU},
 		Tokenizer: tok, LargeTokenizations: largeTok, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
 	}, quiet)
 	if err != nil {
@@ -183,6 +189,7 @@ func TestSoak(t *testing.T) {
 	hostileFrom := time.Since(begin)
 	rtHostile := readRuntime()
 	hostileCPUBegin := hostile.cpu()
+	ingestBegin := readIngest(t, a.MetricsAddr())
 	hostile.start()
 	profiled := profileOnset(t, d)
 	traced := traceRaw(ctx, a)
@@ -219,6 +226,7 @@ func TestSoak(t *testing.T) {
 	}
 	tick.Stop()
 	rtEnd, hostileCPUEnd := readRuntime(), hostile.cpu()
+	ingestEnd := readIngest(t, a.MetricsAddr())
 	profiled()
 	st.wg.Wait()
 	got := hostile.wait()
@@ -270,7 +278,9 @@ func TestSoak(t *testing.T) {
 	if f, ok := spanFigures(readings, hostileFrom, hostileFrom+time.Second); ok {
 		fmt.Fprintf(&b, "- the hostile clients' first second (their onset): %v\n", f)
 	}
-	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances.\n", a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()))
+	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances. Its pull loop beside the hostile clients (LOADAWARE_SOAK_LMCACHE_CPU=%q): %.1f ms of CPU a second, paused %.1f ms a second for its CPU budget.\n",
+		a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()), os.Getenv("LOADAWARE_SOAK_LMCACHE_CPU"),
+		(ingestEnd.cpu-ingestBegin.cpu)*1000/hostileSecs, (ingestEnd.paused-ingestBegin.paused)*1000/hostileSecs)
 	out := os.Getenv("LOADAWARE_SOAK_OUT")
 	if out == "" {
 		out = "soak.md"
@@ -515,4 +525,38 @@ func inflight(a *app.App) int {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// ingestReading is the LMCache pull loop's two counters: CPU seconds used and seconds
+// paused for its budget.
+type ingestReading struct{ cpu, paused float64 }
+
+// readIngest scrapes the picker's metrics for the pull loop's counters (zero if absent).
+func readIngest(t *testing.T, metricsAddr string) ingestReading {
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Logf("read the LMCache ingest counters: %v", err)
+		return ingestReading{}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Logf("read the LMCache ingest counters: %v", err)
+		return ingestReading{}
+	}
+	var r ingestReading
+	for line := range strings.SplitSeq(string(body), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, _ := strconv.ParseFloat(val, 64)
+		switch name {
+		case "loadaware_lmcache_ingest_cpu_seconds_total":
+			r.cpu = v
+		case "loadaware_lmcache_ingest_paused_seconds_total":
+			r.paused = v
+		}
+	}
+	return r
 }

@@ -36,6 +36,7 @@ type hardening struct {
 	lmPeerRate          int64
 	lmPeerBurst         int64
 	lmMaxFrameBytes     int64
+	lmIngestCPU         float64
 	largeTokenizations  int
 }
 
@@ -62,6 +63,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
 	fs.Int64Var(&h.lmMaxFrameBytes, "lmcache-max-frame-bytes", lmcache.DefaultMaxFrameBytes, "largest frame of an LMCache message (a full sync's batch is about 18 KB); ZeroMQ disconnects a peer sending a larger one. What a peer connection can make ZeroMQ hold is 101 such frames (docs/security.md)")
+	fs.Float64Var(&h.lmIngestCPU, "lmcache-ingest-cpu", lmcache.DefaultIngestCPU, "share of one CPU the LMCache controller may spend receiving and applying cache events, every engine together; over it, it stops reading (the engines' sends block); -1: no bound")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
 }
 
@@ -107,6 +109,9 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmMaxFrameBytes < 4<<10 {
 		return fmt.Errorf("--lmcache-max-frame-bytes %d: use at least 4096 bytes (default %d), more than LMCache's largest frame (a full sync's batch, about 18 KB)", h.lmMaxFrameBytes, lmcache.DefaultMaxFrameBytes)
 	}
+	if h.lmIngestCPU <= 0 && h.lmIngestCPU != -1 {
+		return fmt.Errorf("--lmcache-ingest-cpu %g: give a share of one CPU (default %g) or -1 for no bound", h.lmIngestCPU, lmcache.DefaultIngestCPU)
+	}
 	cfg.ConnReadRate, cfg.ConnReadBurst = h.connReadRate, h.connReadBurst
 	cfg.ConnStreamRate, cfg.ConnStreamBurst = h.connStreamRate, h.connStreamBurst
 	cfg.MaxMessageBytes = h.maxMessageBytes
@@ -114,6 +119,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
 		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst
 		cfg.LMCache.MaxFrameBytes = h.lmMaxFrameBytes
+		cfg.LMCache.IngestCPU = h.lmIngestCPU
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)
 	if err != nil {

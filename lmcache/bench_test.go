@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/internal/threadcpu"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -205,22 +206,8 @@ func BenchmarkServerIngest(b *testing.B) {
 func benchServerIngest(b *testing.B, perBatch int) {
 	idx, srv := startIngestServer(b)
 	defer srv.Close()
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer zctx.Term()
-	push, err := zctx.NewSocket(zmq.PUSH)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer push.Close()
-	if err := push.SetLinger(0); err != nil {
-		b.Fatal(err)
-	}
-	if err := push.Connect("tcp://" + srv.PullAddr()); err != nil {
-		b.Fatal(err)
-	}
+	push, closePush := pushSocket(b, srv.PullAddr(), 0)
+	defer closePush()
 	reg := mustEncode(b, regMsg("vllm-0", 0, "10.0.0.7"))
 	if _, err := push.SendBytes(reg, 0); err != nil {
 		b.Fatal(err)
@@ -312,11 +299,11 @@ func BenchmarkRegisterAt10k(b *testing.B) {
 				case "supersede":
 					m = regMsg(fmt.Sprintf("s-%d", i), 0, ip(holder))
 				}
-				c0, cpuOK := threadCPU()
+				c0, cpuOK := threadcpu.Now()
 				t := time.Now()
 				err := ix.Apply(m, t0)
 				lat = append(lat, time.Since(t))
-				if c1, _ := threadCPU(); cpuOK {
+				if c1, _ := threadcpu.Now(); cpuOK {
 					cpu = append(cpu, c1-c0)
 				}
 				if err != nil {
@@ -378,9 +365,9 @@ func BenchmarkAdmitWhilePurging(b *testing.B) {
 			runtime.GC()
 			for b.Loop() {
 				m := Message(KVAdmitMsg{InstanceID: "b", Key: int64(r.Uint64()), Location: "cpu"})
-				c0, _ := threadCPU()
+				c0, _ := threadcpu.Now()
 				err := ix.Apply(m, t0)
-				if c1, ok := threadCPU(); ok {
+				if c1, ok := threadcpu.Now(); ok {
 					cpu = append(cpu, c1-c0)
 				}
 				if err != nil {
@@ -449,4 +436,36 @@ func BenchmarkApplyRefused(b *testing.B) {
 			}
 		})
 	}
+}
+
+// pushSocket connects a PUSH socket of its own ZeroMQ context to the pull address addr,
+// with linger 0 and, when sndtimeo > 0, that send timeout; the func it returns closes the
+// socket and then the context.
+func pushSocket(tb testing.TB, addr string, sndtimeo time.Duration) (*zmq.Socket, func()) {
+	tb.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	push, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		zctx.Term()
+		tb.Fatal(err)
+	}
+	closeAll := func() {
+		push.Close()
+		zctx.Term()
+	}
+	setUp := []func() error{func() error { return push.SetLinger(0) }}
+	if sndtimeo > 0 {
+		setUp = append(setUp, func() error { return push.SetSndtimeo(sndtimeo) })
+	}
+	setUp = append(setUp, func() error { return push.Connect("tcp://" + addr) })
+	for _, f := range setUp {
+		if err := f(); err != nil {
+			closeAll()
+			tb.Fatal(err)
+		}
+	}
+	return push, closeAll
 }

@@ -276,25 +276,8 @@ func ingestOnset(b *testing.B, share float64, d time.Duration) (loop, paused, ev
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer zctx.Term()
-	push, err := zctx.NewSocket(zmq.PUSH)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer push.Close()
-	if err := push.SetLinger(0); err != nil {
-		b.Fatal(err)
-	}
-	if err := push.SetSndtimeo(10 * time.Millisecond); err != nil {
-		b.Fatal(err)
-	}
-	if err := push.Connect("tcp://" + srv.PullAddr()); err != nil {
-		b.Fatal(err)
-	}
+	push, closePush := pushSocket(b, srv.PullAddr(), 10*time.Millisecond)
+	defer closePush()
 	r := rand.New(rand.NewPCG(1, 2))
 	batches := make([][][]byte, 2000) // 100,000 admits, encoded before the onset
 	for i := range batches {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadaware/loadaware-epp/internal/threadcpu"
 	"github.com/loadaware/loadaware-epp/ratelog"
 	"github.com/loadaware/loadaware-epp/zmqwait"
 	zmq "github.com/pebbe/zmq4"
@@ -547,18 +548,18 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	var used time.Duration // the thread CPU the functions used since the last payIngest
 	recv := func(f zmq.Flag) (err error) {
 		runtime.LockOSThread()
-		c0, _ := threadCPU()
+		c0, _ := threadcpu.Now()
 		frames, peer, err = recvPeer(so, f, frames[:0])
-		c1, _ := threadCPU()
+		c1, _ := threadcpu.Now()
 		used += c1 - c0
 		runtime.UnlockOSThread()
 		return err
 	}
 	applyFrames := func() bool {
 		runtime.LockOSThread()
-		c0, _ := threadCPU()
+		c0, _ := threadcpu.Now()
 		ok := s.idx.ApplyFrames(frames, peer, s.now()) > 0
-		c1, _ := threadCPU()
+		c1, _ := threadcpu.Now()
 		used += c1 - c0
 		runtime.UnlockOSThread()
 		return ok

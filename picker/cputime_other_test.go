@@ -2,10 +2,10 @@
 
 package picker
 
-import "time"
+import "github.com/loadaware/loadaware-epp/internal/threadcpu"
 
-// threadCPU is not available here: the benchmarks report wall-clock quantiles only.
-func threadCPU() (time.Duration, bool) { return 0, false }
+// threadCPU is the calling OS thread's CPU time (threadcpu.Now: not available here).
+var threadCPU = threadcpu.Now
 
 // threadFaults is not available here: the benchmarks report no page faults.
 func threadFaults() (int64, bool) { return 0, false }

@@ -124,6 +124,21 @@ func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 			}
 			// No copy is made before the picker's offered rate is measured (decision 1660).
 			now = now.Add(scoring.HotTau)
+			// Equal estimates go to the engine with the fewest tokens booked (decision 1695):
+			// an unrelated longer prompt books more on 10.0.0.2 than the family did on
+			// 10.0.0.1, so that the next unrelated prompt makes the family's holder busy.
+			filler := make([]uint32, 2500)
+			for i := range filler {
+				filler[i] = 7
+			}
+			fd, err := p.Pick(context.Background(), Request{Tokens: filler})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd.Booking.Release()
+			if fd.Endpoints[0] != "10.0.0.2:8000" {
+				t.Fatalf("the filler went to %s, want 10.0.0.2:8000 (fewer tokens booked there)", fd.Endpoints[0])
+			}
 			other := make([]uint32, 300)
 			for i := range other {
 				other[i] = 9

@@ -547,21 +547,11 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	var peer string
 	var used time.Duration // the thread CPU the functions used since the last payIngest
 	recv := func(f zmq.Flag) (err error) {
-		runtime.LockOSThread()
-		c0, _ := threadcpu.Now()
-		frames, peer, err = recvPeer(so, f, frames[:0])
-		c1, _ := threadcpu.Now()
-		used += c1 - c0
-		runtime.UnlockOSThread()
+		onThread(&used, func() { frames, peer, err = recvPeer(so, f, frames[:0]) })
 		return err
 	}
-	applyFrames := func() bool {
-		runtime.LockOSThread()
-		c0, _ := threadcpu.Now()
-		ok := s.idx.ApplyFrames(frames, peer, s.now()) > 0
-		c1, _ := threadcpu.Now()
-		used += c1 - c0
-		runtime.UnlockOSThread()
+	applyFrames := func() (ok bool) {
+		onThread(&used, func() { ok = s.idx.ApplyFrames(frames, peer, s.now()) > 0 })
 		return ok
 	}
 	for {
@@ -597,6 +587,16 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 		}
 		s.ingest(peer, frames, applyFrames)
 	}
+}
+
+// onThread runs f kept to its OS thread and adds the thread's CPU time f used to *used.
+func onThread(used *time.Duration, f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0, _ := threadcpu.Now()
+	f()
+	c1, _ := threadcpu.Now()
+	*used += c1 - c0
 }
 
 // payIngest counts the pull loop's CPU time used and charges it to its budget, pausing

@@ -46,10 +46,7 @@ func TestTTFTAwareSeesBookedPrefillAndExplainsItsTerms(t *testing.T) {
 // (0), not its whole prompt, which the next decision sees as that endpoint's queued work.
 func TestTTFTAwarePresumesTheLastRouteAndBooksItsHit(t *testing.T) {
 	p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Policy: "ttftaware", Cache: mapCache{}})
-	prompt, other := make([]uint32, 4000), make([]uint32, 4000)
-	for i := range other {
-		other[i] = 7
-	}
+	prompt, other := make([]uint32, 4000), filled(4000, 7)
 	d1, err := p.Pick(context.Background(), Request{Tokens: prompt})
 	if err != nil {
 		t.Fatal(err)
@@ -127,11 +124,7 @@ func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 			// Equal estimates go to the engine with the fewest tokens booked (decision 1695):
 			// an unrelated longer prompt books more on 10.0.0.2 than the family did on
 			// 10.0.0.1, so that the next unrelated prompt makes the family's holder busy.
-			filler := make([]uint32, 2500)
-			for i := range filler {
-				filler[i] = 7
-			}
-			fd, err := p.Pick(context.Background(), Request{Tokens: filler})
+			fd, err := p.Pick(context.Background(), Request{Tokens: filled(2500, 7)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,11 +132,7 @@ func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 			if fd.Endpoints[0] != "10.0.0.2:8000" {
 				t.Fatalf("the filler went to %s, want 10.0.0.2:8000 (fewer tokens booked there)", fd.Endpoints[0])
 			}
-			other := make([]uint32, 300)
-			for i := range other {
-				other[i] = 9
-			}
-			busy, err := p.Pick(context.Background(), Request{Tokens: other})
+			busy, err := p.Pick(context.Background(), Request{Tokens: filled(300, 9)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,4 +150,13 @@ func TestTTFTAwareCopiesARepeatNotANextTurn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// filled is a prompt of n tokens, each v.
+func filled(n int, v uint32) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		p[i] = v
+	}
+	return p
 }

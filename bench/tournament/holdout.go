@@ -130,7 +130,9 @@ func drawShape(rng *rand.Rand) Shape {
 		s.ThinkTime = 0
 		if rng.IntN(3) == 0 {
 			s.BurstEvery = time.Duration(10+rng.IntN(31)) * time.Second
-			s.BurstLen = time.Duration(2+rng.IntN(9)) * time.Second
+			// A burst must end before the next one starts: a 10 s draw in a
+			// 10 s period is one second shorter (no other draw changes).
+			s.BurstLen = min(time.Duration(2+rng.IntN(9))*time.Second, s.BurstEvery-time.Second)
 			s.BurstFactor = round3(2 + 2*rng.Float64())
 		}
 	}

@@ -84,6 +84,24 @@ func TestDrawnShapesStayInTheSpaceAndCoverIt(t *testing.T) {
 	}
 }
 
+// Every draw is a valid profile, over far more seeds than the coverage test
+// runs: seed 20261213's h01 once drew a 10 s burst in a 10 s period, which the
+// workload refuses, so that draw's whole tournament failed before its first cell.
+func TestEveryDrawIsAValidProfile(t *testing.T) {
+	seeds := []uint64{20261213}
+	for seed := uint64(1); seed <= 3000; seed++ {
+		seeds = append(seeds, seed, 20261100+seed)
+	}
+	for _, seed := range seeds {
+		for i, s := range DrawShapes(seed, 12) {
+			cfg := Config{Profiles: []Profile{{Name: HoldoutName(i), Fleet: s.Fleet(1.5)}}, Arms: DefaultArms(), Seeds: []uint64{1}, SampleInterval: DefaultSampleInterval}
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("seed %d shape %s: %v (%+v)", seed, HoldoutName(i), err, s)
+			}
+		}
+	}
+}
+
 // checkShape fails when s leaves the space HoldoutSpace declares.
 func checkShape(t *testing.T, name string, s Shape) {
 	t.Helper()

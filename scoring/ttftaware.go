@@ -19,6 +19,7 @@ import (
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //		           = est(s)                              otherwise when the holding is only presumed
+//		           + decoding(s) in every case,  decoding(s) = decode(s) x steps(s) x SeqStepCost x slowdown(s)
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -50,6 +51,12 @@ import (
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
 //	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
+//	  - decoding(s) is what this request's decode costs the requests after it (decision 1655):
+//	    while it decodes on s every step there takes SeqStepCost (times the slowdown) longer,
+//	    and the requests arriving at s meanwhile wait their first token through those steps.
+//	    By Little's law the arrivals at s during one request's residence are about the
+//	    requests decoding there, decode(s), and each waits about steps(s) steps. It is a
+//	    cost to others, so it is not part of est(s).
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
 //	    the fleet compute the difference again, work the requests that queue behind it on the
 //	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x
@@ -147,7 +154,7 @@ func (*TTFTAware) Needs() Needs {
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
 // queued ahead and the wait for KV capacity, in seconds, the prompt tokens presumed held
 // from the routing history, and the engine's measured prefill slowdown the estimate was
-// scaled by.
+// scaled by, and the decode-step charge to later requests, in seconds.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
@@ -158,7 +165,9 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " presumed="...)
 	b = strconv.AppendInt(b, int64(r.Presumed), 10)
 	b = append(b, " slowdown="...)
-	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
+	b = strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
+	b = append(b, " decode_charge="...)
+	return strconv.AppendFloat(b, r.Decoding, 'f', 3, 64)
 }
 
 // KVWait is how long a prompt of prompt tokens needing new KV blocks (TTFTAware passes
@@ -286,6 +295,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
+		rs[i].Decoding = rs[i].Slowdown * steps * float64(max(c.Decode, 0)) * seq
 	}
 	p.state.mu.Unlock()
 	wait := 0.0     // the fleet's mean queued prefill, seconds
@@ -312,7 +322,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
 	busy := rate / served // the fleet's prefill utilization
-	best := math.Inf(1)   // the lowest estimate
+	best := math.Inf(1)   // the lowest estimate and decode-step charge
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
@@ -330,21 +340,22 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		default:
 			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
 		}
+		rs[i].Score -= rs[i].Decoding
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)
 		}
-		best = min(best, rs[i].Estimate)
+		best = min(best, rs[i].Estimate+rs[i].Decoding)
 	}
 	sortByScore(in, rs)
 	if len(rs) > 1 && rs[1].Score >= rs[0].Score-scoreEpsilon {
 		p.state.leastBookedFirst(rs)
 	}
-	switch {
-	case rs[0].Score > -rs[0].Estimate+scoreEpsilon:
+	switch own := rs[0].Estimate + rs[0].Decoding; {
+	case rs[0].Score > -own+scoreEpsilon:
 		label(rs, ReasonReplica)
-	case rs[0].Estimate > best+scoreEpsilon && saturated:
+	case own > best+scoreEpsilon && saturated:
 		label(rs, ReasonFleetSaturated)
-	case rs[0].Estimate > best+scoreEpsilon:
+	case own > best+scoreEpsilon:
 		label(rs, ReasonHolderSticky)
 	}
 	return rs

@@ -123,7 +123,6 @@ type Ranked struct {
 	KVWait       float64 // ttftaware: of Estimate, the wait for KV capacity, seconds; 0 for the others
 	Presumed     int     // ttftaware: prompt tokens presumed held from the routing history (TTFTAware); 0 for the others
 	Slowdown     float64 // ttftaware: the engine's measured prefill slowdown Estimate was scaled by (1: not measured); 0 for the others
-	Decoding     float64 // ttftaware: the decode-step charge, seconds, added to the cost beside Estimate (TTFTAware); 0 for the others
 }
 
 // Policy ranks candidates. See the package comment for the contract.

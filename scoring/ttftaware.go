@@ -19,7 +19,6 @@ import (
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
 //		           = est(s)                              otherwise when the holding is only presumed
-//		           + decoding(s) in every case,  decoding(s) = decode(s) x steps(s) x SeqStepCost x slowdown(s)
 //
 //	  - prefill(s), decode(s): this picker's requests on s before and past their first token.
 //	    uncached(s) is the mean uncached prompt of the requests booked on s lately (the caller
@@ -51,12 +50,6 @@ import (
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
 //	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
-//	  - decoding(s) is what this request's decode costs the requests after it (decision 1655):
-//	    while it decodes on s every step there takes SeqStepCost (times the slowdown) longer,
-//	    and the requests arriving at s meanwhile wait their first token through those steps.
-//	    By Little's law the arrivals at s during one request's residence are about the
-//	    requests decoding there, decode(s), and each waits about steps(s) steps. It is a
-//	    cost to others, so it is not part of est(s).
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
 //	    the fleet compute the difference again, work the requests that queue behind it on the
 //	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x
@@ -154,7 +147,7 @@ func (*TTFTAware) Needs() Needs {
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
 // queued ahead and the wait for KV capacity, in seconds, the prompt tokens presumed held
 // from the routing history, and the engine's measured prefill slowdown the estimate was
-// scaled by, and the decode-step charge to later requests, in seconds.
+// scaled by.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
@@ -165,9 +158,7 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " presumed="...)
 	b = strconv.AppendInt(b, int64(r.Presumed), 10)
 	b = append(b, " slowdown="...)
-	b = strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
-	b = append(b, " decode_charge="...)
-	return strconv.AppendFloat(b, r.Decoding, 'f', 3, 64)
+	return strconv.AppendFloat(b, r.Slowdown, 'f', 2, 64)
 }
 
 // KVWait is how long a prompt of prompt tokens needing new KV blocks (TTFTAware passes
@@ -295,7 +286,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
-		rs[i].Decoding = rs[i].Slowdown * steps * float64(max(c.Decode, 0)) * seq
 	}
 	p.state.mu.Unlock()
 	wait := 0.0     // the fleet's mean queued prefill, seconds
@@ -322,7 +312,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
 	busy := rate / served // the fleet's prefill utilization
-	best := math.Inf(1)   // the lowest estimate and decode-step charge
+	best := math.Inf(1)   // the lowest estimate
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
@@ -340,22 +330,21 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		default:
 			rs[i].Score = -(rs[i].Estimate + recompute*float64(max(c.Prefill, 0)))
 		}
-		rs[i].Score -= rs[i].Decoding
 		if in.PromptTokens > 0 {
 			rs[i].Benefit = float64(min(max(c.Matched, 0), in.PromptTokens)) / float64(in.PromptTokens)
 		}
-		best = min(best, rs[i].Estimate+rs[i].Decoding)
+		best = min(best, rs[i].Estimate)
 	}
 	sortByScore(in, rs)
 	if len(rs) > 1 && rs[1].Score >= rs[0].Score-scoreEpsilon {
 		p.state.leastBookedFirst(rs)
 	}
-	switch own := rs[0].Estimate + rs[0].Decoding; {
-	case rs[0].Score > -own+scoreEpsilon:
+	switch {
+	case rs[0].Score > -rs[0].Estimate+scoreEpsilon:
 		label(rs, ReasonReplica)
-	case own > best+scoreEpsilon && saturated:
+	case rs[0].Estimate > best+scoreEpsilon && saturated:
 		label(rs, ReasonFleetSaturated)
-	case own > best+scoreEpsilon:
+	case rs[0].Estimate > best+scoreEpsilon:
 		label(rs, ReasonHolderSticky)
 	}
 	return rs

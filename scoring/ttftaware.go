@@ -253,6 +253,10 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	last, lastOK := p.state.recent[in.PrefixKey] // never key 0: routed records none
 	routes := p.state.presumption(in, last, lastOK)
 	between, gap := spacing(last, lastOK)
+	kept := 0.0 // the fleet's bookings the prefix's holding has survived
+	if lastOK && between >= 0 {
+		kept = p.state.allocatedAll - last.keptAll
+	}
 	rate, perBooking, evicted := p.state.offered(in.Now)
 	measured := p.state.offeredMeasured(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
@@ -284,11 +288,13 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		}
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
-		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
+		spare = spare && ahead < StepTokens
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	wait := 0.0     // the fleet's mean queued prefill, seconds
+	slots := 0.0    // the holders' mean wait for KV capacity, seconds
+	seen := false   // some holder's holding is in the cache index, not presumed
 	holders := 0    // candidates missing the least
 	decoding := 0.0 // KV tokens the fleet's decoding sequences take a second
 	queued := 0.0   // requests in prefill across the fleet
@@ -299,6 +305,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		wait += rs[i].Load / float64(len(rs))
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
+			slots += rs[i].KVWait
+			seen = seen || c.Matched > 0
 		}
 		queued += float64(max(c.Prefill, 0))
 		d := float64(max(c.Decode, 0))
@@ -311,6 +319,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	if queued > 0 {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
+	// A holder waiting for KV slots: a copy on an engine with room lets the family's
+	// requests take the other, saving that wait the share a new holder takes.
+	saving += slots / float64(holders) / float64(holders+1)
+	if !seen {
+		kept = 0
+	}
 	busy := rate / served // the fleet's prefill utilization
 	best := math.Inf(1)   // the lowest estimate
 	for i, c := range in.Candidates {
@@ -322,8 +336,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
-			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && rs[i].KVWait <= 0 && spare && measured && busy < 1 && evicted < 1 &&
+			replicaPays(c, between, kept, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
@@ -385,7 +399,7 @@ func (s *State) leastBookedFirst(rs []Ranked) {
 // The copy costs cost seconds (Rank's copy(s): the recompute, the delay of the requests
 // queued behind it, and the recompute of the blocks it evicts). A family seen once
 // (between < 0) has no measured arrivals and is never copied.
-func replicaPays(c Candidate, between float64, engines int, saving, cost float64) bool {
+func replicaPays(c Candidate, between, kept float64, engines int, saving, cost float64) bool {
 	if between < 0 || saving <= 0 {
 		return false
 	}
@@ -394,7 +408,7 @@ func replicaPays(c Candidate, between float64, engines int, saving, cost float64
 	if c.Engine.Known {
 		used = min(max(c.Engine.KVUsage, 0), 1) * pool
 	}
-	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
+	return max(float64(engines)*(pool-used), kept)*saving > cost*max(between, 1)
 }
 
 // copyCost is what a copy whose recompute takes x seconds costs the fleet, in seconds of

@@ -163,10 +163,6 @@ type routed struct {
 	// shortest is the fewest tokens of any of its prompts (0: none known): what any two of
 	// them that do not continue one another can share at most.
 	shortest int
-	// keptAll is State.allocatedAll when the key was first routed, or last booked a
-	// recompute of its evicted prompt where it was routed before (remiss): the fleet's
-	// bookings its holding has survived since (ttftaware's copy lifetime).
-	keptAll float64
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -246,21 +242,12 @@ func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now tim
 	r, seen := s.recent[key]
 	// A prompt booked where its key was last routed, with more uncached than the least its
 	// key ever booked (its own suffix), was evicted there and is recomputed.
-	// The tokens of a prompt past the key's shortest are its own (a longer suffix, a
-	// session's history): uncached wherever it goes, so not counted as evicted.
 	u, remiss := s.allocatedAll-s.booked.mark, 0.0
-	if seen && r.shortest > 0 {
-		u = max(u-float64(max(tokens-r.shortest, 0)), 0)
-	}
 	switch {
 	case !seen:
 		r.least = u
-		r.keptAll = s.allocatedAll
 	case addr == r.addr || addr == r.prev.addr:
 		remiss = max(u-r.least, 0)
-		if remiss > 0 {
-			r.keptAll = s.allocatedAll
-		}
 		fallthrough
 	default:
 		r.least = min(r.least, u)

@@ -68,13 +68,10 @@ import (
 //	    every candidate is saturated nothing is diverted: a move then only adds work to a
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals.
-//	  - A copy of a hot prefix (decisions 1614, 1635, 1699): a second holder lets the prefix's
-//	    later requests choose the less queued of two, so a candidate holding none of the
-//	    prompt, with nothing in prefill and KV room for it (kvwait 0), when no candidate's
-//	    queued prefill fills a step, is scored as if it held the prompt when the copy saves
-//	    its family more wait than it costs (replicaPays). The wait saved is the queued
-//	    prefill's and the holders' wait for KV slots: on a fleet whose KV pool runs few of
-//	    the family's sequences the holder's queue is its slots, not its prefill. (A
+//	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
+//	    requests choose the less queued of two, so a candidate holding none of the prompt
+//	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
+//	    the prompt when the copy saves its family more wait than it costs (replicaPays). (A
 //	    candidate holding the prompt's start lacks only what this request does not share
 //	    with its family, a conversation's history after its system prompt: no copy.) Over
 //	    a holding that is only presumed, a copy is made only when the prompt's token ids
@@ -94,8 +91,7 @@ import (
 //	    HotTau), busy it over the bookings the engines can prefill a second (one admission
 //	    and the mean uncached prompt each, times the slowdown), evicted the share of the
 //	    uncached tokens booked where their prefix was last routed beyond the least it ever
-//	    booked (its own suffix), less the prompt's tokens past the key's shortest prompt
-//	    (its own too: a longer suffix is uncached anywhere; decision 1699). At busy or evicted 1 nothing is copied: past capacity a
+//	    booked (its own suffix). At busy or evicted 1 nothing is copied: past capacity a
 //	    recompute is never won back, and a pool that evicts what it will need repays none.
 //	    Nor is anything copied before the rate is measured, until the picker's first
 //	    booking is HotTau old: a rate decayed over HotTau that has counted for T seconds
@@ -257,10 +253,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	last, lastOK := p.state.recent[in.PrefixKey] // never key 0: routed records none
 	routes := p.state.presumption(in, last, lastOK)
 	between, gap := spacing(last, lastOK)
-	kept := 0.0 // the fleet's bookings the prefix's holding has survived
-	if lastOK && between >= 0 {
-		kept = p.state.allocatedAll - last.keptAll
-	}
 	rate, perBooking, evicted := p.state.offered(in.Now)
 	measured := p.state.offeredMeasured(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
@@ -292,13 +284,11 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		}
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
-		spare = spare && ahead < StepTokens
+		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	wait := 0.0     // the fleet's mean queued prefill, seconds
-	slots := 0.0    // the holders' mean wait for KV capacity, seconds
-	seen := false   // some holder's holding is in the cache index, not presumed
 	holders := 0    // candidates missing the least
 	decoding := 0.0 // KV tokens the fleet's decoding sequences take a second
 	queued := 0.0   // requests in prefill across the fleet
@@ -309,8 +299,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		wait += rs[i].Load / float64(len(rs))
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
-			slots += rs[i].KVWait
-			seen = seen || c.Matched > 0
 		}
 		queued += float64(max(c.Prefill, 0))
 		d := float64(max(c.Decode, 0))
@@ -323,12 +311,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	if queued > 0 {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
-	// A holder waiting for KV slots: a copy on an engine with room lets the family's
-	// requests take the other, saving that wait the share a new holder takes.
-	saving += slots / float64(holders) / float64(holders+1)
-	if !seen {
-		kept = 0
-	}
 	busy := rate / served // the fleet's prefill utilization
 	best := math.Inf(1)   // the lowest estimate
 	for i, c := range in.Candidates {
@@ -340,8 +322,8 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && rs[i].KVWait <= 0 && spare && measured && busy < 1 && evicted < 1 &&
-			replicaPays(c, between, kept, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
+			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
@@ -396,20 +378,14 @@ func (s *State) leastBookedFirst(rs []Ranked) {
 // replicaPays says whether a copy of the prompt's prefix on c saves its family more wait
 // than it costs. The family's later requests, while the copy stays cached there, may each
 // go to the less queued of two holders; with waits spread exponentially about the fleet's
-// mean queued prefill wait, the less of two is half the mean, so each saves wait/2 (Rank
-// adds the holders' mean KV-slot wait over holders+1, the share of the family a new
-// holder takes from them: saving). The copy stays until c's free KV has been allocated
-// again (presumedHeld's LRU argument): c takes about 1/engines of the fleet's uncached
-// bookings, between of which come between two of the family's requests, so about
-// engines x free / between of them arrive first. A holding the cache index still shows
-// after kept of the fleet's bookings (since the family's first request or its last
-// recompute of an evicted prompt) was kept that long by its engine's caches, a CPU tier
-// beyond the GPU pool; a copy on a like engine is taken to live as long, kept / between
-// of the family's requests, when that is more (decision 1699). The copy costs cost
-// seconds (Rank's copy(s): the recompute, the delay of the requests queued behind it,
-// and the recompute of the blocks it evicts). A family seen once (between < 0) has no
-// measured arrivals and is never copied.
-func replicaPays(c Candidate, between, kept float64, engines int, saving, cost float64) bool {
+// mean queued prefill wait, the less of two is half the mean, so each saves wait/2. The
+// copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
+// c takes about 1/engines of the fleet's uncached bookings, between of which come between
+// two of the family's requests, so about engines x free / between of them arrive first.
+// The copy costs cost seconds (Rank's copy(s): the recompute, the delay of the requests
+// queued behind it, and the recompute of the blocks it evicts). A family seen once
+// (between < 0) has no measured arrivals and is never copied.
+func replicaPays(c Candidate, between float64, engines int, saving, cost float64) bool {
 	if between < 0 || saving <= 0 {
 		return false
 	}
@@ -418,7 +394,7 @@ func replicaPays(c Candidate, between, kept float64, engines int, saving, cost f
 	if c.Engine.Known {
 		used = min(max(c.Engine.KVUsage, 0), 1) * pool
 	}
-	return max(float64(engines)*(pool-used), kept)*saving > cost*max(between, 1)
+	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
 }
 
 // copyCost is what a copy whose recompute takes x seconds costs the fleet, in seconds of

@@ -528,26 +528,19 @@ func TestStateEvictedShare(t *testing.T) {
 		addrs []string // where the key's bookings go, in turn
 		toks  []int    // their uncached tokens
 		want  float64  // evicted share of the uncached tokens (all booked at one instant)
-		lens  []int    // the prompts' tokens; nil: 2,000 each
 	}{
-		{"cached again where it was: nothing evicted", []string{"a:1", "a:1"}, []int{300, 300}, 0, nil},
-		{"recomputed where it was", []string{"a:1", "a:1"}, []int{300, 1300}, 1000.0 / 1600, nil},
-		{"recomputed on another engine: a move", []string{"a:1", "b:1"}, []int{300, 1300}, 0, nil},
-		{"back on the route before", []string{"a:1", "b:1", "a:1"}, []int{300, 1300, 1300}, 1000.0 / 2900, nil},
-		{"its own suffix only", []string{"a:1", "a:1", "a:1"}, []int{300, 100, 100}, 0, nil},
-		{"a longer prompt's own tokens: not evicted", []string{"a:1", "a:1"}, []int{300, 1300}, 0, []int{2000, 3000}},
-		{"a longer prompt recomputed past its own tokens", []string{"a:1", "a:1"}, []int{300, 1300}, 500.0 / 1600, []int{2000, 2500}},
+		{"cached again where it was: nothing evicted", []string{"a:1", "a:1"}, []int{300, 300}, 0},
+		{"recomputed where it was", []string{"a:1", "a:1"}, []int{300, 1300}, 1000.0 / 1600},
+		{"recomputed on another engine: a move", []string{"a:1", "b:1"}, []int{300, 1300}, 0},
+		{"back on the route before", []string{"a:1", "b:1", "a:1"}, []int{300, 1300, 1300}, 1000.0 / 2900},
+		{"its own suffix only", []string{"a:1", "a:1", "a:1"}, []int{300, 100, 100}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := NewState()
 			for i, a := range tt.addrs {
 				st.Uncached(a, tt.toks[i])
-				n := 2000
-				if tt.lens != nil {
-					n = tt.lens[i]
-				}
-				st.Routed(0x44, a, n, t0)
+				st.Routed(0x44, a, 2000, t0)
 			}
 			st.mu.Lock()
 			_, _, got := st.offered(t0)
@@ -626,59 +619,6 @@ func TestTTFTAwareCopiesOverAPresumedHolderOnlyForARepeat(t *testing.T) {
 			}
 			if a := rs[0]; a.Addr == "a:1" && a.Presumed != want {
 				t.Errorf("a:1 presumed %d, want %d", a.Presumed, want)
-			}
-		})
-	}
-}
-
-func TestTTFTAwareCopiesForAHolderWaitingForKVSlots(t *testing.T) {
-	// A fleet whose queue is its KV slots (decision 1697's 20261212 h01, small): a:1 holds
-	// the family's 14,000-token prompt in the index, and its 35,584-token pool runs two
-	// such sequences, so this request waits for one to finish (KVWait 0.8 s of a 2.4 s
-	// decode); b:1 holds none of it and is empty. Nothing is in prefill: the copy's
-	// saving is the slot wait a second holder halves (0.4 s a later request). The family
-	// comes every 10 s with 14,000 uncached tokens of another prefix booked between; by
-	// b:1's free pool a copy lives about five of its requests (2 x 35,584 / 15,000), too
-	// few to repay the 2.8 s recompute twice over; a holding the index has kept for 30 of
-	// them lives longer, and the copy pays. A holding recomputed lately (its survival
-	// restarts), or a holder with free slots (no wait to save), gets no copy.
-	const key = 0x7e95
-	tests := []struct {
-		name       string
-		rounds     int     // the family's requests so far, 10 s apart
-		recomputed bool    // its last booking on a:1 recomputed the whole prompt
-		usageA     float64 // a:1's KV usage
-		want       string
-		wantReason string
-	}{
-		{"a holding kept over 30 requests: the copy pays", 30, false, 28000.0 / 35584, "b:1", ReasonReplica},
-		{"a family seen 3 times: the copy would not live long enough", 3, false, 28000.0 / 35584, "a:1", ReasonLowestTTFT},
-		{"a holding just recomputed: its survival is not shown", 30, true, 28000.0 / 35584, "a:1", ReasonLowestTTFT},
-		{"a holder with a free slot: nothing to save", 30, false, 14000.0 / 35584, "a:1", ReasonLowestTTFT},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := NewState()
-			var at time.Time
-			for i := range tt.rounds {
-				at = t0.Add(time.Duration(i) * 10 * time.Second)
-				st.Uncached("c:1", 14000)
-				st.Routed(0x2000+uint64(i), "c:1", 14000, at)
-				own := 0
-				if tt.recomputed && i == tt.rounds-1 {
-					own = 14000
-				}
-				st.Uncached("a:1", own)
-				st.Routed(key, "a:1", 14000, at.Add(5*time.Second))
-			}
-			a := lcand("a:1", 14000, 0, 2, 2400*time.Millisecond)
-			a.Engine = EngineMetrics{Known: true, Running: 2, KVUsage: tt.usageA, KVPoolTokens: 35584}
-			b := lcand("b:1", 0, 0, 0, 2400*time.Millisecond)
-			b.Engine = EngineMetrics{Known: true, KVPoolTokens: 35584}
-			now := at.Add(8 * time.Second)
-			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 14000, PrefixKey: key, Now: now, Candidates: []Candidate{a, b}})
-			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
-				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
 			}
 		})
 	}

@@ -473,9 +473,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("lmcache: controller listening", "pull", s.pullAddr, "reply", s.replyAddr, "heartbeat", s.heartAddr,
 		"heartbeat_url", s.heartbeatURL, "allow_from", s.cfg.Allow.String(), "allowed_ips", len(*s.allowed.Load()),
 		"hash_seed", kc.HashSeed, "chunk_size", kc.ChunkSize, "key_format", kc.Format.String())
-	s.log.Info("lmcache: what a peer can make ZeroMQ hold: per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped; ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes (docs/security.md)",
+	s.log.Info("lmcache: what a peer can make ZeroMQ hold: per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped, an IP holds at most max_peer_conns connections a socket (-1: no cap); ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes (docs/security.md)",
 		"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
-		"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes)
+		"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes,
+		"max_peer_conns", s.cfg.MaxPeerConns)
 	if s.cfg.Allow == AllowFleet && len(*s.allowed.Load()) == 0 {
 		s.log.Warn("lmcache: no fleet IPs known yet: every worker connection is refused until the endpoints are set (or use allow-from any)")
 	}

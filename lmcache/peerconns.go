@@ -137,29 +137,6 @@ func (s *Server) applyEvent(m *monitor, ev zmq.Event, fd int) {
 	}
 }
 
-// serveMonitor applies m's events as they come, when no ZAP handler reads them (allow-from
-// any): a connection past the cap is then ended as soon as its acceptance is read, which
-// races its handshake, so a message or two of it may get through first.
-func (s *Server) serveMonitor(m *monitor, w *zmqwait.Waiter) {
-	defer m.so.Close()
-	for {
-		var ev zmq.Event
-		var fd int
-		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
-			ev, _, fd, err = m.so.RecvEvent(f)
-			return err
-		})
-		if err != nil {
-			if isTerm(err) {
-				return
-			}
-			s.log.Error("lmcache: receive on a socket's monitor", "socket", m.what, "err", err)
-			continue
-		}
-		s.applyEvent(m, ev, fd)
-	}
-}
-
 // noteConnRefused counts a connection ended for its IP's cap and logs it at WARN, at most once
 // a minute per socket and IP.
 func (s *Server) noteConnRefused(what, ip string, held int) {

@@ -29,7 +29,7 @@ type AllowMode int
 const (
 	// AllowFleet admits only the IPs given to SetAllowedIPs (the fleet's endpoints).
 	AllowFleet AllowMode = iota
-	// AllowAny admits every peer (no ZAP handler).
+	// AllowAny admits every peer (the ZAP handler, run for MaxPeerConns, admits every IP).
 	AllowAny
 )
 
@@ -319,7 +319,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	var zap *zmq.Socket
-	if s.cfg.Allow == AllowFleet {
+	// The ZAP handler admits the fleet's IPs (allow-from fleet) and applies the sockets'
+	// monitor events before each connection's handshake ends (MaxPeerConns; see serveZAP).
+	if s.cfg.Allow == AllowFleet || s.cfg.MaxPeerConns > 0 {
 		if zap, err = zctx.NewSocket(zmq.REP); err != nil {
 			return fail(fmt.Errorf("lmcache: ZAP socket: %w", err))
 		}
@@ -445,11 +447,6 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if heart != nil {
 		loops = append(loops, loop{heart, s.serveRouter, "heartbeat"})
-	}
-	if zap == nil {
-		for _, m := range monitors {
-			loops = append(loops, loop{m.so, func(_ *zmq.Socket, w *zmqwait.Waiter) { s.serveMonitor(m, w) }, m.what + " monitor"})
-		}
 	}
 	for _, l := range loops {
 		w, err := zmqwait.New(l.so)
@@ -822,7 +819,7 @@ func (s *Server) sweep() {
 }
 
 // serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its
-// IP is in the allowed set. It owns the sockets' monitors and applies every event they have
+// IP is in the allowed set (allow-from fleet; any: always). It owns the sockets' monitors and applies every event they have
 // queued before it answers (drainMonitor; once a second when there is nothing to answer):
 // libzmq reports a connection accepted before it asks about it, so a connection past
 // MaxPeerConns is shut before its handshake can end, and libzmq reads no message of it. (Refusing it here instead would stop its peer's socket for good: libzmq
@@ -857,7 +854,7 @@ func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter, monitors []*monitor
 		}
 		version, id, addr := req[0], req[1], req[3]
 		status, text := "200", "OK"
-		if !(*s.allowed.Load())[canonicalIP(addr)] {
+		if s.cfg.Allow == AllowFleet && !(*s.allowed.Load())[canonicalIP(addr)] {
 			status, text = "400", "address not in the fleet"
 			s.noteRejected(addr)
 		}

@@ -29,6 +29,7 @@ type LMCacheConfig struct {
 	IngestCPU float64 // share of one CPU the pull loop may use; 0: lmcache.DefaultIngestCPU; negative: no budget
 
 	MaxFrameBytes int64 // largest frame received; 0: lmcache.DefaultMaxFrameBytes
+	MaxPeerConns  int   // connections one IP may hold to each socket; 0: lmcache.DefaultMaxPeerConns; negative: no cap
 }
 
 func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
@@ -49,7 +50,7 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
 		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
 		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM, IngestCPU: c.IngestCPU,
-		MaxFrameBytes: c.MaxFrameBytes}, a.LMCacheIndex, a.log, reg)
+		MaxFrameBytes: c.MaxFrameBytes, MaxPeerConns: c.MaxPeerConns}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err
 	}

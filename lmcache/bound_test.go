@@ -253,3 +253,67 @@ func rssMiB(t *testing.T) int {
 	}
 	return 0
 }
+
+// What ZeroMQ holds of many connections from one IP to a stalled controller:
+// LOADAWARE_ZMQ_CONNS=n opens n PUSH sockets from 127.0.0.1, each sending 1 MiB frames into a
+// queue of 10 messages until none goes for a second, and reports the process's RSS, with the
+// connection cap LOADAWARE_ZMQ_MAX_PEER_CONNS (default DefaultMaxPeerConns; -1: none). A
+// measurement for decision 1177, not a check.
+func TestManyConnectionsHeld(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("LOADAWARE_ZMQ_CONNS"))
+	if n <= 0 {
+		t.Skip("set LOADAWARE_ZMQ_CONNS=connections to measure")
+	}
+	maxConns, _ := strconv.Atoi(os.Getenv("LOADAWARE_ZMQ_MAX_PEER_CONNS"))
+	seen := &seenFrames{hold: make(chan struct{})}
+	ls := startServer(t, ServerConfig{PeerRate: -1, RcvHWM: 10, MaxFrameBytes: 1 << 20, MaxPeerConns: maxConns, Ingest: seen.ingest}, []string{"127.0.0.1"})
+	stall := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+	sendFrames(t, stall, [][]byte{[]byte("stall")})
+	eventually(t, "the controller held", func() bool { return seen.count() == 1 })
+	before := rssMiB(t)
+	socks := make([]*zmq.Socket, n)
+	for i := range socks {
+		socks[i] = ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+		if err := socks[i].SetSndhwm(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload := bytes.Repeat([]byte{'x'}, 1<<20)
+	sent, idle := 0, time.Now()
+	for time.Since(idle) < time.Second {
+		progress := false
+		for _, so := range socks {
+			if _, err := so.SendBytes(payload, zmq.DONTWAIT); err == nil {
+				sent++
+				progress = true
+			}
+		}
+		if progress {
+			idle = time.Now()
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	t.Logf("%d connections from one IP (cap %d) to a stalled controller (queue 10, frames 1 MiB): %d frames sent, RSS %d -> %d MiB, %v connections ended",
+		n, ls.cfg.MaxPeerConns, sent, before, rssMiB(t), testutil.ToFloat64(ls.connsRefused))
+	for _, so := range socks { // nothing more is sent: the delivered count below is what the controller held
+		so.Close()
+	}
+	seen.mu.Lock()
+	close(seen.hold)
+	seen.hold = nil
+	seen.mu.Unlock()
+	last, stable := -1, time.Now()
+	for time.Since(stable) < time.Second {
+		if c := seen.count(); c != last {
+			last, stable = c, time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("delivered once released: %d messages (the stall's included)", last)
+	stall.Close()
+	for _, so := range socks[:0] {
+		so.Close()
+	}
+	ls.closePeers(t)
+}

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +29,7 @@ type AllowMode int
 const (
 	// AllowFleet admits only the IPs given to SetAllowedIPs (the fleet's endpoints).
 	AllowFleet AllowMode = iota
-	// AllowAny admits every peer (no ZAP handler).
+	// AllowAny admits every peer (the ZAP handler, run for MaxPeerConns, admits every IP).
 	AllowAny
 )
 
@@ -102,6 +104,11 @@ type ServerConfig struct {
 	// IngestCPUBurst is how much CPU time the pull loop may use at once above IngestCPU;
 	// 0 means DefaultIngestCPUBurst.
 	IngestCPUBurst time.Duration
+	// MaxPeerConns is how many connections one peer IP may hold to each socket; a connection
+	// past it is ended as it is accepted (read from the socket's monitor), counted in
+	// loadaware_lmcache_peer_conns_refused_total. 0 means DefaultMaxPeerConns, negative: no
+	// cap.
+	MaxPeerConns int
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -126,6 +133,8 @@ type Server struct {
 	ingestCPU    prometheus.Counter
 	ingestPaused prometheus.Counter
 	pausedLog    *ratelog.Limiter // the pull loop's over-budget line, once a minute
+	connsRefused prometheus.Counter
+	connLog      *ratelog.Limiter // a peer's over-the-cap line, once a minute per socket
 
 	zctx                           *zmq.Context
 	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
@@ -197,6 +206,9 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 	if cfg.IngestCPUBurst <= 0 {
 		cfg.IngestCPUBurst = DefaultIngestCPUBurst
 	}
+	if cfg.MaxPeerConns == 0 {
+		cfg.MaxPeerConns = DefaultMaxPeerConns
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -235,6 +247,11 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Help: "Time the LMCache controller's pull loop stopped reading because it had used its CPU budget (--lmcache-ingest-cpu; back-pressure: the senders block).",
 		}),
 		pausedLog: ratelog.New(time.Minute),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_peer_conns_refused_total",
+			Help: "Connections to an LMCache controller socket ended as they were accepted because their peer IP already held --lmcache-max-peer-conns connections to it.",
+		}),
+		connLog: ratelog.New(time.Minute),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -246,7 +263,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		s.limit = nil
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs, s.ingestCPU, s.ingestPaused} {
+		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs, s.ingestCPU, s.ingestPaused, s.connsRefused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
 			}
@@ -302,7 +319,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	var zap *zmq.Socket
-	if s.cfg.Allow == AllowFleet {
+	// The ZAP handler admits the fleet's IPs (allow-from fleet) and applies the sockets'
+	// monitor events before each connection's handshake ends (MaxPeerConns; see serveZAP).
+	if s.cfg.Allow == AllowFleet || s.cfg.MaxPeerConns > 0 {
 		if zap, err = zctx.NewSocket(zmq.REP); err != nil {
 			return fail(fmt.Errorf("lmcache: ZAP socket: %w", err))
 		}
@@ -311,6 +330,7 @@ func (s *Server) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("lmcache: bind ZAP handler: %w", err))
 		}
 	}
+	var monitors []*monitor
 	bind := func(kind zmq.Type, addr, what string) (*zmq.Socket, string, error) {
 		ep, err := zmqEndpoint(addr)
 		if err != nil {
@@ -326,6 +346,12 @@ func (s *Server) Start(ctx context.Context) error {
 			func() error { return so.SetMaxmsgsize(s.cfg.MaxFrameBytes) },
 			func() error { return so.SetRcvhwm(s.cfg.RcvHWM) },
 			func() error { return so.SetIpv6(strings.Contains(ep, "[")) },
+			// a peer gone without a word (its node lost) frees its connection's place in
+			// MaxPeerConns after 60 + 3 x 10 s, not never
+			func() error { return so.SetTcpKeepalive(1) },
+			func() error { return so.SetTcpKeepaliveIdle(60) },
+			func() error { return so.SetTcpKeepaliveIntvl(10) },
+			func() error { return so.SetTcpKeepaliveCnt(3) },
 			func() error {
 				if zap == nil {
 					return nil
@@ -337,6 +363,27 @@ func (s *Server) Start(ctx context.Context) error {
 				return nil, "", fmt.Errorf("lmcache: %s socket options: %w", what, err)
 			}
 		}
+		// The monitor is set and read before the socket listens, so that no accepted
+		// connection goes uncounted.
+		var mon *zmq.Socket
+		if s.cfg.MaxPeerConns > 0 {
+			inproc := "inproc://lmcache-monitor-" + what
+			if err := so.Monitor(inproc, zmq.EVENT_ACCEPTED|zmq.EVENT_DISCONNECTED); err != nil {
+				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
+			}
+			if mon, err = zctx.NewSocket(zmq.PAIR); err != nil {
+				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
+			}
+			socks = append(socks, mon)
+			// no high-water mark: the events wait for their reader (at most a second
+			// under allow-from fleet), none is lost
+			if err := mon.SetRcvhwm(0); err != nil {
+				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
+			}
+			if err := mon.Connect(inproc); err != nil {
+				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
+			}
+		}
 		if err := so.Bind(ep); err != nil {
 			return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
 		}
@@ -344,7 +391,16 @@ func (s *Server) Start(ctx context.Context) error {
 		if err != nil {
 			return nil, "", fmt.Errorf("lmcache: %s socket address: %w", what, err)
 		}
-		return so, strings.TrimPrefix(last, "tcp://"), nil
+		bound := strings.TrimPrefix(last, "tcp://")
+		if mon != nil {
+			_, p, _ := net.SplitHostPort(bound)
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				return nil, "", fmt.Errorf("lmcache: %s socket address %q has no port", what, bound)
+			}
+			monitors = append(monitors, &monitor{so: mon, what: what, port: port, conns: newPeerConns(s.cfg.MaxPeerConns)})
+		}
+		return so, bound, nil
 	}
 	pull, pullAddr, err := bind(zmq.PULL, s.cfg.PullAddr, "pull")
 	if err != nil {
@@ -381,7 +437,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	var loops []loop
 	if zap != nil {
-		loops = append(loops, loop{zap, s.serveZAP, "ZAP"})
+		// The ZAP goroutine reads the monitors itself, before each answer, so that it
+		// judges a connection with every earlier one counted (see serveZAP).
+		loops = append(loops, loop{zap, func(so *zmq.Socket, w *zmqwait.Waiter) { s.serveZAP(so, w, monitors) }, "ZAP"})
 	}
 	loops = append(loops, loop{pull, s.servePull, "pull"})
 	if reply != nil {
@@ -412,9 +470,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("lmcache: controller listening", "pull", s.pullAddr, "reply", s.replyAddr, "heartbeat", s.heartAddr,
 		"heartbeat_url", s.heartbeatURL, "allow_from", s.cfg.Allow.String(), "allowed_ips", len(*s.allowed.Load()),
 		"hash_seed", kc.HashSeed, "chunk_size", kc.ChunkSize, "key_format", kc.Format.String())
-	s.log.Info("lmcache: what a peer can make ZeroMQ hold: per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped; ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes (docs/security.md)",
+	s.log.Info("lmcache: what a peer can make ZeroMQ hold: per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped, an IP holds at most max_peer_conns connections a socket (-1: no cap); ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes (docs/security.md)",
 		"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
-		"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes)
+		"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes,
+		"max_peer_conns", s.cfg.MaxPeerConns)
 	if s.cfg.Allow == AllowFleet && len(*s.allowed.Load()) == 0 {
 		s.log.Warn("lmcache: no fleet IPs known yet: every worker connection is refused until the endpoints are set (or use allow-from any)")
 	}
@@ -760,20 +819,34 @@ func (s *Server) sweep() {
 }
 
 // serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its
-// IP is in the allowed set.
-func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter) {
+// IP is in the allowed set (allow-from fleet; any: always). It owns the sockets' monitors and applies every event they have
+// queued before it answers (drainMonitor; once a second when there is nothing to answer):
+// libzmq reports a connection accepted before it asks about it, so a connection past
+// MaxPeerConns is shut before its handshake can end, and libzmq reads no message of it. (Refusing it here instead would stop its peer's socket for good: libzmq
+// does not connect again after an authentication failure; ended, it connects again later.)
+func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter, monitors []*monitor) {
 	defer so.Close()
+	for _, m := range monitors {
+		defer m.so.Close()
+	}
 	for {
 		var req []string
-		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
+		err := w.Receive(time.Now().Add(time.Second), func(f zmq.Flag) (err error) {
 			req, err = so.RecvMessage(f)
 			return err
 		})
+		for _, m := range monitors {
+			if isTerm(s.drainMonitor(m)) {
+				return
+			}
+		}
 		if err != nil {
 			if isTerm(err) {
 				return
 			}
-			s.log.Error("lmcache: receive on the ZAP socket", "err", err)
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				s.log.Error("lmcache: receive on the ZAP socket", "err", err)
+			}
 			continue
 		}
 		if len(req) < 6 {
@@ -781,7 +854,7 @@ func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter) {
 		}
 		version, id, addr := req[0], req[1], req[3]
 		status, text := "200", "OK"
-		if !(*s.allowed.Load())[canonicalIP(addr)] {
+		if s.cfg.Allow == AllowFleet && !(*s.allowed.Load())[canonicalIP(addr)] {
 			status, text = "400", "address not in the fleet"
 			s.noteRejected(addr)
 		}

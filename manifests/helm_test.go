@@ -852,15 +852,15 @@ func TestChartMemoryPlan(t *testing.T) {
 		{"the operator's GODEBUG", []string{"--set", "picker.extraEnv[0].name=GODEBUG", "--set", "picker.extraEnv[0].value=gctrace=1"},
 			true, "67108864", "1Gi", "1Gi", "gctrace=1", 0},
 		{"a larger limit", []string{"--set", "picker.resources.limits.memory=2Gi", "--set", "picker.maxBufferedBytes=268435456"},
-			true, "268435456", "2Gi", "2Gi", "madvdontneed=0", 10},
+			true, "268435456", "2Gi", "2Gi", "madvdontneed=0", 1},
 		{"the binary's budget in a larger limit", []string{"--set", "picker.resources.limits.memory=1536Mi", "--set", "picker.maxBufferedBytes=0"},
-			true, "", "1536Mi", "1536Mi", "madvdontneed=0", 1},
+			true, "", "1536Mi", "1536Mi", "madvdontneed=0", 0},
 		{"the request given equal to the limit", []string{"--set", "picker.resources.requests.memory=1Gi"}, true, "67108864", "1Gi", "1Gi", "madvdontneed=0", 0},
 		{"vLLM KV events", []string{"--set", "cacheSource=vllm-events"}, true, "67108864", "1Gi", "1Gi", "madvdontneed=0", 2},
 		{"vLLM KV events, 2 ranks an endpoint, 2Gi", []string{"--set", "cacheSource=vllm-events", "--set", "kvEvents.dpSize=2",
 			"--set", "picker.resources.limits.memory=2Gi"}, true, "67108864", "2Gi", "2Gi", "madvdontneed=0", 7},
 		{"both sources, 2Gi", []string{"--set", "cacheSource=both", "--set", "picker.resources.limits.memory=2Gi"},
-			true, "67108864", "2Gi", "2Gi", "madvdontneed=0", 7},
+			true, "67108864", "2Gi", "2Gi", "madvdontneed=0", 1},
 		{"not pre-touched", []string{"--set", "picker.heapPretouch=false"}, false, "67108864", "", "1Gi", "", 0},
 		{"not pre-touched, a smaller request", []string{"--set", "picker.heapPretouch=false", "--set", "picker.resources.requests.memory=512Mi",
 			"--set", "picker.maxBufferedBytes=0"}, false, "", "512Mi", "1Gi", "", 0},
@@ -942,10 +942,11 @@ func TestChartMemoryPlan(t *testing.T) {
 // connection cap C and its 64 KiB header block H), plus the LMCache index at its key budget
 // (159 bytes a key held by two instances, lmcache.DefaultMaxKeys) and 20 MiB of the rest (the
 // soak's live heap before its hostile clients, the tokenizer's model among it: 18 MiB).
-// Then, for each of engines (docs/security.md, decision 1179): with LMCache (cacheSource
-// lmcache or both) its two connections to the controller (pull and reply), each of whose
-// ZeroMQ queues holds (lmcache.DefaultRcvHWM + 1) frames of lmcache.DefaultMaxFrameBytes
-// (messages of one frame: ZeroMQ does not bound many-frame ones); with vLLM KV events
+// Then, for each of engines (docs/security.md, decisions 1179 and 1177): with LMCache
+// (cacheSource lmcache or both) lmcache.DefaultMaxPeerConns connections of its IP to each of
+// the chart's two controller sockets (pull and reply), each of whose ZeroMQ queues holds
+// (lmcache.DefaultRcvHWM + 1) frames of lmcache.DefaultMaxFrameBytes (messages of one frame:
+// ZeroMQ does not bound many-frame ones, so no plan holds those); with vLLM KV events
 // (vllm-events or both) dpSize streams at kvindex.DefaultMaxBlocks blocks of 69 bytes (the
 // store order's most, decision 1199).
 func heldBound(buffered, cpus int64, source string, engines, dpSize int64) int64 {
@@ -954,7 +955,7 @@ func heldBound(buffered, cpus int64, source string, engines, dpSize int64) int64
 	extProc := 2*buffered + streams*(window+uncounted) + (2*cpus+1)*app.DefaultMaxMessageBytes + app.DefaultMaxGRPCConns*(header+64<<10)
 	held := extProc + rest
 	if source != "vllm-events" {
-		held += lmcache.DefaultMaxKeys*keyBytes + engines*2*(lmcache.DefaultRcvHWM+1)*lmcache.DefaultMaxFrameBytes
+		held += lmcache.DefaultMaxKeys*keyBytes + engines*2*lmcache.DefaultMaxPeerConns*(lmcache.DefaultRcvHWM+1)*lmcache.DefaultMaxFrameBytes
 	}
 	if source != "lmcache" {
 		held += engines * dpSize * kvindex.DefaultMaxBlocks * blockBytes

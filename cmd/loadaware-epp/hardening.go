@@ -36,6 +36,7 @@ type hardening struct {
 	lmPeerRate          int64
 	lmPeerBurst         int64
 	lmMaxFrameBytes     int64
+	lmMaxPeerConns      int
 	lmIngestCPU         float64
 	largeTokenizations  int
 }
@@ -63,6 +64,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
 	fs.Int64Var(&h.lmMaxFrameBytes, "lmcache-max-frame-bytes", lmcache.DefaultMaxFrameBytes, "largest frame of an LMCache message (a full sync's batch is about 18 KB); ZeroMQ disconnects a peer sending a larger one. What a peer connection can make ZeroMQ hold is 101 such frames (docs/security.md)")
+	fs.IntVar(&h.lmMaxPeerConns, "lmcache-max-peer-conns", lmcache.DefaultMaxPeerConns, "connections one IP may hold to each LMCache controller socket (a worker holds one; an engine pod runs one worker a tensor-parallel rank); one past it is ended as it is accepted; -1: no cap")
 	fs.Float64Var(&h.lmIngestCPU, "lmcache-ingest-cpu", lmcache.DefaultIngestCPU, "share of one CPU the LMCache controller may spend receiving and applying cache events, every engine together; over it, it stops reading (the engines' sends block); -1: no bound")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
 }
@@ -106,6 +108,9 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	if h.lmPeerRate == 0 || h.lmPeerRate < -1 || h.lmPeerBurst < 1 {
 		return fmt.Errorf("--lmcache-peer-rate must be bytes per second (default %d) or -1, and --lmcache-peer-burst at least 1 byte (default %d)", lmcache.DefaultPeerRate, lmcache.DefaultPeerBurst)
 	}
+	if h.lmMaxPeerConns == 0 || h.lmMaxPeerConns < -1 {
+		return fmt.Errorf("--lmcache-max-peer-conns %d: use at least 1 (default %d: one LMCache worker a tensor-parallel rank of an engine pod), or -1 for no cap", h.lmMaxPeerConns, lmcache.DefaultMaxPeerConns)
+	}
 	if h.lmMaxFrameBytes < 4<<10 {
 		return fmt.Errorf("--lmcache-max-frame-bytes %d: use at least 4096 bytes (default %d), more than LMCache's largest frame (a full sync's batch, about 18 KB)", h.lmMaxFrameBytes, lmcache.DefaultMaxFrameBytes)
 	}
@@ -119,6 +124,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		cfg.LMCache.MaxKeys, cfg.LMCache.MaxInstancesPerIP = h.lmMaxKeys, h.lmMaxInstancesPerIP
 		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst
 		cfg.LMCache.MaxFrameBytes = h.lmMaxFrameBytes
+		cfg.LMCache.MaxPeerConns = h.lmMaxPeerConns
 		cfg.LMCache.IngestCPU = h.lmIngestCPU
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)

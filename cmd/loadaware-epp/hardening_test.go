@@ -32,6 +32,8 @@ func TestHardeningFlags(t *testing.T) {
 		{"lmcache peer rate", []string{ok, "--lmcache-peer-rate", "-2"}, "--lmcache-peer-rate must be bytes per second"},
 		{"lmcache peer burst", []string{ok, "--lmcache-peer-burst", "0"}, "--lmcache-peer-burst at least 1 byte"},
 		{"lmcache frame cap", []string{ok, "--lmcache-max-frame-bytes", "100"}, "--lmcache-max-frame-bytes 100: use at least 4096 bytes"},
+		{"lmcache connections", []string{ok, "--lmcache-max-peer-conns", "0"}, "--lmcache-max-peer-conns 0: use at least 1"},
+		{"lmcache connections", []string{ok, "--lmcache-max-peer-conns", "-2"}, "--lmcache-max-peer-conns -2: use at least 1"},
 		{"gc percent", []string{ok, "--gc-percent", "0"}, "--gc-percent 0: use a GOGC of at least 1"},
 		{"memory limit", []string{ok, "--memory-limit", "-2"}, "--memory-limit -2: use a limit in bytes"},
 	} {
@@ -47,7 +49,7 @@ func TestHardeningFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 1<<20 ||
-		cfg.LMCache.MaxFrameBytes != 256<<10 {
+		cfg.LMCache.MaxFrameBytes != 256<<10 || cfg.LMCache.MaxPeerConns != 8 {
 		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
 	}
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||

@@ -137,3 +137,50 @@ func TestPrefillSpeedCountsSharedSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefillSpeedAge: an idle engine's reading is dropped once its fleet of engines has had
+// a window's worth of first tokens per engine since the engine's last, and only then.
+func TestPrefillSpeedAge(t *testing.T) {
+	const engines = 6
+	window := PrefillWindow * float64(engines)
+	for _, tt := range []struct {
+		name      string
+		elsewhere float64 // the fleet's first tokens after the engine's last
+		busy      bool    // the engine has work at the scrapes after its last first token
+		own       bool    // the engine has one more first token halfway
+		afresh    float64 // then this many requests at the model's speed
+		want      float64 // the slowdown; 0 is unknown
+	}{
+		{"a window per engine elsewhere, idle: unknown", window, false, false, 0, 0},
+		{"one first token short: kept", window - 1, false, false, 0, 13.87},
+		{"busy (work queued or running): kept", 2 * window, true, false, 0, 13.87},
+		{"its own first token restarts the count", window, false, true, 0, 13.87},
+		{"measured afresh after the drop: the engine's speed, not the burst's", window, false, false, PrefillWindow, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var p PrefillSpeed
+			fleet := 0.0
+			c := PrefillCounters{}
+			for range 1 + PrefillWindow { // the warm-up burst: 13.87x the model
+				c = feed(&p, c, 1, 1, 8000, 13.87)
+				fleet += engines
+				p.Age(fleet, engines, false)
+			}
+			for i := 0; i < int(tt.elsewhere); i++ {
+				if tt.own && i == int(tt.elsewhere)/2 {
+					c = feed(&p, c, 1, 1, 8000, 13.87)
+				}
+				fleet++
+				p.Age(fleet, engines, !tt.busy)
+			}
+			for range int(tt.afresh) {
+				c = feed(&p, c, 1, 1, 8000, 1)
+				fleet += engines
+				p.Age(fleet, engines, true)
+			}
+			if got := p.Slowdown(); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("Slowdown = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -64,6 +64,7 @@ type Scraper struct {
 	cfg     Config
 	mu      sync.RWMutex
 	last    map[string]sample
+	firsts  float64                // every endpoint's first tokens the scrapes counted (PrefillSpeed.Age)
 	scrapes *prometheus.CounterVec // by outcome
 	slow    *prometheus.GaugeVec   // each endpoint's prefill slowdown, by endpoint
 }
@@ -170,7 +171,8 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 			at := s.cfg.Now()
 			s.mu.Lock()
 			v := s.last[addr]
-			v.speed.Observe(r.Prefill)
+			s.firsts += v.speed.Observe(r.Prefill)
+			v.speed.Age(s.firsts, len(addrs), r.Running == 0 && r.Waiting == 0)
 			s.last[addr] = sample{r: r, at: at, speed: v.speed}
 			s.mu.Unlock()
 			s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())

@@ -172,7 +172,13 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 			s.mu.Lock()
 			v := s.last[addr]
 			s.firsts += v.speed.Observe(r.Prefill)
-			v.speed.Age(s.firsts, len(addrs), r.Running == 0 && r.Waiting == 0)
+			peers := 0.0 // the highest reading of the other endpoints
+			for a, o := range s.last {
+				if a != addr {
+					peers = max(peers, o.speed.Slowdown())
+				}
+			}
+			v.speed.Age(s.firsts, len(addrs), r.Running == 0 && r.Waiting == 0, peers)
 			s.last[addr] = sample{r: r, at: at, speed: v.speed}
 			s.mu.Unlock()
 			s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())

@@ -21,22 +21,25 @@ const PrefillWindow = 100
 type PrefillSpeed struct {
 	last              PrefillCounters // the counters at the last Observe; Known once seen
 	took, model, reqs float64         // decayed sums of the measured and modelled times and of requests
+	aged              float64         // last.Count at the last Age
+	mark              float64         // the fleet's first tokens (Age's fleet) when this engine last had one
 }
 
-// Observe takes an engine's cumulative counters; unknown ones are ignored. Counters that
-// go back (an engine restart) start the window again.
-func (p *PrefillSpeed) Observe(c PrefillCounters) {
+// Observe takes an engine's cumulative counters and returns the first tokens they add;
+// unknown ones are ignored. Counters that go back (an engine restart) start the window
+// again.
+func (p *PrefillSpeed) Observe(c PrefillCounters) float64 {
 	if !c.Known {
-		return
+		return 0
 	}
 	l := p.last
 	if !l.Known || c.Seconds < l.Seconds || c.Count < l.Count || c.Computed < l.Computed {
-		*p = PrefillSpeed{last: c}
-		return
+		*p = PrefillSpeed{last: c, aged: c.Count, mark: p.mark}
+		return 0
 	}
 	dn := c.Count - l.Count
 	if dn == 0 {
-		return
+		return 0
 	}
 	perReq := scoring.AdmitCost.Seconds() + scoring.StepCost.Seconds()
 	perTok := scoring.TokenCost.Seconds() + scoring.StepCost.Seconds()/scoring.StepTokens
@@ -45,6 +48,39 @@ func (p *PrefillSpeed) Observe(c PrefillCounters) {
 	p.model = p.model*w + dn*perReq + (c.Computed-l.Computed)*perTok
 	p.reqs = p.reqs*w + dn
 	p.last = c
+	return dn
+}
+
+// Age caps the reading of an engine whose reading describes a load that has drained: one
+// that is idle now (idle: nothing running or waiting at its scrape) and has had no first
+// token while its fleet of engines had PrefillWindow x engines of them. An engine with
+// its share of the fleet's requests would have replaced its window (decayed it by e) in
+// that many; an idle engine that took none reads the prefill of steps it shared with a
+// load long gone (a warm-up burst's queue counts each shared step once per request in it),
+// and a reading that high keeps requests away, so it would never be replaced. Such a
+// reading above peers, the highest reading of the fleet's other engines now, is replaced
+// by peers at the weight of half a window (the least that reads as measured), so the
+// engine's next requests measure it afresh; one at or below peers (a slower GPU among
+// faster ones reads its own speed) is kept. With no peer measured (peers 0) the window is
+// dropped (Slowdown unknown until half a window). fleet is the fleet's first tokens counted
+// so far (the sum of every engine's Observe), taken after this engine's Observe of the
+// same round.
+func (p *PrefillSpeed) Age(fleet float64, engines int, idle bool, peers float64) {
+	if p.last.Count != p.aged {
+		p.aged, p.mark = p.last.Count, fleet
+		return
+	}
+	if !idle || p.reqs <= 0 || fleet-p.mark < PrefillWindow*float64(max(engines, 1)) {
+		return
+	}
+	switch s := p.Slowdown(); {
+	case peers <= 0:
+		p.took, p.model, p.reqs = 0, 0, 0
+	case s > peers:
+		p.model *= min(PrefillWindow/2/p.reqs, 1)
+		p.reqs = min(p.reqs, PrefillWindow/2)
+		p.took = peers * p.model
+	}
 }
 
 // Slowdown is the measured prefill time over the model's within the window: 1.3 for an

@@ -137,3 +137,56 @@ func TestPrefillSpeedCountsSharedSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefillSpeedAge: an idle engine's reading is capped at its peers' highest (dropped
+// with no peer measured) once its fleet of engines has had a window's worth of first
+// tokens per engine since the engine's last, and only then.
+func TestPrefillSpeedAge(t *testing.T) {
+	const engines = 6
+	window := PrefillWindow * float64(engines)
+	for _, tt := range []struct {
+		name      string
+		factor    float64 // the engine's reading before it idles
+		elsewhere float64 // the fleet's first tokens after the engine's last
+		busy      bool    // the engine has work at the scrapes after its last first token
+		own       bool    // the engine has one more first token halfway
+		peers     float64 // the other engines' highest reading
+		afresh    float64 // then this many requests at the model's speed
+		want      float64 // the slowdown; 0 is unknown
+	}{
+		{"a window per engine elsewhere, idle: capped at the peers'", 13.87, window, false, false, 2.1, 0, 2.1},
+		{"no peer measured: dropped", 13.87, window, false, false, 0, 0, 0},
+		{"one first token short: kept", 13.87, window - 1, false, false, 2.1, 0, 13.87},
+		{"busy (work queued or running): kept", 13.87, 2 * window, true, false, 2.1, 0, 13.87},
+		{"its own first token restarts the count", 13.87, window, false, true, 2.1, 0, 13.87},
+		{"a slower GPU reading below its peers: kept", 1.3, 2 * window, false, false, 1.5, 0, 1.3},
+		{"capped, then measured: a window later the engine's speed", 13.87, window, false, false, 2.1, 5 * PrefillWindow, 1},
+		{"dropped, then measured afresh: the engine's speed, not the burst's", 13.87, window, false, false, 0, PrefillWindow, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var p PrefillSpeed
+			fleet := 0.0
+			c := PrefillCounters{}
+			for range 1 + PrefillWindow { // the warm-up: tt.factor times the model
+				c = feed(&p, c, 1, 1, 8000, tt.factor)
+				fleet += engines
+				p.Age(fleet, engines, false, tt.peers)
+			}
+			for i := 0; i < int(tt.elsewhere); i++ {
+				if tt.own && i == int(tt.elsewhere)/2 {
+					c = feed(&p, c, 1, 1, 8000, tt.factor)
+				}
+				fleet++
+				p.Age(fleet, engines, !tt.busy, tt.peers)
+			}
+			for range int(tt.afresh) {
+				c = feed(&p, c, 1, 1, 8000, 1)
+				fleet += engines
+				p.Age(fleet, engines, true, tt.peers)
+			}
+			if got := p.Slowdown(); math.Abs(got-tt.want) > 0.01 {
+				t.Fatalf("Slowdown = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

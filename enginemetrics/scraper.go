@@ -64,6 +64,7 @@ type Scraper struct {
 	cfg     Config
 	mu      sync.RWMutex
 	last    map[string]sample
+	firsts  float64                // every endpoint's first tokens the scrapes counted (PrefillSpeed.Age)
 	scrapes *prometheus.CounterVec // by outcome
 	slow    *prometheus.GaugeVec   // each endpoint's prefill slowdown, by endpoint
 }
@@ -170,7 +171,14 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 			at := s.cfg.Now()
 			s.mu.Lock()
 			v := s.last[addr]
-			v.speed.Observe(r.Prefill)
+			s.firsts += v.speed.Observe(r.Prefill)
+			peers := 0.0 // the highest reading of the other endpoints
+			for a, o := range s.last {
+				if a != addr {
+					peers = max(peers, o.speed.Slowdown())
+				}
+			}
+			v.speed.Age(s.firsts, len(addrs), r.Running == 0 && r.Waiting == 0, peers)
 			s.last[addr] = sample{r: r, at: at, speed: v.speed}
 			s.mu.Unlock()
 			s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())

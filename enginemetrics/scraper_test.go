@@ -311,3 +311,51 @@ func TestScraperMeasuresPrefillSlowdown(t *testing.T) {
 		t.Fatalf("after the endpoint left: %d gauge series, want 0", n)
 	}
 }
+
+func TestScraperCapsAnIdleEnginesStaleSlowdown(t *testing.T) {
+	// Two endpoints. The first takes 10 requests a round at 13.87 times the model for 11
+	// rounds, then nothing, idle; the second takes 10 a round at the model's speed, busy.
+	page := func(busy bool, n, factor float64) string {
+		running := 0
+		if busy {
+			running = 1
+		}
+		return fmt.Sprintf("vllm:num_requests_running %d\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.5\n"+
+			"vllm:request_prefill_time_seconds_sum %v\nvllm:request_prefill_time_seconds_count %v\nvllm:request_prefill_kv_computed_tokens_sum %v\n",
+			running, factor*modelled(n, 2000), n, n*2000)
+	}
+	var stuckRounds, busyRounds atomic.Int64
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := min(stuckRounds.Add(1), 11)
+		fmt.Fprint(w, page(k < 11, float64(10*k), 13.87))
+	}))
+	defer stuck.Close()
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, page(true, float64(10*busyRounds.Add(1)), 1))
+	}))
+	defer busy.Close()
+	now := time.Unix(1000, 0)
+	list := []string{addr(stuck), addr(busy)}
+	s, err := New(Config{Endpoints: func() []string { return list }, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stuck endpoint's last first tokens come in round 11; the fleet then needs
+	// PrefillWindow x 2 = 200 more, 20 rounds of the busy endpoint's 10 (give or take a
+	// round: the two endpoints are scraped at once, their counts added in either order).
+	for range 11 + 18 {
+		s.Round(context.Background())
+	}
+	if got := s.Engine(addr(stuck), now).PrefillSlowdown; math.Abs(got-13.87) > 1e-9 {
+		t.Fatalf("180-190 first tokens elsewhere: stuck endpoint's slowdown %v, want 13.87 (kept)", got)
+	}
+	for range 3 { // the two endpoints' scrapes of a round are counted in either order
+		s.Round(context.Background())
+	}
+	if got := s.Engine(addr(stuck), now).PrefillSlowdown; math.Abs(got-1) > 1e-9 {
+		t.Fatalf("200 first tokens elsewhere, idle: stuck endpoint's slowdown %v, want 1 (the other endpoint's)", got)
+	}
+	if got := s.Engine(addr(busy), now).PrefillSlowdown; math.Abs(got-1) > 1e-9 {
+		t.Fatalf("busy endpoint's slowdown %v, want 1", got)
+	}
+}

@@ -26,6 +26,7 @@ type scrapeGrid struct {
 	// scrape before (the stamp of RankLoads).
 	moved   []time.Duration
 	speed   []enginemetrics.PrefillSpeed // each engine's prefill speed, updated at each scrape
+	firsts  float64                      // the fleet's first tokens the scrapes counted
 	last    time.Duration                // when the last scrape happened
 	scraped bool                         // a scrape has happened
 	due     bool                         // the next scrape is in the event queue
@@ -45,7 +46,23 @@ func (w *world) scrape() {
 		g.seen[i] = m
 		c := w.firsts[i].finished
 		c.Known = true
-		g.speed[i].Observe(c)
+		g.firsts += g.speed[i].Observe(c)
+	}
+	top, second, at := 0.0, 0.0, -1 // the two highest readings, the highest's engine
+	for i := range g.speed {
+		switch r := g.speed[i].Slowdown(); {
+		case r > top:
+			top, second, at = r, top, i
+		case r > second:
+			second = r
+		}
+	}
+	for i, m := range g.seen {
+		peers := top
+		if i == at {
+			peers = second
+		}
+		g.speed[i].Age(g.firsts, len(g.seen), m.Running == 0 && m.Waiting == 0, peers)
 	}
 	g.last, g.scraped = w.now, true
 	if w.adapters != nil {

@@ -99,7 +99,7 @@ func New(cfg Config) (*Scraper, error) {
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loadaware_engine_metrics_scrapes_total",
 			Help: "Scrapes of the engines' /metrics for the policies that read vLLM's running, waiting and KV-usage gauges, by outcome (ok, error)."}, []string{"outcome"})}
 	s.slow = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "loadaware_engine_prefill_slowdown_ratio",
-		Help: "Each engine's measured prefill time over the calibrated model's for the tokens it computed (1.3: 30% slower than the A10 model), smoothed over its last 100 requests; 0 until 50 are measured."}, []string{"endpoint"})
+		Help: "Each engine's measured prefill time over the calibrated model's for the tokens it computed (1.3: 30% slower than the A10 model), smoothed over its last 100 requests; 0 until 50 are measured. An idle engine that took no request while its fleet took 100 a engine reads no more than its peers' highest (decision 1701)."}, []string{"endpoint"})
 	s.scrapes.WithLabelValues("ok")
 	s.scrapes.WithLabelValues("error")
 	if cfg.Registerer != nil {
@@ -150,6 +150,7 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 	timeout := min(max(2*s.cfg.Interval, minTimeout), maxTimeout)
 	slots := make(chan struct{}, maxConcurrent)
 	var wg sync.WaitGroup
+	var scraped []string // the endpoints scraped this round, under s.mu
 	for _, addr := range addrs {
 		slots <- struct{}{}
 		wg.Go(func() {
@@ -172,16 +173,9 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 			s.mu.Lock()
 			v := s.last[addr]
 			s.firsts += v.speed.Observe(r.Prefill)
-			peers := 0.0 // the highest reading of the other endpoints
-			for a, o := range s.last {
-				if a != addr {
-					peers = max(peers, o.speed.Slowdown())
-				}
-			}
-			v.speed.Age(s.firsts, len(addrs), r.Running == 0 && r.Waiting == 0, peers)
 			s.last[addr] = sample{r: r, at: at, speed: v.speed}
+			scraped = append(scraped, addr)
 			s.mu.Unlock()
-			s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())
 		})
 	}
 	wg.Wait()
@@ -196,7 +190,36 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 			s.slow.DeleteLabelValues(a)
 		}
 	}
+	s.age(scraped, len(addrs))
 	s.mu.Unlock()
+}
+
+// age ages the prefill speed of each endpoint scraped this round (PrefillSpeed.Age),
+// once every reading of the round is in: its peers are the highest reading of the other
+// endpoints, found in one pass over them (the two highest). s.mu must be held.
+func (s *Scraper) age(scraped []string, engines int) {
+	top, second, topAddr := 0.0, 0.0, ""
+	for a, o := range s.last {
+		switch r := o.speed.Slowdown(); {
+		case r > top:
+			top, second, topAddr = r, top, a
+		case r > second:
+			second = r
+		}
+	}
+	for _, addr := range scraped {
+		v, ok := s.last[addr]
+		if !ok {
+			continue
+		}
+		peers := top
+		if addr == topAddr {
+			peers = second
+		}
+		v.speed.Age(s.firsts, engines, v.r.Running == 0 && v.r.Waiting == 0, peers)
+		s.last[addr] = v
+		s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())
+	}
 }
 
 func (s *Scraper) scrapeOne(ctx context.Context, addr string, timeout time.Duration) (Reading, error) {

@@ -19,7 +19,8 @@ import (
 const DefaultMaxPeerConns = 8
 
 // peerConns counts one socket's open connections by peer IP, from the socket's monitor
-// events. It is owned by the socket's monitor goroutine.
+// events. It is owned by the ZAP handler's goroutine (serveZAP), the only reader of the
+// monitors.
 type peerConns struct {
 	max  int
 	byFD map[int]string // an accepted connection's descriptor -> its peer IP

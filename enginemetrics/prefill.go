@@ -83,6 +83,33 @@ func (p *PrefillSpeed) Age(fleet float64, engines int, idle bool, peers float64)
 	}
 }
 
+// Peers is the two highest prefill slowdowns of a fleet's engines, gathered in one pass
+// (Add each engine's reading); Of gives an engine the highest of the others' readings, the
+// peers Age takes. The zero value is an empty fleet (Of gives 0).
+type Peers[K comparable] struct {
+	top, second float64
+	at          K    // the engine reading top
+	found       bool // top was read by an engine (a reading above 0)
+}
+
+// Add takes engine k's reading.
+func (p *Peers[K]) Add(k K, reading float64) {
+	switch {
+	case reading > p.top:
+		p.top, p.second, p.at, p.found = reading, p.top, k, true
+	case reading > p.second:
+		p.second = reading
+	}
+}
+
+// Of is the highest reading among the engines other than k.
+func (p *Peers[K]) Of(k K) float64 {
+	if p.found && k == p.at {
+		return p.second
+	}
+	return p.top
+}
+
 // Slowdown is the measured prefill time over the model's within the window: 1.3 for an
 // engine whose prefill takes 1.3 times the A10's. It is 0, meaning unknown, until half a
 // window of requests has been seen.

@@ -190,3 +190,29 @@ func TestPrefillSpeedAge(t *testing.T) {
 		})
 	}
 }
+
+func TestPeersGivesEachEngineTheOthersHighest(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		readings []float64
+		want     []float64
+	}{
+		{"empty fleet reads nothing", nil, nil},
+		{"none measured", []float64{0, 0}, []float64{0, 0}},
+		{"the highest gets the second", []float64{1.2, 3, 1.6}, []float64{3, 1.6, 3}},
+		{"a tie at the top: each gets the other", []float64{2, 2, 1}, []float64{2, 2, 2}},
+		{"one engine alone has no peer", []float64{13.87}, []float64{0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p Peers[int]
+			for i, r := range tc.readings {
+				p.Add(i, r)
+			}
+			for i, want := range tc.want {
+				if got := p.Of(i); got != want {
+					t.Errorf("engine %d of %v: peers %g, want %g", i, tc.readings, got, want)
+				}
+			}
+		})
+	}
+}

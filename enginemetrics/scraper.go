@@ -195,28 +195,19 @@ func (s *Scraper) round(ctx context.Context, follow bool) {
 }
 
 // age ages the prefill speed of each endpoint scraped this round (PrefillSpeed.Age),
-// once every reading of the round is in: its peers are the highest reading of the other
-// endpoints, found in one pass over them (the two highest). s.mu must be held.
+// once every reading of the round is in, against the highest reading of the other
+// endpoints (Peers, one pass). s.mu must be held.
 func (s *Scraper) age(scraped []string, engines int) {
-	top, second, topAddr := 0.0, 0.0, ""
+	var peers Peers[string]
 	for a, o := range s.last {
-		switch r := o.speed.Slowdown(); {
-		case r > top:
-			top, second, topAddr = r, top, a
-		case r > second:
-			second = r
-		}
+		peers.Add(a, o.speed.Slowdown())
 	}
 	for _, addr := range scraped {
 		v, ok := s.last[addr]
 		if !ok {
 			continue
 		}
-		peers := top
-		if addr == topAddr {
-			peers = second
-		}
-		v.speed.Age(s.firsts, engines, v.r.Running == 0 && v.r.Waiting == 0, peers)
+		v.speed.Age(s.firsts, engines, v.r.Running == 0 && v.r.Waiting == 0, peers.Of(addr))
 		s.last[addr] = v
 		s.slow.WithLabelValues(addr).Set(v.speed.Slowdown())
 	}

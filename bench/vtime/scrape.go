@@ -48,21 +48,12 @@ func (w *world) scrape() {
 		c.Known = true
 		g.firsts += g.speed[i].Observe(c)
 	}
-	top, second, at := 0.0, 0.0, -1 // the two highest readings, the highest's engine
+	var peers enginemetrics.Peers[int]
 	for i := range g.speed {
-		switch r := g.speed[i].Slowdown(); {
-		case r > top:
-			top, second, at = r, top, i
-		case r > second:
-			second = r
-		}
+		peers.Add(i, g.speed[i].Slowdown())
 	}
 	for i, m := range g.seen {
-		peers := top
-		if i == at {
-			peers = second
-		}
-		g.speed[i].Age(g.firsts, len(g.seen), m.Running == 0 && m.Waiting == 0, peers)
+		g.speed[i].Age(g.firsts, len(g.seen), m.Running == 0 && m.Waiting == 0, peers.Of(i))
 	}
 	g.last, g.scraped = w.now, true
 	if w.adapters != nil {

@@ -818,12 +818,14 @@ func (s *Server) sweep() {
 	}
 }
 
-// serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its
-// IP is in the allowed set (allow-from fleet; any: always). It owns the sockets' monitors and applies every event they have
-// queued before it answers (drainMonitor; once a second when there is nothing to answer):
-// libzmq reports a connection accepted before it asks about it, so a connection past
-// MaxPeerConns is shut before its handshake can end, and libzmq reads no message of it. (Refusing it here instead would stop its peer's socket for good: libzmq
-// does not connect again after an authentication failure; ended, it connects again later.)
+// serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its IP
+// is in the allowed set (allow-from fleet; any: always). It owns the sockets' monitors and
+// applies every event they have queued before it answers (drainMonitor; once a second when
+// there is nothing to answer): libzmq reports a connection accepted before it asks about
+// it, so a connection past MaxPeerConns is shut before its handshake can end, and libzmq
+// reads no message of it. (Refusing it here instead would stop its peer's socket for good:
+// libzmq does not connect again after an authentication failure; ended, it connects again
+// later.)
 func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter, monitors []*monitor) {
 	defer so.Close()
 	for _, m := range monitors {

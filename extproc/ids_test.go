@@ -85,11 +85,17 @@ func TestStreamsReuseTheirTokenIDArray(t *testing.T) {
 			}
 		}
 	}
-	// Serial conversations get the same pooled stream back unless the pool dropped it (the
-	// race detector's sync.Pool drops a quarter of what is put back): most reuse, none
-	// without the kept array.
-	if reused < len(sizes)/2 {
-		t.Fatalf("%d of %d requests decoded their ids into an array an earlier request had, want at least %d", reused, len(sizes), len(sizes)/2)
+	// Serial conversations get the same pooled stream back unless the pool dropped it: most
+	// reuse, and none without the kept array. The race detector's sync.Pool drops a quarter
+	// of what is put back, and the stream's worker and its decision are pooled too: there
+	// fewer reuse (12-22 of 32 in 60 race runs, against 24-28 in 100 without), never none.
+	want := len(sizes) / 2
+	if raceEnabled {
+		want = 4
+	}
+	t.Logf("%d of %d requests reused an earlier request's array", reused, len(sizes))
+	if reused < want {
+		t.Fatalf("%d of %d requests decoded their ids into an array an earlier request had, want at least %d", reused, len(sizes), want)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	rtmetrics "runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,6 +66,29 @@ func BenchmarkRoundTripCodec(b *testing.B) {
 			benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints, grpcOpts: c.opts}, msgs, request, answers)
 		})
 	}
+}
+
+// fullDuplexIDs is fullDuplex8KiB with extload's prompt instead of text: 1,578 token ids
+// (about 8 KiB of JSON), which the stream decodes into an array of ids.
+func fullDuplexIDs() (msgs []*extprocv3.ProcessingRequest, request, requestAnswers int) {
+	b := []byte(`{"model":"m","prompt":[`)
+	for i := range 1578 {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(1000+i*37%150000), 10)
+	}
+	b = append(b, "]}"...)
+	return []*extprocv3.ProcessingRequest{postHeaders(PathCompletions), body(string(b), true),
+		respHeaders(false), respBody("data: [DONE]\n\n", true)}, 2, 2
+}
+
+// BenchmarkRoundTripIDs measures fullDuplexIDs as BenchmarkRoundTripCodec does, with the
+// service's codec: its B/op and allocs/op show whether the ids' array is allocated per
+// conversation (decision 1200: a stream keeps it).
+func BenchmarkRoundTripIDs(b *testing.B) {
+	msgs, request, answers := fullDuplexIDs()
+	benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints, grpcOpts: grpcbuf.ServerOptions()}, msgs, request, answers)
 }
 
 // BenchmarkRoundTripStreamed measures the soak's `streamed` conversation (streamedFlood) the

@@ -46,11 +46,16 @@ func badRequest(format string, args ...any) error {
 // four fields would (keys matched case-insensitively, the last of a repeated key winning),
 // in one pass over the bytes and without reflection; only a refused body is handed to
 // encoding/json again, for its description of what is wrong.
-func ParseBody(path string, body []byte) (Body, error) {
+func ParseBody(path string, body []byte) (Body, error) { return parseBody(path, body, nil) }
+
+// parseBody is ParseBody decoding the prompt's token ids into ids' array when it has room
+// for them (Body.Tokens then shares it), else into a new one; ids' contents are overwritten.
+// A stream passes the ids of its last request, so that a request with ids allocates none.
+func parseBody(path string, body []byte, ids []uint32) (Body, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Body{}, badRequest("the request body is empty: send a JSON object with \"model\"")
 	}
-	s := scan{b: body}
+	s := scan{b: body, prompt: prompt{ids: ids[:0]}}
 	if !s.run() {
 		return Body{}, badRequest("the request body is not valid JSON: %v", syntaxError(body))
 	}

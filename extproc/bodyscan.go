@@ -273,8 +273,8 @@ func (s *scan) idList(d int) bool {
 		return false
 	}
 	ids := s.prompt.ids
-	if ids == nil {
-		ids = make([]uint32, 0, (len(s.b)-s.i)/5+1)
+	if need := (len(s.b)-s.i)/5 + 1; cap(ids) < need {
+		ids = make([]uint32, 0, need) // a list longer than that grows as it is read
 	}
 	var ok bool
 	s.prompt.ids, ok = s.readIDs(ids, d)

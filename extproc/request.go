@@ -169,11 +169,16 @@ const (
 func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	req := picker.Request{RequestID: st.requestID, Path: st.path, Session: st.session, Subset: st.subset, Explain: st.explain}
 	if hasBody {
-		b, err := ParseBody(st.path, body)
+		b, err := parseBody(st.path, body, st.ids)
 		if err != nil {
 			return st.immediate(typev3.StatusCode_BadRequest, "BadRequest", err.Error())
 		}
 		req.Model, req.Prompt, req.Tokens, req.CacheSalt = b.Model, b.Prompt, b.Tokens, b.CacheSalt
+		// The ids' array is the stream's for its next request (picker.Request.Tokens is read
+		// only until PickInto returns), unless it is larger than a stream keeps.
+		if c := cap(b.Tokens); c > cap(st.ids) && c <= maxKeptIDs {
+			st.ids = b.Tokens[:0]
+		}
 		if b.Chat {
 			req.ChatBody = body
 		}

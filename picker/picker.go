@@ -57,7 +57,7 @@ type Request struct {
 	Path      string   // "/v1/completions", "/v1/chat/completions", or other
 	Model     string   // the body's "model"; a LoRA adapter's name when it is not a base model (Options.BaseModels)
 	CacheSalt string   // the body's "cache_salt"; empty: none
-	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing)
+	Tokens    []uint32 // prompt token ids when the client sent ids (skips tokenizing); read them only until Pick returns (extproc reuses the array)
 	Prompt    string   // completion prompt text
 	ChatBody  []byte   // raw chat request body, for chat requests; read it only until Pick returns (extproc reuses its bytes)
 	Session   string   // value of the session header

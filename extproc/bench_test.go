@@ -85,7 +85,7 @@ func fullDuplexIDs() (msgs []*extprocv3.ProcessingRequest, request, requestAnswe
 
 // BenchmarkRoundTripIDs measures fullDuplexIDs as BenchmarkRoundTripCodec does, with the
 // service's codec: its B/op and allocs/op show whether the ids' array is allocated per
-// conversation (decision 1200: a stream keeps it).
+// conversation (decision 1200: the server keeps it between decisions).
 func BenchmarkRoundTripIDs(b *testing.B) {
 	msgs, request, answers := fullDuplexIDs()
 	benchRoundTrip(b, harnessOpts{endpoints: benchEndpoints, grpcOpts: grpcbuf.ServerOptions()}, msgs, request, answers)

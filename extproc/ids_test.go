@@ -34,9 +34,10 @@ func (p *arrayPicker) PickInto(_ context.Context, r picker.Request, d *picker.De
 	return nil
 }
 
-// Requests with token ids, one after another, get their ids exactly and, once a stream has
-// decoded ids, mostly in an array an earlier request had: the stream keeps it. A prompt
-// longer than maxKeptIDs is decoded into an array of its own that no later request gets.
+// Requests with token ids, one after another, get their ids exactly and, once the server has
+// decoded ids, mostly in an array an earlier request had: the server keeps it between
+// decisions. A prompt longer than maxKeptIDs is decoded into an array of its own that no
+// later request gets.
 func TestStreamsReuseTheirTokenIDArray(t *testing.T) {
 	p := &arrayPicker{}
 	s, err := NewServer(p, Config{})
@@ -76,7 +77,7 @@ func TestStreamsReuseTheirTokenIDArray(t *testing.T) {
 			t.Fatalf("request %d: the picker got %d ids, not the %d sent (or other values)", i, len(p.copies[i]), len(sent[i]))
 		}
 		if i > 5 && &p.given[i][0] == big {
-			t.Errorf("request %d got the array of the %d-id prompt: a stream kept more than maxKeptIDs", i, sizes[5])
+			t.Errorf("request %d got the array of the %d-id prompt: the server kept more than maxKeptIDs", i, sizes[5])
 		}
 		for j := range i {
 			if &p.given[i][0] == &p.given[j][0] {
@@ -85,10 +86,9 @@ func TestStreamsReuseTheirTokenIDArray(t *testing.T) {
 			}
 		}
 	}
-	// Serial conversations get the same pooled stream back unless the pool dropped it: most
-	// reuse, and none without the kept array. The race detector's sync.Pool drops a quarter
-	// of what is put back, and the stream's worker and its decision are pooled too: there
-	// fewer reuse (12-22 of 32 in 60 race runs, against 24-28 in 100 without), never none.
+	// Serial conversations get the kept array back unless the pool dropped it: most reuse,
+	// and none without it. The race detector's sync.Pool drops a quarter of what is put
+	// back: there fewer reuse, never none.
 	want := len(sizes) / 2
 	if raceEnabled {
 		want = 4

@@ -168,17 +168,18 @@ const (
 // the body response. Client errors and routing failures become an ImmediateResponse.
 func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	req := picker.Request{RequestID: st.requestID, Path: st.path, Session: st.session, Subset: st.subset, Explain: st.explain}
+	var kept *[]uint32 // the server's array the ids are decoded into, if it had one
 	if hasBody {
-		b, err := parseBody(st.path, body, st.ids)
+		var ids []uint32
+		if kept, _ = st.s.idArrays.Get().(*[]uint32); kept != nil {
+			ids = *kept
+		}
+		b, err := parseBody(st.path, body, ids)
 		if err != nil {
+			st.s.keepIDs(kept, nil)
 			return st.immediate(typev3.StatusCode_BadRequest, "BadRequest", err.Error())
 		}
 		req.Model, req.Prompt, req.Tokens, req.CacheSalt = b.Model, b.Prompt, b.Tokens, b.CacheSalt
-		// The ids' array is the stream's for its next request (picker.Request.Tokens is read
-		// only until PickInto returns), unless it is larger than a stream keeps.
-		if c := cap(b.Tokens); c > cap(st.ids) && c <= maxKeptIDs {
-			st.ids = b.Tokens[:0]
-		}
 		if b.Chat {
 			req.ChatBody = body
 		}
@@ -188,7 +189,13 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 		d = new(picker.Decision)
 	}
 	st.decision, st.decidedAt = d, time.Now()
-	if err := st.s.picker.PickInto(st.srv.Context(), req, d); err != nil {
+	err := st.s.picker.PickInto(st.srv.Context(), req, d)
+	if hasBody {
+		// picker.Request.Tokens is read only until PickInto returns: the array is the
+		// server's again, for the next request with ids.
+		st.s.keepIDs(kept, req.Tokens)
+	}
+	if err != nil {
 		if d.Booking != nil { // Pick books nothing when it fails; should that change, nothing leaks
 			d.Booking.Release()
 			d.Booking = nil
@@ -209,9 +216,25 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	if a == nil {
 		a = new(routingAnswer)
 	}
-	err := st.send(a.build(strings.Join(d.Endpoints, ","), generated, d, st.s.cfg.OmitScores, answerInBody))
+	err = st.send(a.build(strings.Join(d.Endpoints, ","), generated, d, st.s.cfg.OmitScores, answerInBody))
 	st.s.answers.Put(a)
 	return err
+}
+
+// keepIDs puts back into idArrays the larger of the array kept (taken from idArrays, or
+// nil) and the array ids was decoded into, if that is at most maxKeptIDs; the other is
+// left to the collector. Nothing may read either array afterwards.
+func (s *Server) keepIDs(kept *[]uint32, ids []uint32) {
+	if kept == nil {
+		if c := cap(ids); c == 0 || c > maxKeptIDs {
+			return
+		}
+		kept = new([]uint32)
+	}
+	if c := cap(ids); c > cap(*kept) && c <= maxKeptIDs {
+		*kept = ids[:0]
+	}
+	s.idArrays.Put(kept)
 }
 
 func (st *stream) tooLarge() error {

@@ -114,6 +114,11 @@ type Server struct {
 	// answers holds routingAnswers between streams: a stream takes one to send its routing
 	// answer and puts it back once Send has returned.
 	answers sync.Pool
+	// idArrays holds *[]uint32 token-id arrays of at most maxKeptIDs between decisions: a
+	// request with ids is decoded into one and it is put back once PickInto has returned
+	// (picker.Request.Tokens is read only until then). No stream holds one while it waits
+	// for its response, so the arrays add nothing to what live streams hold (decision 1200).
+	idArrays sync.Pool
 	// streamPool holds streams whose worker has ended, for Process to reuse.
 	streamPool sync.Pool
 	// bodyAnswers holds bodyAnswers between body chunks, the same way.
@@ -199,7 +204,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		st = &stream{done: make(chan error, 1)}
 	}
 	*st = stream{srv: srv, s: s, reqMode: s.cfg.BodyMode.envoy(), respMode: s.cfg.BodyMode.envoy(),
-		done: st.done, idleTimer: st.idleTimer, msg: received{parts: st.msg.parts}, ids: st.ids, phase: awaitingHeaders,
+		done: st.done, idleTimer: st.idleTimer, msg: received{parts: st.msg.parts}, phase: awaitingHeaders,
 		decision: &noDecision, lastRecv: time.Now()}
 	if !s.streams.enter() {
 		st.refuse = "overloaded"
@@ -223,9 +228,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 	}
 	if workerDone { // else the worker still holds st
-		// Nothing of this request stays reachable: the decoder's parts are clear (released);
-		// the token-id array it keeps holds no pointer.
-		*st = stream{done: st.done, idleTimer: st.idleTimer, msg: received{parts: st.msg.parts}, ids: st.ids}
+		// Nothing of this request stays reachable: the decoder's parts are clear (released).
+		*st = stream{done: st.done, idleTimer: st.idleTimer, msg: received{parts: st.msg.parts}}
 		s.streamPool.Put(st)
 	}
 	return err

@@ -132,12 +132,12 @@ type stream struct {
 	whole             []byte           // the request body, when it came in one frame: in msg's buffer
 	decision          *picker.Decision // &noDecision until decide takes one from the pool
 	decidedAt         time.Time        // when decide routed the request
-	ids               []uint32         // the array a request's token ids are decoded into; kept across requests, at most maxKeptIDs
 }
 
-// maxKeptIDs bounds the token-id array a stream keeps for its next request (64 KiB): a
-// prompt of up to about 16k ids is decoded without allocating, a longer one into an
-// array of its own, as before. The array is overwritten by each request's ids.
+// maxKeptIDs bounds the token-id arrays the server keeps between decisions (64 KiB each,
+// Server.idArrays): a prompt of up to about 16k ids is decoded without allocating, a
+// longer one into an array of its own, as before. An array is overwritten by each
+// request's ids.
 const maxKeptIDs = 1 << 14
 
 // noDecision is a stream's decision before it has one: empty, never written.

@@ -69,9 +69,12 @@ import (
 //	    fleet that has none to spare, so the prompt goes where most of it is held (its
 //	    lowest miss), the estimate deciding among equals.
 //	  - A copy of a hot prefix (decisions 1614, 1635): a second holder lets the prefix's later
-//	    requests choose the less queued of two, so a candidate holding none of the prompt
-//	    and with nothing in prefill, when no candidate is saturated, is scored as if it held
-//	    the prompt when the copy saves its family more wait than it costs (replicaPays). (A
+//	    requests choose the less queued of two, and one on a faster engine serves each of
+//	    them faster (the fastest holder's hitTime less the copy's: a GPU the warm-up placed
+//	    the family on before any speed was measured costs every later request its slowdown;
+//	    decision 1704), so a candidate holding none of the prompt and with nothing in
+//	    prefill, when no candidate is saturated, is scored as if it held the prompt when
+//	    the copy saves its family more wait than it costs (replicaPays). (A
 //	    candidate holding the prompt's start lacks only what this request does not share
 //	    with its family, a conversation's history after its system prompt: no copy.) Over
 //	    a holding that is only presumed, a copy is made only when the prompt's token ids
@@ -313,17 +316,24 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	}
 	busy := rate / served // the fleet's prefill utilization
 	best := math.Inf(1)   // the lowest estimate
+	held := math.Inf(1)   // the fastest holder's own time for the prompt (hitTime)
+	for i, c := range in.Candidates {
+		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
+			held = min(held, hitTime(c, rs[i].Slowdown, leastMiss))
+		}
+	}
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
 		recompute := extra * tok * rs[i].Slowdown
+		faster := max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)) // what a copy on c saves each later request by its speed
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
 		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
-			replicaPays(c, between, len(in.Candidates), saving, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+			replicaPays(c, between, len(in.Candidates), saving+faster, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
@@ -378,7 +388,9 @@ func (s *State) leastBookedFirst(rs []Ranked) {
 // replicaPays says whether a copy of the prompt's prefix on c saves its family more wait
 // than it costs. The family's later requests, while the copy stays cached there, may each
 // go to the less queued of two holders; with waits spread exponentially about the fleet's
-// mean queued prefill wait, the less of two is half the mean, so each saves wait/2. The
+// mean queued prefill wait, the less of two is half the mean, so each saves wait/2; and
+// where c is faster than the fastest holder each saves the difference of their own times
+// too (hitTime). saving is the sum, per later request. The
 // copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
 // c takes about 1/engines of the fleet's uncached bookings, between of which come between
 // two of the family's requests, so about engines x free / between of them arrive first.
@@ -496,3 +508,14 @@ func kvPool(e EngineMetrics) float64 {
 // saturatedMiss weighs a token of miss beyond the least when the fleet is saturated: more
 // than any estimate can differ (a day of prefill per token), so the least miss wins.
 const saturatedMiss = 86400.0
+
+// hitTime is c's own time to first token for a prompt it holds but for miss tokens: one
+// admission, the miss's prefill and its steps at c's batch and slowdown, without the
+// prefill queued ahead or the KV wait (est(s)'s own work, for a holder). The fastest
+// holder's hitTime less a copy's is what each of the family's later requests saves by
+// the copy's speed (TTFTAware, copy(s)).
+func hitTime(c Candidate, slowdown float64, miss int) float64 {
+	admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
+	steps := max(1, math.Ceil(float64(miss)/StepTokens))
+	return slowdown * (admit + float64(miss)*TokenCost.Seconds() + steps*(StepCost.Seconds()+float64(max(c.Decode, 0))*SeqStepCost.Seconds()))
+}

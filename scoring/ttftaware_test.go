@@ -623,3 +623,48 @@ func TestTTFTAwareCopiesOverAPresumedHolderOnlyForARepeat(t *testing.T) {
 		})
 	}
 }
+
+func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
+	// a:1 holds the family's 2,000-token prompt and has nothing queued, so a second holder
+	// saves no queued wait; b:1 holds none of it. What a copy on b:1 still buys each later
+	// request of the family is its speed (decision 1704): a hit is one admission and one
+	// step, 0.044 s at slowdown 1, 0.070 s at 1.6. The recompute (0.396 s at slowdown 1) and
+	// the blocks it evicts cost about 0.8 s; over a free 99,000-token pool on two engines
+	// the copy pays when 2 x 99,000 x (holder's hit - copy's hit) > 0.8 x the tokens booked
+	// between two of the family's requests: below about 6,500 tokens from a 1.6x holder to
+	// a 1x engine. A copy onto an engine no faster saves nothing.
+	const key = 0x7e95
+	tests := []struct {
+		name       string
+		slowA      float64 // the holder's prefill slowdown
+		slowB      float64 // the other engine's
+		between    int     // uncached tokens booked on the fleet between the family's two requests
+		want       string
+		wantReason string
+	}{
+		{"the holder is 1.6x, the other 1x: the copy pays by speed alone", 1.6, 1, 1000, "b:1", ReasonReplica},
+		{"the same, but the copy would be evicted before it pays", 1.6, 1, 50000, "a:1", ReasonLowestTTFT},
+		{"equal speeds and no queue: nothing to save", 1, 1, 1000, "a:1", ReasonLowestTTFT},
+		{"the other engine is the slower: nothing to save", 1, 1.6, 1000, "a:1", ReasonLowestTTFT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.Routed(key, "a:1", 2000, t0)
+			st.Uncached("c:1", tt.between)
+			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+			st.Uncached("a:1", 0)
+			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			a := lcand("a:1", 2000, 0, 0, 0)
+			a.Engine = EngineMetrics{Known: true, PrefillSlowdown: tt.slowA}
+			b := lcand("b:1", 0, 0, 0, 0)
+			b.Engine = EngineMetrics{Known: true, PrefillSlowdown: tt.slowB}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: []Candidate{a, b}})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+		})
+	}
+}

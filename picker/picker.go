@@ -241,9 +241,8 @@ type Picker struct {
 	scratch sync.Pool       // *pickScratch, for the work before the lock
 	ranking rankScratch     // guarded by decide
 	usable  atomic.Pointer[usableView]
-	ledger  *ledger       // requests in flight with their sizes, for the policies that read them
-	prefill *prefillTimes // each endpoint's prefill timed from our bookings, for the policies that read it
-	ranks   *rankPicker   // the data-parallel ranks behind each endpoint (RankedView); nil: none
+	ledger  *ledger     // requests in flight with their sizes, for the policies that read them
+	ranks   *rankPicker // the data-parallel ranks behind each endpoint (RankedView); nil: none
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 }
@@ -281,8 +280,7 @@ func New(opts Options) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), base: baseModels(opts.BaseModels), ledger: newLedger(),
-		prefill: newPrefillTimes(opts.Now)}
+	p := &Picker{opts: opts, state: scoring.NewState(), metrics: m, source: cacheSource(opts.Cache), base: baseModels(opts.BaseModels), ledger: newLedger()}
 	if opts.LargeTokenizations > 0 {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
@@ -332,7 +330,6 @@ func (p *Picker) Forget(keep []string) {
 	p.state.Forget(keep)
 	p.metrics.share.forget(keep)
 	p.ledger.forget(keep)
-	p.prefill.forget(keep)
 }
 
 // PeerBooked records in the routing history a request another replica of this picker
@@ -543,11 +540,6 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 				rs.cands[i].Engine = p.opts.Engines.Engine(rs.cands[i].Addr, now)
 			}
 		}
-		if act.needs&scoring.NeedsPrefillTimes != 0 {
-			for i := range rs.cands {
-				rs.cands[i].PrefillBooked, rs.cands[i].PrefillOverlap = p.prefill.read(rs.cands[i].Addr)
-			}
-		}
 		if sizes {
 			hashes = blockHashes(tokens)
 			for i := range rs.cands {
@@ -559,23 +551,9 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		ranked, i, b = bookFirst(firstRank(), in, rank, p.opts.Fleet.BookTagged)
 		p.metrics.rankWhole.Inc()
 	}
-	if b != nil {
-		var led, ov fleet.Hook
-		if sizes {
-			m := min(max(ranked[i].Matched, 0), len(tokens))
-			led = p.ledger.add(b.Addr(), hashes, len(tokens)-m)
-		}
-		if act.needs&scoring.NeedsPrefillTimes != 0 {
-			ov = p.prefill.sent(b.Addr(), prefillModel(ranked[i], in))
-		}
-		switch {
-		case led != nil && ov != nil:
-			b.SetHook(bothHooks{led, ov})
-		case led != nil:
-			b.SetHook(led)
-		case ov != nil:
-			b.SetHook(ov)
-		}
+	if b != nil && sizes {
+		m := min(max(ranked[i].Matched, 0), len(tokens))
+		b.SetHook(p.ledger.add(b.Addr(), hashes, len(tokens)-m))
 	}
 	if b != nil {
 		d.Booking = b
@@ -812,17 +790,4 @@ func baseModels(names []string) map[string]bool {
 func candidate(l fleet.Load) scoring.Candidate {
 	return scoring.Candidate{Addr: l.Addr, HolderRank: -1, InFlight: l.InFlight(),
 		Prefill: l.Prefill, Decode: l.Decode, DecodePace: l.DecodePace}
-}
-
-// prefillModel is the model's time for the work the winner r's uncached prompt asks of its
-// endpoint (scoring.PrefillModel, on the candidate as the policy saw it).
-func prefillModel(r scoring.Ranked, in scoring.Input) float64 {
-	c := scoring.Candidate{Addr: r.Addr}
-	for _, k := range in.Candidates {
-		if k.Addr == r.Addr {
-			c = k
-			break
-		}
-	}
-	return scoring.PrefillModel(c, in.PromptTokens-max(min(r.Matched, in.PromptTokens), r.Presumed, 0))
 }

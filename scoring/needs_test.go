@@ -19,7 +19,7 @@ func TestNeedsOfEveryPolicy(t *testing.T) {
 		"prefixaware":         NeedsPrompt,
 		"latencyaware":        NeedsCache | NeedsPrefixKey | NeedsBeta,
 		"llmd-sticky":         NeedsCache | NeedsInFlightSizes,
-		"ttftaware":           NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens | NeedsPrefillTimes,
+		"ttftaware":           NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens,
 	}
 	for _, name := range Names {
 		p, err := New(name, DefaultParams(), NewState())

@@ -42,14 +42,6 @@ type Candidate struct {
 	InFlightPrefill int // uncached prompt tokens of requests not yet past their first token
 	ActiveBlocks    int // distinct 16-token KV blocks of the prompts in flight, a shared block counted once
 	NewBlocks       int // this prompt's full blocks that are not among ActiveBlocks
-	// The caller's own measure of the endpoint's prefill from its bookings, timed to their
-	// first tokens (enginemetrics.BookedSpeed), filled only for policies that read it
-	// (NeedsPrefillTimes); 0 when not measured. PrefillBooked is the time the endpoint had
-	// one of the caller's requests awaiting a first token, each moment counted once, over
-	// the model's time for the work they asked for (PrefillModel); PrefillOverlap is how
-	// many awaited one at once, on average while any did (at least 1).
-	PrefillBooked  float64
-	PrefillOverlap float64
 	// Engine is what the endpoint's own /metrics said when last scraped. It is filled only
 	// for policies that read it (NeedsEngineMetrics); the zero value means not known (no
 	// scrape has succeeded, or nobody scrapes).
@@ -144,7 +136,7 @@ type Policy interface {
 
 // Needs is the set of signals a policy reads beyond the candidates' loads (addresses,
 // in-flight, prefill and decode counts, decode pace, which every policy gets).
-type Needs uint16
+type Needs uint8
 
 const (
 	// NeedsCache: the prompt's token count (Input.PromptTokens) and each candidate's
@@ -171,10 +163,6 @@ const (
 	// request's prompt with State.RoutedPrompt (ttftaware tells a session's next turn
 	// from another request of its prefix's family by them).
 	NeedsTokens
-	// NeedsPrefillTimes: each candidate's Candidate.PrefillBooked and PrefillOverlap; the
-	// caller gives each booking the model's time for the work it asks for (PrefillModel)
-	// and times it to its first token while such a policy is in force.
-	NeedsPrefillTimes
 )
 
 // TokenlessRanker is a Policy that ranks a request without token ids (Input.PromptTokens

@@ -15,7 +15,6 @@ import (
 //		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
-//		             + decode(s) x SeqStepCost                  the decode it slows (decision 1706)
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
@@ -50,12 +49,7 @@ import (
 //	    system prompt shares that, not this session's history; decision 1694).
 //	  - Every term of est(s) but kvwait(s), and the move's recompute charge below, is
 //	    multiplied by slowdown(s), the engine's measured prefill time over the model's
-//	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower. It is
-//	    the engine's speed alone, each moment of its time counted once; the load that a
-//	    reading counting a shared step once per request in it carried is charged apart: a
-//	    request placed on s decodes there, and by Little's law decode(s) requests are
-//	    admitted on s while it does, each of their steps SeqStepCost longer for it (the
-//	    last term of est(s); decision 1706).
+//	    (PrefillSlowdown; 1 until measured): a slower GPU prefills and steps slower.
 //	  - Sticky until saturated: moving a prompt off the engine that holds the most of it makes
 //	    the fleet compute the difference again, work the requests that queue behind it on the
 //	    new engine wait for. In a queue, a job of x seconds delays the jobs after it by x
@@ -147,7 +141,7 @@ func (*TTFTAware) Name() string { return "ttftaware" }
 
 // Needs implements Policy.
 func (*TTFTAware) Needs() Needs {
-	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens | NeedsPrefillTimes
+	return NeedsCache | NeedsPrefixKey | NeedsUncached | NeedsEngineMetrics | NeedsTokens
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
@@ -291,8 +285,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
-		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait +
-			rs[i].Slowdown*float64(max(c.Decode, 0))*seq // the decode(s) sequences it slows while it decodes (decision 1706)
+		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	wait := 0.0     // the fleet's mean queued prefill, seconds

@@ -16,7 +16,10 @@
 //     only for instances of the IP they came from (trust.go: an engine speaks only for
 //     itself), and the index stays under a key budget, least recently used first (budget.go).
 //   - Server owns the ZeroMQ sockets (PULL for pushed events, ROUTER for register and
-//     heartbeat requests) and admits only the fleet's IPs through a ZAP handler.
+//     heartbeat requests). Its ZMTP front (front.go, package zmtp) listens in their place:
+//     it admits only the fleet's IPs, at most MaxPeerConns of an IP, and hands libzmq only
+//     messages within the frame cap in bytes and 64 frames (decision 1178); without it
+//     (ServerConfig.Direct) a ZAP handler and the sockets' monitors admit peers.
 //   - MissDetector warns when an endpoint's admits never match the keys of the prompts
 //     this picker sent it (hash seed, tokenizer, chunk size or key format differ).
 //

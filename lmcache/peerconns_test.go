@@ -70,22 +70,37 @@ func TestServerCapsConnectionsPerPeerIP(t *testing.T) {
 	}
 }
 
-// ZMQ_MAXMSGSIZE in the linked libzmq bounds a frame, not a message: a message of three
-// frames at the cap (three times the cap in all) arrives whole. This is why the
-// controller's frame cap does not bound what a many-frame message makes libzmq hold.
-func TestServerFrameCapIsPerFrame(t *testing.T) {
-	noLeaks(t)
-	const frame = 4 << 10
-	seen := &seenFrames{}
-	ls := startServer(t, ServerConfig{PeerRate: -1, MaxFrameBytes: frame, Ingest: seen.ingest}, []string{"127.0.0.1"})
-	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
-	sendFrames(t, push, repeatFrames(3, frame))
-	eventually(t, "the message of three frames at the cap", func() bool { return seen.count() == 1 })
-	if frames, largest := seen.largest(); frames != 3 || largest != frame {
-		t.Errorf("got a message of %d frames of at most %d bytes, want 3 of %d", frames, largest, frame)
+// ZMQ_MAXMSGSIZE in the linked libzmq bounds a frame, not a message: without the front
+// (Direct) a message of three frames at the cap (three times the cap in all) arrives whole.
+// The front bounds the message: it drops it (counted, logged) before libzmq holds it, and
+// the peer's next message arrives.
+func TestServerFrameCapBoundsTheMessage(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "front", true: "direct"}[direct], func(t *testing.T) {
+			noLeaks(t)
+			const frame = 4 << 10
+			seen := &seenFrames{}
+			ls := startServer(t, ServerConfig{PeerRate: -1, MaxFrameBytes: frame, Direct: direct, Ingest: seen.ingest}, []string{"127.0.0.1"})
+			push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+			sendFrames(t, push, repeatFrames(3, frame))
+			sendFrames(t, push, [][]byte{[]byte("after")})
+			eventually(t, "the message after", func() bool { return seen.sawLast("after") })
+			frames, largest := seen.largest()
+			if direct && (frames != 3 || largest != frame) {
+				t.Errorf("direct: largest message %d frames of at most %d bytes, want 3 of %d (libzmq's cap is a frame's)", frames, largest, frame)
+			}
+			if !direct {
+				if frames != 1 || testutil.ToFloat64(ls.bigMsgs) != 1 {
+					t.Errorf("front: largest message %d frames, %v counted dropped; want the three-frame message dropped", frames, testutil.ToFloat64(ls.bigMsgs))
+				}
+				if !strings.Contains(ls.logs.String(), "dropped a message of more bytes than --lmcache-max-frame-bytes") {
+					t.Errorf("no WARN line for the dropped message: %s", ls.logs.String())
+				}
+			}
+			push.Close()
+			ls.closePeers(t)
+		})
 	}
-	push.Close()
-	ls.closePeers(t)
 }
 
 func TestPeerConnsCounts(t *testing.T) {

@@ -2,6 +2,8 @@ package lmcache
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,6 +111,11 @@ type ServerConfig struct {
 	// loadaware_lmcache_peer_conns_refused_total. 0 means DefaultMaxPeerConns, negative: no
 	// cap.
 	MaxPeerConns int
+	// Direct lets libzmq listen on the addresses itself, without the ZMTP front (see front):
+	// a message of many frames then reaches libzmq whole whatever its size, and libzmq's
+	// ZAP handler and socket monitors apply Allow and MaxPeerConns. For comparison and as a
+	// way back; the front is the default.
+	Direct bool
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -135,6 +142,12 @@ type Server struct {
 	pausedLog    *ratelog.Limiter // the pull loop's over-budget line, once a minute
 	connsRefused prometheus.Counter
 	connLog      *ratelog.Limiter // a peer's over-the-cap line, once a minute per socket
+	bigMsgs      prometheus.Counter
+	connsCut     *prometheus.CounterVec
+	cutLog       *ratelog.Limiter // a connection ended by the front, once a minute per peer and reason
+
+	fronts []*front
+	peerID peerID // how a message's peer is read from its metadata
 
 	zctx                           *zmq.Context
 	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
@@ -252,6 +265,16 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Help: "Connections to an LMCache controller socket ended as they were accepted because their peer IP already held --lmcache-max-peer-conns connections to it.",
 		}),
 		connLog: ratelog.New(time.Minute),
+		bigMsgs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_big_messages_total",
+			Help: "LMCache messages of more bytes than --lmcache-max-frame-bytes, all frames together: read and dropped before libzmq holds them (a message of one frame over it ends the connection instead).",
+		}),
+		connsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadaware_lmcache_peer_conns_cut_total",
+			Help: "Connections to an LMCache controller socket ended by its ZMTP front: a frame over --lmcache-max-frame-bytes (frame_cap), or a peer not speaking ZMTP 3 with the NULL mechanism (protocol).",
+		}, []string{"reason"}),
+		cutLog: ratelog.New(time.Minute),
+		peerID: peerID{props: []string{"Peer-Address"}},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -263,7 +286,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		s.limit = nil
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs, s.ingestCPU, s.ingestPaused, s.connsRefused} {
+		for _, c := range []prometheus.Collector{s.rejected, s.overWait, s.overMsgs, s.longMsgs, s.ingestCPU, s.ingestPaused, s.connsRefused, s.bigMsgs, s.connsCut} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("lmcache: register server metrics: %w", err)
 			}
@@ -311,17 +334,31 @@ func (s *Server) Start(ctx context.Context) error {
 		for _, w := range s.waiters {
 			w.Close()
 		}
+		for _, f := range s.fronts {
+			f.close()
+		}
 		for _, so := range socks {
 			so.Close()
 		}
 		zctx.Term()
 		close(s.done)
+		s.wg.Wait() // the fronts' goroutines
 		return err
+	}
+	var innerName string // the front's Unix sockets: @<innerName>-<socket>
+	if !s.cfg.Direct {
+		var secret [16]byte
+		if _, err := rand.Read(secret[:]); err != nil {
+			return fail(fmt.Errorf("lmcache: a key for the ZMTP front: %w", err))
+		}
+		s.peerID = peerID{props: []string{peerProperty, keyProperty}, key: hex.EncodeToString(secret[:])}
+		rand.Read(secret[:])
+		innerName = "loadaware-lmcache-" + hex.EncodeToString(secret[:8])
 	}
 	var zap *zmq.Socket
 	// The ZAP handler admits the fleet's IPs (allow-from fleet) and applies the sockets'
 	// monitor events before each connection's handshake ends (MaxPeerConns; see serveZAP).
-	if s.cfg.Allow == AllowFleet || s.cfg.MaxPeerConns > 0 {
+	if s.cfg.Direct && (s.cfg.Allow == AllowFleet || s.cfg.MaxPeerConns > 0) {
 		if zap, err = zctx.NewSocket(zmq.REP); err != nil {
 			return fail(fmt.Errorf("lmcache: ZAP socket: %w", err))
 		}
@@ -335,6 +372,17 @@ func (s *Server) Start(ctx context.Context) error {
 		ep, err := zmqEndpoint(addr)
 		if err != nil {
 			return nil, "", fmt.Errorf("lmcache: %s address: %w", what, err)
+		}
+		var fr *front
+		if !s.cfg.Direct {
+			// The front listens on addr; libzmq on a Unix socket behind it.
+			ln, err := s.listenFront(addr)
+			if err != nil {
+				return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
+			}
+			fr = &front{s: s, what: what, ln: ln, inner: "@" + innerName + "-" + what, byIP: map[string]int{}, conns: map[net.Conn]struct{}{}}
+			s.fronts = append(s.fronts, fr)
+			ep = "ipc://" + fr.inner
 		}
 		so, err := zctx.NewSocket(kind)
 		if err != nil {
@@ -366,7 +414,7 @@ func (s *Server) Start(ctx context.Context) error {
 		// The monitor is set and read before the socket listens, so that no accepted
 		// connection goes uncounted.
 		var mon *zmq.Socket
-		if s.cfg.MaxPeerConns > 0 {
+		if s.cfg.Direct && s.cfg.MaxPeerConns > 0 {
 			inproc := "inproc://lmcache-monitor-" + what
 			if err := so.Monitor(inproc, zmq.EVENT_ACCEPTED|zmq.EVENT_DISCONNECTED); err != nil {
 				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
@@ -392,6 +440,9 @@ func (s *Server) Start(ctx context.Context) error {
 			return nil, "", fmt.Errorf("lmcache: %s socket address: %w", what, err)
 		}
 		bound := strings.TrimPrefix(last, "tcp://")
+		if fr != nil {
+			bound = fr.ln.Addr().String()
+		}
 		if mon != nil {
 			_, p, _ := net.SplitHostPort(bound)
 			port, err := strconv.Atoi(p)
@@ -459,6 +510,9 @@ func (s *Server) Start(ctx context.Context) error {
 		s.wg.Go(func() { l.serve(l.so, s.waiters[i]) })
 	}
 	s.wg.Go(s.sweep)
+	for _, f := range s.fronts {
+		s.wg.Go(f.serve) // after every socket is bound: a forwarded connection finds its socket
+	}
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -470,14 +524,29 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("lmcache: controller listening", "pull", s.pullAddr, "reply", s.replyAddr, "heartbeat", s.heartAddr,
 		"heartbeat_url", s.heartbeatURL, "allow_from", s.cfg.Allow.String(), "allowed_ips", len(*s.allowed.Load()),
 		"hash_seed", kc.HashSeed, "chunk_size", kc.ChunkSize, "key_format", kc.Format.String())
-	s.log.Info("lmcache: what a peer can make ZeroMQ hold: per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped, an IP holds at most max_peer_conns connections a socket (-1: no cap); ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes (docs/security.md)",
-		"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
-		"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes,
-		"max_peer_conns", s.cfg.MaxPeerConns)
+	if s.cfg.Direct {
+		s.log.Info("lmcache: what a peer can make ZeroMQ hold (no ZMTP front): per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped, an IP holds at most max_peer_conns connections a socket (-1: no cap); ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes: run with the front (docs/security.md)",
+			"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
+			"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes,
+			"max_peer_conns", s.cfg.MaxPeerConns)
+	} else {
+		s.log.Info("lmcache: what a peer can make the controller hold: per connection and socket, at most the queue's messages plus one being read in libzmq and one in the ZMTP front, each of at most the frame cap in bytes (all its frames together) and 64 frames; a larger frame ends its connection, a larger message is dropped before libzmq holds it; an IP holds at most max_peer_conns connections a socket (-1: no cap) (docs/security.md, decision 1178)",
+			"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
+			"connection_bound_bytes", ConnectionBoundBytes(s.cfg.RcvHWM, s.cfg.MaxFrameBytes), "message_bound_bytes", s.cfg.MaxFrameBytes,
+			"max_peer_conns", s.cfg.MaxPeerConns)
+	}
 	if s.cfg.Allow == AllowFleet && len(*s.allowed.Load()) == 0 {
 		s.log.Warn("lmcache: no fleet IPs known yet: every worker connection is refused until the endpoints are set (or use allow-from any)")
 	}
 	return nil
+}
+
+// listenFront listens on addr ("host:port" or "tcp://host:port"; an empty host: every
+// interface) with the keepalive the libzmq sockets had: a peer gone without a word (its node
+// lost) frees its connection's place in MaxPeerConns after 60 + 3 x 10 s, not never.
+func (s *Server) listenFront(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 60 * time.Second, Interval: 10 * time.Second, Count: 3}}
+	return lc.Listen(context.Background(), "tcp", strings.TrimPrefix(strings.TrimSpace(addr), "tcp://"))
 }
 
 // zmqEndpoint turns "host:port" into a ZeroMQ tcp endpoint.
@@ -520,6 +589,9 @@ func (s *Server) Close() error {
 		default:
 		}
 		close(s.done)
+		for _, f := range s.fronts {
+			f.close()
+		}
 		// Closing the waiters ends every wait for a message with zmqwait.ErrClosed, now or
 		// when the goroutine next waits; a goroutine busy with a message stops in pace (on
 		// s.done) or at its next socket call, which returns ETERM once Term has begun. Each
@@ -541,19 +613,19 @@ func isTerm(err error) bool {
 }
 
 // recvPeer receives one message with flags, appended to frames, and the address of the
-// peer it came from ("" if unknown). A message of more than maxMessageFrames frames is
+// peer it came from ("" if unknown), read from the message's metadata by id. A message of more than maxMessageFrames frames is
 // received to its end and dropped: errTooManyFrames, with the peer's address. The address is taken from the first frame that carries it: the routing id
 // frame of a ROUTER carries none when ZMQ_EVENTS (read by every zmqwait.Waiter.Wait) has
 // prefetched the message, in libzmq before 4.3.5 (zeromq/libzmq#4317; Debian 12 ships
 // 4.3.4), while the frames the peer sent always do.
-func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte) (_ [][]byte, peer string, err error) {
+func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte, id peerID) (_ [][]byte, peer string, err error) {
 	long := false
 	for {
 		var b []byte
 		if peer == "" {
 			var md map[string]string
-			b, md, err = so.RecvBytesWithMetadata(flags, "Peer-Address")
-			peer = md["Peer-Address"]
+			b, md, err = so.RecvBytesWithMetadata(flags, id.props...)
+			peer = id.of(md)
 		} else {
 			b, err = so.RecvBytes(flags)
 		}
@@ -606,7 +678,7 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	var peer string
 	var used time.Duration // the thread CPU the functions used since the last payIngest
 	recv := func(f zmq.Flag) (err error) {
-		onThread(&used, func() { frames, peer, err = recvPeer(so, f, frames[:0]) })
+		onThread(&used, func() { frames, peer, err = recvPeer(so, f, frames[:0], s.peerID) })
 		return err
 	}
 	applyFrames := func() (ok bool) {
@@ -726,7 +798,7 @@ func (s *Server) serveRouter(so *zmq.Socket, w *zmqwait.Waiter) {
 		var frames [][]byte
 		var peer string
 		err := w.Receive(time.Time{}, func(f zmq.Flag) (err error) {
-			frames, peer, err = recvPeer(so, f, nil)
+			frames, peer, err = recvPeer(so, f, nil, s.peerID)
 			return err
 		})
 		if err != nil {

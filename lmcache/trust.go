@@ -110,7 +110,7 @@ func (r refusal) why() string {
 	case RefusedInstancesPerIP:
 		return fmt.Sprintf("%s already has %d LMCache instances (the limit): instance %q is not admitted; an engine restarting supersedes its old instance, so this many at once is junk", r.peer, r.instancesOnPeer, r.id)
 	case RefusedNoPeer:
-		return "ZeroMQ gave no Peer-Address for the connection"
+		return "ZeroMQ gave no Peer-Address for the connection, or it did not come through the ZMTP front (no key: a process of the picker's network namespace wrote to libzmq's socket directly)"
 	}
 	return r.reason
 }

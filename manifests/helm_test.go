@@ -942,11 +942,12 @@ func TestChartMemoryPlan(t *testing.T) {
 // connection cap C and its 64 KiB header block H), plus the LMCache index at its key budget
 // (159 bytes a key held by two instances, lmcache.DefaultMaxKeys) and 20 MiB of the rest (the
 // soak's live heap before its hostile clients, the tokenizer's model among it: 18 MiB).
-// Then, for each of engines (docs/security.md, decisions 1179 and 1177): with LMCache
+// Then, for each of engines (docs/security.md, decisions 1179, 1177 and 1178): with LMCache
 // (cacheSource lmcache or both) lmcache.DefaultMaxPeerConns connections of its IP to each of
-// the chart's two controller sockets (pull and reply), each of whose ZeroMQ queues holds
-// (lmcache.DefaultRcvHWM + 1) frames of lmcache.DefaultMaxFrameBytes (messages of one frame:
-// ZeroMQ does not bound many-frame ones, so no plan holds those); with vLLM KV events
+// the chart's two controller sockets (pull and reply), each holding at most
+// lmcache.ConnectionBoundBytes: (lmcache.DefaultRcvHWM + 2) messages of at most
+// lmcache.DefaultMaxFrameBytes in all and 64 frames (the queue, the message libzmq reads and
+// the one the ZMTP front reads, whatever their frames) and the front's buffers; with vLLM KV events
 // (vllm-events or both) dpSize streams at kvindex.DefaultMaxBlocks blocks of 69 bytes (the
 // store order's most, decision 1199).
 func heldBound(buffered, cpus int64, source string, engines, dpSize int64) int64 {
@@ -955,7 +956,7 @@ func heldBound(buffered, cpus int64, source string, engines, dpSize int64) int64
 	extProc := 2*buffered + streams*(window+uncounted) + (2*cpus+1)*app.DefaultMaxMessageBytes + app.DefaultMaxGRPCConns*(header+64<<10)
 	held := extProc + rest
 	if source != "vllm-events" {
-		held += lmcache.DefaultMaxKeys*keyBytes + engines*2*lmcache.DefaultMaxPeerConns*(lmcache.DefaultRcvHWM+1)*lmcache.DefaultMaxFrameBytes
+		held += lmcache.DefaultMaxKeys*keyBytes + engines*2*lmcache.DefaultMaxPeerConns*lmcache.ConnectionBoundBytes(lmcache.DefaultRcvHWM, lmcache.DefaultMaxFrameBytes)
 	}
 	if source != "lmcache" {
 		held += engines * dpSize * kvindex.DefaultMaxBlocks * blockBytes

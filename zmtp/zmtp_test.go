@@ -1,0 +1,257 @@
+package zmtp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+)
+
+// greeting is a ZMTP 3.1 client's greeting of mechanism mech.
+func greeting(major byte, mech string) []byte {
+	g := make([]byte, greetingBytes)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, major, 1
+	copy(g[12:32], mech)
+	return g
+}
+
+func frame(flags byte, body []byte) []byte {
+	var b bytes.Buffer
+	if len(body) > 255 {
+		flags |= flagLong
+	}
+	b.WriteByte(flags)
+	b.Write(appendSize(nil, flags, int64(len(body))))
+	b.Write(body)
+	return b.Bytes()
+}
+
+func ready(props ...string) []byte {
+	body := append([]byte{5}, "READY"...)
+	for i := 0; i+1 < len(props); i += 2 {
+		body = appendProperty(body, props[i], []byte(props[i+1]))
+	}
+	return frame(flagCommand, body)
+}
+
+// msg encodes one message of the given frames.
+func msg(frames ...[]byte) []byte {
+	var b []byte
+	for i, f := range frames {
+		fl := byte(0)
+		if i < len(frames)-1 {
+			fl = flagMore
+		}
+		b = append(b, frame(fl, f)...)
+	}
+	return b
+}
+
+func many(n, size int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = bytes.Repeat([]byte{'x'}, size)
+	}
+	return out
+}
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+var testLimits = Limits{FrameBytes: 1000, MessageBytes: 1000, MessageFrames: 4}
+
+// The forwarder's properties in the tests: the peer's address and a key.
+const PeerProperty, KeyProperty = "X-Loadaware-Peer", "X-Loadaware-Key"
+
+var testProps = []Property{{PeerProperty, "10.0.0.1"}, {KeyProperty, "k3y"}}
+
+func TestForward(t *testing.T) {
+	hello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH"))
+	wantHello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH", PeerProperty, "10.0.0.1", KeyProperty, "k3y"))
+	ping := frame(flagCommand, append([]byte{4}, "PING\x00\x00"...))
+	for _, tt := range []struct {
+		name    string
+		in      []byte
+		want    []byte // forwarded
+		drops   []Drop
+		err     string // "" : nil; else a substring of the error
+		tooLong bool   // the error wraps ErrFrameTooLarge
+	}{
+		{name: "messages of one and many frames, a long frame", in: cat(hello, msg([]byte("a")), msg([]byte("b"), []byte("c"), bytes.Repeat([]byte{'y'}, 300))),
+			want: cat(wantHello, msg([]byte("a")), msg([]byte("b"), []byte("c"), bytes.Repeat([]byte{'y'}, 300)))},
+		{name: "the peer's own peer property and others are dropped, the identity kept",
+			in:   cat(greeting(3, "NULL"), ready("socket-type", "DEALER", "x-loadaware-peer", "6.6.6.6", PeerProperty, "6.6.6.6", KeyProperty, "guess", "Identity", "w1", "Resource", "r"), msg([]byte("a"))),
+			want: cat(greeting(3, "NULL"), ready("socket-type", "DEALER", "Identity", "w1", PeerProperty, "10.0.0.1", KeyProperty, "k3y"), msg([]byte("a")))},
+		{name: "a message at the bounds is kept", in: cat(hello, msg(many(4, 250)...)), want: cat(wantHello, msg(many(4, 250)...))},
+		{name: "a message of too many frames is dropped, the next kept", in: cat(hello, msg(many(5, 1)...), msg([]byte("after"))),
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 5, Bytes: 5, OverFrames: true}}},
+		{name: "a message of too many bytes is dropped, the next kept", in: cat(hello, msg(many(3, 400)...), msg([]byte("after"))),
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 3, Bytes: 1200}}},
+		{name: "a frame over the cap ends the connection, nothing of its message forwarded", in: cat(hello, msg([]byte("a")), msg([]byte("b"), bytes.Repeat([]byte{'z'}, 1001))),
+			want: cat(wantHello, msg([]byte("a"))), err: "over the cap", tooLong: true},
+		{name: "a frame announcing 2^64-1 bytes", in: cat(hello, []byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}),
+			want: wantHello, err: "over the cap", tooLong: true},
+		{name: "a command within a message is handed on before it", in: cat(hello, frame(flagMore, []byte("a")), ping, frame(0, []byte("b"))),
+			want: cat(wantHello, ping, msg([]byte("a"), []byte("b")))},
+		{name: "a stream ended within a message forwards none of it", in: cat(hello, msg([]byte("a")), frame(flagMore, []byte("b"))),
+			want: cat(wantHello, msg([]byte("a"))), err: "ended within a frame"},
+		{name: "a stream ended within a frame", in: cat(hello, frame(0, []byte("abc"))[:3]), want: wantHello, err: "ended within a frame"},
+		{name: "CURVE refused", in: cat(greeting(3, "CURVE"), ready("Socket-Type", "PUSH")), want: greeting(3, "CURVE")[:11], err: `mechanism "CURVE"`},
+		{name: "ZMTP 2 refused", in: greeting(1, "NULL"), want: greeting(1, "NULL")[:10], err: "ZMTP 1.x peer"},
+		{name: "not ZMTP", in: []byte("GET / HTTP/1.1\r\n\r\n"), err: "not a ZMTP 3 greeting"},
+		{name: "a message before READY", in: cat(greeting(3, "NULL"), msg([]byte("a"))), want: greeting(3, "NULL"), err: "before the READY"},
+		{name: "READY without a socket type", in: cat(greeting(3, "NULL"), ready("Identity", "x")), want: greeting(3, "NULL"), err: "without a Socket-Type"},
+		{name: "READY with two socket types", in: cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH", "Socket-Type", "PUB")), want: greeting(3, "NULL"), err: "twice"},
+		{name: "another command first", in: cat(greeting(3, "NULL"), ping), want: greeting(3, "NULL"), err: "not READY"},
+		{name: "a command over its cap", in: cat(hello, frame(flagCommand, bytes.Repeat([]byte{'p'}, MaxCommandBytes+1))), want: wantHello, err: "a command of"},
+		{name: "reserved flag bits", in: cat(hello, []byte{0x08, 0}), want: wantHello, err: "reserved bits"},
+		{name: "a command with more", in: cat(hello, frame(flagCommand|flagMore, []byte("\x04PING"))), want: wantHello, err: "command frame with more"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			var drops []Drop
+			err := Forward(bytes.NewReader(tt.in), &out, testProps, testLimits, func(d Drop) { drops = append(drops, d) })
+			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !bytes.Contains([]byte(err.Error()), []byte(tt.err))) {
+				t.Fatalf("err = %v, want %q", err, tt.err)
+			}
+			if errors.Is(err, ErrFrameTooLarge) != tt.tooLong {
+				t.Errorf("err %v wraps ErrFrameTooLarge: %v, want %v", err, !tt.tooLong, tt.tooLong)
+			}
+			var pe *ProtocolError
+			if err != nil && !tt.tooLong && !errors.As(err, &pe) {
+				t.Errorf("err %T is not a *ProtocolError", err)
+			}
+			if !bytes.Equal(out.Bytes(), tt.want) {
+				t.Errorf("forwarded\n%q\nwant\n%q", out.Bytes(), tt.want)
+			}
+			if fmt.Sprint(drops) != fmt.Sprint(tt.drops) {
+				t.Errorf("drops %v, want %v", drops, tt.drops)
+			}
+		})
+	}
+}
+
+// A write to libzmq that fails ends Forward with its error.
+func TestForwardWriteError(t *testing.T) {
+	boom := errors.New("boom")
+	err := Forward(bytes.NewReader(greeting(3, "NULL")), failWriter{boom}, testProps, testLimits, nil)
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the write's", err)
+	}
+}
+
+type failWriter struct{ err error }
+
+func (w failWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// What Forward hands to libzmq, whatever the peer sends, is a ZMTP 3 stream of the NULL
+// mechanism whose READY carries the forwarder's properties once each (the peer cannot set them) and whose messages are
+// whole and within the limits; it ends at a message's boundary.
+func FuzzForward(f *testing.F) {
+	hello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH"))
+	f.Add(cat(hello, msg([]byte("a")), msg(many(3, 300)...)))
+	f.Add(cat(hello, msg(many(5, 1)...), msg([]byte("b"))))
+	f.Add(cat(greeting(3, "NULL"), ready("Socket-Type", "REQ", PeerProperty, "6.6.6.6", "Identity", "x"), frame(flagMore, nil), frame(0, []byte("req"))))
+	f.Add(cat(hello, frame(flagMore, []byte("a")), frame(flagCommand, []byte("\x04PING\x00\x01")), frame(0, nil)))
+	f.Add(cat(hello, []byte{flagLong, 0, 0, 0, 0, 0, 0, 3, 0xe8}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		err := Forward(bytes.NewReader(in), &out, testProps, testLimits, nil)
+		if err == nil && !bytes.HasPrefix(in, out.Bytes()[:min(len(out.Bytes()), greetingBytes)]) {
+			t.Fatal("greeting altered")
+		}
+		checkForwarded(t, out.Bytes())
+	})
+}
+
+// checkForwarded parses what Forward wrote, independently of its code.
+func checkForwarded(t *testing.T, b []byte) {
+	t.Helper()
+	if len(b) < greetingBytes {
+		return // ended within the greeting: libzmq got at most a prefix
+	}
+	g := b[:greetingBytes]
+	if g[0] != 0xff || g[9]&1 != 1 || g[10] < 3 || string(g[12:16]) != "NULL" || !allZero(g[16:32]) {
+		t.Fatalf("greeting forwarded: % x", g)
+	}
+	r := bytes.NewReader(b[greetingBytes:])
+	next := func() (flags byte, body []byte, ok bool) {
+		fl, err := r.ReadByte()
+		if err == io.EOF {
+			return 0, nil, false
+		}
+		var n uint64
+		if fl&flagLong != 0 {
+			var s [8]byte
+			if _, err := io.ReadFull(r, s[:]); err != nil {
+				t.Fatalf("cut frame size")
+			}
+			n = binary.BigEndian.Uint64(s[:])
+		} else {
+			c, err := r.ReadByte()
+			if err != nil {
+				t.Fatalf("cut frame size")
+			}
+			n = uint64(c)
+		}
+		if n > uint64(r.Len()) {
+			t.Fatalf("frame of %d bytes, %d left", n, r.Len())
+		}
+		body = make([]byte, n)
+		io.ReadFull(r, body)
+		return fl, body, true
+	}
+	fl, body, ok := next()
+	if !ok {
+		return
+	}
+	if fl != flagCommand || !bytes.HasPrefix(body, []byte("\x05READY")) {
+		t.Fatalf("first frame %#x %q, want READY", fl, body)
+	}
+	p, seen := body[6:], map[string]int{}
+	for len(p) > 0 {
+		n := int(p[0])
+		name := string(p[1 : 1+n])
+		vn := int(binary.BigEndian.Uint32(p[1+n:]))
+		val := string(p[5+n : 5+n+vn])
+		p = p[5+n+vn:]
+		for _, tp := range testProps {
+			if equalFold([]byte(name), tp.Name) {
+				seen[tp.Name]++
+				if name != tp.Name || val != tp.Value {
+					t.Fatalf("forwarder's property %s=%q, want %s=%q", name, val, tp.Name, tp.Value)
+				}
+			}
+		}
+	}
+	for _, tp := range testProps {
+		if seen[tp.Name] != 1 {
+			t.Fatalf("READY carries %s %d times", tp.Name, seen[tp.Name])
+		}
+	}
+	frames, size := 0, 0
+	for {
+		fl, body, ok := next()
+		if !ok {
+			break
+		}
+		if fl&flagCommand != 0 {
+			if len(body) > MaxCommandBytes {
+				t.Fatalf("command of %d bytes", len(body))
+			}
+			continue
+		}
+		frames++
+		size += len(body)
+		if frames > testLimits.MessageFrames || int64(size) > testLimits.MessageBytes {
+			t.Fatalf("message of %d frames, %d bytes forwarded", frames, size)
+		}
+		if fl&flagMore == 0 {
+			frames, size = 0, 0
+		}
+	}
+	if frames != 0 {
+		t.Fatalf("forwarded stream ends within a message")
+	}
+}

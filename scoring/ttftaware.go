@@ -291,17 +291,19 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
-	wait := 0.0     // the fleet's mean queued prefill, seconds
-	holders := 0    // candidates missing the least
-	decoding := 0.0 // KV tokens the fleet's decoding sequences take a second
-	queued := 0.0   // requests in prefill across the fleet
-	served := 0.0   // the bookings the fleet can prefill a second
+	wait := 0.0         // the fleet's mean queued prefill, seconds
+	holders := 0        // candidates missing the least
+	decoding := 0.0     // KV tokens the fleet's decoding sequences take a second
+	queued := 0.0       // requests in prefill across the fleet
+	served := 0.0       // the bookings the fleet can prefill a second
+	held := math.Inf(1) // the fastest holder's own time for the prompt (hitTime)
 	for i, c := range in.Candidates {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		served += 1 / (rs[i].Slowdown * (admit + perBooking*tok))
 		wait += rs[i].Load / float64(len(rs))
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
+			held = min(held, hitTime(c, rs[i].Slowdown, leastMiss))
 		}
 		queued += float64(max(c.Prefill, 0))
 		d := float64(max(c.Decode, 0))
@@ -316,24 +318,18 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	}
 	busy := rate / served // the fleet's prefill utilization
 	best := math.Inf(1)   // the lowest estimate
-	held := math.Inf(1)   // the fastest holder's own time for the prompt (hitTime)
-	for i, c := range in.Candidates {
-		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
-			held = min(held, hitTime(c, rs[i].Slowdown, leastMiss))
-		}
-	}
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
 		recompute := extra * tok * rs[i].Slowdown
-		faster := max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)) // what a copy on c saves each later request by its speed
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
 		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
-			replicaPays(c, between, len(in.Candidates), saving+faster, copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+			// a copy on c also saves each later request the fastest holder's time less its own
+			replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate

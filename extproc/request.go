@@ -221,6 +221,12 @@ func (st *stream) decide(body []byte, hasBody, answerInBody bool) error {
 	return err
 }
 
+// maxKeptIDs bounds the token-id arrays the server keeps between decisions (64 KiB each,
+// Server.idArrays): a prompt of up to about 16k ids is decoded without allocating, a
+// longer one into an array of its own, as before. An array is overwritten by each
+// request's ids.
+const maxKeptIDs = 1 << 14
+
 // keepIDs puts back into idArrays the larger of the array kept (taken from idArrays, or
 // nil) and the array ids was decoded into, if that is at most maxKeptIDs; the other is
 // left to the collector. Nothing may read either array afterwards.

@@ -134,12 +134,6 @@ type stream struct {
 	decidedAt         time.Time        // when decide routed the request
 }
 
-// maxKeptIDs bounds the token-id arrays the server keeps between decisions (64 KiB each,
-// Server.idArrays): a prompt of up to about 16k ids is decoded without allocating, a
-// longer one into an array of its own, as before. An array is overwritten by each
-// request's ids.
-const maxKeptIDs = 1 << 14
-
 // noDecision is a stream's decision before it has one: empty, never written.
 var noDecision picker.Decision
 

@@ -310,22 +310,14 @@ func appendSize(b []byte, flags byte, size int64) []byte {
 	return append(b, byte(size))
 }
 
-func writeSize(w *bufio.Writer, flags byte, size int64) error {
-	var b [8]byte
-	_, err := w.Write(appendSize(b[:0], flags, size))
-	return err
-}
-
 // writeFrame writes a frame of body with flags (the LONG flag set as its size needs).
 func writeFrame(w *bufio.Writer, flags byte, body []byte) error {
 	flags &^= flagLong
 	if len(body) > 255 {
 		flags |= flagLong
 	}
-	if err := w.WriteByte(flags); err != nil {
-		return err
-	}
-	if err := writeSize(w, flags, int64(len(body))); err != nil {
+	var head [9]byte
+	if _, err := w.Write(appendSize(append(head[:0], flags), flags, int64(len(body)))); err != nil {
 		return err
 	}
 	_, err := w.Write(body)

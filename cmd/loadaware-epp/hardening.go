@@ -114,7 +114,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		return fmt.Errorf("--lmcache-max-peer-conns %d: use at least 1 (default %d: one LMCache worker a tensor-parallel rank of an engine pod), or -1 for no cap", h.lmMaxPeerConns, lmcache.DefaultMaxPeerConns)
 	}
 	if h.lmMaxFrameBytes < 4<<10 {
-		return fmt.Errorf("--lmcache-max-frame-bytes %d: use at least 4096 bytes (default %d), more than LMCache's largest frame (a full sync's batch, about 18 KB)", h.lmMaxFrameBytes, lmcache.DefaultMaxFrameBytes)
+		return fmt.Errorf("--lmcache-max-frame-bytes %d: use at least 4096 bytes (default %d), more than LMCache's largest message, all its frames together (a full sync's batch, about 18 KB)", h.lmMaxFrameBytes, lmcache.DefaultMaxFrameBytes)
 	}
 	if h.lmIngestCPU <= 0 && h.lmIngestCPU != -1 {
 		return fmt.Errorf("--lmcache-ingest-cpu %g: give a share of one CPU (default %g) or -1 for no bound", h.lmIngestCPU, lmcache.DefaultIngestCPU)

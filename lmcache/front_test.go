@@ -23,13 +23,16 @@ func TestFrontCutsBrokenPeers(t *testing.T) {
 	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the HTTP peer cut", func() bool { return testutil.ToFloat64(ls.connsCut.WithLabelValues("protocol")) == 1 })
+	// The count is taken before the line is logged: wait for both.
+	eventually(t, "the HTTP peer cut", func() bool {
+		return testutil.ToFloat64(ls.connsCut.WithLabelValues("protocol")) == 1 && strings.Contains(ls.logs.String(), "reason=protocol")
+	})
 	c.Close()
 
 	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
 	sendFrames(t, push, repeatFrames(1, DefaultMaxFrameBytes+1))
 	eventually(t, "the oversized frame's connection cut", func() bool {
-		return testutil.ToFloat64(ls.connsCut.WithLabelValues("frame_cap")) >= 1
+		return testutil.ToFloat64(ls.connsCut.WithLabelValues("frame_cap")) >= 1 && strings.Contains(ls.logs.String(), "reason=frame_cap")
 	})
 	for _, s := range []string{"did not speak ZMTP 3", "reason=protocol", "reason=frame_cap", "raise --lmcache-max-frame-bytes"} {
 		if !strings.Contains(ls.logs.String(), s) {

@@ -77,7 +77,7 @@ func (g *gatherer) gather(ctx context.Context) stackcheck.Facts {
 		f.Engines = append(f.Engines, en)
 	}
 	g.credit(ctx, f.Engines, models, chunk)
-	if after, err := g.state(ctx); err == nil && after.KVEvents != nil {
+	if after, ok := g.streamsAfter(ctx, st, f.Engines); ok {
 		for i := range f.Engines {
 			f.Engines[i].StreamBefore = stream(st, f.Engines[i].Endpoint)
 			f.Engines[i].StreamAfter = stream(after, f.Engines[i].Endpoint)
@@ -87,6 +87,32 @@ func (g *gatherer) gather(ctx context.Context) stackcheck.Facts {
 		f.Gateway = g.probe(ctx, st, firstModel(models), chunk)
 	}
 	return f
+}
+
+// streamsAfter reads the picker's state again once every engine the check prompted
+// shows a KV event batch newer than before's (or -settle passed): the subscriber
+// counts a batch after applying it, so the index can credit a prompt a moment before
+// the count moves. ok is false when the picker has no KV events source.
+func (g *gatherer) streamsAfter(ctx context.Context, before stackcheck.PickerState, engines []stackcheck.Engine) (after stackcheck.PickerState, ok bool) {
+	deadline := time.Now().Add(g.o.settle)
+	for {
+		after, err := g.state(ctx)
+		if err != nil || after.KVEvents == nil {
+			return after, false
+		}
+		moved := true
+		for _, en := range engines {
+			if en.CreditErr != "" {
+				continue
+			}
+			b, a := stream(before, en.Endpoint), stream(after, en.Endpoint)
+			moved = moved && a != nil && a.Batches > 0 && (b == nil || a.Seq > b.Seq)
+		}
+		if moved || time.Now().After(deadline) || ctx.Err() != nil {
+			return after, true
+		}
+		time.Sleep(50 * time.Millisecond) // polled like credit: the count has no signal to await
+	}
 }
 
 func stream(st stackcheck.PickerState, ep string) *stackcheck.Stream {

@@ -10,7 +10,6 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/picker"
-	"google.golang.org/protobuf/proto"
 )
 
 // work runs the stream's conversation and then gives back what it holds: its place among
@@ -65,7 +64,7 @@ func (st *stream) recv() (*extprocv3.ProcessingRequest, error) {
 	}
 	n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody())
 	if st.s.cfg.Received != nil && n > 0 {
-		st.s.cfg.Received(st.srv.Context(), proto.Size(req))
+		st.s.cfg.Received(st.srv.Context(), st.msg.wireSize())
 	}
 	if st.s.cfg.Pacer != nil && n > 0 {
 		if st.pacedBytes += int64(n); st.pacedBytes > st.s.cfg.Limits.UnpacedBodyBytes {

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ func TestRoutingAnswerReused(t *testing.T) {
 		{"a rank without a request id", "10.0.0.1:8000", "", 1, true, true, 1},
 		{"a long destination list", strings.Repeat("10.0.0.9:8000,", 40) + "10.0.0.1:8000", "", 12, false, false, 2},
 		{"destination only again", "10.0.0.1:8000", "", 0, true, false, 1},
+		{"an empty destination (a raw value protobuf leaves out)", "", "r", 2, true, true, 1},
 	}
 	var a routingAnswer
 	for _, tt := range tests {
@@ -62,6 +64,10 @@ func TestRoutingAnswerReused(t *testing.T) {
 			wantBytes, err := proto.Marshal(want)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// What grpcbuf's codec sends: the encoding, byte for byte, without protobuf.
+			if enc := a.AppendEncoded(nil); !bytes.Equal(enc, wantBytes) || len(enc) != a.EncodedSize() {
+				t.Fatalf("the answer encoded by hand (%d bytes, announced %d) is not protobuf's (%d):\n%x\n%x", len(enc), a.EncodedSize(), len(wantBytes), enc, wantBytes)
 			}
 			if err := proto.Unmarshal(got, &gotMsg); err != nil {
 				t.Fatal(err)

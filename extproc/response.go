@@ -1,32 +1,59 @@
 package extproc
 
 import (
+	"fmt"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
 )
 
-// The answers that carry nothing of their request are built once and shared by every
-// stream: protobuf's Marshal only reads a message (its size cache is atomic), so they may
-// be sent from any number of streams at once, and gRPC has encoded an answer when Send
-// returns. They are never modified. A STREAMED request's chunks, the response's headers
-// and its buffered body each took three allocations per message before (decision 1175).
+// The answers that carry nothing of their request are built and encoded once and shared by
+// every stream: grpcbuf's codec sends their bytes (encodedResponse), and protobuf's Marshal
+// (other codecs) only reads a message (its size cache is atomic), so they may be sent from
+// any number of streams at once, and gRPC has encoded an answer when Send returns. They are
+// never modified. A STREAMED request's chunks, the response's headers and its buffered body
+// each took three allocations per message before (decision 1175), and then protobuf's Size
+// and Marshal (decision 1203).
 var (
-	continueRequestHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{}}}
-	continueRequestBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{}}}
-	continueRequestTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-		RequestTrailers: &extprocv3.TrailersResponse{}}}
-	continueResponseHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{}}}
-	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{}}}
-	continueResponseTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
-		ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	continueRequestHeaders = encoded(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{}}})
+	continueRequestBody = encoded(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{}}})
+	continueRequestTrailers = encoded(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{}}})
+	continueResponseHeaders = encoded(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{}}})
+	continueResponseBody = encoded(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{}}})
+	continueResponseTrailers = encoded(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{}}})
 )
+
+// encodedResponse is a shared answer with its encoding: a proto.Message (the embedded
+// response's) for a codec that marshals through protobuf, and a grpcbuf.Encoder sending
+// wire for grpcbuf's.
+type encodedResponse struct {
+	*extprocv3.ProcessingResponse
+	wire []byte
+}
+
+// encoded returns r with its encoding; r must not change afterwards.
+func encoded(r *extprocv3.ProcessingResponse) *encodedResponse {
+	wire, err := proto.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("extproc: encode a shared answer: %v", err))
+	}
+	return &encodedResponse{ProcessingResponse: r, wire: wire}
+}
+
+// EncodedSize implements grpcbuf.Encoder.
+func (e *encodedResponse) EncodedSize() int { return len(e.wire) }
+
+// AppendEncoded implements grpcbuf.Encoder.
+func (e *encodedResponse) AppendEncoded(b []byte) []byte { return append(b, e.wire...) }
 
 // bodyAnswer is a StreamedBodyResponse answer's messages in one allocation, kept between
 // chunks (Server.bodyAnswers): built from separate messages it took seven allocations per
@@ -76,7 +103,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 			}
 		}
 	}
-	answer := continueResponseHeaders
+	var answer proto.Message = continueResponseHeaders
 	if st.explain && st.decision.Booking != nil {
 		answer = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{

@@ -10,6 +10,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/picker"
+	"google.golang.org/protobuf/proto"
 )
 
 // work runs the stream's conversation and then gives back what it holds: its place among
@@ -227,8 +228,11 @@ func responseEvent(eos bool) event {
 	return gotResponse
 }
 
-func (st *stream) send(r *extprocv3.ProcessingResponse) error {
-	if err := st.srv.Send(r); err != nil {
+// send sends r, an answer: a *extprocv3.ProcessingResponse, or an answer that also encodes
+// itself (grpcbuf.Encoder: routingAnswer, encodedResponse), whose messages are a
+// ProcessingResponse's.
+func (st *stream) send(r proto.Message) error {
+	if err := st.srv.SendMsg(r); err != nil {
 		return fmt.Errorf("%w: %w", errSend, err)
 	}
 	return nil

@@ -20,6 +20,7 @@
 package grpcbuf
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 
@@ -60,12 +61,24 @@ type Aliasing interface {
 	UnmarshalAliasing(buf mem.Buffer) error
 }
 
-// Marshal encodes v, a proto.Message (anything else goes to gRPC's codec), as gRPC's proto
-// codec does, except that a message of pooling size is written into a buffer of the Pool
-// rather than of gRPC's default (clearing) pool: the encoding writes every byte of the
-// buffer it is sized to. The picker sends bodies back whole (full-duplex streamed answers
-// of 256 KiB prompts at the soak's onset), and gRPC's pool cleared each buffer first.
+// Encoder is a message to send that has encoded itself: the codec sends the EncodedSize
+// bytes AppendEncoded appends, in place of protobuf's Size and Marshal (decision 1203).
+// They must be the message's protobuf encoding, and AppendEncoded must append exactly
+// EncodedSize bytes; both are called once per send, before SendMsg returns.
+type Encoder interface {
+	EncodedSize() int
+	AppendEncoded(b []byte) []byte
+}
+
+// Marshal encodes v, an Encoder or a proto.Message (anything else goes to gRPC's codec), as
+// gRPC's proto codec does, except that a message of pooling size is written into a buffer of
+// the Pool rather than of gRPC's default (clearing) pool: the encoding writes every byte of
+// the buffer it is sized to. The picker sends bodies back whole (full-duplex streamed
+// answers of 256 KiB prompts at the soak's onset), and gRPC's pool cleared each buffer first.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(Encoder); ok {
+		return c.encode(e)
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return c.base.Marshal(v)
@@ -84,6 +97,27 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if err != nil {
 		c.pool.Put(buf)
 		return nil, err
+	}
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
+}
+
+// encode writes e's encoding as Marshal writes a proto.Message's: into a new slice under
+// gRPC's pooling threshold, else into a buffer of the pool.
+func (c Codec) encode(e Encoder) (mem.BufferSlice, error) {
+	size := e.EncodedSize()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b := e.AppendEncoded(make([]byte, 0, size))
+		if len(b) != size {
+			return nil, fmt.Errorf("grpcbuf: a %T encoded %d bytes, not the %d it announced", e, len(b), size)
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := c.pool.Get(size)
+	b := e.AppendEncoded((*buf)[:0])
+	if len(b) != size {
+		c.pool.Put(buf)
+		return nil, fmt.Errorf("grpcbuf: a %T encoded %d bytes, not the %d it announced", e, len(b), size)
 	}
 	*buf = b
 	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil

@@ -102,18 +102,18 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
 }
 
-// encode writes e's encoding as Marshal writes a proto.Message's: into a new slice under
-// gRPC's pooling threshold, else into a buffer of the pool.
+// minPooled is the least capacity gRPC gives back to a buffer's pool once it has written it
+// (mem.NewBuffer): a buffer of at most mem.IsBelowBufferPoolingThreshold's 1 KiB is boxed as
+// a SliceBuffer and left to the collector.
+const minPooled = 1<<10 + 1
+
+// encode writes e's encoding into a buffer of the pool, of at least minPooled bytes' tier, so
+// that a small answer too goes back to the pool once written: protobuf's path allocates
+// three times per message under the threshold (the bytes, their boxing and the slice of
+// buffers), this one once (the slice).
 func (c Codec) encode(e Encoder) (mem.BufferSlice, error) {
 	size := e.EncodedSize()
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		b := e.AppendEncoded(make([]byte, 0, size))
-		if len(b) != size {
-			return nil, fmt.Errorf("grpcbuf: a %T encoded %d bytes, not the %d it announced", e, len(b), size)
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	buf := c.pool.Get(size)
+	buf := c.pool.Get(max(size, minPooled))
 	b := e.AppendEncoded((*buf)[:0])
 	if len(b) != size {
 		c.pool.Put(buf)

@@ -77,6 +77,30 @@ func TestCodecSendsWhatAnEncoderEncoded(t *testing.T) {
 	}
 }
 
+// A small Encoder's encoding is written into a buffer of the pool that goes back to it
+// once gRPC has written it (Free): one allocation per message (the slice of buffers), not
+// protobuf's path's three. minPooled must stay the least capacity gRPC pools.
+func TestSmallEncodingsComeBackToThePool(t *testing.T) {
+	if !mem.IsBelowBufferPoolingThreshold(minPooled-1) || mem.IsBelowBufferPoolingThreshold(minPooled) {
+		t.Fatalf("gRPC's pooling threshold moved: minPooled (%d) must be the least size it pools", minPooled)
+	}
+	c := NewCodec(&Pool{})
+	e := &encoded{BytesValue: wrapperspb.Bytes(nil), wire: bytes.Repeat([]byte{7}, 400)}
+	allocs := testing.AllocsPerRun(1000, func() {
+		s, err := c.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Len() != 400 {
+			t.Fatalf("%d bytes, want 400", s.Len())
+		}
+		s.Free()
+	})
+	if allocs > 1 {
+		t.Errorf("%.1f allocations per small encoding, want at most 1 (its buffer from the pool)", allocs)
+	}
+}
+
 // short is an Encoder announcing size and appending what its encoded appends.
 type short struct {
 	*encoded

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ func TestRoutingAnswerReused(t *testing.T) {
 		{"a rank without a request id", "10.0.0.1:8000", "", 1, true, true, 1},
 		{"a long destination list", strings.Repeat("10.0.0.9:8000,", 40) + "10.0.0.1:8000", "", 12, false, false, 2},
 		{"destination only again", "10.0.0.1:8000", "", 0, true, false, 1},
+		{"an empty destination (a raw value protobuf leaves out)", "", "r", 2, true, true, 1},
 	}
 	var a routingAnswer
 	for _, tt := range tests {
@@ -62,6 +64,10 @@ func TestRoutingAnswerReused(t *testing.T) {
 			wantBytes, err := proto.Marshal(want)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// What grpcbuf's codec sends: the encoding, byte for byte, without protobuf.
+			if enc := a.AppendEncoded(nil); !bytes.Equal(enc, wantBytes) || len(enc) != a.EncodedSize() {
+				t.Fatalf("the answer encoded by hand (%d bytes, announced %d) is not protobuf's (%d):\n%x\n%x", len(enc), a.EncodedSize(), len(wantBytes), enc, wantBytes)
 			}
 			if err := proto.Unmarshal(got, &gotMsg); err != nil {
 				t.Fatal(err)
@@ -99,5 +105,48 @@ func TestUnreadBodiesCounted(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(m.bodyless.vec); got != len(counts) {
 		t.Errorf("%d series, want %d (one per mode counted, none before)", got, len(counts))
+	}
+}
+
+// TestBodyAnswerEncoding sends run of body chunks of every shape (request and response,
+// empty and at varint length boundaries, ending the body or not) from one bodyAnswer, as
+// the pool hands one answer to chunk after chunk, and holds each encoding it writes itself
+// (what grpcbuf's codec sends) and the messages it builds (what protobuf's codecs send) to
+// protobuf's encoding of the same answer built from new messages, byte for byte.
+func TestBodyAnswerEncoding(t *testing.T) {
+	var a bodyAnswer
+	for _, n := range []int{0, 1, 127, 128, 8194, 16383, 16384, 70000, 0} {
+		for _, request := range []bool{true, false} {
+			for _, eos := range []bool{false, true} {
+				chunk := bytes.Repeat([]byte{'a' + byte(n%26)}, n)
+				sbr := &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: eos}
+				br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+					Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: sbr}}}}
+				want := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
+				if request {
+					want.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}
+				}
+				wantBytes, err := proto.Marshal(want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.set(request, chunk, eos)
+				if enc := a.AppendEncoded(nil); !bytes.Equal(enc, wantBytes) || len(enc) != a.EncodedSize() {
+					t.Fatalf("%d bytes, request %v, eos %v: encoded %d bytes (announced %d), protobuf %d:\n%x\n%x",
+						n, request, eos, len(enc), a.EncodedSize(), len(wantBytes), enc[:min(len(enc), 32)], wantBytes[:min(len(wantBytes), 32)])
+				}
+				got, err := proto.Marshal(&a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, wantBytes) {
+					t.Fatalf("%d bytes, request %v, eos %v: the built messages' encoding differs from protobuf's of new ones", n, request, eos)
+				}
+				a.forget()
+				if a.sbr.Body != nil || a.chunk != nil {
+					t.Fatal("forget kept the chunk")
+				}
+			}
+		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/loadaware/loadaware-epp/grpcbuf"
+	"github.com/loadaware/loadaware-epp/picker"
+	"github.com/loadaware/loadaware-epp/scoring"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -162,6 +164,66 @@ func benchRoundTrip(b *testing.B, o harnessOpts, msgs []*extprocv3.ProcessingReq
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
 }
 
+// BenchmarkRoutingAnswer measures a routing answer built and encoded as grpcbuf's codec
+// encodes it: by protobuf from its messages (encoding=protobuf, as before decision 1203) and
+// by hand (encoding=direct, grpcbuf.Encoder).
+func BenchmarkRoutingAnswer(b *testing.B) {
+	c := grpcbuf.NewCodec(&grpcbuf.Pool{})
+	d := &picker.Decision{Endpoints: []string{"127.1.0.1:8000"}, Policy: "loadaware", PinRank: 0,
+		Ranked: []scoring.Ranked{{Addr: "127.1.0.1:8000", Score: 0.5, Reason: scoring.ReasonLeastLoad}, {Addr: "127.1.0.2:8000", Score: 0.25}}}
+	for _, direct := range []bool{false, true} {
+		name := "encoding=protobuf"
+		if direct {
+			name = "encoding=direct"
+		}
+		b.Run(name, func(b *testing.B) {
+			var a routingAnswer
+			b.ReportAllocs()
+			for b.Loop() {
+				var m any = a.build(d.Endpoints[0], "", d, false, false)
+				if !direct {
+					m = a.ProtoReflect().Interface() // the *ProcessingResponse: protobuf's Size and Marshal
+				}
+				s, err := c.Marshal(m)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Free()
+			}
+		})
+	}
+}
+
+// BenchmarkBodyAnswer measures an 8 KiB request body chunk's answer encoded as grpcbuf's
+// codec encodes it: by protobuf from its messages (encoding=protobuf, as before decision
+// 1203) and by hand (encoding=direct, grpcbuf.Encoder).
+func BenchmarkBodyAnswer(b *testing.B) {
+	c := grpcbuf.NewCodec(&grpcbuf.Pool{})
+	chunk := make([]byte, 8194)
+	for _, direct := range []bool{false, true} {
+		name := "encoding=protobuf"
+		if direct {
+			name = "encoding=direct"
+		}
+		b.Run(name, func(b *testing.B) {
+			var a bodyAnswer
+			b.ReportAllocs()
+			for b.Loop() {
+				var m any = a.set(true, chunk, true)
+				if !direct {
+					m = a.ProtoReflect().Interface() // the *ProcessingResponse: protobuf's Size and Marshal
+				}
+				s, err := c.Marshal(m)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Free()
+				a.forget()
+			}
+		})
+	}
+}
+
 // BenchmarkProcess measures the server alone: Process on an in-memory stream that hands it
 // the conversation's messages and drops its answers, with no gRPC transport or codec. Its
 // allocs/op and B/op are the server's own per request, and cpu-ns/op its CPU.
@@ -192,7 +254,7 @@ func BenchmarkProcess(b *testing.B) {
 }
 
 // memStream is an ext_proc server stream in memory: Recv returns msgs in turn and then
-// io.EOF; Send counts the answers.
+// io.EOF; Send and SendMsg count the answers.
 type memStream struct {
 	grpc.ServerStream
 	ctx  context.Context
@@ -204,6 +266,7 @@ type memStream struct {
 func (m *memStream) Context() context.Context                 { return m.ctx }
 func (m *memStream) SetHeader(metadata.MD) error              { return nil }
 func (m *memStream) Send(*extprocv3.ProcessingResponse) error { m.sent++; return nil }
+func (m *memStream) SendMsg(any) error                        { m.sent++; return nil }
 
 // RecvMsg is the stream's receive: the message is handed over as it is, not decoded.
 func (m *memStream) RecvMsg(v any) error {
@@ -223,7 +286,6 @@ func (m *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
 	return m.msgs[m.next-1], nil
 }
 
-// processCPU is the process's user and system CPU time so far, in ns.
 // goroutinesCreated is the count of goroutines the process has started.
 func goroutinesCreated() uint64 {
 	s := []rtmetrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
@@ -234,6 +296,7 @@ func goroutinesCreated() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// processCPU is the process's user and system CPU time so far, in ns.
 func processCPU() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {

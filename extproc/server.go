@@ -75,9 +75,11 @@ type Config struct {
 	// stream's context), or nil for none.
 	Pacer func(ctx context.Context) Pacer
 
-	// Received, when set, is told the wire length (proto.Size) of every request or
-	// response body message the stream of ctx has received, as soon as Recv returns it:
-	// the transport's gate (TakeBuffered) gives back what it took for the message.
+	// Received, when set, is told the wire length of every request or response body
+	// message the stream of ctx has received, as soon as Recv returns it: the length of
+	// the bytes decoded (the length in the message's gRPC prefix) under grpcbuf's codec,
+	// else proto.Size of the message (the same for the canonical encoding Envoy sends).
+	// The transport's gate (TakeBuffered) gives back what it took for the message.
 	Received func(ctx context.Context, n int)
 }
 

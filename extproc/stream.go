@@ -65,7 +65,7 @@ func (st *stream) recv() (*extprocv3.ProcessingRequest, error) {
 	}
 	n := len(req.GetRequestBody().GetBody()) + len(req.GetResponseBody().GetBody())
 	if st.s.cfg.Received != nil && n > 0 {
-		st.s.cfg.Received(st.srv.Context(), proto.Size(req))
+		st.s.cfg.Received(st.srv.Context(), st.msg.wireSize())
 	}
 	if st.s.cfg.Pacer != nil && n > 0 {
 		if st.pacedBytes += int64(n); st.pacedBytes > st.s.cfg.Limits.UnpacedBodyBytes {
@@ -228,8 +228,11 @@ func responseEvent(eos bool) event {
 	return gotResponse
 }
 
-func (st *stream) send(r *extprocv3.ProcessingResponse) error {
-	if err := st.srv.Send(r); err != nil {
+// send sends r, an answer: a *extprocv3.ProcessingResponse, or an answer that also encodes
+// itself (grpcbuf.Encoder: routingAnswer, encodedResponse), whose messages are a
+// ProcessingResponse's.
+func (st *stream) send(r proto.Message) error {
+	if err := st.srv.SendMsg(r); err != nil {
 		return fmt.Errorf("%w: %w", errSend, err)
 	}
 	return nil

@@ -20,6 +20,7 @@
 package grpcbuf
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 
@@ -60,12 +61,24 @@ type Aliasing interface {
 	UnmarshalAliasing(buf mem.Buffer) error
 }
 
-// Marshal encodes v, a proto.Message (anything else goes to gRPC's codec), as gRPC's proto
-// codec does, except that a message of pooling size is written into a buffer of the Pool
-// rather than of gRPC's default (clearing) pool: the encoding writes every byte of the
-// buffer it is sized to. The picker sends bodies back whole (full-duplex streamed answers
-// of 256 KiB prompts at the soak's onset), and gRPC's pool cleared each buffer first.
+// Encoder is a message to send that has encoded itself: the codec sends the EncodedSize
+// bytes AppendEncoded appends, in place of protobuf's Size and Marshal (decision 1203).
+// They must be the message's protobuf encoding, and AppendEncoded must append exactly
+// EncodedSize bytes; both are called once per send, before SendMsg returns.
+type Encoder interface {
+	EncodedSize() int
+	AppendEncoded(b []byte) []byte
+}
+
+// Marshal encodes v, an Encoder or a proto.Message (anything else goes to gRPC's codec), as
+// gRPC's proto codec does, except that a message of pooling size is written into a buffer of
+// the Pool rather than of gRPC's default (clearing) pool: the encoding writes every byte of
+// the buffer it is sized to. The picker sends bodies back whole (full-duplex streamed
+// answers of 256 KiB prompts at the soak's onset), and gRPC's pool cleared each buffer first.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(Encoder); ok {
+		return c.encode(e)
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return c.base.Marshal(v)
@@ -84,6 +97,27 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if err != nil {
 		c.pool.Put(buf)
 		return nil, err
+	}
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
+}
+
+// minPooled is the least capacity gRPC gives back to a buffer's pool once it has written it
+// (mem.NewBuffer): a buffer of at most mem.IsBelowBufferPoolingThreshold's 1 KiB is boxed as
+// a SliceBuffer and left to the collector.
+const minPooled = 1<<10 + 1
+
+// encode writes e's encoding into a buffer of the pool, of at least minPooled bytes' tier, so
+// that a small answer too goes back to the pool once written: protobuf's path allocates
+// three times per message under the threshold (the bytes, their boxing and the slice of
+// buffers), this one once (the slice).
+func (c Codec) encode(e Encoder) (mem.BufferSlice, error) {
+	size := e.EncodedSize()
+	buf := c.pool.Get(max(size, minPooled))
+	b := e.AppendEncoded((*buf)[:0])
+	if len(b) != size {
+		c.pool.Put(buf)
+		return nil, fmt.Errorf("grpcbuf: a %T encoded %d bytes, not the %d it announced", e, len(b), size)
 	}
 	*buf = b
 	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil

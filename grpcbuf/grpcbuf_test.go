@@ -19,6 +19,96 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
+// encoded is an Encoder that is also a proto.Message (a BytesValue): it sends wire, which
+// need not be the message's encoding, so a test sees which of the two the codec sent; extra
+// bytes are appended beyond what EncodedSize announces.
+type encoded struct {
+	*wrapperspb.BytesValue
+	wire  []byte
+	extra int
+}
+
+func (e *encoded) EncodedSize() int { return len(e.wire) }
+func (e *encoded) AppendEncoded(b []byte) []byte {
+	return append(append(b, e.wire...), make([]byte, e.extra)...)
+}
+
+// Codec.Marshal sends an Encoder's bytes as they are, at every size, in place of the
+// message's proto encoding, and refuses an Encoder that appends more or less than it
+// announced.
+func TestCodecSendsWhatAnEncoderEncoded(t *testing.T) {
+	var p Pool
+	for shift := minShift; shift <= maxShift; shift++ {
+		b := bytes.Repeat([]byte{0xff}, 1<<shift)
+		p.Put(&b)
+	}
+	c := NewCodec(&p)
+	r := rand.NewChaCha8([32]byte{4})
+	for _, n := range []int{0, 1, 1023, 1024, 4090, 256 << 10, 1<<20 + 7} {
+		wire := make([]byte, n)
+		_, _ = r.Read(wire)
+		e := &encoded{BytesValue: wrapperspb.Bytes([]byte("not what is sent")), wire: wire}
+		got, err := c.Marshal(e)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if !bytes.Equal(got.Materialize(), wire) {
+			t.Errorf("%d bytes: Marshal gave %d bytes, not the %d encoded", n, got.Len(), n)
+		}
+		got.Free()
+		for _, extra := range []int{1, -1} {
+			bad := &encoded{BytesValue: e.BytesValue, wire: wire, extra: max(extra, 0)}
+			if extra < 0 {
+				if n == 0 {
+					continue
+				}
+				bad.wire = wire[:n-1]
+				bad.extra = 0
+				// announce n, append n-1
+				if _, err := c.Marshal(&short{bad, n}); err == nil {
+					t.Errorf("%d bytes: an Encoder appending %d: no error", n, n-1)
+				}
+				continue
+			}
+			if _, err := c.Marshal(bad); err == nil {
+				t.Errorf("%d bytes: an Encoder appending %d: no error", n, n+extra)
+			}
+		}
+	}
+}
+
+// A small Encoder's encoding is written into a buffer of the pool that goes back to it
+// once gRPC has written it (Free): one allocation per message (the slice of buffers), not
+// protobuf's path's three. minPooled must stay the least capacity gRPC pools.
+func TestSmallEncodingsComeBackToThePool(t *testing.T) {
+	if !mem.IsBelowBufferPoolingThreshold(minPooled-1) || mem.IsBelowBufferPoolingThreshold(minPooled) {
+		t.Fatalf("gRPC's pooling threshold moved: minPooled (%d) must be the least size it pools", minPooled)
+	}
+	c := NewCodec(&Pool{})
+	e := &encoded{BytesValue: wrapperspb.Bytes(nil), wire: bytes.Repeat([]byte{7}, 400)}
+	allocs := testing.AllocsPerRun(1000, func() {
+		s, err := c.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Len() != 400 {
+			t.Fatalf("%d bytes, want 400", s.Len())
+		}
+		s.Free()
+	})
+	if allocs > 1 {
+		t.Errorf("%.1f allocations per small encoding, want at most 1 (its buffer from the pool)", allocs)
+	}
+}
+
+// short is an Encoder announcing size and appending what its encoded appends.
+type short struct {
+	*encoded
+	size int
+}
+
+func (s *short) EncodedSize() int { return s.size }
+
 // Codec.Marshal gives the proto encoding's exact bytes, at every size, into pool buffers
 // that held other bytes before: each tier is first filled with 0xff buffers.
 func TestCodecMarshalsExactBytes(t *testing.T) {

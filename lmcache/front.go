@@ -171,11 +171,15 @@ func (f *front) forward(c net.Conn, ip string) {
 	}()
 	lim := zmtp.Limits{FrameBytes: s.cfg.MaxFrameBytes, MessageBytes: s.cfg.MaxFrameBytes, MessageFrames: maxMessageFrames}
 	props := []zmtp.Property{{Name: peerProperty, Value: ip}, {Name: keyProperty, Value: s.peerID.key}}
-	err = zmtp.Forward(c, inner, props, lim, func(d zmtp.Drop) { s.noteDropped(ip, d) })
+	err = zmtp.Forward(c, inner, props, lim, zmtp.Drops{
+		Charge:  func(n int64) error { return s.payDropped(ip, n) },
+		Dropped: func(d zmtp.Drop) { s.noteDropped(ip, d) },
+	})
 	inner.Close()
 	<-back
 	var pe *zmtp.ProtocolError
 	switch {
+	case errors.Is(err, errClosing):
 	case errors.Is(err, zmtp.ErrFrameTooLarge):
 		s.noteCut(f.what, ip, "frame_cap", err)
 	case errors.As(err, &pe):
@@ -192,6 +196,31 @@ func (f *front) close() {
 	f.closed = true
 	for c := range f.conns {
 		c.Close()
+	}
+}
+
+// errClosing ends a connection's forwarding when the server closes during its wait.
+var errClosing = errors.New("lmcache: the server is closing")
+
+// payDropped charges n bytes of a message the front is dropping, before it reads them, to
+// ip's --lmcache-peer-rate, and stops reading the connection until the IP's debt is repaid
+// (its wait counted in loadaware_lmcache_peer_over_rate_wait_seconds_total and logged as the
+// pull loop's are; the message is counted as dropped for its size, not again for its rate): a
+// peer cannot make the front read and discard faster than its rate once its burst is spent.
+func (s *Server) payDropped(ip string, n int64) error {
+	wait := s.limit.charge(ip, n, time.Now())
+	if wait <= 0 {
+		return nil
+	}
+	s.overWait.Add(wait.Seconds())
+	s.noteOverRate(ip, "delayed")
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.done:
+		return errClosing
 	}
 }
 

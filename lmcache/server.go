@@ -90,7 +90,9 @@ type ServerConfig struct {
 	// the sockets; 0 means DefaultPeerRate, negative: no limit. A peer over it is slowed
 	// to it: the controller stops reading (at most 50 ms per message) until the peer's
 	// debt is repaid, so its connection backs up and ZeroMQ blocks its sender; a peer
-	// more than PeerBurst bytes in debt has its messages dropped. Counted in
+	// more than PeerBurst bytes in debt has its messages dropped. The bytes of messages the
+	// ZMTP front drops are charged too, before they are read, and the front stops reading
+	// that connection until the debt is repaid (no cap: no other peer waits). Counted in
 	// loadaware_lmcache_peer_over_rate_*.
 	PeerRate int64
 	// PeerBurst is how many bytes a peer may send at once above PeerRate (a full sync);
@@ -239,7 +241,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		limit:     newPeerLimiter(cfg.PeerRate, cfg.PeerBurst),
 		overWait: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_lmcache_peer_over_rate_wait_seconds_total",
-			Help: "Time the LMCache controller stopped reading its sockets because a peer IP sent faster than --lmcache-peer-rate (back-pressure: its sender blocks).",
+			Help: "Time the LMCache controller stopped reading its sockets because a peer IP sent faster than --lmcache-peer-rate (back-pressure: its sender blocks): the pull loop's waits (every peer waits) and the ZMTP front's for the bytes of messages it drops (that connection waits).",
 		}),
 		overMsgs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_lmcache_peer_over_rate_messages_total",

@@ -1,9 +1,14 @@
 package lmcache
 
 import (
+	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -108,4 +113,139 @@ func TestPeerIDOf(t *testing.T) {
 			t.Errorf("%+v.of(%v) = %q, want %q", tt.id, tt.md, got, tt.want)
 		}
 	}
+}
+
+// A peer refused at accept connects again and gets in once its IP joins the fleet, its
+// messages queued meanwhile delivered: in Kubernetes an engine's LMCache worker connects
+// while its pod is not yet Ready, so not yet an endpoint. (A ZMTP ERROR in place of the
+// close would stop its socket for good: TestLibzmqPeerStopsAfterAnError; decision 1201.)
+func TestFrontAdmitsARefusedPeerOnceItsIPJoins(t *testing.T) {
+	noLeaks(t)
+	ls := startServer(t, ServerConfig{}, []string{"127.0.0.2"})
+	p := prompt(4, 600)
+	early := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr()) // source 127.0.0.1
+	if _, err := early.SendMessage(encodeAll(t, cat(regMsg("early", 0, "127.0.0.1"), admits(t, "early", 0, "cpu", p, 0, 3)))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "three refused connections", func() bool { return testutil.ToFloat64(ls.rejected) >= 3 })
+	ls.SetAllowedIPs([]string{"127.0.0.2", "127.0.0.1"})
+	want := []Match{{InstanceID: "early", IP: "127.0.0.1", Tokens: 600, HolderRank: 0}}
+	eventually(t, "the admits sent while refused", func() bool { return cmp.Equal(ls.idx.Lookup(p), want) })
+	early.Close()
+	ls.closePeers(t)
+}
+
+// The premise of decision 1201, pinned against the linked libzmq: a connecting libzmq socket
+// told ZMTP 3.1's ERROR after the greeting never connects again (its session ends on the
+// protocol error), while one whose connection is closed connects again every 100 ms; and an
+// ERROR's reason other than a ZAP status code reaches the peer's socket monitor as nothing
+// but a disconnect. If this fails, a refusal could carry its reason without stopping an
+// engine's worker for good: revisit the front's refusals.
+func TestLibzmqPeerStopsAfterAnError(t *testing.T) {
+	noLeaks(t)
+	for _, tt := range []struct {
+		name   string
+		reason string // "": closed at accept
+	}{
+		{"closed at accept", ""},
+		{"ERROR after the greeting", "not a fleet endpoint"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			accepts := make(chan struct{}, 100)
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					accepts <- struct{}{}
+					if tt.reason != "" {
+						refuseWithError(c, tt.reason)
+					}
+					c.Close()
+				}
+			}()
+			zctx, err := zmq.NewContext()
+			if err != nil {
+				t.Fatal(err)
+			}
+			push, err := zctx.NewSocket(zmq.PUSH)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mon, err := zctx.NewSocket(zmq.PAIR)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := push.Monitor("inproc://premise", zmq.EVENT_ALL); err != nil {
+				t.Fatal(err)
+			}
+			if err := mon.Connect("inproc://premise"); err != nil {
+				t.Fatal(err)
+			}
+			if err := push.Connect("tcp://" + ln.Addr().String()); err != nil {
+				t.Fatal(err)
+			}
+			// The first connection, then a second's chance: libzmq connects again 100 ms
+			// (ZMQ_RECONNECT_IVL) after a close.
+			<-accepts
+			var again bool
+			select {
+			case <-accepts:
+				again = true
+			case <-time.After(time.Second):
+			}
+			if again != (tt.reason == "") {
+				t.Errorf("connected again: %v, want %v", again, tt.reason == "")
+			}
+			if err := mon.SetRcvtimeo(100 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			var events []zmq.Event
+			for {
+				ev, _, _, err := mon.RecvEvent(0)
+				if err != nil {
+					break
+				}
+				events = append(events, ev)
+			}
+			if tt.reason != "" && slices.ContainsFunc(events, func(e zmq.Event) bool {
+				return e&(zmq.EVENT_HANDSHAKE_FAILED_AUTH|zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL|zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0
+			}) {
+				t.Errorf("the peer's monitor saw a handshake failure event for a custom reason: %v", events)
+			}
+			push.SetLinger(0)
+			push.Close()
+			mon.Close()
+			zctx.Term()
+			ln.Close()
+			<-served
+		})
+	}
+}
+
+// refuseWithError answers a ZMTP 3 peer as a NULL server would, then refuses it with an
+// ERROR command carrying reason, within a second.
+func refuseWithError(c net.Conn, reason string) {
+	c.SetDeadline(time.Now().Add(time.Second))
+	var g [64]byte
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 1
+	copy(g[12:], "NULL")
+	g[32] = 1 // as-server
+	if _, err := c.Write(g[:]); err != nil {
+		return
+	}
+	if _, err := io.ReadFull(c, g[:]); err != nil {
+		return
+	}
+	body := append([]byte("\x05ERROR"), byte(len(reason)))
+	body = append(body, reason...)
+	c.Write(append([]byte{0x04, byte(len(body))}, body...))
+	io.Copy(io.Discard, c) // until the peer closes: it has read the ERROR
 }

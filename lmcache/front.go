@@ -11,6 +11,13 @@ import (
 	"github.com/loadaware/loadaware-epp/zmtp"
 )
 
+// DefaultMaxPeerConns is how many connections one peer IP may hold to each controller
+// socket. An LMCache worker holds one a socket, and an engine pod runs one worker per
+// tensor-parallel rank on it: 8 on a node of 8 GPUs. Each connection is a queue of its own
+// in libzmq ((RcvHWM + 1) x MaxFrameBytes of one-frame messages), and libzmq has no cap of
+// its own; the front caps them (decisions 1177, 1178).
+const DefaultMaxPeerConns = 8
+
 // The READY properties the front writes for libzmq: the peer's IP, and the key that proves
 // the connection came through the front (libzmq's Unix socket is in the abstract namespace,
 // which every process of the pod's network namespace can reach; none knows the key).
@@ -19,19 +26,18 @@ const (
 	keyProperty  = "X-Loadaware-Key"
 )
 
-// peerID reads a message's peer from its metadata: props are the properties to ask libzmq
-// for; without key, the first is the peer (libzmq's Peer-Address); with it, the peer is
-// peerProperty's value when keyProperty's is key, else unknown ("": the message is refused).
+// peerID reads a message's peer from its metadata (libzmq's, of the properties props): the
+// peer is peerProperty's value when keyProperty's is key, else unknown ("": the message is
+// refused). Without a key (before Start) every peer is unknown.
 type peerID struct {
-	props []string
-	key   string
+	key string
 }
 
+// frontProps are the metadata properties of a message that peerID.of reads.
+var frontProps = []string{peerProperty, keyProperty}
+
 func (id peerID) of(md map[string]string) string {
-	if id.key == "" {
-		return md[id.props[0]]
-	}
-	if subtle.ConstantTimeCompare([]byte(md[keyProperty]), []byte(id.key)) != 1 {
+	if id.key == "" || subtle.ConstantTimeCompare([]byte(md[keyProperty]), []byte(id.key)) != 1 {
 		return ""
 	}
 	return md[peerProperty]
@@ -260,4 +266,14 @@ const FrontConnBytes = 96 << 10
 // headers, and the front's own buffers.
 func ConnectionBoundBytes(queue int, frameBytes int64) int64 {
 	return int64(queue+2)*(frameBytes+maxMessageFrames*64) + FrontConnBytes
+}
+
+// noteConnRefused counts a connection ended for its IP's cap and logs it at WARN, at most once
+// a minute per socket and IP.
+func (s *Server) noteConnRefused(what, ip string, held int) {
+	s.connsRefused.Inc()
+	if n, logIt := s.connLog.Due(what+"|"+ip, time.Now()); logIt {
+		s.log.Warn("lmcache: ended a connection from a peer IP that already holds the most connections to this socket (each can make libzmq hold a queue of messages; an LMCache worker needs one); if it is an engine running more LMCache workers than that (one a tensor-parallel rank), raise --lmcache-max-peer-conns (logged once a minute per peer and socket; see loadaware_lmcache_peer_conns_refused_total)",
+			"peer", ip, "socket", what, "held", held, "refused", n, "max_peer_conns", s.cfg.MaxPeerConns)
+	}
 }

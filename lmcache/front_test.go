@@ -3,8 +3,11 @@ package lmcache
 import (
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,8 +98,7 @@ func TestFrontKeyRefusesBypass(t *testing.T) {
 
 // A message's peer behind the front is the front's peer property only with the front's key.
 func TestPeerIDOf(t *testing.T) {
-	front := peerID{props: []string{peerProperty, keyProperty}, key: "k"}
-	direct := peerID{props: []string{"Peer-Address"}}
+	front := peerID{key: "k"}
 	for _, tt := range []struct {
 		id   peerID
 		md   map[string]string
@@ -106,8 +108,8 @@ func TestPeerIDOf(t *testing.T) {
 		{front, map[string]string{peerProperty: "10.0.0.1", keyProperty: "guess"}, ""},
 		{front, map[string]string{peerProperty: "10.0.0.1"}, ""},
 		{front, map[string]string{"Peer-Address": "10.0.0.1", keyProperty: "k"}, ""},
-		{direct, map[string]string{"Peer-Address": "10.0.0.1", peerProperty: "6.6.6.6"}, "10.0.0.1"},
-		{direct, map[string]string{}, ""},
+		{front, map[string]string{"Peer-Address": "10.0.0.1"}, ""},
+		{peerID{}, map[string]string{peerProperty: "10.0.0.1", keyProperty: ""}, ""}, // before Start
 	} {
 		if got := tt.id.of(tt.md); got != tt.want {
 			t.Errorf("%+v.of(%v) = %q, want %q", tt.id, tt.md, got, tt.want)
@@ -248,4 +250,119 @@ func refuseWithError(c net.Conn, reason string) {
 	body = append(body, reason...)
 	c.Write(append([]byte{0x04, byte(len(body))}, body...))
 	io.Copy(io.Discard, c) // until the peer closes: it has read the ERROR
+}
+
+// payloads records the last frame of every message the controller hands to Ingest.
+type payloads struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *payloads) ingest(_ string, frames [][]byte, apply func() bool) {
+	p.mu.Lock()
+	p.seen = append(p.seen, string(frames[len(frames)-1]))
+	p.mu.Unlock()
+	apply()
+}
+
+func (p *payloads) saw(s string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.seen, s)
+}
+
+// A peer IP holds at most MaxPeerConns connections to a socket: a real peer's next PUSH
+// socket is closed by the front each time it connects (counted and logged), its queued
+// message never arrives, and it gets in once one of the IP's connections closes.
+func TestServerCapsConnectionsPerPeerIP(t *testing.T) {
+	for _, allow := range []AllowMode{AllowFleet, AllowAny} {
+		t.Run(allow.String(), func(t *testing.T) {
+			noLeaks(t)
+			const max = 2
+			got := &payloads{}
+			ls := startServer(t, ServerConfig{PeerRate: -1, Allow: allow, MaxPeerConns: max, Ingest: got.ingest}, []string{"127.0.0.1"})
+			var held []*zmq.Socket
+			for i := range max {
+				so := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+				held = append(held, so)
+				msg := "held-" + string(rune('0'+i))
+				sendFrames(t, so, [][]byte{[]byte(msg)})
+				eventually(t, msg, func() bool { return got.saw(msg) })
+			}
+			// The next socket's message waits in its queue for a connection that is kept;
+			// each of its connections (it connects again every 100 ms) is ended.
+			extra := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+			sendFrames(t, extra, [][]byte{[]byte("extra")})
+			eventually(t, "three connections of the extra socket ended", func() bool {
+				return testutil.ToFloat64(ls.connsRefused) >= 3
+			})
+			if got.saw("extra") {
+				t.Fatalf("a message over a connection past the IP's %d arrived", max)
+			}
+			if !strings.Contains(ls.logs.String(), "raise --lmcache-max-peer-conns") ||
+				!strings.Contains(ls.logs.String(), "socket=pull") {
+				t.Errorf("no WARN line naming the socket and the flag: %s", ls.logs.String())
+			}
+			held[0].Close()
+			eventually(t, "the extra socket's message once a connection closed", func() bool { return got.saw("extra") })
+			held[1].Close()
+			extra.Close()
+			ls.closePeers(t)
+		})
+	}
+}
+
+// ZMQ_MAXMSGSIZE in the linked libzmq bounds a frame, not a message (decision 1177: a
+// message of three frames at the cap arrived whole without the front); the front bounds the
+// message: it drops it (counted, logged) before libzmq holds it, and the peer's next message
+// arrives.
+func TestServerFrameCapBoundsTheMessage(t *testing.T) {
+	noLeaks(t)
+	const frame = 4 << 10
+	seen := &seenFrames{}
+	ls := startServer(t, ServerConfig{PeerRate: -1, MaxFrameBytes: frame, Ingest: seen.ingest}, []string{"127.0.0.1"})
+	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+	sendFrames(t, push, repeatFrames(3, frame))
+	sendFrames(t, push, [][]byte{[]byte("after")})
+	eventually(t, "the message after", func() bool { return seen.sawLast("after") })
+	if frames, _ := seen.largest(); frames != 1 || testutil.ToFloat64(ls.bigMsgs) != 1 {
+		t.Errorf("largest message %d frames, %v counted dropped; want the three-frame message dropped", frames, testutil.ToFloat64(ls.bigMsgs))
+	}
+	if !strings.Contains(ls.logs.String(), "dropped a message of more bytes than --lmcache-max-frame-bytes") {
+		t.Errorf("no WARN line for the dropped message: %s", ls.logs.String())
+	}
+	push.Close()
+	ls.closePeers(t)
+}
+
+// Off Linux (no abstract Unix sockets) the libzmq sockets behind the fronts are files in a
+// directory of the process's own, removed at Close; the front works the same. Taken here on
+// Linux by switching abstractUnix.
+func TestFrontOverUnixSocketFiles(t *testing.T) {
+	noLeaks(t)
+	defer func(was bool) { abstractUnix = was }(abstractUnix)
+	abstractUnix = false
+	t.Setenv("TMPDIR", t.TempDir())
+	got := &payloads{}
+	ls := startServer(t, ServerConfig{PeerRate: -1, Ingest: got.ingest}, []string{"127.0.0.1"})
+	dir := ls.inner.dir
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the sockets' directory %q: %v, %v; want one of mode 0700", dir, fi, err)
+	}
+	for _, f := range ls.fronts {
+		if !strings.HasPrefix(f.inner, dir+string(filepath.Separator)) {
+			t.Errorf("socket %s behind its front at %q, not in %q", f.what, f.inner, dir)
+		}
+	}
+	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+	sendFrames(t, push, [][]byte{[]byte("through a file")})
+	eventually(t, "a message through the front", func() bool { return got.saw("through a file") })
+	push.Close()
+	ls.closePeers(t)
+	if err := ls.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the sockets' directory %q after Close: %v, want it removed", dir, err)
+	}
 }

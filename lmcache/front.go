@@ -19,14 +19,14 @@ import (
 const DefaultMaxPeerConns = 8
 
 // The READY properties the front writes for libzmq: the peer's IP, and the key that proves
-// the connection came through the front (libzmq's Unix socket is in the abstract namespace,
-// which every process of the pod's network namespace can reach; none knows the key).
+// the connection came through the front (libzmq's Unix socket is, on Linux, in the abstract
+// namespace, which every process of the pod's network namespace can reach; none knows the key).
 const (
 	peerProperty = "X-Loadaware-Peer"
 	keyProperty  = "X-Loadaware-Key"
 )
 
-// peerID reads a message's peer from its metadata (libzmq's, of the properties props): the
+// peerID reads a message's peer from its metadata (libzmq's, of frontProps): the
 // peer is peerProperty's value when keyProperty's is key, else unknown ("": the message is
 // refused). Without a key (before Start) every peer is unknown.
 type peerID struct {
@@ -45,8 +45,8 @@ func (id peerID) of(md map[string]string) string {
 
 // front listens on one of the controller's addresses in place of its libzmq socket: it
 // admits a connection (the fleet's IPs under allow-from fleet, at most MaxPeerConns of an
-// IP), then reads the peer's ZMTP stream and forwards it to the socket, bound to an abstract
-// Unix socket (no file: the chart's root file system is read-only), with zmtp.Forward: a message of
+// IP), then reads the peer's ZMTP stream and forwards it to the socket, bound to a Unix
+// socket (innerSockets: abstract on Linux), with zmtp.Forward: a message of
 // more than maxMessageFrames frames or more than MaxFrameBytes bytes is read and dropped
 // before libzmq sees any of it, and a frame over MaxFrameBytes ends the connection. So what
 // one connection makes libzmq hold is at most (RcvHWM + 1) x MaxFrameBytes whatever its
@@ -56,7 +56,7 @@ type front struct {
 	s     *Server
 	what  string // the socket's name: pull, reply, heartbeat
 	ln    net.Listener
-	inner string // the libzmq socket's Unix socket address (abstract: @name)
+	inner string // the libzmq socket's Unix socket address (abstract: @name; else a path)
 
 	mu     sync.Mutex
 	byIP   map[string]int

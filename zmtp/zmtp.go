@@ -58,16 +58,18 @@ type Limits struct {
 type Drop struct {
 	Frames int   // the message's frames
 	Bytes  int64 // its bytes, all frames together
+	Wire   int64 // its bytes on the wire: Bytes and its frames' headers (2 or 9 bytes each)
 	// OverFrames: the message went over Limits.MessageFrames before Limits.MessageBytes.
 	OverFrames bool
 }
 
 // Drops is told of the messages Forward drops; either function may be nil.
 type Drops struct {
-	// Charge is called with the bytes of a message being dropped before they are read and
-	// discarded: once the message goes over the limits, with all its frames' bytes so far
-	// (the frame whose header was just read included), then with each later frame's. Over a
-	// message read to its end the calls sum to its Drop.Bytes. It may block, to pace the
+	// Charge is called with the wire bytes of a message being dropped (frames' headers
+	// included, so that empty frames cost too) before its frames' bodies are read and
+	// discarded: once the message goes over the limits, with all it came with so far (the
+	// frame whose header was just read included), then with each later frame's. Over a
+	// message read to its end the calls sum to its Drop.Wire. It may block, to pace the
 	// peer (the caller charges the bytes to the peer's rate); an error ends Forward with it.
 	Charge func(n int64) error
 	// Dropped is called once a dropped message is read to its end.
@@ -157,7 +159,7 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 	cmd := make([]byte, MaxCommandBytes)
 	msg := make([]byte, 0, 4<<10) // the message being read, encoded as it will be written
 	var frames int
-	var bytes int64
+	var bytes, wire int64 // the message's so far: its frames' bodies; with their headers
 	drop, overFrames := false, false
 	for {
 		if r.Buffered() == 0 && w.Buffered() > 0 {
@@ -188,14 +190,16 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		}
 		frames++
 		bytes += size
+		onWire := headerBytes(flags) + size
+		wire += onWire
 		if !drop && (frames > lim.MessageFrames || bytes > lim.MessageBytes) {
 			drop, overFrames = true, frames > lim.MessageFrames
 			msg = msg[:0]
-			if err := charge(w, drops, bytes); err != nil {
+			if err := charge(w, drops, wire); err != nil {
 				return err
 			}
 		} else if drop {
-			if err := charge(w, drops, size); err != nil {
+			if err := charge(w, drops, onWire); err != nil {
 				return err
 			}
 		}
@@ -217,7 +221,7 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		}
 		if drop {
 			if drops.Dropped != nil {
-				drops.Dropped(Drop{Frames: frames, Bytes: bytes, OverFrames: overFrames})
+				drops.Dropped(Drop{Frames: frames, Bytes: bytes, Wire: wire, OverFrames: overFrames})
 			}
 		} else if _, err := w.Write(msg); err != nil {
 			return err
@@ -225,14 +229,14 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		if cap(msg) > 64<<10 {
 			msg = make([]byte, 0, 4<<10) // hold no large message's memory while waiting
 		}
-		msg, frames, bytes, drop = msg[:0], 0, 0, false
+		msg, frames, bytes, wire, drop = msg[:0], 0, 0, 0, false
 	}
 }
 
 // charge hands on the whole messages w holds, then tells drops.Charge of n bytes about to
 // be discarded: whatever it waits, libzmq is not kept from what was read before.
 func charge(w *bufio.Writer, drops Drops, n int64) error {
-	if drops.Charge == nil || n == 0 {
+	if drops.Charge == nil {
 		return nil
 	}
 	if err := w.Flush(); err != nil {
@@ -334,6 +338,14 @@ func (f *reader) header(max int64) (flags byte, size int64, err error) {
 		return 0, 0, protocolf("a command of %d bytes, over %d", size, MaxCommandBytes)
 	}
 	return flags, size, nil
+}
+
+// headerBytes is the length of a frame's header of flags: the flags and the size.
+func headerBytes(flags byte) int64 {
+	if flags&flagLong != 0 {
+		return 9
+	}
+	return 2
 }
 
 func appendSize(b []byte, flags byte, size int64) []byte {

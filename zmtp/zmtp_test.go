@@ -87,13 +87,15 @@ func TestForward(t *testing.T) {
 			want: cat(greeting(3, "NULL"), ready("socket-type", "DEALER", "Identity", "w1", PeerProperty, "10.0.0.1", KeyProperty, "k3y"), msg([]byte("a")))},
 		{name: "a message at the bounds is kept", in: cat(hello, msg(many(4, 250)...)), want: cat(wantHello, msg(many(4, 250)...))},
 		{name: "a message of too many frames is dropped, the next kept", in: cat(hello, msg(many(5, 1)...), msg([]byte("after"))),
-			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 5, Bytes: 5, OverFrames: true}}, charges: []int64{5}},
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 5, Bytes: 5, Wire: 15, OverFrames: true}}, charges: []int64{15}},
 		{name: "a message of too many bytes is dropped, the next kept", in: cat(hello, msg(many(3, 400)...), msg([]byte("after"))),
-			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 3, Bytes: 1200}}, charges: []int64{1200}},
-		{name: "a dropped message's later frames are charged one by one, empty ones not", in: cat(hello, msg(append(many(4, 300), nil, []byte("x"))...), msg([]byte("after"))),
-			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 6, Bytes: 1201, OverFrames: false}}, charges: []int64{1200, 1}},
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 3, Bytes: 1200, Wire: 1227}}, charges: []int64{1227}},
+		{name: "a dropped message's later frames are charged one by one, with their headers", in: cat(hello, msg(append(many(4, 300), nil, []byte("x"))...), msg([]byte("after"))),
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 6, Bytes: 1201, Wire: 1241}}, charges: []int64{1236, 2, 3}},
+		{name: "empty frames past the frame bound are charged their headers", in: cat(hello, msg(many(6, 0)...), msg([]byte("after"))),
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 6, Wire: 12, OverFrames: true}}, charges: []int64{10, 2}},
 		{name: "a dropped message cut short: charged what its frames announced", in: cat(hello, msg([]byte("a")), frame(flagMore, bytes.Repeat([]byte{'w'}, 900)), frame(flagMore, bytes.Repeat([]byte{'w'}, 200))[:50]),
-			want: cat(wantHello, msg([]byte("a"))), charges: []int64{1100}, err: "ended within a frame"},
+			want: cat(wantHello, msg([]byte("a"))), charges: []int64{1111}, err: "ended within a frame"},
 		{name: "a frame over the cap ends the connection, nothing of its message forwarded", in: cat(hello, msg([]byte("a")), msg([]byte("b"), bytes.Repeat([]byte{'z'}, 1001))),
 			want: cat(wantHello, msg([]byte("a"))), err: "over the cap", tooLong: true},
 		{name: "a frame announcing 2^64-1 bytes", in: cat(hello, []byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}),
@@ -198,13 +200,18 @@ func FuzzForward(f *testing.F) {
 		var charged, dropped int64
 		err := Forward(bytes.NewReader(in), &out, testProps, testLimits, Drops{
 			Charge: func(n int64) error {
-				if n <= 0 || n > testLimits.FrameBytes+testLimits.MessageBytes {
+				if n < 2 || n > testLimits.FrameBytes+testLimits.MessageBytes+9*int64(testLimits.MessageFrames+1) {
 					t.Fatalf("charged %d bytes at once", n)
 				}
 				charged += n
 				return nil
 			},
-			Dropped: func(d Drop) { dropped += d.Bytes },
+			Dropped: func(d Drop) {
+				if d.Wire < d.Bytes+2*int64(d.Frames) {
+					t.Fatalf("dropped %+v: fewer wire bytes than its frames and headers", d)
+				}
+				dropped += d.Wire
+			},
 		})
 		if err == nil && !bytes.HasPrefix(in, out.Bytes()[:min(len(out.Bytes()), greetingBytes)]) {
 			t.Fatal("greeting altered")

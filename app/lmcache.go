@@ -30,7 +30,6 @@ type LMCacheConfig struct {
 
 	MaxFrameBytes int64 // largest frame received; 0: lmcache.DefaultMaxFrameBytes
 	MaxPeerConns  int   // connections one IP may hold to each socket; 0: lmcache.DefaultMaxPeerConns; negative: no cap
-	Direct        bool  // libzmq listens itself, without the ZMTP front (lmcache.ServerConfig.Direct)
 }
 
 func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
@@ -51,7 +50,7 @@ func (a *App) newLMCache(c LMCacheConfig, reg prometheus.Registerer) error {
 	a.LMCacheServer, err = lmcache.NewServer(lmcache.ServerConfig{PullAddr: c.PullAddr, ReplyAddr: c.ReplyAddr,
 		HeartbeatAddr: c.HeartbeatAddr, HeartbeatURL: c.HeartbeatURL, Allow: c.Allow, Ingest: ingest,
 		PeerRate: c.PeerRate, PeerBurst: c.PeerBurst, RcvHWM: c.RcvHWM, IngestCPU: c.IngestCPU,
-		MaxFrameBytes: c.MaxFrameBytes, MaxPeerConns: c.MaxPeerConns, Direct: c.Direct}, a.LMCacheIndex, a.log, reg)
+		MaxFrameBytes: c.MaxFrameBytes, MaxPeerConns: c.MaxPeerConns}, a.LMCacheIndex, a.log, reg)
 	if err != nil {
 		return err
 	}

@@ -18,8 +18,9 @@
 //   - Server owns the ZeroMQ sockets (PULL for pushed events, ROUTER for register and
 //     heartbeat requests). Its ZMTP front (front.go, package zmtp) listens in their place:
 //     it admits only the fleet's IPs, at most MaxPeerConns of an IP, and hands libzmq only
-//     messages within the frame cap in bytes and 64 frames (decision 1178); without it
-//     (ServerConfig.Direct) a ZAP handler and the sockets' monitors admit peers.
+//     messages within the frame cap in bytes and 64 frames (decision 1178), their bytes
+//     charged to the peer's rate when it drops them (decision 1201). libzmq listens behind
+//     it on Unix sockets: abstract on Linux, files in a private directory elsewhere (inner.go).
 //   - MissDetector warns when an endpoint's admits never match the keys of the prompts
 //     this picker sent it (hash seed, tokenizer, chunk size or key format differ).
 //

@@ -11,27 +11,33 @@ import (
 	"github.com/loadaware/loadaware-epp/zmtp"
 )
 
+// DefaultMaxPeerConns is how many connections one peer IP may hold to each controller
+// socket. An LMCache worker holds one a socket, and an engine pod runs one worker per
+// tensor-parallel rank on it: 8 on a node of 8 GPUs. Each connection is a queue of its own
+// in libzmq ((RcvHWM + 1) x MaxFrameBytes of one-frame messages), and libzmq has no cap of
+// its own; the front caps them (decisions 1177, 1178).
+const DefaultMaxPeerConns = 8
+
 // The READY properties the front writes for libzmq: the peer's IP, and the key that proves
-// the connection came through the front (libzmq's Unix socket is in the abstract namespace,
-// which every process of the pod's network namespace can reach; none knows the key).
+// the connection came through the front (libzmq's Unix socket is, on Linux, in the abstract
+// namespace, which every process of the pod's network namespace can reach; none knows the key).
 const (
 	peerProperty = "X-Loadaware-Peer"
 	keyProperty  = "X-Loadaware-Key"
 )
 
-// peerID reads a message's peer from its metadata: props are the properties to ask libzmq
-// for; without key, the first is the peer (libzmq's Peer-Address); with it, the peer is
-// peerProperty's value when keyProperty's is key, else unknown ("": the message is refused).
+// peerID reads a message's peer from its metadata (libzmq's, of frontProps): the
+// peer is peerProperty's value when keyProperty's is key, else unknown ("": the message is
+// refused). Without a key (before Start) every peer is unknown.
 type peerID struct {
-	props []string
-	key   string
+	key string
 }
 
+// frontProps are the metadata properties of a message that peerID.of reads.
+var frontProps = []string{peerProperty, keyProperty}
+
 func (id peerID) of(md map[string]string) string {
-	if id.key == "" {
-		return md[id.props[0]]
-	}
-	if subtle.ConstantTimeCompare([]byte(md[keyProperty]), []byte(id.key)) != 1 {
+	if id.key == "" || subtle.ConstantTimeCompare([]byte(md[keyProperty]), []byte(id.key)) != 1 {
 		return ""
 	}
 	return md[peerProperty]
@@ -39,8 +45,8 @@ func (id peerID) of(md map[string]string) string {
 
 // front listens on one of the controller's addresses in place of its libzmq socket: it
 // admits a connection (the fleet's IPs under allow-from fleet, at most MaxPeerConns of an
-// IP), then reads the peer's ZMTP stream and forwards it to the socket, bound to an abstract
-// Unix socket (no file: the chart's root file system is read-only), with zmtp.Forward: a message of
+// IP), then reads the peer's ZMTP stream and forwards it to the socket, bound to a Unix
+// socket (innerSockets: abstract on Linux), with zmtp.Forward: a message of
 // more than maxMessageFrames frames or more than MaxFrameBytes bytes is read and dropped
 // before libzmq sees any of it, and a frame over MaxFrameBytes ends the connection. So what
 // one connection makes libzmq hold is at most (RcvHWM + 1) x MaxFrameBytes whatever its
@@ -50,7 +56,7 @@ type front struct {
 	s     *Server
 	what  string // the socket's name: pull, reply, heartbeat
 	ln    net.Listener
-	inner string // the libzmq socket's Unix socket address (abstract: @name)
+	inner string // the libzmq socket's Unix socket address (abstract: @name; else a path)
 
 	mu     sync.Mutex
 	byIP   map[string]int
@@ -171,11 +177,15 @@ func (f *front) forward(c net.Conn, ip string) {
 	}()
 	lim := zmtp.Limits{FrameBytes: s.cfg.MaxFrameBytes, MessageBytes: s.cfg.MaxFrameBytes, MessageFrames: maxMessageFrames}
 	props := []zmtp.Property{{Name: peerProperty, Value: ip}, {Name: keyProperty, Value: s.peerID.key}}
-	err = zmtp.Forward(c, inner, props, lim, func(d zmtp.Drop) { s.noteDropped(ip, d) })
+	err = zmtp.Forward(c, inner, props, lim, zmtp.Drops{
+		Charge:  func(n int64) error { return s.payDropped(ip, n) },
+		Dropped: func(d zmtp.Drop) { s.noteDropped(ip, d) },
+	})
 	inner.Close()
 	<-back
 	var pe *zmtp.ProtocolError
 	switch {
+	case errors.Is(err, errClosing):
 	case errors.Is(err, zmtp.ErrFrameTooLarge):
 		s.noteCut(f.what, ip, "frame_cap", err)
 	case errors.As(err, &pe):
@@ -192,6 +202,31 @@ func (f *front) close() {
 	f.closed = true
 	for c := range f.conns {
 		c.Close()
+	}
+}
+
+// errClosing ends a connection's forwarding when the server closes during its wait.
+var errClosing = errors.New("lmcache: the server is closing")
+
+// payDropped charges n bytes of a message the front is dropping, before it reads them, to
+// ip's --lmcache-peer-rate, and stops reading the connection until the IP's debt is repaid
+// (its wait counted in loadaware_lmcache_peer_over_rate_wait_seconds_total and logged as the
+// pull loop's are; the message is counted as dropped for its size, not again for its rate): a
+// peer cannot make the front read and discard faster than its rate once its burst is spent.
+func (s *Server) payDropped(ip string, n int64) error {
+	wait := s.limit.charge(ip, n, time.Now())
+	if wait <= 0 {
+		return nil
+	}
+	s.overWait.Add(wait.Seconds())
+	s.noteOverRate(ip, "delayed")
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.done:
+		return errClosing
 	}
 }
 
@@ -231,4 +266,14 @@ const FrontConnBytes = 96 << 10
 // headers, and the front's own buffers.
 func ConnectionBoundBytes(queue int, frameBytes int64) int64 {
 	return int64(queue+2)*(frameBytes+maxMessageFrames*64) + FrontConnBytes
+}
+
+// noteConnRefused counts a connection ended for its IP's cap and logs it at WARN, at most once
+// a minute per socket and IP.
+func (s *Server) noteConnRefused(what, ip string, held int) {
+	s.connsRefused.Inc()
+	if n, logIt := s.connLog.Due(what+"|"+ip, time.Now()); logIt {
+		s.log.Warn("lmcache: ended a connection from a peer IP that already holds the most connections to this socket (each can make libzmq hold a queue of messages; an LMCache worker needs one); if it is an engine running more LMCache workers than that (one a tensor-parallel rank), raise --lmcache-max-peer-conns (logged once a minute per peer and socket; see loadaware_lmcache_peer_conns_refused_total)",
+			"peer", ip, "socket", what, "held", held, "refused", n, "max_peer_conns", s.cfg.MaxPeerConns)
+	}
 }

@@ -53,6 +53,33 @@ func (l *peerLimiter) admit(ip string, n int, now time.Time) (wait time.Duration
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	b := l.bucket(ip, now)
+	if b.Tokens()-float64(n) < -l.burst {
+		return maxPeerWait, false
+	}
+	b.Take(float64(n))
+	return min(b.Until(0), maxPeerWait), true
+}
+
+// charge charges n bytes the ZMTP front read from ip and dropped (a message over the
+// bounds) at now, whatever the debt, and returns how long the front must stop reading that
+// connection for the debt to be repaid. Unlike admit's, the wait is not capped: it stops
+// only the one connection, not every peer. So the bytes a peer makes the front read and
+// discard count against its rate as its applied messages do, and are read at most at its
+// rate once its burst is spent.
+func (l *peerLimiter) charge(ip string, n int64, now time.Time) time.Duration {
+	if l == nil || l.rate <= 0 {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.bucket(ip, now)
+	b.Take(float64(n))
+	return b.Until(0)
+}
+
+// bucket returns ip's bucket refilled to now, making it if need be. Called with l.mu held.
+func (l *peerLimiter) bucket(ip string, now time.Time) *tokenbucket.Bucket {
 	b := l.buckets[ip]
 	if b == nil {
 		if len(l.buckets) >= maxPeerBuckets {
@@ -63,11 +90,7 @@ func (l *peerLimiter) admit(ip string, n int, now time.Time) (wait time.Duration
 		l.buckets[ip] = b
 	}
 	b.Refill(now)
-	if b.Tokens()-float64(n) < -l.burst {
-		return maxPeerWait, false
-	}
-	b.Take(float64(n))
-	return min(b.Until(0), maxPeerWait), true
+	return b
 }
 
 // forgetFull drops the buckets that have refilled by now: their peers are within their

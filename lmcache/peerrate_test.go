@@ -196,3 +196,69 @@ func TestServerSlowsAFullSyncOverTheBurstWithoutLoss(t *testing.T) {
 	push.Close()
 	ls.closePeers(t)
 }
+
+// charge takes every byte whatever the debt, and the wait is the whole debt's repayment.
+func TestPeerLimiterCharge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := newPeerLimiter(1000, 2000)
+	for i, step := range []struct {
+		ip   string
+		at   time.Duration
+		n    int64
+		wait time.Duration
+	}{
+		{"a", 0, 2000, 0},                           // the burst
+		{"a", 0, 5000, 5 * time.Second},             // far deeper than the burst: taken, no cap
+		{"a", 4 * time.Second, 0, time.Second},      // 4 s repaid of 5
+		{"b", 0, 2500, 500 * time.Millisecond},      // its own bucket
+		{"a", 5 * time.Second, 1, time.Millisecond}, // repaid, then 1 byte of debt
+		{"c", time.Hour, 2001, time.Millisecond},    // a new bucket starts full
+	} {
+		if wait := l.charge(step.ip, step.n, t0.Add(step.at)); wait != step.wait {
+			t.Errorf("step %d (%s, %d bytes at %v): wait %v, want %v", i, step.ip, step.n, step.at, wait, step.wait)
+		}
+	}
+	// what the front charged counts against the messages: 2,500 bytes deep, one is dropped
+	l.charge("d", 4500, t0)
+	if _, apply := l.admit("d", 1, t0); apply {
+		t.Error("a message of a peer charged past its burst by dropped bytes was applied")
+	}
+	var off *peerLimiter
+	if w := off.charge("a", 1<<30, t0); w != 0 {
+		t.Errorf("no limiter: %v", w)
+	}
+}
+
+// The bytes of messages the front drops are charged to the peer's rate before they are
+// read: a peer sending messages over the bounds is read at its rate once its burst is
+// spent, and its next message waits for the debt.
+func TestFrontChargesDroppedBytes(t *testing.T) {
+	noLeaks(t)
+	const rate, burst, frame = 512 << 10, 64 << 10, 64 << 10
+	seen := &seenFrames{}
+	ls := startServer(t, ServerConfig{PeerRate: rate, PeerBurst: burst, MaxFrameBytes: frame, Ingest: seen.ingest}, []string{"127.0.0.1"})
+	push := ls.socket(t, zmq.PUSH, "tcp://"+ls.PullAddr())
+	const msgs = 4 // of two frames at the cap: over the message cap, dropped
+	begin := time.Now()
+	for range msgs {
+		sendFrames(t, push, repeatFrames(2, frame))
+	}
+	sendFrames(t, push, [][]byte{[]byte("after")})
+	eventually(t, "the message after the dropped ones", func() bool { return seen.sawLast("after") })
+	took := time.Since(begin)
+	if got := testutil.ToFloat64(ls.bigMsgs); got != msgs {
+		t.Errorf("%v messages dropped, want %d", got, msgs)
+	}
+	// The bucket starts full at the burst; the front goes on only once the debt is repaid.
+	if least := time.Duration(float64(msgs*2*frame-burst) / rate * float64(time.Second)); took < least {
+		t.Errorf("%d dropped bytes were read and the next message applied in %v: faster than %d bytes/s after a %d-byte burst allows (%v)", msgs*2*frame, took, rate, burst, least)
+	}
+	if w := testutil.ToFloat64(ls.overWait); w <= 0 {
+		t.Errorf("loadaware_lmcache_peer_over_rate_wait_seconds_total = %v, want the front's waits", w)
+	}
+	if !strings.Contains(ls.logs.String(), "faster than --lmcache-peer-rate") {
+		t.Errorf("logs lack the over-rate line: %s", ls.logs.String())
+	}
+	push.Close()
+	ls.closePeers(t)
+}

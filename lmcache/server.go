@@ -9,10 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,7 +29,7 @@ type AllowMode int
 const (
 	// AllowFleet admits only the IPs given to SetAllowedIPs (the fleet's endpoints).
 	AllowFleet AllowMode = iota
-	// AllowAny admits every peer (the ZAP handler, run for MaxPeerConns, admits every IP).
+	// AllowAny admits every peer IP (MaxPeerConns still applies).
 	AllowAny
 )
 
@@ -90,7 +88,9 @@ type ServerConfig struct {
 	// the sockets; 0 means DefaultPeerRate, negative: no limit. A peer over it is slowed
 	// to it: the controller stops reading (at most 50 ms per message) until the peer's
 	// debt is repaid, so its connection backs up and ZeroMQ blocks its sender; a peer
-	// more than PeerBurst bytes in debt has its messages dropped. Counted in
+	// more than PeerBurst bytes in debt has its messages dropped. The bytes of messages the
+	// ZMTP front drops are charged too, before they are read, and the front stops reading
+	// that connection until the debt is repaid (no cap: no other peer waits). Counted in
 	// loadaware_lmcache_peer_over_rate_*.
 	PeerRate int64
 	// PeerBurst is how many bytes a peer may send at once above PeerRate (a full sync);
@@ -107,15 +107,10 @@ type ServerConfig struct {
 	// 0 means DefaultIngestCPUBurst.
 	IngestCPUBurst time.Duration
 	// MaxPeerConns is how many connections one peer IP may hold to each socket; a connection
-	// past it is ended as it is accepted (read from the socket's monitor), counted in
+	// past it is closed by the front as it is accepted, counted in
 	// loadaware_lmcache_peer_conns_refused_total. 0 means DefaultMaxPeerConns, negative: no
 	// cap.
 	MaxPeerConns int
-	// Direct lets libzmq listen on the addresses itself, without the ZMTP front (see front):
-	// a message of many frames then reaches libzmq whole whatever its size, and libzmq's
-	// ZAP handler and socket monitors apply Allow and MaxPeerConns. For comparison and as a
-	// way back; the front is the default.
-	Direct bool
 }
 
 // Server owns the ZeroMQ sockets of the embedded controller and feeds an Index. Create it
@@ -147,7 +142,8 @@ type Server struct {
 	cutLog       *ratelog.Limiter // a connection ended by the front, once a minute per peer and reason
 
 	fronts []*front
-	peerID peerID // how a message's peer is read from its metadata
+	inner  *innerSockets // where the libzmq sockets listen behind the fronts
+	peerID peerID        // how a message's peer is read from its metadata
 
 	zctx                           *zmq.Context
 	waiters                        []*zmqwait.Waiter // one a serving goroutine; Close closes them
@@ -159,8 +155,6 @@ type Server struct {
 	closeOnce                      sync.Once
 	closeErr                       error
 }
-
-const zapDomain = "loadaware-epp-lmcache"
 
 // DefaultRcvHWM queues 100 messages per connected peer (ZeroMQ's high-water mark is a
 // pipe's). A worker's batch is up to 50 events of about 60 bytes and a busy engine sends
@@ -239,7 +233,7 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 		limit:     newPeerLimiter(cfg.PeerRate, cfg.PeerBurst),
 		overWait: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_lmcache_peer_over_rate_wait_seconds_total",
-			Help: "Time the LMCache controller stopped reading its sockets because a peer IP sent faster than --lmcache-peer-rate (back-pressure: its sender blocks).",
+			Help: "Time the LMCache controller stopped reading its sockets because a peer IP sent faster than --lmcache-peer-rate (back-pressure: its sender blocks): the pull loop's waits (every peer waits) and the ZMTP front's for the bytes of messages it drops (that connection waits).",
 		}),
 		overMsgs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadaware_lmcache_peer_over_rate_messages_total",
@@ -274,7 +268,6 @@ func NewServer(cfg ServerConfig, idx *Index, logger *slog.Logger, reg prometheus
 			Help: "Connections to an LMCache controller socket ended by its ZMTP front: a frame over --lmcache-max-frame-bytes (frame_cap), or a peer not speaking ZMTP 3 with the NULL mechanism (protocol).",
 		}, []string{"reason"}),
 		cutLog: ratelog.New(time.Minute),
-		peerID: peerID{props: []string{"Peer-Address"}},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -341,49 +334,32 @@ func (s *Server) Start(ctx context.Context) error {
 			so.Close()
 		}
 		zctx.Term()
+		s.inner.remove()
 		close(s.done)
 		s.wg.Wait() // the fronts' goroutines
 		return err
 	}
-	var innerName string // the front's Unix sockets: @<innerName>-<socket>
-	if !s.cfg.Direct {
-		var secret [16]byte
-		if _, err := rand.Read(secret[:]); err != nil {
-			return fail(fmt.Errorf("lmcache: a key for the ZMTP front: %w", err))
-		}
-		s.peerID = peerID{props: []string{peerProperty, keyProperty}, key: hex.EncodeToString(secret[:])}
-		rand.Read(secret[:])
-		innerName = "loadaware-lmcache-" + hex.EncodeToString(secret[:8])
+	var secret [16]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return fail(fmt.Errorf("lmcache: a key for the ZMTP front: %w", err))
 	}
-	var zap *zmq.Socket
-	// The ZAP handler admits the fleet's IPs (allow-from fleet) and applies the sockets'
-	// monitor events before each connection's handshake ends (MaxPeerConns; see serveZAP).
-	if s.cfg.Direct && (s.cfg.Allow == AllowFleet || s.cfg.MaxPeerConns > 0) {
-		if zap, err = zctx.NewSocket(zmq.REP); err != nil {
-			return fail(fmt.Errorf("lmcache: ZAP socket: %w", err))
-		}
-		socks = append(socks, zap)
-		if err := zap.Bind("inproc://zeromq.zap.01"); err != nil {
-			return fail(fmt.Errorf("lmcache: bind ZAP handler: %w", err))
-		}
+	s.peerID = peerID{key: hex.EncodeToString(secret[:])}
+	inner, err := newInnerSockets()
+	if err != nil {
+		return fail(err)
 	}
-	var monitors []*monitor
+	s.inner = inner
 	bind := func(kind zmq.Type, addr, what string) (*zmq.Socket, string, error) {
-		ep, err := zmqEndpoint(addr)
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimSpace(addr), "tcp://")); err != nil {
+			return nil, "", fmt.Errorf("lmcache: %s address %q is not host:port: %w", what, addr, err)
+		}
+		// The front listens on addr; libzmq on a Unix socket behind it.
+		ln, err := s.listenFront(addr)
 		if err != nil {
-			return nil, "", fmt.Errorf("lmcache: %s address: %w", what, err)
+			return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
 		}
-		var fr *front
-		if !s.cfg.Direct {
-			// The front listens on addr; libzmq on a Unix socket behind it.
-			ln, err := s.listenFront(addr)
-			if err != nil {
-				return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
-			}
-			fr = &front{s: s, what: what, ln: ln, inner: "@" + innerName + "-" + what, byIP: map[string]int{}, conns: map[net.Conn]struct{}{}}
-			s.fronts = append(s.fronts, fr)
-			ep = "ipc://" + fr.inner
-		}
+		fr := &front{s: s, what: what, ln: ln, inner: inner.addr(what), byIP: map[string]int{}, conns: map[net.Conn]struct{}{}}
+		s.fronts = append(s.fronts, fr)
 		so, err := zctx.NewSocket(kind)
 		if err != nil {
 			return nil, "", fmt.Errorf("lmcache: %s socket: %w", what, err)
@@ -393,65 +369,15 @@ func (s *Server) Start(ctx context.Context) error {
 			func() error { return so.SetLinger(0) },
 			func() error { return so.SetMaxmsgsize(s.cfg.MaxFrameBytes) },
 			func() error { return so.SetRcvhwm(s.cfg.RcvHWM) },
-			func() error { return so.SetIpv6(strings.Contains(ep, "[")) },
-			// a peer gone without a word (its node lost) frees its connection's place in
-			// MaxPeerConns after 60 + 3 x 10 s, not never
-			func() error { return so.SetTcpKeepalive(1) },
-			func() error { return so.SetTcpKeepaliveIdle(60) },
-			func() error { return so.SetTcpKeepaliveIntvl(10) },
-			func() error { return so.SetTcpKeepaliveCnt(3) },
-			func() error {
-				if zap == nil {
-					return nil
-				}
-				return so.SetZapDomain(zapDomain)
-			},
 		} {
 			if err := set(); err != nil {
 				return nil, "", fmt.Errorf("lmcache: %s socket options: %w", what, err)
 			}
 		}
-		// The monitor is set and read before the socket listens, so that no accepted
-		// connection goes uncounted.
-		var mon *zmq.Socket
-		if s.cfg.Direct && s.cfg.MaxPeerConns > 0 {
-			inproc := "inproc://lmcache-monitor-" + what
-			if err := so.Monitor(inproc, zmq.EVENT_ACCEPTED|zmq.EVENT_DISCONNECTED); err != nil {
-				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
-			}
-			if mon, err = zctx.NewSocket(zmq.PAIR); err != nil {
-				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
-			}
-			socks = append(socks, mon)
-			// no high-water mark: the events wait for their reader (at most a second
-			// under allow-from fleet), none is lost
-			if err := mon.SetRcvhwm(0); err != nil {
-				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
-			}
-			if err := mon.Connect(inproc); err != nil {
-				return nil, "", fmt.Errorf("lmcache: %s socket monitor: %w", what, err)
-			}
+		if err := so.Bind("ipc://" + fr.inner); err != nil {
+			return nil, "", fmt.Errorf("lmcache: bind the %s socket behind its front on %s: %w", what, fr.inner, err)
 		}
-		if err := so.Bind(ep); err != nil {
-			return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
-		}
-		last, err := so.GetLastEndpoint()
-		if err != nil {
-			return nil, "", fmt.Errorf("lmcache: %s socket address: %w", what, err)
-		}
-		bound := strings.TrimPrefix(last, "tcp://")
-		if fr != nil {
-			bound = fr.ln.Addr().String()
-		}
-		if mon != nil {
-			_, p, _ := net.SplitHostPort(bound)
-			port, err := strconv.Atoi(p)
-			if err != nil {
-				return nil, "", fmt.Errorf("lmcache: %s socket address %q has no port", what, bound)
-			}
-			monitors = append(monitors, &monitor{so: mon, what: what, port: port, conns: newPeerConns(s.cfg.MaxPeerConns)})
-		}
-		return so, bound, nil
+		return so, fr.ln.Addr().String(), nil
 	}
 	pull, pullAddr, err := bind(zmq.PULL, s.cfg.PullAddr, "pull")
 	if err != nil {
@@ -486,13 +412,7 @@ func (s *Server) Start(ctx context.Context) error {
 		serve func(*zmq.Socket, *zmqwait.Waiter)
 		what  string
 	}
-	var loops []loop
-	if zap != nil {
-		// The ZAP goroutine reads the monitors itself, before each answer, so that it
-		// judges a connection with every earlier one counted (see serveZAP).
-		loops = append(loops, loop{zap, func(so *zmq.Socket, w *zmqwait.Waiter) { s.serveZAP(so, w, monitors) }, "ZAP"})
-	}
-	loops = append(loops, loop{pull, s.servePull, "pull"})
+	loops := []loop{{pull, s.servePull, "pull"}}
 	if reply != nil {
 		loops = append(loops, loop{reply, s.serveRouter, "reply"})
 	}
@@ -524,17 +444,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("lmcache: controller listening", "pull", s.pullAddr, "reply", s.replyAddr, "heartbeat", s.heartAddr,
 		"heartbeat_url", s.heartbeatURL, "allow_from", s.cfg.Allow.String(), "allowed_ips", len(*s.allowed.Load()),
 		"hash_seed", kc.HashSeed, "chunk_size", kc.ChunkSize, "key_format", kc.Format.String())
-	if s.cfg.Direct {
-		s.log.Info("lmcache: what a peer can make ZeroMQ hold (no ZMTP front): per connection and socket, at most the queue's messages plus one being read, each of one frame at most the frame cap; a larger frame disconnects its peer, a message of more than 64 frames is dropped, an IP holds at most max_peer_conns connections a socket (-1: no cap); ZeroMQ reads a message's frames all before the controller sees it, so messages of many frames are not bounded in bytes: run with the front (docs/security.md)",
-			"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
-			"connection_bound_bytes", int64(s.cfg.RcvHWM+1)*s.cfg.MaxFrameBytes, "message_bound_bytes", maxMessageFrames*s.cfg.MaxFrameBytes,
-			"max_peer_conns", s.cfg.MaxPeerConns)
-	} else {
-		s.log.Info("lmcache: what a peer can make the controller hold: per connection and socket, at most the queue's messages plus one being read in libzmq and one in the ZMTP front, each of at most the frame cap in bytes (all its frames together) and 64 frames; a larger frame ends its connection, a larger message is dropped before libzmq holds it; an IP holds at most max_peer_conns connections a socket (-1: no cap) (docs/security.md, decision 1178)",
-			"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
-			"connection_bound_bytes", ConnectionBoundBytes(s.cfg.RcvHWM, s.cfg.MaxFrameBytes), "message_bound_bytes", s.cfg.MaxFrameBytes,
-			"max_peer_conns", s.cfg.MaxPeerConns)
-	}
+	s.log.Info("lmcache: what a peer can make the controller hold: per connection and socket, at most the queue's messages plus one being read in libzmq and one in the ZMTP front, each of at most the frame cap in bytes (all its frames together) and 64 frames; a larger frame ends its connection, a larger message is dropped before libzmq holds it; an IP holds at most max_peer_conns connections a socket (-1: no cap) (docs/security.md, decision 1178)",
+		"queue_messages", s.cfg.RcvHWM, "frame_cap_bytes", s.cfg.MaxFrameBytes,
+		"connection_bound_bytes", ConnectionBoundBytes(s.cfg.RcvHWM, s.cfg.MaxFrameBytes), "message_bound_bytes", s.cfg.MaxFrameBytes,
+		"max_peer_conns", s.cfg.MaxPeerConns)
 	if s.cfg.Allow == AllowFleet && len(*s.allowed.Load()) == 0 {
 		s.log.Warn("lmcache: no fleet IPs known yet: every worker connection is refused until the endpoints are set (or use allow-from any)")
 	}
@@ -547,25 +460,6 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) listenFront(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 60 * time.Second, Interval: 10 * time.Second, Count: 3}}
 	return lc.Listen(context.Background(), "tcp", strings.TrimPrefix(strings.TrimSpace(addr), "tcp://"))
-}
-
-// zmqEndpoint turns "host:port" into a ZeroMQ tcp endpoint.
-func zmqEndpoint(addr string) (string, error) {
-	addr = strings.TrimPrefix(strings.TrimSpace(addr), "tcp://")
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", fmt.Errorf("%q is not host:port: %w", addr, err)
-	}
-	if port == "0" {
-		port = "*"
-	}
-	switch {
-	case host == "":
-		host = "*"
-	case strings.Contains(host, ":"):
-		host = "[" + host + "]"
-	}
-	return "tcp://" + host + ":" + port, nil
 }
 
 // PullAddr returns the bound pull address ("ip:port"), after Start.
@@ -601,6 +495,7 @@ func (s *Server) Close() error {
 		}
 		s.closeErr = s.zctx.Term()
 		s.wg.Wait()
+		s.inner.remove()
 	})
 	return s.closeErr
 }
@@ -624,7 +519,7 @@ func recvPeer(so *zmq.Socket, flags zmq.Flag, frames [][]byte, id peerID) (_ [][
 		var b []byte
 		if peer == "" {
 			var md map[string]string
-			b, md, err = so.RecvBytesWithMetadata(flags, id.props...)
+			b, md, err = so.RecvBytesWithMetadata(flags, frontProps...)
 			peer = id.of(md)
 		} else {
 			b, err = so.RecvBytes(flags)
@@ -886,57 +781,6 @@ func (s *Server) sweep() {
 			return
 		case <-t.C:
 			s.idx.Sweep(s.now())
-		}
-	}
-}
-
-// serveZAP answers ZeroMQ authentication requests (RFC 27): a peer is admitted when its IP
-// is in the allowed set (allow-from fleet; any: always). It owns the sockets' monitors and
-// applies every event they have queued before it answers (drainMonitor; once a second when
-// there is nothing to answer): libzmq reports a connection accepted before it asks about
-// it, so a connection past MaxPeerConns is shut before its handshake can end, and libzmq
-// reads no message of it. (Refusing it here instead would stop its peer's socket for good:
-// libzmq does not connect again after an authentication failure; ended, it connects again
-// later.)
-func (s *Server) serveZAP(so *zmq.Socket, w *zmqwait.Waiter, monitors []*monitor) {
-	defer so.Close()
-	for _, m := range monitors {
-		defer m.so.Close()
-	}
-	for {
-		var req []string
-		err := w.Receive(time.Now().Add(time.Second), func(f zmq.Flag) (err error) {
-			req, err = so.RecvMessage(f)
-			return err
-		})
-		for _, m := range monitors {
-			if isTerm(s.drainMonitor(m)) {
-				return
-			}
-		}
-		if err != nil {
-			if isTerm(err) {
-				return
-			}
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				s.log.Error("lmcache: receive on the ZAP socket", "err", err)
-			}
-			continue
-		}
-		if len(req) < 6 {
-			continue
-		}
-		version, id, addr := req[0], req[1], req[3]
-		status, text := "200", "OK"
-		if s.cfg.Allow == AllowFleet && !(*s.allowed.Load())[canonicalIP(addr)] {
-			status, text = "400", "address not in the fleet"
-			s.noteRejected(addr)
-		}
-		if _, err := so.SendMessage(version, id, status, text, "", ""); err != nil {
-			if isTerm(err) {
-				return
-			}
-			s.log.Error("lmcache: reply on the ZAP socket", "err", err)
 		}
 	}
 }

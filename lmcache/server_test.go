@@ -357,14 +357,3 @@ func TestParseAllowMode(t *testing.T) {
 		t.Error("ParseAllowMode(all) succeeded")
 	}
 }
-
-func TestZMQEndpoint(t *testing.T) {
-	for in, want := range map[string]string{
-		"0.0.0.0:9000": "tcp://0.0.0.0:9000", ":9000": "tcp://*:9000", "127.0.0.1:0": "tcp://127.0.0.1:*",
-		"tcp://10.0.0.1:9001": "tcp://10.0.0.1:9001", "[::]:9000": "tcp://[::]:9000",
-	} {
-		if got, err := zmqEndpoint(in); err != nil || got != want {
-			t.Errorf("zmqEndpoint(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-}

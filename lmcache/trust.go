@@ -8,7 +8,7 @@ import (
 )
 
 // The trust model (docs/security.md): a message that arrived over the network carries the
-// IP its connection came from (ZeroMQ's Peer-Address; ZAP admitted that IP first). It is
+// IP its connection came from (the ZMTP front's peer property; the front admitted that IP first). It is
 // applied only when it is about an instance on that IP, so an engine can change what the
 // index says about itself and nothing else. Messages given to Apply, or to ApplyFrames
 // with no peer, come from inside the process (tests, the simulator) and are trusted.
@@ -24,7 +24,7 @@ const (
 	RefusedIPMismatch        = "ip-mismatch"        // a register/heartbeat claims an IP other than its connection's
 	RefusedInstanceElsewhere = "instance-elsewhere" // the instance id is registered from another IP
 	RefusedInstancesPerIP    = "instances-per-ip"   // the peer IP already has MaxInstancesPerIP instances
-	RefusedNoPeer            = "no-peer-address"    // the transport did not say where the message came from
+	RefusedNoPeer            = "no-peer-address"    // no peer property with the front's key: not through the front
 )
 
 var refusedReasons = []string{RefusedIPMismatch, RefusedInstanceElsewhere, RefusedInstancesPerIP, RefusedNoPeer}
@@ -110,7 +110,7 @@ func (r refusal) why() string {
 	case RefusedInstancesPerIP:
 		return fmt.Sprintf("%s already has %d LMCache instances (the limit): instance %q is not admitted; an engine restarting supersedes its old instance, so this many at once is junk", r.peer, r.instancesOnPeer, r.id)
 	case RefusedNoPeer:
-		return "ZeroMQ gave no Peer-Address for the connection, or it did not come through the ZMTP front (no key: a process of the picker's network namespace wrote to libzmq's socket directly)"
+		return "the message did not come through the ZMTP front (no peer property with the front's key: a process that can reach libzmq's socket behind the front wrote to it directly)"
 	}
 	return r.reason
 }

@@ -328,7 +328,7 @@ func TestRefusalSentences(t *testing.T) {
 		{refusal{reason: RefusedIPMismatch, id: "x", claimed: "10.0.0.2", peer: "10.0.0.1"}, []string{`"x"`, "10.0.0.2", "10.0.0.1", "its own IP"}},
 		{refusal{reason: RefusedInstanceElsewhere, id: "b", home: "10.0.0.2", peer: "10.0.0.1"}, []string{`"b"`, "10.0.0.2", "10.0.0.1", "lmcache_instance_id"}},
 		{refusal{reason: RefusedInstancesPerIP, id: "j", peer: "10.0.0.1", instancesOnPeer: 8}, []string{`"j"`, "10.0.0.1", "8 LMCache instances"}},
-		{refusal{reason: RefusedNoPeer}, []string{"Peer-Address"}},
+		{refusal{reason: RefusedNoPeer}, []string{"ZMTP front", "key"}},
 	} {
 		why := c.r.why()
 		for _, w := range c.want {

@@ -6,7 +6,8 @@
 //
 // Forward writes nothing of a message to libzmq before the message's last frame is read and
 // the whole is within the bounds: a message over them is read to its end and dropped (its
-// bytes are discarded as they arrive, none is held); a frame over the frame cap ends the
+// bytes are discarded as they arrive, none is held, and the caller is told of them before
+// they are read, so that it can charge and pace the peer); a frame over the frame cap ends the
 // connection before its bytes are read, as libzmq does. The peer's READY command is rewritten
 // to carry only its Socket-Type and Identity and the forwarder's own properties (the peer's
 // address, say), so the controller knows the peer's IP although libzmq's own Peer-Address is
@@ -57,8 +58,22 @@ type Limits struct {
 type Drop struct {
 	Frames int   // the message's frames
 	Bytes  int64 // its bytes, all frames together
+	Wire   int64 // its bytes on the wire: Bytes and its frames' headers (2 or 9 bytes each)
 	// OverFrames: the message went over Limits.MessageFrames before Limits.MessageBytes.
 	OverFrames bool
+}
+
+// Drops is told of the messages Forward drops; either function may be nil.
+type Drops struct {
+	// Charge is called with the wire bytes of a message being dropped (frames' headers
+	// included, so that empty frames cost too) before its frames' bodies are read and
+	// discarded: once the message goes over the limits, with all it came with so far (the
+	// frame whose header was just read included), then with each later frame's. Over a
+	// message read to its end the calls sum to its Drop.Wire. It may block, to pace the
+	// peer (the caller charges the bytes to the peer's rate); an error ends Forward with it.
+	Charge func(n int64) error
+	// Dropped is called once a dropped message is read to its end.
+	Dropped func(Drop)
 }
 
 // ProtocolError is a peer's departure from ZMTP 3.x with the NULL mechanism, or a frame or
@@ -87,12 +102,13 @@ func protocolf(format string, args ...any) error {
 // Forward reads the peer's ZMTP stream from peer and writes it to inner (a libzmq socket's
 // connection) within lim, until the peer's stream ends (nil at a message's boundary) or
 // breaks the protocol or a bound (a *ProtocolError or a frame error wrapping
-// ErrFrameTooLarge), or a write fails. props are written into the peer's READY (names and
-// values of at most 255 bytes). dropped, if not nil, is called for each message dropped. Forward reads the
+// ErrFrameTooLarge), or a write fails, or drops.Charge fails. props are written into the
+// peer's READY (names and values of at most 255 bytes). drops is told of each message
+// dropped, its bytes before they are read (see Drops). Forward reads the
 // greeting in the steps libzmq sends it (signature, major version, rest), forwarding each,
 // since each side waits for the other's step before its next. It never holds more than one
 // message of at most lim.MessageBytes and lim.MessageFrames frames, besides its buffers.
-func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, dropped func(Drop)) error {
+func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drops Drops) error {
 	for _, p := range props {
 		if len(p.Name) > 255 || len(p.Value) > 255 {
 			return errors.New("zmtp: a property's name or value over 255 bytes")
@@ -143,7 +159,7 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 	cmd := make([]byte, MaxCommandBytes)
 	msg := make([]byte, 0, 4<<10) // the message being read, encoded as it will be written
 	var frames int
-	var bytes int64
+	var bytes, wire int64 // the message's so far: its frames' bodies; with their headers
 	drop, overFrames := false, false
 	for {
 		if r.Buffered() == 0 && w.Buffered() > 0 {
@@ -174,9 +190,18 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		}
 		frames++
 		bytes += size
+		onWire := headerBytes(flags) + size
+		wire += onWire
 		if !drop && (frames > lim.MessageFrames || bytes > lim.MessageBytes) {
 			drop, overFrames = true, frames > lim.MessageFrames
 			msg = msg[:0]
+			if err := charge(w, drops, wire); err != nil {
+				return err
+			}
+		} else if drop {
+			if err := charge(w, drops, onWire); err != nil {
+				return err
+			}
 		}
 		if drop {
 			if _, err := r.Discard(int(size)); err != nil {
@@ -195,8 +220,8 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 			continue
 		}
 		if drop {
-			if dropped != nil {
-				dropped(Drop{Frames: frames, Bytes: bytes, OverFrames: overFrames})
+			if drops.Dropped != nil {
+				drops.Dropped(Drop{Frames: frames, Bytes: bytes, Wire: wire, OverFrames: overFrames})
 			}
 		} else if _, err := w.Write(msg); err != nil {
 			return err
@@ -204,8 +229,20 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		if cap(msg) > 64<<10 {
 			msg = make([]byte, 0, 4<<10) // hold no large message's memory while waiting
 		}
-		msg, frames, bytes, drop = msg[:0], 0, 0, false
+		msg, frames, bytes, wire, drop = msg[:0], 0, 0, 0, false
 	}
+}
+
+// charge hands on the whole messages w holds, then tells drops.Charge of n bytes about to
+// be discarded: whatever it waits, libzmq is not kept from what was read before.
+func charge(w *bufio.Writer, drops Drops, n int64) error {
+	if drops.Charge == nil {
+		return nil
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return drops.Charge(n)
 }
 
 // flushed hands on the whole messages w holds before the peer's stream ended or broke with
@@ -301,6 +338,14 @@ func (f *reader) header(max int64) (flags byte, size int64, err error) {
 		return 0, 0, protocolf("a command of %d bytes, over %d", size, MaxCommandBytes)
 	}
 	return flags, size, nil
+}
+
+// headerBytes is the length of a frame's header of flags: the flags and the size.
+func headerBytes(flags byte) int64 {
+	if flags&flagLong != 0 {
+		return 9
+	}
+	return 2
 }
 
 func appendSize(b []byte, flags byte, size int64) []byte {

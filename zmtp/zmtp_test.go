@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"testing/iotest"
 )
 
 // greeting is a ZMTP 3.1 client's greeting of mechanism mech.
@@ -75,8 +76,9 @@ func TestForward(t *testing.T) {
 		in      []byte
 		want    []byte // forwarded
 		drops   []Drop
-		err     string // "" : nil; else a substring of the error
-		tooLong bool   // the error wraps ErrFrameTooLarge
+		charges []int64 // Drops.Charge's calls
+		err     string  // "" : nil; else a substring of the error
+		tooLong bool    // the error wraps ErrFrameTooLarge
 	}{
 		{name: "messages of one and many frames, a long frame", in: cat(hello, msg([]byte("a")), msg([]byte("b"), []byte("c"), bytes.Repeat([]byte{'y'}, 300))),
 			want: cat(wantHello, msg([]byte("a")), msg([]byte("b"), []byte("c"), bytes.Repeat([]byte{'y'}, 300)))},
@@ -85,9 +87,15 @@ func TestForward(t *testing.T) {
 			want: cat(greeting(3, "NULL"), ready("socket-type", "DEALER", "Identity", "w1", PeerProperty, "10.0.0.1", KeyProperty, "k3y"), msg([]byte("a")))},
 		{name: "a message at the bounds is kept", in: cat(hello, msg(many(4, 250)...)), want: cat(wantHello, msg(many(4, 250)...))},
 		{name: "a message of too many frames is dropped, the next kept", in: cat(hello, msg(many(5, 1)...), msg([]byte("after"))),
-			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 5, Bytes: 5, OverFrames: true}}},
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 5, Bytes: 5, Wire: 15, OverFrames: true}}, charges: []int64{15}},
 		{name: "a message of too many bytes is dropped, the next kept", in: cat(hello, msg(many(3, 400)...), msg([]byte("after"))),
-			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 3, Bytes: 1200}}},
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 3, Bytes: 1200, Wire: 1227}}, charges: []int64{1227}},
+		{name: "a dropped message's later frames are charged one by one, with their headers", in: cat(hello, msg(append(many(4, 300), nil, []byte("x"))...), msg([]byte("after"))),
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 6, Bytes: 1201, Wire: 1241}}, charges: []int64{1236, 2, 3}},
+		{name: "empty frames past the frame bound are charged their headers", in: cat(hello, msg(many(6, 0)...), msg([]byte("after"))),
+			want: cat(wantHello, msg([]byte("after"))), drops: []Drop{{Frames: 6, Wire: 12, OverFrames: true}}, charges: []int64{10, 2}},
+		{name: "a dropped message cut short: charged what its frames announced", in: cat(hello, msg([]byte("a")), frame(flagMore, bytes.Repeat([]byte{'w'}, 900)), frame(flagMore, bytes.Repeat([]byte{'w'}, 200))[:50]),
+			want: cat(wantHello, msg([]byte("a"))), charges: []int64{1111}, err: "ended within a frame"},
 		{name: "a frame over the cap ends the connection, nothing of its message forwarded", in: cat(hello, msg([]byte("a")), msg([]byte("b"), bytes.Repeat([]byte{'z'}, 1001))),
 			want: cat(wantHello, msg([]byte("a"))), err: "over the cap", tooLong: true},
 		{name: "a frame announcing 2^64-1 bytes", in: cat(hello, []byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}),
@@ -111,7 +119,11 @@ func TestForward(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
 			var drops []Drop
-			err := Forward(bytes.NewReader(tt.in), &out, testProps, testLimits, func(d Drop) { drops = append(drops, d) })
+			var charges []int64
+			err := Forward(bytes.NewReader(tt.in), &out, testProps, testLimits, Drops{
+				Charge:  func(n int64) error { charges = append(charges, n); return nil },
+				Dropped: func(d Drop) { drops = append(drops, d) },
+			})
 			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !bytes.Contains([]byte(err.Error()), []byte(tt.err))) {
 				t.Fatalf("err = %v, want %q", err, tt.err)
 			}
@@ -128,14 +140,42 @@ func TestForward(t *testing.T) {
 			if fmt.Sprint(drops) != fmt.Sprint(tt.drops) {
 				t.Errorf("drops %v, want %v", drops, tt.drops)
 			}
+			if fmt.Sprint(charges) != fmt.Sprint(tt.charges) {
+				t.Errorf("charges %v, want %v", charges, tt.charges)
+			}
 		})
+	}
+}
+
+// Drops.Charge is called before a dropped message's bytes are read, with the whole messages
+// read before it handed on (its wait, pacing the peer, delays nothing already read), and its
+// error ends Forward.
+func TestForwardChargeBeforeReading(t *testing.T) {
+	hello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH"))
+	wantHello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH", PeerProperty, "10.0.0.1", KeyProperty, "k3y"))
+	in := bytes.NewReader(cat(hello, msg([]byte("a")), msg(many(3, 400)...), msg([]byte("b"))))
+	var out bytes.Buffer
+	stop := errors.New("stop")
+	var unread int
+	err := Forward(iotest.OneByteReader(in), &out, testProps, testLimits, Drops{Charge: func(n int64) error {
+		unread = in.Len()
+		if !bytes.Equal(out.Bytes(), cat(wantHello, msg([]byte("a")))) {
+			t.Errorf("at the charge, forwarded %q; want the message before it", out.Bytes())
+		}
+		return stop
+	}})
+	if !errors.Is(err, stop) {
+		t.Fatalf("err = %v, want the charge's", err)
+	}
+	if rest := 400 + len(msg([]byte("b"))); unread != rest {
+		t.Errorf("charged with %d bytes unread, want the dropped frame's 400 and the next message's (%d)", unread, rest)
 	}
 }
 
 // A write to libzmq that fails ends Forward with its error.
 func TestForwardWriteError(t *testing.T) {
 	boom := errors.New("boom")
-	err := Forward(bytes.NewReader(greeting(3, "NULL")), failWriter{boom}, testProps, testLimits, nil)
+	err := Forward(bytes.NewReader(greeting(3, "NULL")), failWriter{boom}, testProps, testLimits, Drops{})
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the write's", err)
 	}
@@ -157,9 +197,27 @@ func FuzzForward(f *testing.F) {
 	f.Add(cat(hello, []byte{flagLong, 0, 0, 0, 0, 0, 0, 3, 0xe8}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
-		err := Forward(bytes.NewReader(in), &out, testProps, testLimits, nil)
+		var charged, dropped int64
+		err := Forward(bytes.NewReader(in), &out, testProps, testLimits, Drops{
+			Charge: func(n int64) error {
+				if n < 2 || n > testLimits.FrameBytes+testLimits.MessageBytes+9*int64(testLimits.MessageFrames+1) {
+					t.Fatalf("charged %d bytes at once", n)
+				}
+				charged += n
+				return nil
+			},
+			Dropped: func(d Drop) {
+				if d.Wire < d.Bytes+2*int64(d.Frames) {
+					t.Fatalf("dropped %+v: fewer wire bytes than its frames and headers", d)
+				}
+				dropped += d.Wire
+			},
+		})
 		if err == nil && !bytes.HasPrefix(in, out.Bytes()[:min(len(out.Bytes()), greetingBytes)]) {
 			t.Fatal("greeting altered")
+		}
+		if err == nil && charged != dropped || charged < dropped {
+			t.Fatalf("charged %d bytes for dropped messages of %d (err %v)", charged, dropped, err)
 		}
 		checkForwarded(t, out.Bytes())
 	})

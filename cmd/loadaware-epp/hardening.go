@@ -37,7 +37,6 @@ type hardening struct {
 	lmPeerBurst         int64
 	lmMaxFrameBytes     int64
 	lmMaxPeerConns      int
-	lmZMTPFront         bool
 	lmIngestCPU         float64
 	largeTokenizations  int
 }
@@ -62,10 +61,9 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate (its large bodies: at most one --max-body-bytes of them)")
 	fs.Int64Var(&h.connStreamRate, "grpc-conn-stream-rate", app.DefaultConnStreamRate, "ext_proc streams (requests) per second one connection may open; more are refused with gRPC RESOURCE_EXHAUSTED and the connection is not read until it could open one; -1: no bound")
 	fs.Int64Var(&h.connStreamBurst, "grpc-conn-stream-burst", app.DefaultConnStreamBurst, "ext_proc streams a connection may open at once above --grpc-conn-stream-rate")
-	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
+	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send, those dropped for their size included; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
 	fs.Int64Var(&h.lmMaxFrameBytes, "lmcache-max-frame-bytes", lmcache.DefaultMaxFrameBytes, "largest LMCache message, all its frames together (a full sync's batch is about 18 KB): a frame over it ends its connection, a message of frames under it over it is dropped. What a peer connection can make the controller hold is 102 such messages (docs/security.md)")
-	fs.BoolVar(&h.lmZMTPFront, "lmcache-zmtp-front", true, "read the LMCache peers' ZeroMQ streams in Go before libzmq, bounding each message's bytes and frames and applying --lmcache-allow-from and --lmcache-max-peer-conns at accept; false: libzmq listens itself and a message of many frames is held whole whatever its size (decision 1178)")
 	fs.IntVar(&h.lmMaxPeerConns, "lmcache-max-peer-conns", lmcache.DefaultMaxPeerConns, "connections one IP may hold to each LMCache controller socket (a worker holds one; an engine pod runs one worker a tensor-parallel rank); one past it is ended as it is accepted; -1: no cap")
 	fs.Float64Var(&h.lmIngestCPU, "lmcache-ingest-cpu", lmcache.DefaultIngestCPU, "share of one CPU the LMCache controller may spend receiving and applying cache events, every engine together; over it, it stops reading (the engines' sends block); -1: no bound")
 	fs.StringVar(&h.healthCheckPath, "health-check-path", "/health", "path of the engines' health endpoint (vLLM: /health)")
@@ -127,7 +125,6 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		cfg.LMCache.PeerRate, cfg.LMCache.PeerBurst = h.lmPeerRate, h.lmPeerBurst
 		cfg.LMCache.MaxFrameBytes = h.lmMaxFrameBytes
 		cfg.LMCache.MaxPeerConns = h.lmMaxPeerConns
-		cfg.LMCache.Direct = !h.lmZMTPFront
 		cfg.LMCache.IngestCPU = h.lmIngestCPU
 	}
 	mode, err := extproc.ParseExplainMode(h.explain)

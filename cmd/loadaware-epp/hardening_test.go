@@ -49,7 +49,7 @@ func TestHardeningFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.LMCache.MaxKeys != 1<<20 || cfg.LMCache.MaxInstancesPerIP != 8 || cfg.LMCache.PeerRate != 1<<20 || cfg.LMCache.PeerBurst != 1<<20 ||
-		cfg.LMCache.MaxFrameBytes != 256<<10 || cfg.LMCache.MaxPeerConns != 8 || cfg.LMCache.Direct {
+		cfg.LMCache.MaxFrameBytes != 256<<10 || cfg.LMCache.MaxPeerConns != 8 {
 		t.Fatalf("lmcache bounds: %+v", cfg.LMCache)
 	}
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||

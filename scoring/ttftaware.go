@@ -14,7 +14,8 @@ import (
 //		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
 //		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
-//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + kvwait(s)
+//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + running(s) + kvwait(s)
+//		running(s) = (StepCost + decode(s) x SeqStepCost) / 2 + decode(s) x OutputCost   when decode(s) > 0
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
@@ -39,6 +40,15 @@ import (
 //	    prompt sent again counts once, a hit counts too) fill s's KV pool, as vLLM's LRU
 //	    of blocks evicts it (holdsChunk; decision 1690). A last route this prompt starts
 //	    with still counts whole while its full chunks are held.
+//	  - running(s) is what a decoding batch adds beyond the steps the prompt is in: a prompt
+//	    arriving while s runs a step waits for the rest of it, on average half of it, and its
+//	    first token leaves the API server after the step's other decode(s) tokens, OutputCost
+//	    each. Without it a decoding sequence cost a tenth of a queued prefill's charge per
+//	    0.65 ms, and ttftaware sent bursts to the engines with the most sequences decoding
+//	    (decision 1708: held-out 20261208 h10 measured 1.6 ms of TTFT per decoding sequence).
+//	    It is this request's wait, not a copy's: hitTime, what a copy saves each later
+//	    request of its family, leaves it out (the step in progress when a later request
+//	    arrives is not today's; counting it there lost held-out 20261207 h06, decision 1712).
 //	  - kvwait(s) is the wait for KV capacity (KVWait): on a decode-bound engine the running
 //	    sequences fill the KV pool, and a new prompt waits for some of them to finish. The
 //	    prompt needs no new blocks for what a sequence running on s already holds
@@ -131,6 +141,10 @@ const (
 	StepCost = 19 * time.Millisecond
 	// SeqStepCost is what each decoding sequence adds to every step.
 	SeqStepCost = 500 * time.Microsecond
+	// OutputCost is the API server's time to stream one token of a step's output
+	// (detokenizing and sending it): the step's tokens leave one after another, so a
+	// first token waits for the others of its step.
+	OutputCost = 310 * time.Microsecond
 	// StepTokens is the tokens one step prefills (vLLM's max_num_batched_tokens).
 	StepTokens = 2048
 	// KVPoolTokens is the tokens of KV the engine's GPU pool holds (vLLM's num_gpu_blocks
@@ -288,7 +302,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
-		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)) + rs[i].KVWait
+		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)+running(c.Decode)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	wait := 0.0         // the fleet's mean queued prefill, seconds
@@ -354,6 +368,18 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonHolderSticky)
 	}
 	return rs
+}
+
+// running is what an engine with decode sequences decoding adds to a prompt's time to
+// first token beyond the steps it is in, in seconds at the model's speed (TTFTAware's
+// running(s)): the rest of the step in progress, half of one on average, and the step's
+// other tokens streamed before its first (OutputCost each). 0 when nothing decodes.
+func running(decode int) float64 {
+	if decode <= 0 {
+		return 0
+	}
+	d := float64(decode)
+	return (StepCost.Seconds()+d*SeqStepCost.Seconds())/2 + d*OutputCost.Seconds()
 }
 
 // leastBookedFirst moves to the front of rs, sorted best first, the entry among those whose

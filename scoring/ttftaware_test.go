@@ -34,10 +34,15 @@ func TestTTFTAwareRanking(t *testing.T) {
 			[]Candidate{lcand("a:1", 8000, 10, 0, 0), lcand("b:1", 0, 2, 0, 0)}, "a:1", ReasonFleetSaturated, 0},
 		{"nobody holds the prompt: the fewest queued and decoding", 1000, nil,
 			[]Candidate{lcand("a:1", 0, 1, 5, 0), lcand("b:1", 0, 0, 2, 0)}, "b:1", ReasonLowestTTFT,
-			0.025 + 2*0.00015 + 1000*198e-6 + 0.019 + 2*0.0005},
+			// + the rest of the step in progress (half of one) and the step's 2 other tokens streamed first
+			0.025 + 2*0.00015 + 1000*198e-6 + 0.019 + 2*0.0005 + (0.019+2*0.0005)/2 + 2*0.00031},
 		{"decoding sequences lengthen every step until the first token", 4096, nil,
 			[]Candidate{lcand("a:1", 0, 0, 40, 0), lcand("b:1", 0, 0, 10, 0)}, "b:1", ReasonLowestTTFT,
-			0.025 + 10*0.00015 + 4096*198e-6 + 2*(0.019+10*0.0005)},
+			0.025 + 10*0.00015 + 4096*198e-6 + 2*(0.019+10*0.0005) + (0.019+10*0.0005)/2 + 10*0.00031},
+		{"a large decoding batch outweighs one short queued prefill: the step in progress and its streamed tokens", 300, map[string]int{"a:1": 300},
+			[]Candidate{lcand("a:1", 0, 1, 0, 0), lcand("b:1", 0, 0, 100, 0)}, "a:1", ReasonLowestTTFT,
+			// b: 0.025 + 100 x 0.00015 + 300 tokens + one step of 100 sequences + 0.0345 + 0.031 = 0.234 s
+			2*(0.025+0.00015) + 600*198e-6 + 0.019},
 		{"equal everything: the smallest address", 1000, nil,
 			[]Candidate{lcand("b:1", 500, 1, 4, 0), lcand("a:1", 500, 1, 4, 0)}, "a:1", ReasonLowestTTFT, 0},
 		{"equal estimates: the engine with the fewest tokens booked, whose caches hold the least to evict", 1000, map[string]int{"a:1": 5000, "b:1": 3000, "c:1": 1000},

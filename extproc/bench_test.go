@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"io"
 	"runtime"
 	rtmetrics "runtime/metrics"
@@ -168,57 +169,51 @@ func benchRoundTrip(b *testing.B, o harnessOpts, msgs []*extprocv3.ProcessingReq
 // encodes it: by protobuf from its messages (encoding=protobuf, as before decision 1203) and
 // by hand (encoding=direct, grpcbuf.Encoder).
 func BenchmarkRoutingAnswer(b *testing.B) {
-	c := grpcbuf.NewCodec(&grpcbuf.Pool{})
 	d := &picker.Decision{Endpoints: []string{"127.1.0.1:8000"}, Policy: "loadaware", PinRank: 0,
 		Ranked: []scoring.Ranked{{Addr: "127.1.0.1:8000", Score: 0.5, Reason: scoring.ReasonLeastLoad}, {Addr: "127.1.0.2:8000", Score: 0.25}}}
-	for _, direct := range []bool{false, true} {
-		name := "encoding=protobuf"
-		if direct {
-			name = "encoding=direct"
-		}
-		b.Run(name, func(b *testing.B) {
-			var a routingAnswer
-			b.ReportAllocs()
-			for b.Loop() {
-				var m any = a.build(d.Endpoints[0], "", d, false, false)
-				if !direct {
-					m = a.ProtoReflect().Interface() // the *ProcessingResponse: protobuf's Size and Marshal
-				}
-				s, err := c.Marshal(m)
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.Free()
-			}
-		})
-	}
+	var a routingAnswer
+	benchEncodings(b, func() answerMessage { return a.build(d.Endpoints[0], "", d, false, false) }, func() {})
 }
 
 // BenchmarkBodyAnswer measures an 8 KiB request body chunk's answer encoded as grpcbuf's
 // codec encodes it: by protobuf from its messages (encoding=protobuf, as before decision
 // 1203) and by hand (encoding=direct, grpcbuf.Encoder).
 func BenchmarkBodyAnswer(b *testing.B) {
-	c := grpcbuf.NewCodec(&grpcbuf.Pool{})
 	chunk := make([]byte, 8194)
+	var a bodyAnswer
+	benchEncodings(b, func() answerMessage { return a.set(true, chunk, true) }, a.forget)
+}
+
+// answerMessage is an answer that encodes itself and is a proto.Message too.
+type answerMessage interface {
+	grpcbuf.Encoder
+	ProtoReflect() protoreflect.Message
+}
+
+// benchEncodings runs encoding=protobuf (the *ProcessingResponse, through protobuf's Size
+// and Marshal) and encoding=direct (the answer's own encoding) over the answers next builds,
+// calling done after each is sent.
+func benchEncodings(b *testing.B, next func() answerMessage, done func()) {
+	c := grpcbuf.NewCodec(&grpcbuf.Pool{})
 	for _, direct := range []bool{false, true} {
 		name := "encoding=protobuf"
 		if direct {
 			name = "encoding=direct"
 		}
 		b.Run(name, func(b *testing.B) {
-			var a bodyAnswer
 			b.ReportAllocs()
 			for b.Loop() {
-				var m any = a.set(true, chunk, true)
+				a := next()
+				var m any = a
 				if !direct {
-					m = a.ProtoReflect().Interface() // the *ProcessingResponse: protobuf's Size and Marshal
+					m = a.ProtoReflect().Interface()
 				}
 				s, err := c.Marshal(m)
 				if err != nil {
 					b.Fatal(err)
 				}
 				s.Free()
-				a.forget()
+				done()
 			}
 		})
 	}

@@ -220,14 +220,10 @@ func (s *Server) payDropped(ip string, n int64) error {
 	}
 	s.overWait.Add(wait.Seconds())
 	s.noteOverRate(ip, "delayed")
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-s.done:
+	if s.sleep(wait) {
 		return errClosing
 	}
+	return nil
 }
 
 // noteDropped counts a message the front dropped and logs it, at most once a minute per peer

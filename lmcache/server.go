@@ -350,11 +350,12 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.inner = inner
 	bind := func(kind zmq.Type, addr, what string) (*zmq.Socket, string, error) {
-		if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimSpace(addr), "tcp://")); err != nil {
+		hostPort := strings.TrimPrefix(strings.TrimSpace(addr), "tcp://")
+		if _, _, err := net.SplitHostPort(hostPort); err != nil {
 			return nil, "", fmt.Errorf("lmcache: %s address %q is not host:port: %w", what, addr, err)
 		}
 		// The front listens on addr; libzmq on a Unix socket behind it.
-		ln, err := s.listenFront(addr)
+		ln, err := s.listenFront(hostPort)
 		if err != nil {
 			return nil, "", fmt.Errorf("lmcache: bind %s socket on %s: %w (is the port in use?)", what, addr, err)
 		}
@@ -454,12 +455,12 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// listenFront listens on addr ("host:port" or "tcp://host:port"; an empty host: every
+// listenFront listens on hostPort ("host:port"; an empty host: every
 // interface) with the keepalive the libzmq sockets had: a peer gone without a word (its node
 // lost) frees its connection's place in MaxPeerConns after 60 + 3 x 10 s, not never.
-func (s *Server) listenFront(addr string) (net.Listener, error) {
+func (s *Server) listenFront(hostPort string) (net.Listener, error) {
 	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 60 * time.Second, Interval: 10 * time.Second, Count: 3}}
-	return lc.Listen(context.Background(), "tcp", strings.TrimPrefix(strings.TrimSpace(addr), "tcp://"))
+	return lc.Listen(context.Background(), "tcp", hostPort)
 }
 
 // PullAddr returns the bound pull address ("ip:port"), after Start.
@@ -638,14 +639,7 @@ func (s *Server) payIngest(budget *ingestBudget, used time.Duration) (stop bool)
 		s.log.Warn("lmcache: the controller's ingestion used its CPU budget; it stops reading the pull socket until the budget refills (the senders block; nothing is dropped; logged once a minute; see loadaware_lmcache_ingest_paused_seconds_total). If the fleet's events fall behind, raise --lmcache-ingest-cpu",
 			"pauses", n, "cpu_share", s.cfg.IngestCPU, "burst", s.cfg.IngestCPUBurst)
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return false
-	case <-s.done:
-		return true
-	}
+	return s.sleep(wait)
 }
 
 // pace charges a message of peer to its byte rate and waits out the peer's debt (see
@@ -668,13 +662,22 @@ func (s *Server) pace(peer string, frames [][]byte) (apply, stop bool) {
 	s.overMsgs.WithLabelValues(outcome).Inc()
 	s.overWait.Add(wait.Seconds())
 	s.noteOverRate(ip, outcome)
-	t := time.NewTimer(wait)
+	if s.sleep(wait) {
+		return false, true
+	}
+	return apply, false
+}
+
+// sleep waits d, or until the server closes: closing reports which. A wait for a budget or a
+// rate (the pull loop's, the front's) is cut short by Close.
+func (s *Server) sleep(d time.Duration) (closing bool) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return apply, false
+		return false
 	case <-s.done:
-		return false, true
+		return true
 	}
 }
 

@@ -16,6 +16,7 @@ package zmtp
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -131,10 +132,8 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 			return err
 		}
 	}
-	var f reader
-	f.r = r
 	// READY, rewritten
-	flags, size, err := f.header(MaxCommandBytes)
+	flags, size, err := header(r, MaxCommandBytes)
 	if err != nil {
 		return endOf("the READY command", err)
 	}
@@ -168,7 +167,7 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 				return err
 			}
 		}
-		flags, size, err := f.header(lim.FrameBytes)
+		flags, size, err := header(r, lim.FrameBytes)
 		if err != nil {
 			if errors.Is(err, io.EOF) && frames == 0 {
 				return w.Flush() // the peer closed between messages
@@ -270,41 +269,18 @@ func checkGreeting(g []byte) error {
 		return protocolf("ZMTP %d.x peer: only ZMTP 3.x is served (libzmq 4 and later, pyzmq 14 and later)", g[signatureBytes])
 	}
 	if len(g) == greetingBytes {
-		mech := g[12:32]
-		if string(mech[:4]) != "NULL" || !allZero(mech[4:]) {
-			return protocolf("security mechanism %q: only NULL is served (LMCache's sockets use it)", trimZero(mech))
+		// the mechanism's name, padded with zero bytes to 20
+		if mech := bytes.TrimRight(g[12:32], "\x00"); string(mech) != "NULL" {
+			return protocolf("security mechanism %q: only NULL is served (LMCache's sockets use it)", mech)
 		}
 	}
 	return nil
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func trimZero(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
-
-// reader reads frame headers.
-type reader struct {
-	r *bufio.Reader
-}
-
-// header reads a frame's flags and size; a data frame over max is an error wrapping
-// ErrFrameTooLarge (a command's size is checked by its caller).
-func (f *reader) header(max int64) (flags byte, size int64, err error) {
-	flags, err = f.r.ReadByte()
+// header reads a frame's flags and size from r; a data frame over max is an error wrapping
+// ErrFrameTooLarge, a command over MaxCommandBytes a *ProtocolError.
+func header(r *bufio.Reader, max int64) (flags byte, size int64, err error) {
+	flags, err = r.ReadByte()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -315,14 +291,14 @@ func (f *reader) header(max int64) (flags byte, size int64, err error) {
 		return 0, 0, protocolf("a command frame with more to follow")
 	}
 	if flags&flagLong == 0 {
-		b, err := f.r.ReadByte()
+		b, err := r.ReadByte()
 		if err != nil {
 			return 0, 0, io.ErrUnexpectedEOF
 		}
 		size = int64(b)
 	} else {
 		var b [8]byte
-		if _, err := io.ReadFull(f.r, b[:]); err != nil {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
 			return 0, 0, io.ErrUnexpectedEOF
 		}
 		u := binary.BigEndian.Uint64(b[:])

@@ -94,13 +94,14 @@ func (a *routingAnswer) value(i int) []byte {
 // the messages ProtoReflect builds (fields in number order, a proto3 field at its zero value
 // left out, the unknown fields last), which TestRoutingAnswerReused holds it to.
 func (a *routingAnswer) encode(b []byte) []byte {
-	var options [3]int // each HeaderValueOption's length
+	var values, options [3]int // each HeaderValue's and HeaderValueOption's length
 	mutation := 0
 	for i := range a.n {
 		hv := protowire.SizeTag(headerValueKey) + protowire.SizeBytes(len(a.keys[i]))
 		if v := a.value(i); len(v) > 0 {
 			hv += protowire.SizeTag(headerValueRaw) + protowire.SizeBytes(len(v))
 		}
+		values[i] = hv
 		options[i] = protowire.SizeTag(optionHeader) + protowire.SizeBytes(hv) +
 			protowire.SizeTag(optionAppendAction) + protowire.SizeVarint(overwriteIfExistsOrAdd)
 		mutation += protowire.SizeTag(mutationSetHeaders) + protowire.SizeBytes(options[i])
@@ -121,12 +122,8 @@ func (a *routingAnswer) encode(b []byte) []byte {
 		b = protowire.AppendTag(b, mutationSetHeaders, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(options[i]))
 		v := a.value(i)
-		hv := protowire.SizeTag(headerValueKey) + protowire.SizeBytes(len(a.keys[i]))
-		if len(v) > 0 {
-			hv += protowire.SizeTag(headerValueRaw) + protowire.SizeBytes(len(v))
-		}
 		b = protowire.AppendTag(b, optionHeader, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(hv))
+		b = protowire.AppendVarint(b, uint64(values[i]))
 		b = appendString(b, headerValueKey, a.keys[i])
 		if len(v) > 0 {
 			b = appendBytes(b, headerValueRaw, v)

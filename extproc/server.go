@@ -199,8 +199,8 @@ func NewServer(p Picker, cfg Config) (*Server, error) {
 // booking and the stream's budget when it ends, in either case.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	// A stream whose worker has ended is reused by a later one, with its channel and timer
-	// (three to five allocations a request fewer: decision 1175), its decoder's parts
-	// (about fifteen: decision 1198) and its token-id array (decision 1200).
+	// (three to five allocations a request fewer: decision 1175) and its decoder's parts
+	// (about fifteen: decision 1198); token-id arrays are the server's (idArrays, 1200).
 	st, _ := s.streamPool.Get().(*stream)
 	if st == nil {
 		st = &stream{done: make(chan error, 1)}

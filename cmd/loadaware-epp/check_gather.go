@@ -92,27 +92,28 @@ func (g *gatherer) gather(ctx context.Context) stackcheck.Facts {
 // streamsAfter reads the picker's state again once every engine the check prompted
 // shows a KV event batch newer than before's (or -settle passed): the subscriber
 // counts a batch after applying it, so the index can credit a prompt a moment before
-// the count moves. ok is false when the picker has no KV events source.
+// the count moves. ok is false when the state cannot be read or the picker has no KV events
+// source.
 func (g *gatherer) streamsAfter(ctx context.Context, before stackcheck.PickerState, engines []stackcheck.Engine) (after stackcheck.PickerState, ok bool) {
-	deadline := time.Now().Add(g.o.settle)
-	for {
-		after, err := g.state(ctx)
-		if err != nil || after.KVEvents == nil {
-			return after, false
+	ok = true
+	g.poll(ctx, func() bool {
+		var err error
+		if after, err = g.state(ctx); err != nil || after.KVEvents == nil {
+			ok = false
+			return true
 		}
-		moved := true
 		for _, en := range engines {
 			if en.CreditErr != "" {
 				continue
 			}
 			b, a := stream(before, en.Endpoint), stream(after, en.Endpoint)
-			moved = moved && a != nil && a.Batches > 0 && (b == nil || a.Seq > b.Seq)
+			if a == nil || a.Batches == 0 || b != nil && a.Seq <= b.Seq {
+				return false
+			}
 		}
-		if moved || time.Now().After(deadline) || ctx.Err() != nil {
-			return after, true
-		}
-		time.Sleep(50 * time.Millisecond) // polled like credit: the count has no signal to await
-	}
+		return true
+	})
+	return after, ok
 }
 
 func stream(st stackcheck.PickerState, ep string) *stackcheck.Stream {
@@ -216,8 +217,7 @@ func (g *gatherer) credit(ctx context.Context, engines []stackcheck.Engine, mode
 		}
 		prompts[en.Endpoint] = p
 	}
-	deadline := time.Now().Add(g.o.settle)
-	for {
+	g.poll(ctx, func() bool {
 		waiting := false
 		for i := range engines {
 			en := &engines[i]
@@ -234,10 +234,16 @@ func (g *gatherer) credit(ctx context.Context, engines []stackcheck.Engine, mode
 			en.PromptTotal, en.Credit = len(l.Tokens), l.Matched[en.Endpoint]
 			waiting = waiting || en.Credit == 0
 		}
-		if !waiting || time.Now().After(deadline) || ctx.Err() != nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // the engines' events reach the picker on their own sockets
+		return !waiting
+	})
+}
+
+// poll runs done until it reports true, -settle has passed or ctx ends, 50 ms apart: the
+// engines' cache events reach the picker on their own sockets, with no signal to await.
+func (g *gatherer) poll(ctx context.Context, done func() bool) {
+	deadline := time.Now().Add(g.o.settle)
+	for !done() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -276,13 +282,10 @@ func (g *gatherer) probe(ctx context.Context, st stackcheck.PickerState, model s
 		p.Winners = append(p.Winners, winner)
 		p.Matched = append(p.Matched, int(after.matched[winner]-before.matched[winner]))
 		if i == 0 {
-			deadline := time.Now().Add(g.o.settle)
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				if l, err := g.lookup(ctx, map[string]any{"model": model, "prompt": text}); err != nil || l.Matched[winner] > 0 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			g.poll(ctx, func() bool {
+				l, err := g.lookup(ctx, map[string]any{"model": model, "prompt": text})
+				return err != nil || l.Matched[winner] > 0
+			})
 		}
 	}
 	return p

@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// TestNowCountsTheThreadsWork checks that a busy loop on a locked thread advances the
-// reading by at least part of the wall time it took, and that the reading never goes back.
+// TestNowCountsTheThreadsWork checks that the reading advances while the locked thread
+// works, never goes back, and does not advance with the wall clock while the thread sleeps:
+// what tells a thread CPU clock from a wall clock. It asks nothing of the scheduler, so a
+// loaded machine only makes it slower.
 func TestNowCountsTheThreadsWork(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -18,16 +20,31 @@ func TestNowCountsTheThreadsWork(t *testing.T) {
 		}
 		t.Skip("no thread CPU clock on " + runtime.GOOS)
 	}
-	start := time.Now()
-	x := 0
-	for time.Since(start) < 20*time.Millisecond {
+	const work = 5 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	prev, x := c0, 0
+	for prev-c0 < work {
 		x++
+		c, _ := Now()
+		if c < prev {
+			t.Fatalf("thread CPU went back: %v then %v", prev, c)
+		}
+		prev = c
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s of busy loop (%d turns) advanced the thread CPU by %v; want %v", x, prev-c0, work)
+		}
 	}
-	c1, _ := Now()
-	if c1 < c0 {
-		t.Fatalf("thread CPU went back: %v then %v", c0, c1)
+
+	const nap = 100 * time.Millisecond
+	before, _ := Now()
+	start := time.Now()
+	time.Sleep(nap)
+	slept := time.Since(start)
+	after, _ := Now()
+	if after < before {
+		t.Fatalf("thread CPU went back across a sleep: %v then %v", before, after)
 	}
-	if d := c1 - c0; d < 2*time.Millisecond {
-		t.Fatalf("20 ms of busy loop (%d turns) read as %v of thread CPU; want at least 2 ms", x, d)
+	if d := after - before; d > nap/2 {
+		t.Fatalf("a %v sleep advanced the thread CPU by %v: the clock reads wall time, not the thread's work", slept, d)
 	}
 }

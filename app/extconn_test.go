@@ -58,7 +58,9 @@ func TestExtConnCloseEndsAWait(t *testing.T) {
 // stream's peer address finds it, and Close removes it; after a refused stream a Read
 // waits, and a Read draws what it read from the bucket of read bytes.
 func TestExtListenerFilesConnections(t *testing.T) {
-	conns, read, stream := bothLimits(t, 1<<20, 1<<20, 1<<20, 1000, 1) // a refusal costs a 1 ms wait
+	// 10 streams a second: a refusal costs a 100 ms wait, and the two admits below would have
+	// to be 100 ms apart (not 1 ms, a loaded host under -race) for the second to find a token.
+	conns, read, stream := bothLimits(t, 1<<20, 1<<20, 1<<20, 10, 1)
 	for _, tc := range []struct {
 		name   string
 		read   *connRate

@@ -46,6 +46,8 @@ func TestParseErrorsSayWhatIsWrongAndWhatIsRight(t *testing.T) {
 		{"zap encoder", []string{ok, "--zap-encoder", "xml"}, env(), "use json or console"},
 		{"stray argument", []string{ok, "extra"}, env(), `unexpected argument "extra"`},
 		{"unknown flag", []string{ok, "--speed", "9"}, env(), "run loadaware-epp serve -h"},
+		{"removed flag", []string{ok, "--lmcache-zmtp-front=false"}, env(), "--lmcache-zmtp-front was removed: the ZMTP front is the LMCache controller's only path"},
+		{"removed flag, one dash", []string{ok, "-lmcache-zmtp-front"}, env(), "--lmcache-zmtp-front was removed"},
 		{"lmcache key format", []string{ok, "--lmcache-key-format", "v9"}, env(), "--lmcache-key-format"},
 		{"lora cost not two counts", []string{ok, "--lora-residency-cost", "4"}, env(), "use FREE,FULL"},
 		{"lora cost negative", []string{ok, "--lora-residency-cost", "1,-2"}, env(), "--lora-residency-cost"},

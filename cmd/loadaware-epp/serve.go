@@ -159,6 +159,32 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	return fs
 }
 
+// removedFlags are flags earlier releases had, each with what replaced it, so that an
+// upgrade keeping an old setting is told what to do rather than that the flag is unknown.
+var removedFlags = map[string]string{
+	"lmcache-zmtp-front": "the ZMTP front is the LMCache controller's only path since decision 1201 (it was on by default); drop the flag",
+}
+
+// removedFlag returns the first of args (up to a "--") naming a removed flag, in any of the
+// forms the flag package accepts (-x, --x, --x=v), and what replaced it; "" when none does.
+func removedFlag(args []string) (name, why string) {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		n, ok := strings.CutPrefix(a, "-")
+		if !ok {
+			continue
+		}
+		n = strings.TrimPrefix(n, "-")
+		n, _, _ = strings.Cut(n, "=")
+		if why, ok := removedFlags[n]; ok {
+			return n, why
+		}
+	}
+	return "", ""
+}
+
 // parse reads the flags into an app.Config. Its errors are one line: what is wrong and
 // what would be right.
 func parse(args []string, getenv func(string) string) (app.Config, options, error) {
@@ -167,6 +193,9 @@ func parse(args []string, getenv func(string) string) (app.Config, options, erro
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return app.Config{}, o, err
+		}
+		if name, why := removedFlag(args); name != "" {
+			return app.Config{}, o, fmt.Errorf("--%s was removed: %s", name, why)
 		}
 		return app.Config{}, o, fmt.Errorf("%v (run loadaware-epp serve -h for the flags)", err)
 	}

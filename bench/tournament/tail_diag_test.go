@@ -15,9 +15,9 @@ import (
 	"github.com/loadaware/loadaware-epp/picker"
 )
 
-// TestDiagTail is a diagnostic (LOADAWARE_DIAG_TAIL=holdout:SEED:hNN, arms in
-// LOADAWARE_DIAG_ARMS, default ttftaware,loadaware-b1; seeds 1-N with
-// LOADAWARE_DIAG_SEEDS=N, default 10): per arm and seed, the TTFT p95, each engine's share
+// TestDiagTail is a diagnostic (LOADAWARE_DIAG_TAIL=holdout:SEED:hNN, or profile:NAME for
+// a tournament profile; arms in LOADAWARE_DIAG_ARMS, default ttftaware,loadaware-b1; seeds
+// 1-N with LOADAWARE_DIAG_SEEDS=N, default 10): per arm and seed, the TTFT p95, each engine's share
 // of the requests, and the requests at or above the seed's p95: their engine, whether
 // their prefix was computed (cold), held on the GPU or loaded from the CPU tier, and their
 // TTFT; then over all seeds, the tail's requests by engine and by kind.
@@ -26,21 +26,31 @@ func TestDiagTail(t *testing.T) {
 	if spec == "" {
 		t.Skip("diagnostic: set LOADAWARE_DIAG_TAIL=holdout:20261211:h07")
 	}
+	// holdout:SEED:hNN names a held-out shape; profile:NAME a tournament profile.
 	f := strings.Split(spec, ":")
-	if len(f) != 3 || f[0] != "holdout" {
-		t.Fatalf("want holdout:SEED:hNN, got %q", spec)
+	var ps []Profile
+	var want string
+	var err error
+	switch {
+	case len(f) == 2 && f[0] == "profile":
+		ps, err = SelectProfiles([]string{f[1]})
+		want = f[1]
+	case len(f) == 3 && f[0] == "holdout":
+		seed, perr := strconv.ParseUint(f[1], 10, 64)
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		ps, err = HoldoutProfiles(context.Background(), seed, 12, 250e6)
+		want = f[2]
+	default:
+		t.Fatalf("want holdout:SEED:hNN or profile:NAME, got %q", spec)
 	}
-	seed, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := HoldoutProfiles(context.Background(), seed, 12, 250e6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var prof Profile
 	for _, p := range ps {
-		if p.Name == f[2] {
+		if p.Name == want {
 			prof = p
 		}
 	}

@@ -236,9 +236,16 @@ func TestDecodeInvertsEncode(t *testing.T) {
 
 // The heap merge, which long pieces take, agrees with the plain quadratic loop (mergeSmall
 // given buffers as long as the piece) on pieces past smallPiece: runs of one character (the
-// worst shape for the tokenizer, issue 10), repeated words and generated text.
+// worst shape for the tokenizer, issue 10, whose first candidates are already in order),
+// repeated words and generated text (first candidates of many ranks, sorted by the merge),
+// with three tokenizers' merge tables.
 func TestHeapMergeAgreesOnLongPieces(t *testing.T) {
-	tk := loadRef(t, "qwen2_5")
+	for _, name := range []string{"qwen2_5", "llama3_1", "deepseek_v3"} {
+		t.Run(name, func(t *testing.T) { heapMergeAgreesOnLongPieces(t, loadRef(t, name)) })
+	}
+}
+
+func heapMergeAgreesOnLongPieces(t *testing.T, tk *Tokenizer) {
 	var pieces []string
 	for _, n := range []int{smallPiece + 1, 200, 257, 511, 1000, 2048, 3001} {
 		for _, c := range []string{" ", "\n", "a", "0", "é", "\t "} {

@@ -187,7 +187,7 @@ done:
 // dead marks, in prev, a symbol merged into its left neighbour.
 const dead = -2
 
-// maxPooledPiece is the longest piece whose buffers go back to heapPool (about 20 bytes a
+// maxPooledPiece is the longest piece whose buffers go back to heapPool (28 bytes a
 // byte): four times the default prompt cap, so an unusual cap does not pin a huge buffer.
 const maxPooledPiece = 1 << 20
 

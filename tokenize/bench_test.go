@@ -5,7 +5,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/loadaware/loadaware-epp/internal/threadcpu"
 )
 
 // benchText is ~64 KiB of mixed natural text and code.
@@ -135,4 +138,48 @@ func BenchmarkEncode100k(b *testing.B) {
 		tk.Encode(text, true)
 	}
 	b.ReportMetric(float64(n), "prompt-tokens")
+}
+
+// longPieces are single pre-tokenized pieces of about 256 KiB (the default --max-prompt-bytes)
+// that take the heap merge: runs of one byte (a run of spaces is the soak's worst-shape
+// prompt), a run of a two-byte unit, and letters without a break (first candidates of many
+// ranks, not in order).
+func longPieces() map[string]string {
+	const n = 256<<10 - 64
+	var letters strings.Builder
+	for i := 0; letters.Len() < n; i++ {
+		letters.WriteByte("abcdefghijklmnopqrstuvwxyz"[i*7%26])
+	}
+	return map[string]string{
+		"spaces":   strings.Repeat(" ", n),
+		"newlines": strings.Repeat("\n", n),
+		"a":        strings.Repeat("a", n),
+		"ab":       strings.Repeat("ab", n/2),
+		"letters":  letters.String(),
+	}
+}
+
+// BenchmarkEncodeLongPiece merges one long piece (encodeHeap, the merge a worst-shape prompt
+// spends its time in). Besides the wall clock it reports the calling thread's CPU time per
+// byte (cpu-ns/byte), which a loaded host inflates far less (decision 1207).
+func BenchmarkEncodeLongPiece(b *testing.B) {
+	tk := loadRef(b, "qwen2_5")
+	pieces := longPieces()
+	for _, name := range []string{"spaces", "newlines", "a", "ab", "letters"} {
+		piece := pieces[name]
+		b.Run(name, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
+			b.SetBytes(int64(len(piece)))
+			b.ReportAllocs()
+			for b.Loop() {
+				c0, _ := threadcpu.Now()
+				tk.model.encodeHeap(piece, nil, nil)
+				c1, _ := threadcpu.Now()
+				cpu += c1 - c0
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(len(piece)), "cpu-ns/byte")
+		})
+	}
 }

@@ -236,11 +236,27 @@ func TestDecodeInvertsEncode(t *testing.T) {
 
 // The heap merge, which long pieces take, agrees with the plain quadratic loop (mergeSmall
 // given buffers as long as the piece) on pieces past smallPiece: runs of one character (the
-// worst shape for the tokenizer, issue 10), repeated words and generated text.
+// worst shape for the tokenizer, issue 10, whose first candidates are already in order),
+// repeated words and generated text (first candidates of many ranks, sorted by the merge),
+// with three tokenizers' merge tables (the plain loop is quadratic: the two others' runs stop
+// at 1,000 bytes).
 func TestHeapMergeAgreesOnLongPieces(t *testing.T) {
-	tk := loadRef(t, "qwen2_5")
+	for _, tc := range []struct {
+		name    string
+		longest int
+	}{{"qwen2_5", 3001}, {"llama3_1", 1000}, {"deepseek_v3", 1000}} {
+		t.Run(tc.name, func(t *testing.T) { heapMergeAgreesOnLongPieces(t, loadRef(t, tc.name), tc.longest) })
+	}
+}
+
+// heapMergeAgreesOnLongPieces checks tk's heap merge against its plain loop on runs and
+// repeated words of up to longest bytes, and on generated text.
+func heapMergeAgreesOnLongPieces(t *testing.T, tk *Tokenizer, longest int) {
 	var pieces []string
 	for _, n := range []int{smallPiece + 1, 200, 257, 511, 1000, 2048, 3001} {
+		if n > longest {
+			break
+		}
 		for _, c := range []string{" ", "\n", "a", "0", "é", "\t "} {
 			pieces = append(pieces, strings.Repeat(c, n)[:n])
 		}

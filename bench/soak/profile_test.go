@@ -130,6 +130,37 @@ func profileOnset(t *testing.T, d time.Duration) (wait func()) {
 	return wg.Wait
 }
 
+// profileHostile, with LOADAWARE_SOAK_CPUPROFILE set to a file name, writes there a CPU
+// profile of the test's process over the whole hostile window that starts now (picker,
+// gateway stand-in, engines, steady clients, and the hostile clients unless they run in their
+// own process), to attribute its CPU by component and by hostile client (decision 1207). It
+// returns a function that stops the profile and closes the file; without the variable it does
+// nothing. It cannot be combined with -test.cpuprofile or LOADAWARE_SOAK_PROFILE's CPU profiles
+// (the runtime takes one CPU profile at a time): the test fails saying so.
+func profileHostile(t *testing.T) (stop func()) {
+	name := os.Getenv("LOADAWARE_SOAK_CPUPROFILE")
+	if name == "" {
+		return func() {}
+	}
+	if os.Getenv("LOADAWARE_SOAK_PROFILE") != "" {
+		t.Fatal("LOADAWARE_SOAK_CPUPROFILE and LOADAWARE_SOAK_PROFILE both take CPU profiles, one at a time: set only one")
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatalf("LOADAWARE_SOAK_CPUPROFILE: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		t.Fatalf("LOADAWARE_SOAK_CPUPROFILE: %v (drop -test.cpuprofile: one CPU profile at a time)", err)
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Errorf("LOADAWARE_SOAK_CPUPROFILE: %v", err)
+		}
+	})
+}
+
 // soakPodBytes is the container the soak's process is taken to run in when
 // LOADAWARE_SOAK_GC is pod or pretouch: the picker's collector settings are then what
 // gctune gives a picker there (90% of it as the memory limit). It is under the 1 GiB the

@@ -77,7 +77,9 @@ func rssMiB() float64 {
 // (tuneCollector: by default a picker's with --heap-pretouch in a 768 MiB container; make
 // soak runs the chart's). LOADAWARE_SOAK_RAW names a file for every steady request's start
 // and latency, on GODEBUG=gctrace=1's clock. LOADAWARE_SOAK_LMCACHE_HWM sets the LMCache
-// controller's ZeroMQ receive queue (messages a peer; 0: its default). soak.md ends with each
+// controller's ZeroMQ receive queue (messages a peer; 0: its default).
+// LOADAWARE_SOAK_CPUPROFILE names a file for a CPU profile of the process over the hostile
+// window (profileHostile). soak.md ends with each
 // window's tail second beside its median second, from a 100 ms timeline (decision 1188).
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LOADAWARE_SOAK"))
@@ -192,6 +194,8 @@ func TestSoak(t *testing.T) {
 	ingestBegin := readIngest(t, a.MetricsAddr())
 	hostile.start()
 	profiled := profileOnset(t, d)
+	stopCPUProfile := profileHostile(t)
+	defer stopCPUProfile()
 	traced := traceRaw(ctx, a)
 	var samples []sample
 	rtPrev, hostileCPUPrev, bodyPrev := rtHostile, hostileCPUBegin, int64(0)
@@ -225,6 +229,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	stopCPUProfile()
 	rtEnd, hostileCPUEnd := readRuntime(), hostile.cpu()
 	ingestEnd := readIngest(t, a.MetricsAddr())
 	profiled()

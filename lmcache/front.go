@@ -178,8 +178,9 @@ func (f *front) forward(c net.Conn, ip string) {
 	lim := zmtp.Limits{FrameBytes: s.cfg.MaxFrameBytes, MessageBytes: s.cfg.MaxFrameBytes, MessageFrames: maxMessageFrames}
 	props := []zmtp.Property{{Name: peerProperty, Value: ip}, {Name: keyProperty, Value: s.peerID.key}}
 	err = zmtp.Forward(c, inner, props, lim, zmtp.Drops{
-		Charge:  func(n int64) error { return s.payDropped(ip, n) },
-		Dropped: func(d zmtp.Drop) { s.noteDropped(ip, d) },
+		Charge:   func(n int64) error { return s.payFront(ip, n) },
+		Dropped:  func(d zmtp.Drop) { s.noteDropped(ip, d) },
+		Commands: func(n int64) error { return s.payFront(ip, n) },
 	})
 	inner.Close()
 	<-back
@@ -208,12 +209,15 @@ func (f *front) close() {
 // errClosing ends a connection's forwarding when the server closes during its wait.
 var errClosing = errors.New("lmcache: the server is closing")
 
-// payDropped charges n bytes of a message the front is dropping, before it reads them, to
-// ip's --lmcache-peer-rate, and stops reading the connection until the IP's debt is repaid
-// (its wait counted in loadaware_lmcache_peer_over_rate_wait_seconds_total and logged as the
-// pull loop's are; the message is counted as dropped for its size, not again for its rate): a
-// peer cannot make the front read and discard faster than its rate once its burst is spent.
-func (s *Server) payDropped(ip string, n int64) error {
+// payFront charges to ip's --lmcache-peer-rate n bytes the front reads that the pull loop
+// never charges: a message the front is dropping, before it reads them, and commands (PING,
+// PONG, ...), which it hands to libzmq at once, zmtp.CommandChargeBytes of them at a time or
+// before it waits for the peer (zmtp.Drops). It stops reading the connection until the IP's
+// debt is repaid (its wait counted in loadaware_lmcache_peer_over_rate_wait_seconds_total and
+// logged as the pull loop's are; a dropped message is counted as dropped for its size, not
+// again for its rate): a peer cannot make the front read and discard, or hand libzmq
+// commands, faster than its rate once its burst is spent.
+func (s *Server) payFront(ip string, n int64) error {
 	wait := s.limit.charge(ip, n, time.Now())
 	if wait <= 0 {
 		return nil

@@ -1,15 +1,21 @@
 package lmcache
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadaware/loadaware-epp/zmtp"
 )
 
 func TestPeerLimiter(t *testing.T) {
@@ -260,5 +266,79 @@ func TestFrontChargesDroppedBytes(t *testing.T) {
 		t.Errorf("logs lack the over-rate line: %s", ls.logs.String())
 	}
 	push.Close()
+	ls.closePeers(t)
+}
+
+// Commands a peer sends (PING, PONG, ...), which the front hands to libzmq at once, are
+// charged to its rate as their wire bytes: a flood of PINGs is read at the rate once the
+// burst is spent, and the message after it waits for the debt. The PINGs are put into a
+// real PUSH socket's connection, between its messages, by a proxy in front of the front.
+func TestFrontChargesCommands(t *testing.T) {
+	noLeaks(t)
+	const rate, burst, flood = 256 << 10, 32 << 10, 160 << 10
+	seen := &seenFrames{}
+	ls := startServer(t, ServerConfig{PeerRate: rate, PeerBurst: burst, Ingest: seen.ingest}, []string{"127.0.0.1"})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	push := ls.socket(t, zmq.PUSH, "tcp://"+ln.Addr().String())
+	pc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	fc, err := net.Dial("tcp", ls.PullAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	var mu sync.Mutex // one write to the front at a time: the push's, or the PINGs
+	copied := make(chan struct{}, 2)
+	go func() { // the front's (libzmq's) side to the push: its greeting, READY and PONGs
+		defer func() { copied <- struct{}{} }()
+		io.Copy(pc, fc)
+	}()
+	go func() {
+		defer func() { copied <- struct{}{} }()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := pc.Read(buf)
+			mu.Lock()
+			_, werr := fc.Write(buf[:n])
+			mu.Unlock()
+			if err != nil || werr != nil {
+				return
+			}
+		}
+	}()
+	sendFrames(t, push, [][]byte{[]byte("before")})
+	eventually(t, "the message before the PINGs", func() bool { return seen.sawLast("before") })
+	// PINGs of 9 bytes (a TTL, no context), between the push's messages
+	ping := []byte{0x04, 7, 4, 'P', 'I', 'N', 'G', 0, 10}
+	begin := time.Now()
+	mu.Lock()
+	_, err = fc.Write(bytes.Repeat(ping, flood/len(ping)))
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendFrames(t, push, [][]byte{[]byte("after")})
+	eventually(t, "the message after the PINGs", func() bool { return seen.sawLast("after") })
+	took := time.Since(begin)
+	// The bucket starts full at the burst (less the message before); the front goes on only
+	// once the debt is repaid, less the last CommandChargeBytes it may read before charging.
+	if least := time.Duration(float64(flood-burst-zmtp.CommandChargeBytes) / rate * float64(time.Second)); took < least {
+		t.Errorf("%d bytes of PINGs were read and the next message applied in %v: faster than %d bytes/s after a %d-byte burst allows (%v)", flood, took, rate, burst, least)
+	}
+	if w := testutil.ToFloat64(ls.overWait); w <= 0 {
+		t.Errorf("loadaware_lmcache_peer_over_rate_wait_seconds_total = %v, want the front's waits", w)
+	}
+	push.Close()
+	pc.Close()
+	fc.Close()
+	<-copied
+	<-copied
 	ls.closePeers(t)
 }

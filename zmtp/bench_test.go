@@ -8,7 +8,9 @@ import (
 
 // BenchmarkForward is the front's CPU per batch without the sockets: a stream of LMCache
 // batches (frames of 60 bytes, as a worker's admits) read from memory and written to
-// io.Discard; "dropped" sends batches over the byte bound, charged and discarded.
+// io.Discard; "dropped" sends batches over the byte bound, charged and discarded; "large"
+// sends kept messages over the small buffer back to back (of one frame, read past the read
+// buffer, and of many).
 func BenchmarkForward(b *testing.B) {
 	lim := Limits{FrameBytes: 256 << 10, MessageBytes: 256 << 10, MessageFrames: 64}
 	for _, c := range []struct {
@@ -18,6 +20,8 @@ func BenchmarkForward(b *testing.B) {
 		{"frames=7", 7, 60},
 		{"frames=50", 50, 60},
 		{"dropped", 2, 200 << 10},
+		{"large=1x200KiB", 1, 200 << 10},
+		{"large=60x4KiB", 60, 4 << 10},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			batch := msg(many(c.frames, c.size)...)

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 )
 
 // Property is a READY property Forward writes (libzmq gives it as every message's metadata
@@ -75,7 +74,21 @@ type Drops struct {
 	Charge func(n int64) error
 	// Dropped is called once a dropped message is read to its end.
 	Dropped func(Drop)
+	// Commands is called with the wire bytes of the command frames after READY (PING,
+	// PONG, ...), which Forward hands on at once (headers included, 2 or 9 bytes each, so
+	// that empty ones cost too): in sums of at least CommandChargeBytes as they accumulate,
+	// and the rest before Forward waits for the peer's next bytes (whole messages and
+	// commands read are handed on first). With a stream that ends cleanly the calls sum to
+	// every command's wire bytes. It may block, to pace the peer, as Charge; an error ends
+	// Forward with it.
+	Commands func(n int64) error
 }
+
+// CommandChargeBytes is how many wire bytes of commands Forward reads before it tells
+// Drops.Commands of them at the latest: a peer's commands are read at most this far
+// ahead of their charge, and a flood of them costs one call and one flush to libzmq per
+// CommandChargeBytes, not one a command.
+const CommandChargeBytes = 4 << 10
 
 // ProtocolError is a peer's departure from ZMTP 3.x with the NULL mechanism, or a frame or
 // command over its cap: Forward ends the connection.
@@ -156,16 +169,27 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 	}
 
 	cmd := make([]byte, MaxCommandBytes)
-	msg := make([]byte, 0, 4<<10) // the message being read, encoded as it will be written
+	bufs := newMessage(lim)
+	msg := bufs.small // the message being read, encoded as it will be written
 	var frames int
 	var bytes, wire int64 // the message's so far: its frames' bodies; with their headers
+	var commands int64    // commands' wire bytes read and not yet charged
 	drop, overFrames := false, false
 	for {
-		if r.Buffered() == 0 && w.Buffered() > 0 {
-			// nothing more to read at once: hand on what is whole before waiting
-			if err := w.Flush(); err != nil {
-				return err
+		if r.Buffered() == 0 {
+			// nothing more to read at once: hand on what is whole and charge the commands
+			// read before waiting
+			if w.Buffered() > 0 {
+				if err := w.Flush(); err != nil {
+					return err
+				}
 			}
+			if commands > 0 && drops.Commands != nil {
+				if err := drops.Commands(commands); err != nil {
+					return err
+				}
+			}
+			commands = 0
 		}
 		flags, size, err := header(r, lim.FrameBytes)
 		if err != nil {
@@ -178,6 +202,12 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 			// A command is handed on at once: between messages it keeps its place, within
 			// one it moves to before the message, which libzmq takes as the same.
 			// It is read whole first: nothing of a frame cut short is handed on.
+			if commands += headerBytes(flags) + size; commands >= CommandChargeBytes {
+				if err := charge(w, drops.Commands, commands); err != nil {
+					return err
+				}
+				commands = 0
+			}
 			cmd = cmd[:size]
 			if _, err := io.ReadFull(r, cmd); err != nil {
 				return flushed(w, endOf("a command", err))
@@ -193,12 +223,12 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		wire += onWire
 		if !drop && (frames > lim.MessageFrames || bytes > lim.MessageBytes) {
 			drop, overFrames = true, frames > lim.MessageFrames
-			msg = msg[:0]
-			if err := charge(w, drops, wire); err != nil {
+			msg = bufs.reset(msg)
+			if err := charge(w, drops.Charge, wire); err != nil {
 				return err
 			}
 		} else if drop {
-			if err := charge(w, drops, onWire); err != nil {
+			if err := charge(w, drops.Charge, onWire); err != nil {
 				return err
 			}
 		}
@@ -207,10 +237,12 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 				return flushed(w, endOf("a frame", err))
 			}
 		} else {
-			msg = append(msg, flags)
-			msg = appendSize(msg, flags, size)
+			if need := len(msg) + int(headerBytes(flags)+size); need > cap(msg) {
+				msg = bufs.grow(msg, need)
+			}
+			msg = appendSize(append(msg, flags), flags, size)
 			n := len(msg)
-			msg = slices.Grow(msg, int(size))[:n+int(size)]
+			msg = msg[:n+int(size)]
 			if _, err := io.ReadFull(r, msg[n:]); err != nil {
 				return flushed(w, endOf("a frame", err))
 			}
@@ -225,23 +257,21 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 		} else if _, err := w.Write(msg); err != nil {
 			return err
 		}
-		if cap(msg) > 64<<10 {
-			msg = make([]byte, 0, 4<<10) // hold no large message's memory while waiting
-		}
-		msg, frames, bytes, wire, drop = msg[:0], 0, 0, 0, false
+		msg = bufs.reset(msg)
+		frames, bytes, wire, drop = 0, 0, 0, false
 	}
 }
 
-// charge hands on the whole messages w holds, then tells drops.Charge of n bytes about to
-// be discarded: whatever it waits, libzmq is not kept from what was read before.
-func charge(w *bufio.Writer, drops Drops, n int64) error {
-	if drops.Charge == nil {
+// charge hands on the whole messages w holds, then tells f (Drops.Charge or Commands) of n
+// bytes: whatever it waits, libzmq is not kept from what was read before.
+func charge(w *bufio.Writer, f func(int64) error, n int64) error {
+	if f == nil {
 		return nil
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	return drops.Charge(n)
+	return f(n)
 }
 
 // flushed hands on the whole messages w holds before the peer's stream ended or broke with
@@ -297,11 +327,14 @@ func header(r *bufio.Reader, max int64) (flags byte, size int64, err error) {
 		}
 		size = int64(b)
 	} else {
-		var b [8]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return 0, 0, io.ErrUnexpectedEOF
+		var u uint64 // read a byte at a time: an array read through io.ReadFull escapes
+		for range 8 {
+			b, err := r.ReadByte()
+			if err != nil {
+				return 0, 0, io.ErrUnexpectedEOF
+			}
+			u = u<<8 | uint64(b)
 		}
-		u := binary.BigEndian.Uint64(b[:])
 		if u > 1<<62 {
 			u = 1 << 62
 		}

@@ -77,6 +77,7 @@ func TestForward(t *testing.T) {
 		want    []byte // forwarded
 		drops   []Drop
 		charges []int64 // Drops.Charge's calls
+		cmds    []int64 // Drops.Commands' calls
 		err     string  // "" : nil; else a substring of the error
 		tooLong bool    // the error wraps ErrFrameTooLarge
 	}{
@@ -101,7 +102,12 @@ func TestForward(t *testing.T) {
 		{name: "a frame announcing 2^64-1 bytes", in: cat(hello, []byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}),
 			want: wantHello, err: "over the cap", tooLong: true},
 		{name: "a command within a message is handed on before it", in: cat(hello, frame(flagMore, []byte("a")), ping, frame(0, []byte("b"))),
-			want: cat(wantHello, ping, msg([]byte("a"), []byte("b")))},
+			want: cat(wantHello, ping, msg([]byte("a"), []byte("b"))), cmds: []int64{9}},
+		{name: "commands are charged their wire bytes, a long header 9", in: cat(hello, ping, msg([]byte("a")), []byte{flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 0, 5, 4, 'P', 'O', 'N', 'G'}),
+			want: cat(wantHello, ping, msg([]byte("a")), frame(flagCommand, []byte("\x04PONG"))), cmds: []int64{9 + 14}},
+		{name: "a flood of commands is charged as it is read, every 4 KiB", in: cat(hello, bytes.Repeat(ping, 1000)),
+			want: cat(wantHello, bytes.Repeat(ping, 1000)), cmds: []int64{456 * 9, 456 * 9, 88 * 9}},
+		{name: "a command cut short", in: cat(hello, ping, ping[:5]), want: cat(wantHello, ping), err: "ended within a command"},
 		{name: "a stream ended within a message forwards none of it", in: cat(hello, msg([]byte("a")), frame(flagMore, []byte("b"))),
 			want: cat(wantHello, msg([]byte("a"))), err: "ended within a frame"},
 		{name: "a stream ended within a frame", in: cat(hello, frame(0, []byte("abc"))[:3]), want: wantHello, err: "ended within a frame"},
@@ -119,10 +125,11 @@ func TestForward(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
 			var drops []Drop
-			var charges []int64
+			var charges, cmds []int64
 			err := Forward(bytes.NewReader(tt.in), &out, testProps, testLimits, Drops{
-				Charge:  func(n int64) error { charges = append(charges, n); return nil },
-				Dropped: func(d Drop) { drops = append(drops, d) },
+				Charge:   func(n int64) error { charges = append(charges, n); return nil },
+				Dropped:  func(d Drop) { drops = append(drops, d) },
+				Commands: func(n int64) error { cmds = append(cmds, n); return nil },
 			})
 			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !bytes.Contains([]byte(err.Error()), []byte(tt.err))) {
 				t.Fatalf("err = %v, want %q", err, tt.err)
@@ -142,6 +149,9 @@ func TestForward(t *testing.T) {
 			}
 			if fmt.Sprint(charges) != fmt.Sprint(tt.charges) {
 				t.Errorf("charges %v, want %v", charges, tt.charges)
+			}
+			if fmt.Sprint(cmds) != fmt.Sprint(tt.cmds) {
+				t.Errorf("commands charged %v, want %v", cmds, tt.cmds)
 			}
 		})
 	}
@@ -172,6 +182,37 @@ func TestForwardChargeBeforeReading(t *testing.T) {
 	}
 }
 
+// Drops.Commands is told of the commands read before Forward waits for the peer's next
+// bytes, with them handed on first; its error ends Forward.
+func TestForwardChargesCommandsBeforeWaiting(t *testing.T) {
+	hello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH"))
+	wantHello := cat(greeting(3, "NULL"), ready("Socket-Type", "PUSH", PeerProperty, "10.0.0.1", KeyProperty, "k3y"))
+	ping := frame(flagCommand, append([]byte{4}, "PING\x00\x00"...))
+	in := bytes.NewReader(cat(hello, msg([]byte("a")), ping, ping, msg([]byte("b"))))
+	var out bytes.Buffer
+	stop := errors.New("stop")
+	var calls []int64
+	var unread []int
+	// A byte a read: Forward waits for the peer after each frame.
+	err := Forward(iotest.OneByteReader(in), &out, testProps, testLimits, Drops{Commands: func(n int64) error {
+		calls = append(calls, n)
+		unread = append(unread, in.Len())
+		if len(calls) == 1 {
+			return nil
+		}
+		if want := cat(wantHello, msg([]byte("a")), ping, ping); !bytes.Equal(out.Bytes(), want) {
+			t.Errorf("at the charge, forwarded %q; want %q", out.Bytes(), want)
+		}
+		return stop
+	}})
+	if !errors.Is(err, stop) {
+		t.Fatalf("err = %v, want the charge's", err)
+	}
+	if rest := len(msg([]byte("b"))); fmt.Sprint(calls, unread) != fmt.Sprint([]int64{9, 9}, []int{len(ping) + rest, rest}) {
+		t.Errorf("charges %v with %v bytes unread; want each ping's 9 bytes once it is read", calls, unread)
+	}
+}
+
 // A write to libzmq that fails ends Forward with its error.
 func TestForwardWriteError(t *testing.T) {
 	boom := errors.New("boom")
@@ -197,8 +238,15 @@ func FuzzForward(f *testing.F) {
 	f.Add(cat(hello, []byte{flagLong, 0, 0, 0, 0, 0, 0, 3, 0xe8}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
-		var charged, dropped int64
+		var charged, dropped, cmds int64
 		err := Forward(bytes.NewReader(in), &out, testProps, testLimits, Drops{
+			Commands: func(n int64) error {
+				if n < 2 || n > CommandChargeBytes+9+MaxCommandBytes {
+					t.Fatalf("commands charged %d bytes at once", n)
+				}
+				cmds += n
+				return nil
+			},
 			Charge: func(n int64) error {
 				if n < 2 || n > testLimits.FrameBytes+testLimits.MessageBytes+9*int64(testLimits.MessageFrames+1) {
 					t.Fatalf("charged %d bytes at once", n)
@@ -219,8 +267,44 @@ func FuzzForward(f *testing.F) {
 		if err == nil && charged != dropped || charged < dropped {
 			t.Fatalf("charged %d bytes for dropped messages of %d (err %v)", charged, dropped, err)
 		}
+		if want := commandWire(in); err == nil && cmds != want || cmds > want {
+			t.Fatalf("charged %d bytes for commands of %d (err %v)", cmds, want, err)
+		}
 		checkForwarded(t, out.Bytes())
 	})
+}
+
+// commandWire is the wire bytes of the command frames after the first in a stream (its
+// greeting skipped), as their headers announce them, up to where the stream ends or is cut,
+// independently of Forward's code.
+func commandWire(in []byte) int64 {
+	if len(in) < greetingBytes {
+		return 0
+	}
+	p := in[greetingBytes:]
+	var sum int64
+	for first := true; len(p) > 0; first = false {
+		fl, head, n := p[0], uint64(2), uint64(0)
+		if fl&flagLong != 0 {
+			if len(p) < 9 {
+				break
+			}
+			head, n = 9, binary.BigEndian.Uint64(p[1:9])
+		} else {
+			if len(p) < 2 {
+				break
+			}
+			n = uint64(p[1])
+		}
+		if fl&flagCommand != 0 && !first {
+			sum += int64(head + min(n, 1<<40))
+		}
+		if n > uint64(len(p))-head {
+			break
+		}
+		p = p[head+n:]
+	}
+	return sum
 }
 
 // checkForwarded parses what Forward wrote, independently of its code.

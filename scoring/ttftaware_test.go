@@ -673,3 +673,48 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 		})
 	}
 }
+
+func TestTTFTAwareCopiesNoFamilyWhoseRequestsAreLaterTurns(t *testing.T) {
+	// TestTTFTAwareCopiesOntoAFasterEngine's fleet: a:1 (1.6x) holds the family's prompt,
+	// b:1 (1x) holds none of it, and a copy on b:1 pays by speed when every later request
+	// of the family can use it. 32 more of the family's requests, 3,000 tokens booked on
+	// the fleet between two of them, each 200 tokens uncached where the family was held.
+	// When they are repeats (each found no more held than the family's shortest prompt) the
+	// copy pays. When they are a session's later turns (each found its growing history held
+	// past the shortest prompt), each stays where its history is, and the copy serves only
+	// the family's other requests: about (15/16)^32 = 13% of them by the share over 16
+	// bookings, too few to repay it (decision 1716).
+	const key = 0x7e97
+	tests := []struct {
+		name       string
+		grows      int // tokens each request's prompt has more than the one before
+		want       string
+		wantReason string
+	}{
+		{"repeats of the family's prompt: the copy pays", 0, "b:1", ReasonReplica},
+		{"a session's later turns, each holding its history: no copy", 200, "a:1", ReasonLowestTTFT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.Routed(key, "a:1", 2000, t0)
+			for i := 1; i <= 32; i++ {
+				now := t0.Add(time.Duration(2*i) * time.Second)
+				st.Uncached("c:1", 3000)
+				st.Routed(0x2000+uint64(i), "c:1", 3000, now.Add(-time.Second))
+				st.Uncached("a:1", 200)
+				st.Routed(key, "a:1", 2000+i*tt.grows, now)
+			}
+			a := lcand("a:1", 2000, 0, 0, 0)
+			a.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1.6}
+			b := lcand("b:1", 0, 0, 0, 0)
+			b.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(65 * time.Second), Candidates: []Candidate{a, b}})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+		})
+	}
+}

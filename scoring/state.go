@@ -163,12 +163,6 @@ type routed struct {
 	// shortest is the fewest tokens of any of its prompts (0: none known): what any two of
 	// them that do not continue one another can share at most.
 	shortest int
-	// tied is the share of its bookings (over about UncachedMemory of them) that found
-	// more of their prompt held than its shortest prompt: a session's later turns, held
-	// with their history where the session ran, which a copy of the family's shared
-	// prefix elsewhere does not serve (ttftaware's copy; decision 1716). 0 while no
-	// booking's prompt length is known.
-	tied float64
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -259,21 +253,6 @@ func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now tim
 		r.least = min(r.least, u)
 	}
 	s.book(now, remiss)
-	if tokens > 0 {
-		shortest := tokens
-		if r.shortest > 0 {
-			shortest = min(shortest, r.shortest)
-		}
-		tied := 0.0
-		if float64(tokens)-u > float64(shortest) {
-			tied = 1
-		}
-		if seen {
-			r.tied += (tied - r.tied) / UncachedMemory
-		} else {
-			r.tied = tied
-		}
-	}
 	switch d := s.allocatedAll - r.markAll; {
 	case !seen:
 		r.between = -1

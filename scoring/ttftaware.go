@@ -91,12 +91,11 @@ import (
 //	    (Input.Tokens) show it is another request of the family of each prompt presumed
 //	    held (pastRoute.repeat): it does not continue that prompt, as a session's next turn
 //	    does, whose later turns continue only this one and gain nothing from a second
-//	    copy (decision 1650). For the same reason the saving counts only the share of the
-//	    family's requests a copy can serve: those that found no more of their prompt held
-//	    than the family's shortest prompt (State's tied share, over about UncachedMemory
-//	    bookings), not a session's later turns, which stay with their history where the
-//	    session ran (decision 1716: on a 6-turn chat fleet the copies counted every turn
-//	    and lost 20261206 h03). Its recompute x costs
+//	    copy (decision 1650). Nor is a prompt copied that its holder holds past its family's
+//	    shortest prompt (State's shortest): a session's later turn, whose move recomputes
+//	    the session's history, which only its own later turns share; the family's prefix
+//	    is copied when one of its first turns moves (decision 1716: such moves lost 20261206
+//	    h03, a 6-turn chat on a 98%-loaded fleet). Its recompute x costs
 //
 //		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
 //
@@ -336,10 +335,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
 	busy := rate / served // the fleet's prefill utilization
-	free := 1.0           // the share of the family's later requests a copy can serve
-	if lastOK {
-		free -= last.tied
-	}
+	// A prompt held past its family's shortest prompt is a session's later turn: moving
+	// it recomputes the session's history, which no other request of the family shares.
+	later := lastOK && last.shortest > 0 && in.PromptTokens-leastMiss > last.shortest
 	best := math.Inf(1) // the lowest estimate
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
@@ -350,9 +348,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 && !later &&
 			// a copy on c also saves each later request the fastest holder's time less its own
-			replicaPays(c, between, len(in.Candidates), free*(saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss))), copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+			replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
@@ -421,8 +419,7 @@ func (s *State) leastBookedFirst(rs []Ranked) {
 // go to the less queued of two holders; with waits spread exponentially about the fleet's
 // mean queued prefill wait, the less of two is half the mean, so each saves wait/2; and
 // where c is faster than the fastest holder each saves the difference of their own times
-// too (hitTime). saving is the sum, per later request, times the share of them a copy
-// can serve (not a session's later turns, held with their history). The
+// too (hitTime). saving is the sum, per later request. The
 // copy stays until c's free KV has been allocated again (presumedHeld's LRU argument):
 // c takes about 1/engines of the fleet's uncached bookings, between of which come between
 // two of the family's requests, so about engines x free / between of them arrive first.

@@ -91,7 +91,11 @@ import (
 //	    (Input.Tokens) show it is another request of the family of each prompt presumed
 //	    held (pastRoute.repeat): it does not continue that prompt, as a session's next turn
 //	    does, whose later turns continue only this one and gain nothing from a second
-//	    copy (decision 1650). Its recompute x costs
+//	    copy (decision 1650). Nor is a prompt copied that its holder holds past its family's
+//	    shortest prompt (State's shortest): a session's later turn, whose move recomputes
+//	    the session's history, which only its own later turns share; the family's prefix
+//	    is copied when one of its first turns moves (decisions 1716, 1720: such moves lost 20261206
+//	    h03, a 6-turn chat on a 98%-loaded fleet). Its recompute x costs
 //
 //		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
 //
@@ -331,7 +335,10 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saving = min(saving, wait*float64(len(rs))/queued)
 	}
 	busy := rate / served // the fleet's prefill utilization
-	best := math.Inf(1)   // the lowest estimate
+	// A prompt held past its family's shortest prompt is a session's later turn: moving
+	// it recomputes the session's history, which no other request of the family shares.
+	later := lastOK && last.shortest > 0 && in.PromptTokens-leastMiss > last.shortest
+	best := math.Inf(1) // the lowest estimate
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
@@ -341,7 +348,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 &&
+		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 && !later &&
 			// a copy on c also saves each later request the fastest holder's time less its own
 			replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
 			rs[i].Score = -(rs[i].Estimate - recompute)

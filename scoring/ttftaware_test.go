@@ -673,3 +673,43 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 		})
 	}
 }
+
+func TestTTFTAwareCopiesNoSessionsLaterTurn(t *testing.T) {
+	// TestTTFTAwareCopiesOntoAFasterEngine's fleet: a:1 (1.6x) holds the family, whose
+	// shortest prompt is 2,000 tokens; b:1 (1x) holds none of it, and a copy there pays by
+	// speed. A first turn (a:1 holds no more of it than the family's shortest prompt) is
+	// copied. A session's later turn (a:1 holds 2,400 of its 2,600 tokens, its history
+	// past the family's prompt) is not: its move would recompute the history, which only
+	// the session's own later turns share (decision 1716).
+	const key = 0x7e97
+	tests := []struct {
+		name       string
+		prompt     int // the request's prompt tokens
+		held       int // of them a:1 holds
+		want       string
+		wantReason string
+	}{
+		{"a first turn: the copy pays", 2200, 2000, "b:1", ReasonReplica},
+		{"a session's later turn, held past the family's shortest prompt: no copy", 2600, 2400, "a:1", ReasonLowestTTFT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.Routed(key, "a:1", 2000, t0)
+			st.Uncached("c:1", 1000)
+			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+			st.Uncached("a:1", 0)
+			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			a := lcand("a:1", tt.held, 0, 0, 0)
+			a.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1.6}
+			b := lcand("b:1", 0, 0, 0, 0)
+			b.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: tt.prompt, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: []Candidate{a, b}})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+		})
+	}
+}

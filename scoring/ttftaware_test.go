@@ -637,20 +637,28 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 	// the blocks it evicts cost about 0.8 s; over a free 99,000-token pool on two engines
 	// the copy pays when 2 x 99,000 x (holder's hit - copy's hit) > 0.8 x the tokens booked
 	// between two of the family's requests: below about 6,500 tokens from a 1.6x holder to
-	// a 1x engine. A copy onto an engine no faster saves nothing.
+	// a 1x engine. A copy onto an engine no faster saves nothing. A session's later turn
+	// (a:1 holds 2,400 of its 2,600 tokens, its history past the family's shortest prompt)
+	// is not copied: its move would recompute the history, which only the session's own
+	// later turns share (decisions 1716, 1720); a first turn held no further than the
+	// family's prompt still is.
 	const key = 0x7e95
 	tests := []struct {
 		name       string
 		slowA      float64 // the holder's prefill slowdown
 		slowB      float64 // the other engine's
 		between    int     // uncached tokens booked on the fleet between the family's two requests
+		prompt     int     // the request's prompt tokens
+		held       int     // of them a:1 holds
 		want       string
 		wantReason string
 	}{
-		{"the holder is 1.6x, the other 1x: the copy pays by speed alone", 1.6, 1, 1000, "b:1", ReasonReplica},
-		{"the same, but the copy would be evicted before it pays", 1.6, 1, 50000, "a:1", ReasonLowestTTFT},
-		{"equal speeds and no queue: nothing to save", 1, 1, 1000, "a:1", ReasonLowestTTFT},
-		{"the other engine is the slower: nothing to save", 1, 1.6, 1000, "a:1", ReasonLowestTTFT},
+		{"the holder is 1.6x, the other 1x: the copy pays by speed alone", 1.6, 1, 1000, 2000, 2000, "b:1", ReasonReplica},
+		{"the same, but the copy would be evicted before it pays", 1.6, 1, 50000, 2000, 2000, "a:1", ReasonLowestTTFT},
+		{"equal speeds and no queue: nothing to save", 1, 1, 1000, 2000, 2000, "a:1", ReasonLowestTTFT},
+		{"the other engine is the slower: nothing to save", 1, 1.6, 1000, 2000, 2000, "a:1", ReasonLowestTTFT},
+		{"a first turn held no further than the family's prompt: the copy pays", 1.6, 1, 1000, 2200, 2000, "b:1", ReasonReplica},
+		{"a session's later turn, held past the family's shortest prompt: no copy", 1.6, 1, 1000, 2600, 2400, "a:1", ReasonLowestTTFT},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -662,50 +670,10 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
 			st.Uncached("a:1", 0)
 			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
-			a := lcand("a:1", 2000, 0, 0, 0)
+			a := lcand("a:1", tt.held, 0, 0, 0)
 			a.Engine = EngineMetrics{Known: true, PrefillSlowdown: tt.slowA}
 			b := lcand("b:1", 0, 0, 0, 0)
 			b.Engine = EngineMetrics{Known: true, PrefillSlowdown: tt.slowB}
-			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: []Candidate{a, b}})
-			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
-				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
-			}
-		})
-	}
-}
-
-func TestTTFTAwareCopiesNoSessionsLaterTurn(t *testing.T) {
-	// TestTTFTAwareCopiesOntoAFasterEngine's fleet: a:1 (1.6x) holds the family, whose
-	// shortest prompt is 2,000 tokens; b:1 (1x) holds none of it, and a copy there pays by
-	// speed. A first turn (a:1 holds no more of it than the family's shortest prompt) is
-	// copied. A session's later turn (a:1 holds 2,400 of its 2,600 tokens, its history
-	// past the family's prompt) is not: its move would recompute the history, which only
-	// the session's own later turns share (decision 1716).
-	const key = 0x7e97
-	tests := []struct {
-		name       string
-		prompt     int // the request's prompt tokens
-		held       int // of them a:1 holds
-		want       string
-		wantReason string
-	}{
-		{"a first turn: the copy pays", 2200, 2000, "b:1", ReasonReplica},
-		{"a session's later turn, held past the family's shortest prompt: no copy", 2600, 2400, "a:1", ReasonLowestTTFT},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := NewState()
-			st.Uncached("a:1", 1000)
-			st.Uncached("b:1", 100)
-			st.Routed(key, "a:1", 2000, t0)
-			st.Uncached("c:1", 1000)
-			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
-			st.Uncached("a:1", 0)
-			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
-			a := lcand("a:1", tt.held, 0, 0, 0)
-			a.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1.6}
-			b := lcand("b:1", 0, 0, 0, 0)
-			b.Engine = EngineMetrics{Known: true, PrefillSlowdown: 1}
 			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: tt.prompt, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: []Candidate{a, b}})
 			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
 				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)

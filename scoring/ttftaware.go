@@ -94,8 +94,8 @@ import (
 //	    copy (decision 1650). Nor is a prompt copied that its holder holds past its family's
 //	    shortest prompt (State's shortest): a session's later turn, whose move recomputes
 //	    the session's history, which only its own later turns share; the family's prefix
-//	    is copied when one of its first turns moves (decisions 1716, 1720: such moves lost 20261206
-//	    h03, a 6-turn chat on a 98%-loaded fleet). Its recompute x costs
+//	    is copied when one of its first turns moves (decisions 1716, 1720: such moves lost
+//	    held-out 20261206 h03, a 6-turn chat on a 98%-loaded fleet). Its recompute x costs
 //
 //		copy(s)  = x x (1 + rate/engines x x/2) / (1 - busy) + x / (1 - evicted)
 //

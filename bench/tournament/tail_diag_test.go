@@ -17,10 +17,13 @@ import (
 
 // TestDiagTail is a diagnostic (LOADAWARE_DIAG_TAIL=holdout:SEED:hNN, or profile:NAME for
 // a tournament profile; arms in LOADAWARE_DIAG_ARMS, default ttftaware,loadaware-b1; seeds
-// 1-N with LOADAWARE_DIAG_SEEDS=N, default 10): per arm and seed, the TTFT p95, each engine's share
-// of the requests, and the requests at or above the seed's p95: their engine, whether
-// their prefix was computed (cold), held on the GPU or loaded from the CPU tier, and their
-// TTFT; then over all seeds, the tail's requests by engine and by kind.
+// F-N with LOADAWARE_DIAG_SEEDS=N, default 10, and LOADAWARE_DIAG_FIRST=F, default 1; the
+// tail from the quantile LOADAWARE_DIAG_QUANTILE, default 0.95): per arm and seed, the TTFT
+// p95 and p99, each engine's share of the requests, and the requests at or above the seed's
+// quantile: their engine, whether their prefix was computed (cold), held on the GPU or
+// loaded from the CPU tier, and their TTFT; then over all seeds, the tail's requests by
+// engine and by kind. The seeds of one run share the engines in sequence, so a run from
+// seed F is not seeds F-N of a run from seed 1.
 func TestDiagTail(t *testing.T) {
 	spec := os.Getenv("LOADAWARE_DIAG_TAIL")
 	if spec == "" {
@@ -63,6 +66,18 @@ func TestDiagTail(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	first := uint64(1)
+	if s := os.Getenv("LOADAWARE_DIAG_FIRST"); s != "" {
+		if first, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quantile := 0.95
+	if s := os.Getenv("LOADAWARE_DIAG_QUANTILE"); s != "" {
+		if quantile, err = strconv.ParseFloat(s, 64); err != nil || quantile <= 0 || quantile > 1 {
+			t.Fatalf("LOADAWARE_DIAG_QUANTILE=%q: want a number in (0, 1]", s)
+		}
+	}
 	names := "ttftaware,loadaware-b1"
 	if s := os.Getenv("LOADAWARE_DIAG_ARMS"); s != "" {
 		names = s
@@ -71,7 +86,7 @@ func TestDiagTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seeds := experiment.SeedRange(1, last)
+	seeds := experiment.SeedRange(first, last)
 	t.Logf("%s: %s", prof.Name, prof.About)
 	for _, arm := range arms {
 		cs, err := cellSeeds(prof, seeds)
@@ -125,6 +140,7 @@ func TestDiagTail(t *testing.T) {
 			}
 			sort.Float64s(ttfts)
 			p95 := ttfts[int(math.Ceil(0.95*float64(len(ttfts))))-1]
+			from := ttfts[int(math.Ceil(quantile*float64(len(ttfts))))-1]
 			var sb strings.Builder
 			for _, a := range cr.Addrs {
 				fmt.Fprintf(&sb, " %s:%d", a, share[a])
@@ -132,7 +148,7 @@ func TestDiagTail(t *testing.T) {
 			t.Logf("%s seed %d: n=%d p95 %.3fs p99 %.3fs median %.3fs; requests by engine%s", arm.Name, run.Seed, len(ttfts), p95,
 				ttfts[int(math.Ceil(0.99*float64(len(ttfts))))-1], ttfts[len(ttfts)/2], sb.String())
 			for _, r := range run.Rows {
-				if math.IsNaN(r.TTFT) || r.TTFT < p95 {
+				if math.IsNaN(r.TTFT) || r.TTFT < from {
 					continue
 				}
 				kind := "cold"

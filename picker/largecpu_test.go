@@ -1,7 +1,9 @@
 package picker
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -98,7 +100,7 @@ func spinThread(cpu time.Duration) {
 
 // A large prompt's tokenization is charged its thread's CPU time; once the budget is in
 // debt the next large prompt is routed on load alone (noted, counted over-budget, the
-// tokenizer not called), a small prompt is still tokenized, and once the rate has repaid
+// tokenizer not called; one warning a minute naming the flag), a small prompt is still tokenized, and once the rate has repaid
 // the debt a large prompt is tokenized again.
 func TestLargeTokenizationsOverBudgetRouteOnLoad(t *testing.T) {
 	if _, ok := threadcpu.Now(); !ok {
@@ -106,7 +108,9 @@ func TestLargeTokenizationsOverBudgetRouteOnLoad(t *testing.T) {
 	}
 	now := time.Unix(0, 0)
 	calls := new(atomic.Int32)
+	var logged bytes.Buffer
 	p := newPicker(t, Options{Fleet: newFleet("10.0.0.1:8000", "10.0.0.2:8000"), Now: func() time.Time { return now },
+		Logger:           slog.New(slog.NewTextHandler(&logged, nil)),
 		Tokenizer:        spinTokenizer{cpu: 3 * time.Millisecond, calls: calls},
 		LargeTokenizeCPU: 0.01, LargeTokenizeBurst: 2 * time.Millisecond})
 	large := strings.Repeat("a ", LargePromptBytes/2)
@@ -133,8 +137,14 @@ func TestLargeTokenizationsOverBudgetRouteOnLoad(t *testing.T) {
 	if len(d.Endpoints) == 0 {
 		t.Fatal("a large prompt in debt was not routed")
 	}
-	if v := testutil.ToFloat64(p.metrics.untokenized.WithLabelValues("text-tokenizer-over-budget")); v != 1 {
-		t.Fatalf("untokenized text-tokenizer-over-budget = %v, want 1", v)
+	if d := pick(large); d.PromptTokens != 0 {
+		t.Fatal("a second large prompt in debt was tokenized")
+	}
+	if v := testutil.ToFloat64(p.metrics.untokenized.WithLabelValues("text-tokenizer-over-budget")); v != 2 {
+		t.Fatalf("untokenized text-tokenizer-over-budget = %v, want 2", v)
+	}
+	if n := strings.Count(logged.String(), "level=WARN"); n != 1 || !strings.Contains(logged.String(), "raise --large-tokenize-cpu") {
+		t.Fatalf("the refusals logged %d warnings, want 1 a minute naming the flag:\n%s", n, logged.String())
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the tokenizer was called %d times; the prompt over budget should not reach it", n)
@@ -149,8 +159,8 @@ func TestLargeTokenizationsOverBudgetRouteOnLoad(t *testing.T) {
 	if d := pick(large); d.PromptTokens == 0 {
 		t.Fatalf("a large prompt once the debt is repaid: not tokenized (%q)", d.Explain())
 	}
-	if v := testutil.ToFloat64(p.metrics.untokenized.WithLabelValues("text-tokenizer-over-budget")); v != 1 {
-		t.Fatalf("untokenized text-tokenizer-over-budget = %v, want still 1", v)
+	if v := testutil.ToFloat64(p.metrics.untokenized.WithLabelValues("text-tokenizer-over-budget")); v != 2 {
+		t.Fatalf("untokenized text-tokenizer-over-budget = %v, want still 2", v)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lora"
+	"github.com/loadaware/loadaware-epp/ratelog"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -256,6 +257,7 @@ type Picker struct {
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
 	largeCPU   *largeBudget  // the large tokenizations' CPU budget; nil: none
+	largeLog   *ratelog.Limiter
 }
 
 // New checks opts and returns a Picker.
@@ -302,6 +304,7 @@ func New(opts Options) (*Picker, error) {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
 	p.largeCPU = newLargeBudget(opts.LargeTokenizeCPU, opts.LargeTokenizeBurst, opts.Now())
+	p.largeLog = ratelog.New(time.Minute)
 	p.scratch.New = func() any { return new(pickScratch) }
 	if n := dpRanks(opts.Cache); n > 1 {
 		p.ranks = &rankPicker{n: n}
@@ -712,6 +715,10 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 	if n := max(len(r.Prompt), len(r.ChatBody)); n >= LargePromptBytes && (p.largeSlots != nil || p.largeCPU != nil) {
 		if p.largeCPU.inDebt(p.opts.Now()) {
 			p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-over-budget").Inc()
+			if k, logIt := p.largeLog.Due("over-budget", p.opts.Now()); logIt {
+				p.opts.Logger.Warn("picker: prompts of 32 KiB or more used their tokenizing CPU budget; they are routed on load alone until it refills (logged once a minute; see loadaware_untokenized_requests_total{reason=\"text-tokenizer-over-budget\"}). If honest traffic is refused, raise --large-tokenize-cpu above rate(loadaware_large_tokenize_cpu_seconds_total)",
+					"refused", k, "cpu_share", p.opts.LargeTokenizeCPU, "burst", p.opts.LargeTokenizeBurst)
+			}
 			return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and prompts over %d bytes have used their tokenizing CPU budget (--large-tokenize-cpu %g of one CPU): routed on load alone", kind, n, LargePromptBytes, p.opts.LargeTokenizeCPU)
 		}
 		if p.largeSlots != nil {

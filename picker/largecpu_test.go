@@ -99,9 +99,9 @@ func spinThread(cpu time.Duration) {
 }
 
 // A large prompt's tokenization is charged its thread's CPU time; once the budget is in
-// debt the next large prompt is routed on load alone (noted, counted over-budget, the
-// tokenizer not called; one warning a minute naming the flag), a small prompt is still tokenized, and once the rate has repaid
-// the debt a large prompt is tokenized again.
+// debt the next large prompts are routed on load alone (noted, counted over-budget, the
+// tokenizer not called; one warning a minute naming the flag), a small prompt is still
+// tokenized, and once the rate has repaid the debt a large prompt is tokenized again.
 func TestLargeTokenizationsOverBudgetRouteOnLoad(t *testing.T) {
 	if _, ok := threadcpu.Now(); !ok {
 		t.Skip("no thread CPU clock on " + runtime.GOOS)

@@ -64,6 +64,8 @@ type Config struct {
 	Explain            extproc.ExplainMode // zero: only requests carrying AdminToken get the decision header
 	MaxPromptBytes     int                 // 0: picker.DefaultMaxPromptBytes; negative: no bound
 	LargeTokenizations int                 // prompts over picker.LargePromptBytes tokenized at once; 0: picker's default; negative: no bound
+	LargeTokenizeCPU   float64             // share of one CPU those tokenizations may use (picker.Options.LargeTokenizeCPU); 0: picker's default; negative: no budget
+	LargeTokenizeBurst time.Duration       // CPU time they may use at once above it; 0: picker's default
 	ClientCA           string              // PEM file: ext_proc requires a client certificate it signed (mTLS)
 	MaxGRPCConns       int                 // 0: DefaultMaxGRPCConns
 	MaxHTTPConns       int                 // 0: DefaultMaxHTTPConns
@@ -224,7 +226,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error
 	}
 	popts := picker.Options{
 		Fleet: a.Fleet, Policy: cfg.Policy, Params: params, Cache: cfg.Cache, Tokenizer: cfg.Tokenizer,
-		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, BaseModels: cfg.BaseModels, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, Logger: log, Registerer: reg,
+		Observer: cfg.Observer, Health: a.health.h, MaxEndpoints: cfg.MaxEndpoints, BaseModels: cfg.BaseModels, MaxPromptBytes: cfg.MaxPromptBytes, LargeTokenizations: cfg.LargeTokenizations, LargeTokenizeCPU: cfg.LargeTokenizeCPU, LargeTokenizeBurst: cfg.LargeTokenizeBurst, Logger: log, Registerer: reg,
 		Engines: engines, AdapterCost: cfg.AdapterCost, RankMetrics: cfg.KVEvents != nil && cfg.KVEvents.RankMetrics,
 	}
 	if a.EngineMetrics != nil && cfg.AdapterCost != (picker.AdapterCost{}) {

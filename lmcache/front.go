@@ -211,7 +211,8 @@ var errClosing = errors.New("lmcache: the server is closing")
 
 // payFront charges to ip's --lmcache-peer-rate n bytes the front reads that the pull loop
 // never charges: a message the front is dropping, before it reads them, and commands (PING,
-// PONG, ...), which it hands to libzmq at once, zmtp.CommandChargeBytes of them at a time or
+// PONG, ...; at least zmtp.CommandMinChargeBytes each), which it hands to libzmq at once,
+// zmtp.CommandChargeBytes of them at a time or
 // before it waits for the peer (zmtp.Drops). It stops reading the connection until the IP's
 // debt is repaid (its wait counted in loadaware_lmcache_peer_over_rate_wait_seconds_total and
 // logged as the pull loop's are; a dropped message is counted as dropped for its size, not

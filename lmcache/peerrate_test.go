@@ -270,12 +270,14 @@ func TestFrontChargesDroppedBytes(t *testing.T) {
 }
 
 // Commands a peer sends (PING, PONG, ...), which the front hands to libzmq at once, are
-// charged to its rate as their wire bytes: a flood of PINGs is read at the rate once the
-// burst is spent, and the message after it waits for the debt. The PINGs are put into a
+// charged to its rate as their wire bytes, at least zmtp.CommandMinChargeBytes each: a
+// flood of PINGs is read at the rate once the burst is spent, and the message after it
+// waits for the debt. The flood's 32,760 bytes are within the burst: only the least charge
+// (64 bytes a 9-byte PING, 232,960 in all) puts it in debt. The PINGs are put into a
 // real PUSH socket's connection, between its messages, by a proxy in front of the front.
 func TestFrontChargesCommands(t *testing.T) {
 	noLeaks(t)
-	const rate, burst, flood = 256 << 10, 32 << 10, 160 << 10
+	const rate, burst, flood = 256 << 10, 32 << 10, 32 << 10
 	seen := &seenFrames{}
 	ls := startServer(t, ServerConfig{PeerRate: rate, PeerBurst: burst, Ingest: seen.ingest}, []string{"127.0.0.1"})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -329,8 +331,9 @@ func TestFrontChargesCommands(t *testing.T) {
 	took := time.Since(begin)
 	// The bucket starts full at the burst (less the message before); the front goes on only
 	// once the debt is repaid, less the last CommandChargeBytes it may read before charging.
-	if least := time.Duration(float64(flood-burst-zmtp.CommandChargeBytes) / rate * float64(time.Second)); took < least {
-		t.Errorf("%d bytes of PINGs were read and the next message applied in %v: faster than %d bytes/s after a %d-byte burst allows (%v)", flood, took, rate, burst, least)
+	charged := flood / len(ping) * zmtp.CommandMinChargeBytes
+	if least := time.Duration(float64(charged-burst-zmtp.CommandChargeBytes) / rate * float64(time.Second)); took < least {
+		t.Errorf("%d bytes of PINGs (%d charged) were read and the next message applied in %v: faster than %d bytes/s after a %d-byte burst allows (%v)", flood, charged, took, rate, burst, least)
 	}
 	if w := testutil.ToFloat64(ls.overWait); w <= 0 {
 		t.Errorf("loadaware_lmcache_peer_over_rate_wait_seconds_total = %v, want the front's waits", w)

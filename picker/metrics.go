@@ -15,6 +15,7 @@ type metrics struct {
 	latency     prometheus.Histogram
 	pickErrors  *prometheus.CounterVec
 	untokenized *prometheus.CounterVec
+	largeCPU    prometheus.Counter // CPU seconds charged to the large tokenizations' budget
 	cacheErrors prometheus.Counter
 	share       *cacheShare
 	unhealthy   prometheus.Counter
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loadaware_untokenized_requests_total",
 			Help: "Requests routed on load alone because their prompt had no token ids, by reason.",
 		}, []string{"reason"}),
+		largeCPU: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loadaware_large_tokenize_cpu_seconds_total",
+			Help: "CPU seconds the tokenizations of prompts of 32 KiB or more took of their threads, charged to --large-tokenize-cpu's budget (counted only while the budget is on).",
+		}),
 		cacheErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loadaware_cache_lookup_errors_total",
 			Help: "Cache lookups that failed; those requests got no cache credit.",
@@ -59,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.rankLeaders, m.rankWhole = m.rankings.WithLabelValues("leaders"), m.rankings.WithLabelValues("whole")
 	m.decided.Store(&map[decisionKey]prometheus.Counter{})
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.cacheErrors, m.unhealthy, m.rankings}, m.share.collectors()...) {
+		for _, c := range append([]prometheus.Collector{m.decisions, m.latency, m.pickErrors, m.untokenized, m.largeCPU, m.cacheErrors, m.unhealthy, m.rankings}, m.share.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

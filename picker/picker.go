@@ -24,6 +24,7 @@ import (
 	"github.com/loadaware/loadaware-epp/fleet"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lora"
+	"github.com/loadaware/loadaware-epp/ratelog"
 	"github.com/loadaware/loadaware-epp/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -180,6 +181,16 @@ type Options struct {
 	// then hold at most this many cores, and small prompts never wait for them. 0 means
 	// max(1, GOMAXPROCS/2); negative means no bound.
 	LargeTokenizations int
+	// LargeTokenizeCPU is the share of one CPU the tokenizations of prompts over
+	// LargePromptBytes may use on average, all together: each is charged the CPU time it
+	// took of its thread, and while that exceeds the budget (the bucket is in debt) a large
+	// prompt is routed on load alone (noted, counted as "<kind>-tokenizer-over-budget")
+	// as when every slot is taken. Prompts under LargePromptBytes are never charged. 0
+	// means DefaultLargeTokenizeCPU; negative means no budget.
+	LargeTokenizeCPU float64
+	// LargeTokenizeBurst is the CPU time large tokenizations may use at once above
+	// LargeTokenizeCPU; 0 means DefaultLargeTokenizeBurst.
+	LargeTokenizeBurst time.Duration
 	Now                func() time.Time
 	Logger             *slog.Logger
 	Registerer         prometheus.Registerer // nil: metrics are not registered
@@ -245,6 +256,8 @@ type Picker struct {
 	ranks   *rankPicker // the data-parallel ranks behind each endpoint (RankedView); nil: none
 
 	largeSlots chan struct{} // one token per large prompt being tokenized; nil: no bound
+	largeCPU   *largeBudget  // the large tokenizations' CPU budget; nil: none
+	largeLog   *ratelog.Limiter
 }
 
 // New checks opts and returns a Picker.
@@ -270,6 +283,12 @@ func New(opts Options) (*Picker, error) {
 	if opts.LargeTokenizations == 0 {
 		opts.LargeTokenizations = max(1, runtime.GOMAXPROCS(0)/2)
 	}
+	if opts.LargeTokenizeCPU == 0 {
+		opts.LargeTokenizeCPU = DefaultLargeTokenizeCPU
+	}
+	if opts.LargeTokenizeBurst <= 0 {
+		opts.LargeTokenizeBurst = DefaultLargeTokenizeBurst
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -284,6 +303,8 @@ func New(opts Options) (*Picker, error) {
 	if opts.LargeTokenizations > 0 {
 		p.largeSlots = make(chan struct{}, opts.LargeTokenizations)
 	}
+	p.largeCPU = newLargeBudget(opts.LargeTokenizeCPU, opts.LargeTokenizeBurst, opts.Now())
+	p.largeLog = ratelog.New(time.Minute)
 	p.scratch.New = func() any { return new(pickScratch) }
 	if n := dpRanks(opts.Cache); n > 1 {
 		p.ranks = &rankPicker{n: n}
@@ -687,16 +708,38 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 		p.metrics.untokenized.WithLabelValues(kind + "-too-large").Inc()
 		return nil, "none", fmt.Sprintf("the %s prompt is %d bytes, over --max-prompt-bytes %d: not tokenized, routed on load alone", kind, n, p.opts.MaxPromptBytes)
 	}
-	if n := max(len(r.Prompt), len(r.ChatBody)); n >= LargePromptBytes && p.largeSlots != nil {
-		select {
-		case p.largeSlots <- struct{}{}:
-			defer func() { <-p.largeSlots }()
-		default:
-			p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-busy").Inc()
-			return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and %d prompts over %d bytes are being tokenized already (--large-tokenizations): routed on load alone", kind, n, cap(p.largeSlots), LargePromptBytes)
+	var (
+		ids []uint32
+		err error
+	)
+	if n := max(len(r.Prompt), len(r.ChatBody)); n >= LargePromptBytes && (p.largeSlots != nil || p.largeCPU != nil) {
+		if p.largeCPU.inDebt(p.opts.Now()) {
+			p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-over-budget").Inc()
+			if k, logIt := p.largeLog.Due("over-budget", p.opts.Now()); logIt {
+				p.opts.Logger.Warn("picker: prompts of 32 KiB or more used their tokenizing CPU budget; they are routed on load alone until it refills (logged once a minute; see loadaware_untokenized_requests_total{reason=\"text-tokenizer-over-budget\"}). If honest traffic is refused, raise --large-tokenize-cpu above rate(loadaware_large_tokenize_cpu_seconds_total)",
+					"refused", k, "cpu_share", p.opts.LargeTokenizeCPU, "burst", p.opts.LargeTokenizeBurst)
+			}
+			return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and prompts over %d bytes have used their tokenizing CPU budget (--large-tokenize-cpu %g of one CPU): routed on load alone", kind, n, LargePromptBytes, p.opts.LargeTokenizeCPU)
 		}
+		if p.largeSlots != nil {
+			select {
+			case p.largeSlots <- struct{}{}:
+				defer func() { <-p.largeSlots }()
+			default:
+				p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-busy").Inc()
+				return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and %d prompts over %d bytes are being tokenized already (--large-tokenizations): routed on load alone", kind, n, cap(p.largeSlots), LargePromptBytes)
+			}
+		}
+		if p.largeCPU != nil {
+			cpu := onThread(func() { ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands) })
+			p.largeCPU.charge(cpu, p.opts.Now())
+			p.metrics.largeCPU.Add(cpu.Seconds())
+		} else {
+			ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands)
+		}
+	} else {
+		ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands)
 	}
-	ids, err := p.opts.Tokenizer.Tokenize(ctx, r, cands)
 	if err != nil || len(ids) == 0 {
 		p.metrics.untokenized.WithLabelValues(kind + "-tokenize-failed").Inc()
 		if err == nil {

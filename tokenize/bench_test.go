@@ -183,3 +183,51 @@ func BenchmarkEncodeLongPiece(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeLongPrompt encodes ordinary long prompts (prose and code, benchText
+// repeated) of the tournament's long-prompt sizes, 8k to 32k tokens (the long profile's
+// prefixes; llmd-precise-doe-60x8k's 8k), with the piece cache warm (the pieces seen before,
+// as in a fleet's traffic) and disabled (every piece merged: the upper bound). It reports
+// the calling thread's CPU time per prompt (cpu-ms/prompt): what --large-tokenize-cpu
+// charges such a prompt (decision 1211).
+func BenchmarkEncodeLongPrompt(b *testing.B) {
+	dir := requireTestdata(b, "qwen2_5")
+	var sb strings.Builder
+	for sb.Len() < 160<<10 {
+		sb.WriteString(benchText)
+	}
+	all := sb.String()
+	for _, mode := range []string{"warm", "uncached"} {
+		opts := Options{}
+		if mode == "uncached" {
+			opts.CacheEntries = -1
+		}
+		tk, err := LoadWith(dir, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		perToken := float64(len(benchText)) / float64(len(tk.Encode(benchText, false)))
+		for _, tokens := range []int{8192, 16384, 32768} {
+			text := all[:int(float64(tokens)*perToken)]
+			for !utf8.RuneStart(text[len(text)-1]) || text[len(text)-1] >= utf8.RuneSelf {
+				text = text[:len(text)-1]
+			}
+			n := len(tk.Encode(text, true))
+			b.Run(fmt.Sprintf("cache=%s/tokens=%dk", mode, tokens>>10), func(b *testing.B) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				var cpu time.Duration
+				b.SetBytes(int64(len(text)))
+				for b.Loop() {
+					c0, _ := threadcpu.Now()
+					tk.Encode(text, true)
+					c1, _ := threadcpu.Now()
+					cpu += c1 - c0
+				}
+				b.ReportMetric(float64(cpu.Nanoseconds())/1e6/float64(b.N), "cpu-ms/prompt")
+				b.ReportMetric(float64(n), "prompt-tokens")
+				b.ReportMetric(float64(len(text)), "prompt-bytes")
+			})
+		}
+	}
+}

@@ -74,13 +74,13 @@ type Drops struct {
 	Charge func(n int64) error
 	// Dropped is called once a dropped message is read to its end.
 	Dropped func(Drop)
-	// Commands is called with the wire bytes of the command frames after READY (PING,
-	// PONG, ...), which Forward hands on at once (headers included, 2 or 9 bytes each, so
-	// that empty ones cost too): in sums of at least CommandChargeBytes as they accumulate,
-	// and the rest before Forward waits for the peer's next bytes (whole messages and
-	// commands read are handed on first). With a stream that ends cleanly the calls sum to
-	// every command's wire bytes. It may block, to pace the peer, as Charge; an error ends
-	// Forward with it.
+	// Commands is called with the charges of the command frames after READY (PING, PONG,
+	// ...), which Forward hands on at once: each command's wire bytes (headers included, 2
+	// or 9 bytes each, so that empty ones cost too), at least CommandMinChargeBytes. It is
+	// called with sums of at least CommandChargeBytes as they accumulate, and with the rest
+	// before Forward waits for the peer's next bytes (whole messages and commands read are
+	// handed on first). With a stream that ends cleanly the calls sum to every command's
+	// charge. It may block, to pace the peer, as Charge; an error ends Forward with it.
 	Commands func(n int64) error
 }
 
@@ -89,6 +89,13 @@ type Drops struct {
 // ahead of their charge, and a flood of them costs one call and one flush to libzmq per
 // CommandChargeBytes, not one a command.
 const CommandChargeBytes = 4 << 10
+
+// CommandMinChargeBytes is the least a command is charged (Drops.Commands), whatever its
+// wire bytes: libzmq's work is per command (a PING is answered with a PONG), and a 9-byte
+// PING charged 9 would let a peer's byte rate buy 7 commands for each frame of a 60-byte
+// admit. At 64, the per-frame overhead a message's bound counts, commands cost at least
+// what the frames of messages do (decision 1211).
+const CommandMinChargeBytes = 64
 
 // ProtocolError is a peer's departure from ZMTP 3.x with the NULL mechanism, or a frame or
 // command over its cap: Forward ends the connection.
@@ -202,7 +209,7 @@ func Forward(peer io.Reader, inner io.Writer, props []Property, lim Limits, drop
 			// A command is handed on at once: between messages it keeps its place, within
 			// one it moves to before the message, which libzmq takes as the same.
 			// It is read whole first: nothing of a frame cut short is handed on.
-			if commands += headerBytes(flags) + size; commands >= CommandChargeBytes {
+			if commands += max(headerBytes(flags)+size, CommandMinChargeBytes); commands >= CommandChargeBytes {
 				if err := charge(w, drops.Commands, commands); err != nil {
 					return err
 				}

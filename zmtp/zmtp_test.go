@@ -102,11 +102,13 @@ func TestForward(t *testing.T) {
 		{name: "a frame announcing 2^64-1 bytes", in: cat(hello, []byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}),
 			want: wantHello, err: "over the cap", tooLong: true},
 		{name: "a command within a message is handed on before it", in: cat(hello, frame(flagMore, []byte("a")), ping, frame(0, []byte("b"))),
-			want: cat(wantHello, ping, msg([]byte("a"), []byte("b"))), cmds: []int64{9}},
-		{name: "commands are charged their wire bytes, a long header 9", in: cat(hello, ping, msg([]byte("a")), []byte{flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 0, 5, 4, 'P', 'O', 'N', 'G'}),
-			want: cat(wantHello, ping, msg([]byte("a")), frame(flagCommand, []byte("\x04PONG"))), cmds: []int64{9 + 14}},
+			want: cat(wantHello, ping, msg([]byte("a"), []byte("b"))), cmds: []int64{64}},
+		{name: "commands are charged their wire bytes, at least 64 each", in: cat(hello, ping, msg([]byte("a")), []byte{flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 0, 5, 4, 'P', 'O', 'N', 'G'}),
+			want: cat(wantHello, ping, msg([]byte("a")), frame(flagCommand, []byte("\x04PONG"))), cmds: []int64{64 + 64}},
+		{name: "a command over the least charge is charged its wire bytes", in: cat(hello, frame(flagCommand, append([]byte{4}, "PING"+string(bytes.Repeat([]byte("x"), 95))...)), msg([]byte("a"))),
+			want: cat(wantHello, frame(flagCommand, append([]byte{4}, "PING"+string(bytes.Repeat([]byte("x"), 95))...)), msg([]byte("a"))), cmds: []int64{102}},
 		{name: "a flood of commands is charged as it is read, every 4 KiB", in: cat(hello, bytes.Repeat(ping, 1000)),
-			want: cat(wantHello, bytes.Repeat(ping, 1000)), cmds: []int64{456 * 9, 456 * 9, 88 * 9}},
+			want: cat(wantHello, bytes.Repeat(ping, 1000)), cmds: []int64{4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 40 * 64}},
 		{name: "a command cut short", in: cat(hello, ping, ping[:5]), want: cat(wantHello, ping), err: "ended within a command"},
 		{name: "a stream ended within a message forwards none of it", in: cat(hello, msg([]byte("a")), frame(flagMore, []byte("b"))),
 			want: cat(wantHello, msg([]byte("a"))), err: "ended within a frame"},
@@ -208,8 +210,8 @@ func TestForwardChargesCommandsBeforeWaiting(t *testing.T) {
 	if !errors.Is(err, stop) {
 		t.Fatalf("err = %v, want the charge's", err)
 	}
-	if rest := len(msg([]byte("b"))); fmt.Sprint(calls, unread) != fmt.Sprint([]int64{9, 9}, []int{len(ping) + rest, rest}) {
-		t.Errorf("charges %v with %v bytes unread; want each ping's 9 bytes once it is read", calls, unread)
+	if rest := len(msg([]byte("b"))); fmt.Sprint(calls, unread) != fmt.Sprint([]int64{64, 64}, []int{len(ping) + rest, rest}) {
+		t.Errorf("charges %v with %v bytes unread; want each ping's 64 (its 9 bytes, raised to the least charge) once it is read", calls, unread)
 	}
 }
 
@@ -274,8 +276,9 @@ func FuzzForward(f *testing.F) {
 	})
 }
 
-// commandWire is the wire bytes of the command frames after the first in a stream (its
-// greeting skipped), as their headers announce them, up to where the stream ends or is cut,
+// commandWire is the charge of the command frames after the first in a stream (its
+// greeting skipped): their wire bytes as their headers announce them, at least
+// CommandMinChargeBytes each, up to where the stream ends or is cut,
 // independently of Forward's code.
 func commandWire(in []byte) int64 {
 	if len(in) < greetingBytes {
@@ -297,7 +300,7 @@ func commandWire(in []byte) int64 {
 			n = uint64(p[1])
 		}
 		if fl&flagCommand != 0 && !first {
-			sum += int64(head + min(n, 1<<40))
+			sum += max(int64(head+min(n, 1<<40)), CommandMinChargeBytes)
 		}
 		if n > uint64(len(p))-head {
 			break

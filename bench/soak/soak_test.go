@@ -144,6 +144,12 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("LOADAWARE_SOAK_LMCACHE_CPU=%q: give a share of one CPU, 0 for the default, -1 for none", v)
 		}
 	}
+	largeCPU := 0.0 // LOADAWARE_SOAK_LARGE_TOKENIZE_CPU: the picker's --large-tokenize-cpu (0: its default; -1: no budget)
+	if v := os.Getenv("LOADAWARE_SOAK_LARGE_TOKENIZE_CPU"); v != "" {
+		if largeCPU, err = strconv.ParseFloat(v, 64); err != nil || (largeCPU < 0 && largeCPU != -1) {
+			t.Fatalf("LOADAWARE_SOAK_LARGE_TOKENIZE_CPU=%q: give a share of one CPU, 0 for the default, -1 for none", v)
+		}
+	}
 	keys := lmcache.KeyConfig{HashSeed: "123", ChunkSize: 256, Format: lmcache.KeyFormatV03}
 	a, err := app.Start(context.Background(), app.Config{
 		GRPCAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
@@ -151,7 +157,7 @@ func TestSoak(t *testing.T) {
 		Limits:    extproc.Limits{MaxBufferedBytes: buffered, IdleTimeout: 5 * time.Second},
 		Health:    app.HealthConfig{CheckInterval: 250 * time.Millisecond},
 		LMCache:   &app.LMCacheConfig{PullAddr: "127.0.0.1:0", Keys: keys, Allow: lmcache.AllowFleet, MaxKeys: 200_000, RcvHWM: hwm, IngestCPU: ingestCPU},
-		Tokenizer: tok, LargeTokenizations: largeTok, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
+		Tokenizer: tok, LargeTokenizations: largeTok, LargeTokenizeCPU: largeCPU, ConnStreamRate: streamRate, ConnStreamBurst: streamRate,
 	}, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +292,9 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "\nLMCache index at the end: %d keys, %d instances. Its pull loop beside the hostile clients (LOADAWARE_SOAK_LMCACHE_CPU=%q): %.1f ms of CPU a second, paused %.1f ms a second for its CPU budget.\n",
 		a.LMCacheIndex.Keys(), len(a.LMCacheIndex.Instances()), os.Getenv("LOADAWARE_SOAK_LMCACHE_CPU"),
 		(ingestEnd.cpu-ingestBegin.cpu)*1000/hostileSecs, (ingestEnd.paused-ingestBegin.paused)*1000/hostileSecs)
+	fmt.Fprintf(&b, "\nPrompts of 32 KiB or more beside the hostile clients (LOADAWARE_SOAK_LARGE_TOKENIZE_CPU=%q): %.1f ms of tokenizing CPU a second charged to --large-tokenize-cpu's budget; %.1f a second routed on load alone with every slot taken (text-tokenizer-busy), %.1f with the budget in debt (text-tokenizer-over-budget).\n",
+		os.Getenv("LOADAWARE_SOAK_LARGE_TOKENIZE_CPU"), (ingestEnd.largeCPU-ingestBegin.largeCPU)*1000/hostileSecs,
+		(ingestEnd.busy-ingestBegin.busy)/hostileSecs, (ingestEnd.overBudget-ingestBegin.overBudget)/hostileSecs)
 	out := os.Getenv("LOADAWARE_SOAK_OUT")
 	if out == "" {
 		out = "soak.md"
@@ -532,11 +541,12 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// ingestReading is the LMCache pull loop's two counters: CPU seconds used and seconds
-// paused for its budget.
-type ingestReading struct{ cpu, paused float64 }
+// ingestReading is the LMCache pull loop's two counters, CPU seconds used and seconds
+// paused for its budget, and the large tokenizations' three: CPU seconds charged to their
+// budget, and text prompts routed on load alone with every slot taken or the budget in debt.
+type ingestReading struct{ cpu, paused, largeCPU, busy, overBudget float64 }
 
-// readIngest scrapes the picker's metrics for the pull loop's counters (zero if absent).
+// readIngest scrapes the picker's metrics for those counters (zero if absent).
 func readIngest(t *testing.T, metricsAddr string) ingestReading {
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -561,6 +571,12 @@ func readIngest(t *testing.T, metricsAddr string) ingestReading {
 			r.cpu = v
 		case "loadaware_lmcache_ingest_paused_seconds_total":
 			r.paused = v
+		case "loadaware_large_tokenize_cpu_seconds_total":
+			r.largeCPU = v
+		case `loadaware_untokenized_requests_total{reason="text-tokenizer-busy"}`:
+			r.busy = v
+		case `loadaware_untokenized_requests_total{reason="text-tokenizer-over-budget"}`:
+			r.overBudget = v
 		}
 	}
 	return r

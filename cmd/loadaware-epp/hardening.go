@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/loadaware/loadaware-epp/app"
@@ -39,6 +40,7 @@ type hardening struct {
 	lmMaxPeerConns      int
 	lmIngestCPU         float64
 	largeTokenizations  int
+	largeTokenizeCPU    float64
 }
 
 func (h *hardening) register(fs *flag.FlagSet) {
@@ -48,6 +50,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.explain, "explain", "token", "who gets the x-loadaware-decision header on asking: token (requests with Authorization: Bearer <admin token>), all, or off")
 	fs.IntVar(&h.maxPromptBytes, "max-prompt-bytes", picker.DefaultMaxPromptBytes, "largest text or chat prompt tokenized; larger ones are routed on load alone; -1: no bound")
 	fs.IntVar(&h.largeTokenizations, "large-tokenizations", 0, "prompts of 32 KiB or more tokenized at once; one more is routed on load alone rather than wait; 0: half the CPUs (at least 1); -1: no bound")
+	fs.Float64Var(&h.largeTokenizeCPU, "large-tokenize-cpu", picker.DefaultLargeTokenizeCPU, "share of one CPU the tokenizations of prompts of 32 KiB or more may use on average, all together (100 ms at once above it); while over it such a prompt is routed on load alone (counted text-tokenizer-over-budget); -1: no budget")
 	fs.StringVar(&h.clientCA, "client-ca", "", "PEM file of the CA signing Envoy's client certificate: ext_proc then requires mutual TLS")
 	fs.IntVar(&h.maxGRPCConns, "max-grpc-connections", app.DefaultMaxGRPCConns, "connections the ext_proc port holds at once; more wait in the kernel backlog")
 	fs.IntVar(&h.maxHTTPConns, "max-http-connections", app.DefaultMaxHTTPConns, "connections the metrics port holds at once; more wait in the kernel backlog")
@@ -61,7 +64,7 @@ func (h *hardening) register(fs *flag.FlagSet) {
 	fs.Int64Var(&h.connReadBurst, "grpc-conn-read-burst", app.DefaultConnReadBurst, "bytes an ext_proc connection may send at once above --grpc-conn-read-rate (its large bodies: at most one --max-body-bytes of them)")
 	fs.Int64Var(&h.connStreamRate, "grpc-conn-stream-rate", app.DefaultConnStreamRate, "ext_proc streams (requests) per second one connection may open; more are refused with gRPC RESOURCE_EXHAUSTED and the connection is not read until it could open one; -1: no bound")
 	fs.Int64Var(&h.connStreamBurst, "grpc-conn-stream-burst", app.DefaultConnStreamBurst, "ext_proc streams a connection may open at once above --grpc-conn-stream-rate")
-	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send, those dropped for their size and its ZMTP commands (PING, ...) included; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
+	fs.Int64Var(&h.lmPeerRate, "lmcache-peer-rate", lmcache.DefaultPeerRate, "bytes per second of LMCache messages one engine IP may send, those dropped for their size and its ZMTP commands (PING, ...; at least 64 bytes each) included; a faster one is read slower (its sends block) and, far over, dropped; -1: no bound")
 	fs.Int64Var(&h.lmPeerBurst, "lmcache-peer-burst", lmcache.DefaultPeerBurst, "bytes of LMCache messages an engine IP may send at once above --lmcache-peer-rate (a full sync)")
 	fs.Int64Var(&h.lmMaxFrameBytes, "lmcache-max-frame-bytes", lmcache.DefaultMaxFrameBytes, "largest LMCache message, all its frames together (a full sync's batch is about 18 KB): a frame over it ends its connection, a message of frames under it over it is dropped. What a peer connection can make the controller hold is 102 such messages (docs/security.md)")
 	fs.IntVar(&h.lmMaxPeerConns, "lmcache-max-peer-conns", lmcache.DefaultMaxPeerConns, "connections one IP may hold to each LMCache controller socket (a worker holds one; an engine pod runs one worker a tensor-parallel rank); one past it is ended as it is accepted; -1: no cap")
@@ -83,6 +86,8 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 		return fmt.Errorf("--max-prompt-bytes %d: use a size in bytes (default %d) or -1 for no bound", h.maxPromptBytes, picker.DefaultMaxPromptBytes)
 	case h.largeTokenizations < -1:
 		return fmt.Errorf("--large-tokenizations %d: use a count, 0 for half the CPUs or -1 for no bound", h.largeTokenizations)
+	case h.largeTokenizeCPU <= 0 && h.largeTokenizeCPU != -1, math.IsNaN(h.largeTokenizeCPU), math.IsInf(h.largeTokenizeCPU, 0):
+		return fmt.Errorf("--large-tokenize-cpu %g: give a share of one CPU such as 0.5 (default %g), or -1 for no budget", h.largeTokenizeCPU, picker.DefaultLargeTokenizeCPU)
 	case h.clientCA != "" && !o.secure:
 		return fmt.Errorf("--client-ca needs --secure-serving: mutual TLS is TLS")
 	case h.maxGRPCConns < 1 || h.maxHTTPConns < 1 || h.maxConnsPerIP < 1:
@@ -133,7 +138,7 @@ func (h *hardening) apply(cfg *app.Config, o options) error {
 	}
 	cfg.Limits = extproc.Limits{MaxStreams: h.maxStreams, MaxBufferedBytes: h.maxBufferedBytes, IdleTimeout: h.idleTimeout, UnpacedBodyBytes: h.unpacedBodyBytes}
 	cfg.Explain, cfg.MaxPromptBytes, cfg.ClientCA = mode, h.maxPromptBytes, h.clientCA
-	cfg.LargeTokenizations = h.largeTokenizations
+	cfg.LargeTokenizations, cfg.LargeTokenizeCPU = h.largeTokenizations, h.largeTokenizeCPU
 	cfg.MaxGRPCConns, cfg.MaxHTTPConns, cfg.MaxConnsPerIP = h.maxGRPCConns, h.maxHTTPConns, h.maxConnsPerIP
 	cfg.Health.CheckPath = h.healthCheckPath
 	if len(cfg.Endpoints) > 0 { // static mode: nothing else tells us an engine died

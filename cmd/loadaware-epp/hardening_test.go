@@ -34,6 +34,11 @@ func TestHardeningFlags(t *testing.T) {
 		{"lmcache frame cap", []string{ok, "--lmcache-max-frame-bytes", "100"}, "--lmcache-max-frame-bytes 100: use at least 4096 bytes"},
 		{"lmcache connections", []string{ok, "--lmcache-max-peer-conns", "0"}, "--lmcache-max-peer-conns 0: use at least 1"},
 		{"lmcache connections", []string{ok, "--lmcache-max-peer-conns", "-2"}, "--lmcache-max-peer-conns -2: use at least 1"},
+		{"large tokenize cpu zero", []string{ok, "--large-tokenize-cpu", "0"}, "--large-tokenize-cpu 0: give a share of one CPU such as 0.5"},
+		{"large tokenize cpu negative", []string{ok, "--large-tokenize-cpu", "-0.5"}, "--large-tokenize-cpu -0.5: give a share of one CPU"},
+		{"large tokenize cpu NaN", []string{ok, "--large-tokenize-cpu", "NaN"}, "--large-tokenize-cpu NaN: give a share of one CPU"},
+		{"large tokenize cpu Inf", []string{ok, "--large-tokenize-cpu", "+Inf"}, "--large-tokenize-cpu +Inf: give a share of one CPU"},
+		{"large tokenize cpu word", []string{ok, "--large-tokenize-cpu", "half"}, `invalid value "half" for flag -large-tokenize-cpu`},
 		{"gc percent", []string{ok, "--gc-percent", "0"}, "--gc-percent 0: use a GOGC of at least 1"},
 		{"memory limit", []string{ok, "--memory-limit", "-2"}, "--memory-limit -2: use a limit in bytes"},
 	} {
@@ -55,6 +60,14 @@ func TestHardeningFlags(t *testing.T) {
 	if cfg.Explain != extproc.ExplainToken || cfg.MaxPromptBytes != picker.DefaultMaxPromptBytes || cfg.Limits.MaxStreams != extproc.DefaultMaxStreams ||
 		cfg.Health.CheckInterval != 250*time.Millisecond || cfg.Health.CheckPath != "/health" || cfg.ConnReadRate != 32<<20 || cfg.ConnReadBurst != 32<<20 {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+	if cfg.LargeTokenizeCPU != picker.DefaultLargeTokenizeCPU {
+		t.Fatalf("--large-tokenize-cpu default: %g, want %g", cfg.LargeTokenizeCPU, picker.DefaultLargeTokenizeCPU)
+	}
+	for _, v := range []string{"-1", "0.05", "2"} {
+		if _, _, err := parse([]string{ok, "--large-tokenize-cpu", v}, env()); err != nil {
+			t.Fatalf("--large-tokenize-cpu %s: %v", v, err)
+		}
 	}
 	cfg, _, err = parse([]string{"--pool-name", "p", "--pool-namespace", "n", "--explain", "all", "--max-prompt-bytes", "-1"}, env())
 	if err != nil {

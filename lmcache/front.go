@@ -212,12 +212,12 @@ var errClosing = errors.New("lmcache: the server is closing")
 // payFront charges to ip's --lmcache-peer-rate n bytes the front reads that the pull loop
 // never charges: a message the front is dropping, before it reads them, and commands (PING,
 // PONG, ...; at least zmtp.CommandMinChargeBytes each), which it hands to libzmq at once,
-// zmtp.CommandChargeBytes of them at a time or
-// before it waits for the peer (zmtp.Drops). It stops reading the connection until the IP's
-// debt is repaid (its wait counted in loadaware_lmcache_peer_over_rate_wait_seconds_total and
-// logged as the pull loop's are; a dropped message is counted as dropped for its size, not
-// again for its rate): a peer cannot make the front read and discard, or hand libzmq
-// commands, faster than its rate once its burst is spent.
+// zmtp.CommandChargeBytes of them at a time or before it waits for the peer (zmtp.Drops).
+// It stops reading the connection until the IP's debt is repaid (its wait counted in
+// loadaware_lmcache_peer_over_rate_wait_seconds_total and logged as the pull loop's are; a
+// dropped message is counted as dropped for its size, not again for its rate): a peer cannot
+// make the front read and discard, or hand libzmq commands, faster than its rate once its
+// burst is spent.
 func (s *Server) payFront(ip string, n int64) error {
 	wait := s.limit.charge(ip, n, time.Now())
 	if wait <= 0 {

@@ -21,14 +21,7 @@ type cpuTokenizer struct {
 
 func (c cpuTokenizer) Tokenize(_ context.Context, r picker.Request, _ []string) ([]uint32, error) {
 	c.calls.Add(1)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c0, _ := threadcpu.Now()
-	for {
-		if c1, _ := threadcpu.Now(); c1-c0 >= c.cpu {
-			break
-		}
-	}
+	threadcpu.Spin(c.cpu)
 	return make([]uint32, len(r.Prompt)), nil
 }
 

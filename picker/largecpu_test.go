@@ -82,20 +82,8 @@ type spinTokenizer struct {
 
 func (s spinTokenizer) Tokenize(ctx context.Context, r Request, eps []string) ([]uint32, error) {
 	s.calls.Add(1)
-	spinThread(s.cpu)
+	threadcpu.Spin(s.cpu)
 	return fakeTokenizer{}.Tokenize(ctx, r, eps)
-}
-
-// spinThread busies the calling thread until it has used cpu of CPU time.
-func spinThread(cpu time.Duration) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c0, _ := threadcpu.Now()
-	for x := 0; ; x++ {
-		if c, _ := threadcpu.Now(); c-c0 >= cpu {
-			return
-		}
-	}
 }
 
 // A large prompt's tokenization is charged its thread's CPU time; once the budget is in

@@ -48,3 +48,24 @@ func TestNowCountsTheThreadsWork(t *testing.T) {
 		t.Fatalf("a %v sleep advanced the thread CPU by %v: the clock reads wall time, not the thread's work", slept, d)
 	}
 }
+
+// TestSpinUsesWhatItIsAsked checks that Spin returns once its thread has used the CPU asked
+// and not long before, where the clock can be read.
+func TestSpinUsesWhatItIsAsked(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0, ok := Now()
+	if !ok {
+		if Spin(time.Millisecond) {
+			t.Fatal("Spin = true without a thread CPU clock")
+		}
+		t.Skip("no thread CPU clock on " + runtime.GOOS)
+	}
+	const want = 3 * time.Millisecond
+	if !Spin(want) {
+		t.Fatal("Spin = false with a readable thread CPU clock")
+	}
+	if c, _ := Now(); c-c0 < want {
+		t.Fatalf("Spin(%v) returned after %v of thread CPU", want, c-c0)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -574,11 +573,13 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 	var peer string
 	var used time.Duration // the thread CPU the functions used since the last payIngest
 	recv := func(f zmq.Flag) (err error) {
-		onThread(&used, func() { frames, peer, err = recvPeer(so, f, frames[:0], s.peerID) })
+		d, _ := threadcpu.Of(func() { frames, peer, err = recvPeer(so, f, frames[:0], s.peerID) })
+		used += d
 		return err
 	}
 	applyFrames := func() (ok bool) {
-		onThread(&used, func() { ok = s.idx.ApplyFrames(frames, peer, s.now()) > 0 })
+		d, _ := threadcpu.Of(func() { ok = s.idx.ApplyFrames(frames, peer, s.now()) > 0 })
+		used += d
 		return ok
 	}
 	for {
@@ -614,16 +615,6 @@ func (s *Server) servePull(so *zmq.Socket, w *zmqwait.Waiter) {
 		}
 		s.ingest(peer, frames, applyFrames)
 	}
-}
-
-// onThread runs f kept to its OS thread and adds the thread's CPU time f used to *used.
-func onThread(used *time.Duration, f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c0, _ := threadcpu.Now()
-	f()
-	c1, _ := threadcpu.Now()
-	*used += c1 - c0
 }
 
 // payIngest counts the pull loop's CPU time used and charges it to its budget, pausing

@@ -1,22 +1,20 @@
 package picker
 
 import (
-	"runtime"
 	"sync"
 	"time"
 
-	"github.com/loadaware/loadaware-epp/internal/threadcpu"
 	"github.com/loadaware/loadaware-epp/tokenbucket"
 )
 
 // Defaults of the CPU budget of large tokenizations (Options.LargeTokenizeCPU, decision
-// 1211). An ordinary long prompt (8k-32k tokens of text, the tournament's long profile)
-// costs 1-2 ms to encode, so half a CPU serves some 250-500 of them a second: the long
-// prompts of a hundred engines each prefilling 3 a second, or of 200-400 at the long
-// profile's 1.25 a second. A worst-shape prompt costs 40-60 ms: the budget holds a run of
-// them to about 10 a second, where the large-tokenization slots alone let them hold a core
-// each. 100 ms at once lets a burst of some 60 ordinary long prompts through a bucket
-// that was full.
+// 1211). An ordinary long prompt over LargePromptBytes (16k-32k tokens of text, the
+// tournament's long profile) costs 2-4 ms to encode, so half a CPU serves some 125-250 of
+// them a second: the long prompts of 100-200 engines at the long profile's 1.25 a second
+// each, or of 42-83 engines at 3 a second, every request large. A worst-shape prompt costs
+// 40-60 ms: the budget holds a run of them to 8-12 a second, where the large-tokenization
+// slots alone let them hold a core each. 100 ms at once lets a burst of 25-50 ordinary long
+// prompts through a bucket that was full.
 const (
 	DefaultLargeTokenizeCPU   = 0.5
 	DefaultLargeTokenizeBurst = 100 * time.Millisecond
@@ -62,19 +60,4 @@ func (g *largeBudget) charge(cpu time.Duration, now time.Time) {
 	defer g.mu.Unlock()
 	g.b.Refill(now)
 	g.b.Take(cpu.Seconds())
-}
-
-// onThread runs f kept to its OS thread and returns the CPU time the thread used meanwhile
-// (0 where the thread CPU clock cannot be read). A tokenizer that waits (an engine's
-// /tokenize) is charged only what the thread did, not the wait.
-func onThread(f func()) time.Duration {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c0, ok := threadcpu.Now()
-	f()
-	c1, _ := threadcpu.Now()
-	if !ok || c1 < c0 {
-		return 0
-	}
-	return c1 - c0
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/loadaware/loadaware-epp/fleet"
+	"github.com/loadaware/loadaware-epp/internal/threadcpu"
 	"github.com/loadaware/loadaware-epp/kvindex"
 	"github.com/loadaware/loadaware-epp/lora"
 	"github.com/loadaware/loadaware-epp/ratelog"
@@ -704,39 +705,37 @@ func (p *Picker) tokens(ctx context.Context, r Request, cands []string) ([]uint3
 		p.metrics.untokenized.WithLabelValues(kind + "-no-tokenizer").Inc()
 		return nil, "none", "no tokenizer configured (--tokenizer): " + kind + " prompt routed on load alone"
 	}
-	if n := max(len(r.Prompt), len(r.ChatBody)); p.opts.MaxPromptBytes > 0 && n > p.opts.MaxPromptBytes {
+	n := max(len(r.Prompt), len(r.ChatBody))
+	if p.opts.MaxPromptBytes > 0 && n > p.opts.MaxPromptBytes {
 		p.metrics.untokenized.WithLabelValues(kind + "-too-large").Inc()
 		return nil, "none", fmt.Sprintf("the %s prompt is %d bytes, over --max-prompt-bytes %d: not tokenized, routed on load alone", kind, n, p.opts.MaxPromptBytes)
+	}
+	large := n >= LargePromptBytes
+	if large && p.largeCPU.inDebt(p.opts.Now()) {
+		p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-over-budget").Inc()
+		if k, logIt := p.largeLog.Due("over-budget", p.opts.Now()); logIt {
+			p.opts.Logger.Warn("picker: prompts of 32 KiB or more used their tokenizing CPU budget; they are routed on load alone until it refills (logged once a minute; see loadaware_untokenized_requests_total{reason=\"text-tokenizer-over-budget\"}). If honest traffic is refused, raise --large-tokenize-cpu above rate(loadaware_large_tokenize_cpu_seconds_total)",
+				"refused", k, "cpu_share", p.opts.LargeTokenizeCPU, "burst", p.opts.LargeTokenizeBurst)
+		}
+		return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and prompts over %d bytes have used their tokenizing CPU budget (--large-tokenize-cpu %g of one CPU): routed on load alone", kind, n, LargePromptBytes, p.opts.LargeTokenizeCPU)
+	}
+	if large && p.largeSlots != nil {
+		select {
+		case p.largeSlots <- struct{}{}:
+			defer func() { <-p.largeSlots }()
+		default:
+			p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-busy").Inc()
+			return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and %d prompts over %d bytes are being tokenized already (--large-tokenizations): routed on load alone", kind, n, cap(p.largeSlots), LargePromptBytes)
+		}
 	}
 	var (
 		ids []uint32
 		err error
 	)
-	if n := max(len(r.Prompt), len(r.ChatBody)); n >= LargePromptBytes && (p.largeSlots != nil || p.largeCPU != nil) {
-		if p.largeCPU.inDebt(p.opts.Now()) {
-			p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-over-budget").Inc()
-			if k, logIt := p.largeLog.Due("over-budget", p.opts.Now()); logIt {
-				p.opts.Logger.Warn("picker: prompts of 32 KiB or more used their tokenizing CPU budget; they are routed on load alone until it refills (logged once a minute; see loadaware_untokenized_requests_total{reason=\"text-tokenizer-over-budget\"}). If honest traffic is refused, raise --large-tokenize-cpu above rate(loadaware_large_tokenize_cpu_seconds_total)",
-					"refused", k, "cpu_share", p.opts.LargeTokenizeCPU, "burst", p.opts.LargeTokenizeBurst)
-			}
-			return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and prompts over %d bytes have used their tokenizing CPU budget (--large-tokenize-cpu %g of one CPU): routed on load alone", kind, n, LargePromptBytes, p.opts.LargeTokenizeCPU)
-		}
-		if p.largeSlots != nil {
-			select {
-			case p.largeSlots <- struct{}{}:
-				defer func() { <-p.largeSlots }()
-			default:
-				p.metrics.untokenized.WithLabelValues(kind + "-tokenizer-busy").Inc()
-				return nil, "none", fmt.Sprintf("the %s prompt is %d bytes and %d prompts over %d bytes are being tokenized already (--large-tokenizations): routed on load alone", kind, n, cap(p.largeSlots), LargePromptBytes)
-			}
-		}
-		if p.largeCPU != nil {
-			cpu := onThread(func() { ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands) })
-			p.largeCPU.charge(cpu, p.opts.Now())
-			p.metrics.largeCPU.Add(cpu.Seconds())
-		} else {
-			ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands)
-		}
+	if large && p.largeCPU != nil {
+		cpu, _ := threadcpu.Of(func() { ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands) })
+		p.largeCPU.charge(cpu, p.opts.Now())
+		p.metrics.largeCPU.Add(cpu.Seconds())
 	} else {
 		ids, err = p.opts.Tokenizer.Tokenize(ctx, r, cands)
 	}

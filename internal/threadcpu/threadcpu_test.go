@@ -69,3 +69,22 @@ func TestSpinUsesWhatItIsAsked(t *testing.T) {
 		t.Fatalf("Spin(%v) returned after %v of thread CPU", want, c-c0)
 	}
 }
+
+// TestOfCountsTheThreadsWorkNotItsWaits checks that Of reports at least the CPU f's thread
+// used, and far less than the wall clock f spent asleep.
+func TestOfCountsTheThreadsWorkNotItsWaits(t *testing.T) {
+	if _, ok := Now(); !ok {
+		if d, ok := Of(func() {}); ok || d != 0 {
+			t.Fatalf("Of = %v, %v without a thread CPU clock; want 0, false", d, ok)
+		}
+		t.Skip("no thread CPU clock on " + runtime.GOOS)
+	}
+	const work = 3 * time.Millisecond
+	if d, ok := Of(func() { Spin(work) }); !ok || d < work {
+		t.Fatalf("Of(Spin(%v)) = %v, %v; want at least %v, true", work, d, ok, work)
+	}
+	const nap = 100 * time.Millisecond
+	if d, ok := Of(func() { time.Sleep(nap) }); !ok || d >= nap/2 {
+		t.Fatalf("Of(Sleep(%v)) = %v, %v; want well under the nap (a wait is not the thread's work)", nap, d, ok)
+	}
+}

@@ -86,14 +86,7 @@ func BenchmarkEncodeDecision(b *testing.B) {
 	dir := requireTestdata(b, "qwen2_5")
 	for _, mode := range []string{"warm", "cold", "uncached"} {
 		b.Run("cache="+mode, func(b *testing.B) {
-			opts := Options{}
-			if mode == "uncached" {
-				opts.CacheEntries = -1
-			}
-			tk, err := LoadWith(dir, opts)
-			if err != nil {
-				b.Fatal(err)
-			}
+			tk := loadCacheMode(b, dir, mode)
 			prompts := make([]string, 64)
 			for i := range prompts {
 				prompts[i] = decisionText(i)
@@ -198,14 +191,7 @@ func BenchmarkEncodeLongPrompt(b *testing.B) {
 	}
 	all := sb.String()
 	for _, mode := range []string{"warm", "uncached"} {
-		opts := Options{}
-		if mode == "uncached" {
-			opts.CacheEntries = -1
-		}
-		tk, err := LoadWith(dir, opts)
-		if err != nil {
-			b.Fatal(err)
-		}
+		tk := loadCacheMode(b, dir, mode)
 		perToken := float64(len(benchText)) / float64(len(tk.Encode(benchText, false)))
 		for _, tokens := range []int{8192, 16384, 32768} {
 			text := all[:int(float64(tokens)*perToken)]
@@ -230,4 +216,19 @@ func BenchmarkEncodeLongPrompt(b *testing.B) {
 			})
 		}
 	}
+}
+
+// loadCacheMode loads the tokenizer in dir with its piece cache on, or off for mode
+// "uncached".
+func loadCacheMode(b *testing.B, dir, mode string) *Tokenizer {
+	b.Helper()
+	opts := Options{}
+	if mode == "uncached" {
+		opts.CacheEntries = -1
+	}
+	tk, err := LoadWith(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tk
 }

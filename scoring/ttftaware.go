@@ -118,8 +118,9 @@ import (
 //	    keeps it referenced and it relieves a holder busier than c by the family's share
 //	    (referencedCopy: by Little's law the family runs pace/gap sequences at once, at
 //	    least one on each holder after the copy, so vLLM never frees the copy's blocks and
-//	    it is paid once; replicaPays prices one LRU cycle of life and the queue at the
-//	    instant, and left two families on one engine for good on held-out 20261218 h05),
+//	    it is paid once, and moves at least one of the family's sequences off each holder;
+//	    replicaPays prices one LRU cycle of life and the queue at the instant, and left two
+//	    families on one engine for good on held-out 20261218 h05),
 //	    and, on a fleet without KV events, it fits beside the prompts routed to c
 //	    (fitsBesideRouted: an evicted prefix there is computed again; decision 1732).
 //
@@ -452,23 +453,26 @@ func replicaPays(c Candidate, between float64, engines int, saving, cost float64
 // referencedCopy says whether a copy of the prompt's prefix on c, extra tokens to
 // recompute, is one its family keeps referenced and that takes load off a holder busier
 // than c by the family's share (decision 1732). By Little's law the family keeps
-// pace/gap of its sequences decoding at once (gap: the mean time between two of its
-// requests, spacing; pace: c's measured decode duration), pace/gap/(holders+1) on each of
-// holders+1 holders; at one or more a holder always runs one, so the prefix's blocks stay
-// referenced and vLLM never puts them on its free LRU: the copy is paid once and kept as
-// long as the family keeps its rate, not one LRU cycle (replicaPays' life). It must fit c
+// family = pace/gap of its sequences decoding at once (gap: the mean time between two of
+// its requests, spacing; pace: c's measured decode duration), family/(holders+1) on each
+// of holders+1 holders; at one or more a holder always runs one, so the prefix's blocks
+// stay referenced and vLLM never puts them on its free LRU: the copy is paid once and kept
+// as long as the family keeps its rate, not one LRU cycle (replicaPays' life). A sequence
+// is the least that moves: a further holder takes family/holders - family/(holders+1) =
+// family/(holders x (holders+1)) of the family's sequences off each holder, and copies
+// nothing below one (a second holder at 2 running, a third at 6, a fourth at 12). It must fit c
 // beside what c keeps referenced: the recompute within c's free pool, with the tokens c is
 // booked between two of the family's visits to it ((holders+1) x between / engines) left
 // over. And it moves work from where it is in excess: the least busy holder
 // (heldDecode, its sequences decoding) runs at least the family's share per holder
-// (pace/gap/holders) more than c, so after the copy c runs no more than that holder did.
+// (family/holders) more than c, so after the copy c runs no more than that holder did.
 // A family seen once (between < 0) or an engine whose pace is not measured copies nothing.
 func referencedCopy(c Candidate, between, gap float64, engines, holders int, extra, heldDecode float64) bool {
 	if between < 0 || gap <= 0 || c.DecodePace <= 0 || holders <= 0 {
 		return false
 	}
 	family := c.DecodePace.Seconds() / gap // the family's sequences decoding at once
-	if family < float64(holders+1) {
+	if family < float64(holders*(holders+1)) {
 		return false
 	}
 	pool := kvPool(c.Engine)

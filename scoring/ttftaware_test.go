@@ -703,6 +703,8 @@ func TestReferencedCopy(t *testing.T) {
 		{"a holder with the family alone: no busier than the candidate by its share", 6000, 1.6, 7500 * time.Millisecond, 1, 5, 5, pool, false},
 		{"a holder busier by less than the family's share", 6000, 1.6, 7500 * time.Millisecond, 1, 5, 9, pool, false},
 		{"a rare family: too few sequences to keep a second holder referenced", 6000, 20, 7500 * time.Millisecond, 1, 0, 10, pool, false},
+		{"a third holder would move under one of the family's sequences (4.7 / 6)", 6000, 1.6, 7500 * time.Millisecond, 2, 0, 20, pool, false},
+		{"a third holder for a family of 7.5: 1.25 of its sequences move", 6000, 1, 7500 * time.Millisecond, 2, 0, 20, pool, true},
 		{"the family would keep under one sequence on each of five holders", 6000, 1.6, 7500 * time.Millisecond, 4, 0, 10, pool, false},
 		{"the family seen once", -1, 1.6, 7500 * time.Millisecond, 1, 5, 10, pool, false},
 		{"the candidate's pace not measured", 6000, 1.6, 0, 1, 5, 10, pool, false},

@@ -114,6 +114,15 @@ import (
 //	    booking is HotTau old: a rate decayed over HotTau that has counted for T seconds
 //	    holds 1 - e^(-T/HotTau) of its window's bookings (a sixth at 2 s), so a picker
 //	    just started reads its fleet idle and prices a copy far too low (decision 1660).
+//	    Under the same gates a copy is also made, whatever replicaPays says, when its family
+//	    keeps it referenced and it relieves a holder busier than c by the family's share
+//	    (referencedCopy: by Little's law the family runs pace/gap sequences at once, at
+//	    least one on each holder after the copy, so vLLM never frees the copy's blocks and
+//	    it is paid once, and moves at least one of the family's sequences off each holder;
+//	    replicaPays prices one LRU cycle of life and the queue at the instant, and left two
+//	    families on one engine for good on held-out 20261218 h05),
+//	    and, on a fleet without KV events, it fits beside the prompts routed to c
+//	    (fitsBesideRouted: an evicted prefix there is computed again; decision 1732).
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.
@@ -309,12 +318,13 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)+running(c.Decode)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
-	wait := 0.0         // the fleet's mean queued prefill, seconds
-	holders := 0        // candidates missing the least
-	decoding := 0.0     // KV tokens the fleet's decoding sequences take a second
-	queued := 0.0       // requests in prefill across the fleet
-	served := 0.0       // the bookings the fleet can prefill a second
-	held := math.Inf(1) // the fastest holder's own time for the prompt (hitTime)
+	wait := 0.0               // the fleet's mean queued prefill, seconds
+	holders := 0              // candidates missing the least
+	decoding := 0.0           // KV tokens the fleet's decoding sequences take a second
+	queued := 0.0             // requests in prefill across the fleet
+	served := 0.0             // the bookings the fleet can prefill a second
+	held := math.Inf(1)       // the fastest holder's own time for the prompt (hitTime)
+	heldDecode := math.Inf(1) // the fewest of this picker's sequences decoding on a holder
 	for i, c := range in.Candidates {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		served += 1 / (rs[i].Slowdown * (admit + perBooking*tok))
@@ -322,6 +332,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
 			held = min(held, hitTime(c, rs[i].Slowdown, leastMiss))
+			heldDecode = min(heldDecode, float64(max(c.Decode, 0)))
 		}
 		queued += float64(max(c.Prefill, 0))
 		d := float64(max(c.Decode, 0))
@@ -349,8 +360,9 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
 		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 && !later &&
-			// a copy on c also saves each later request the fastest holder's time less its own
-			replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+			(referencedCopy(c, between, gap, len(in.Candidates), holders, extra, heldDecode) && p.state.fitsBesideRouted(c, extra) ||
+				// a copy on c also saves each later request the fastest holder's time less its own
+				replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted))):
 			rs[i].Score = -(rs[i].Estimate - recompute)
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
@@ -436,6 +448,58 @@ func replicaPays(c Candidate, between float64, engines int, saving, cost float64
 		used = min(max(c.Engine.KVUsage, 0), 1) * pool
 	}
 	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
+}
+
+// referencedCopy says whether a copy of the prompt's prefix on c, extra tokens to
+// recompute, is one its family keeps referenced and that takes load off a holder busier
+// than c by the family's share (decision 1732). By Little's law the family keeps
+// family = pace/gap of its sequences decoding at once (gap: the mean time between two of
+// its requests, spacing; pace: c's measured decode duration), family/(holders+1) on each
+// of holders+1 holders; at one or more a holder always runs one, so the prefix's blocks
+// stay referenced and vLLM never puts them on its free LRU: the copy is paid once and kept
+// as long as the family keeps its rate, not one LRU cycle (replicaPays' life). A sequence
+// is the least that moves: a further holder takes family/holders - family/(holders+1) =
+// family/(holders x (holders+1)) of the family's sequences off each holder, and copies
+// nothing below one (a second holder at 2 running, a third at 6, a fourth at 12). It must fit c
+// beside what c keeps referenced: the recompute within c's free pool, with the tokens c is
+// booked between two of the family's visits to it ((holders+1) x between / engines) left
+// over. And it moves work from where it is in excess: the least busy holder
+// (heldDecode, its sequences decoding) runs at least the family's share per holder
+// (family/holders) more than c, so after the copy c runs no more than that holder did.
+// A family seen once (between < 0) or an engine whose pace is not measured copies nothing.
+func referencedCopy(c Candidate, between, gap float64, engines, holders int, extra, heldDecode float64) bool {
+	if between < 0 || gap <= 0 || c.DecodePace <= 0 || holders <= 0 {
+		return false
+	}
+	family := c.DecodePace.Seconds() / gap // the family's sequences decoding at once
+	if family < float64(holders*(holders+1)) {
+		return false
+	}
+	pool := kvPool(c.Engine)
+	used := 0.0
+	if c.Engine.Known {
+		used = min(max(c.Engine.KVUsage, 0), 1) * pool
+	}
+	free := pool - used
+	return extra <= free && float64(holders+1)*between/float64(engines) < free-extra &&
+		heldDecode-float64(max(c.Decode, 0)) >= family/float64(holders)
+}
+
+// fitsBesideRouted says whether extra tokens fit c's GPU KV pool beside the distinct prompt
+// tokens this picker routed to c, as its chunk LRU counts them (chunkLRU; every chunk once,
+// at its last routing). The LRU is kept only on a fleet that publishes no KV events, which
+// has no CPU tier: a prefix a copy evicts there is computed again from nothing when its family
+// returns, so a referenced copy (referencedCopy) is made only into room (decision 1732).
+// Where no LRU is kept for c, the index sees the holdings and an evicted prefix reloads from
+// the CPU tier; it says true.
+func (s *State) fitsBesideRouted(c Candidate, extra float64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lru[c.Addr]
+	if l == nil || s.indexed {
+		return true
+	}
+	return float64(l.prefix(lruSpan))+extra <= kvPool(c.Engine)
 }
 
 // copyCost is what a copy whose recompute takes x seconds costs the fleet, in seconds of

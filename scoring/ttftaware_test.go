@@ -681,3 +681,83 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 		})
 	}
 }
+
+func TestReferencedCopy(t *testing.T) {
+	// h05's shape (decision 1732): a family every 1.6 s, decoding 7.5 s, keeps about 4.7
+	// of its sequences running at once; its one holder runs 10 sequences (two families),
+	// the candidate 5 (one). A 28,160-token pool, a fifth used, takes the 3,184-token
+	// recompute with the tokens booked between the family's visits to spare.
+	pool := EngineMetrics{Known: true, KVUsage: 0.2, KVPoolTokens: 28160}
+	tests := []struct {
+		name       string
+		between    float64 // uncached tokens booked on the fleet between two of the family's requests
+		gap        float64 // seconds between two of the family's requests
+		pace       time.Duration
+		holders    int
+		decode     int     // the candidate's sequences decoding
+		heldDecode float64 // the least busy holder's
+		engine     EngineMetrics
+		want       bool
+	}{
+		{"a double holder relieved onto a single one", 6000, 1.6, 7500 * time.Millisecond, 1, 5, 10, pool, true},
+		{"a holder with the family alone: no busier than the candidate by its share", 6000, 1.6, 7500 * time.Millisecond, 1, 5, 5, pool, false},
+		{"a holder busier by less than the family's share", 6000, 1.6, 7500 * time.Millisecond, 1, 5, 9, pool, false},
+		{"a rare family: too few sequences to keep a second holder referenced", 6000, 20, 7500 * time.Millisecond, 1, 0, 10, pool, false},
+		{"a third holder would move under one of the family's sequences (4.7 / 6)", 6000, 1.6, 7500 * time.Millisecond, 2, 0, 20, pool, false},
+		{"a third holder for a family of 7.5: 1.25 of its sequences move", 6000, 1, 7500 * time.Millisecond, 2, 0, 20, pool, true},
+		{"the family would keep under one sequence on each of five holders", 6000, 1.6, 7500 * time.Millisecond, 4, 0, 10, pool, false},
+		{"the family seen once", -1, 1.6, 7500 * time.Millisecond, 1, 5, 10, pool, false},
+		{"the candidate's pace not measured", 6000, 1.6, 0, 1, 5, 10, pool, false},
+		{"a nearly full pool: the recompute does not fit", 6000, 1.6, 7500 * time.Millisecond, 1, 5, 10, EngineMetrics{Known: true, KVUsage: 0.9, KVPoolTokens: 28160}, false},
+		{"the candidate's bookings between the family's visits would fill what is left", 80000, 1.6, 7500 * time.Millisecond, 1, 5, 10, pool, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := lcand("b:1", 0, 0, tt.decode, tt.pace)
+			c.Engine = tt.engine
+			if got := referencedCopy(c, tt.between, tt.gap, 8, tt.holders, 3184, tt.heldDecode); got != tt.want {
+				t.Fatalf("referencedCopy = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTTFTAwareCopyFitsBesideRouted(t *testing.T) {
+	// A fleet without KV events (no CPU tier): the picker's chunk LRU counts the distinct
+	// prompt tokens routed to b:1. A 3,184-token copy fits a 28,160-token pool beside
+	// 20,000 of them, not beside 26,000 (it would evict a family's prefix, computed again
+	// from nothing when it returns); where no LRU is kept, or the index has shown holdings,
+	// an evicted prefix reloads from the CPU tier and the check passes.
+	engine := EngineMetrics{Known: true, KVPoolTokens: 28160}
+	tests := []struct {
+		name    string
+		routed  int  // distinct prompt tokens routed to b:1, in 2,000-token prompts
+		indexed bool // the index has shown a holding
+		want    bool
+	}{
+		{"room beside what was routed", 20000, false, true},
+		{"the copy would evict a routed family", 26000, false, false},
+		{"nothing routed there yet: no LRU", 0, false, true},
+		{"the index sees the holdings", 26000, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.mu.Lock()
+			for i := 0; i < tt.routed/2000; i++ {
+				prompt := make([]uint32, 2000)
+				for j := range prompt {
+					prompt[j] = uint32(i*2000 + j + 1)
+				}
+				st.recordChunks(uint64(0x100+i), "b:1", prompt)
+			}
+			st.indexed = tt.indexed
+			st.mu.Unlock()
+			c := lcand("b:1", 0, 0, 0, 0)
+			c.Engine = engine
+			if got := st.fitsBesideRouted(c, 3184); got != tt.want {
+				t.Fatalf("fitsBesideRouted = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -115,14 +115,14 @@ import (
 //	    holds 1 - e^(-T/HotTau) of its window's bookings (a sixth at 2 s), so a picker
 //	    just started reads its fleet idle and prices a copy far too low (decision 1660).
 //	    Under the same gates a copy is also made, whatever replicaPays says, when its family
-//	    keeps it referenced and it relieves a holder busier than c by the family's share
-//	    (referencedCopy: by Little's law the family runs pace/gap sequences at once, at
-//	    least one on each holder after the copy, so vLLM never frees the copy's blocks and
-//	    it is paid once, and moves at least one of the family's sequences off each holder;
-//	    replicaPays prices one LRU cycle of life and the queue at the instant, and left two
-//	    families on one engine for good on held-out 20261218 h05),
-//	    and, on a fleet without KV events, it fits beside the prompts routed to c
-//	    (fitsBesideRouted: an evicted prefix there is computed again; decision 1732).
+//	    keeps it referenced, moves at least one of the family's sequences off each holder and
+//	    relieves a holder busier than c by the family's share (referencedCopy: by Little's
+//	    law the family runs pace/gap sequences at once, at least one on each holder after
+//	    the copy, so vLLM never frees the copy's blocks and it is paid once; replicaPays
+//	    prices one LRU cycle of life and the queue at the instant, and left two families on
+//	    one engine for good on held-out 20261218 h05), and, on a fleet without KV events, it
+//	    fits beside the prompts routed to c (fitsBesideRouted: an evicted prefix there is
+//	    computed again; decision 1732).
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.
@@ -442,12 +442,7 @@ func replicaPays(c Candidate, between float64, engines int, saving, cost float64
 	if between < 0 || saving <= 0 {
 		return false
 	}
-	pool := kvPool(c.Engine)
-	used := 0.0
-	if c.Engine.Known {
-		used = min(max(c.Engine.KVUsage, 0), 1) * pool
-	}
-	return float64(engines)*(pool-used)*saving > cost*max(between, 1)
+	return float64(engines)*freeKV(c.Engine)*saving > cost*max(between, 1)
 }
 
 // referencedCopy says whether a copy of the prompt's prefix on c, extra tokens to
@@ -459,9 +454,9 @@ func replicaPays(c Candidate, between float64, engines int, saving, cost float64
 // stay referenced and vLLM never puts them on its free LRU: the copy is paid once and kept
 // as long as the family keeps its rate, not one LRU cycle (replicaPays' life). A sequence
 // is the least that moves: a further holder takes family/holders - family/(holders+1) =
-// family/(holders x (holders+1)) of the family's sequences off each holder, and copies
-// nothing below one (a second holder at 2 running, a third at 6, a fourth at 12). It must fit c
-// beside what c keeps referenced: the recompute within c's free pool, with the tokens c is
+// family/(holders x (holders+1)) of the family's sequences off each holder, and nothing is
+// copied below one (a second holder at 2 running, a third at 6, a fourth at 12). It must
+// fit c beside what c keeps referenced: the recompute within c's free pool, with the tokens c is
 // booked between two of the family's visits to it ((holders+1) x between / engines) left
 // over. And it moves work from where it is in excess: the least busy holder
 // (heldDecode, its sequences decoding) runs at least the family's share per holder
@@ -475,12 +470,7 @@ func referencedCopy(c Candidate, between, gap float64, engines, holders int, ext
 	if family < float64(holders*(holders+1)) {
 		return false
 	}
-	pool := kvPool(c.Engine)
-	used := 0.0
-	if c.Engine.Known {
-		used = min(max(c.Engine.KVUsage, 0), 1) * pool
-	}
-	free := pool - used
+	free := freeKV(c.Engine)
 	return extra <= free && float64(holders+1)*between/float64(engines) < free-extra &&
 		heldDecode-float64(max(c.Decode, 0)) >= family/float64(holders)
 }
@@ -581,12 +571,17 @@ func presumedHeld(c Candidate, since float64) bool {
 	if since < 0 {
 		return false
 	}
-	pool := kvPool(c.Engine)
-	used := 0.0
-	if c.Engine.Known {
-		used = min(max(c.Engine.KVUsage, 0), 1) * pool
+	return since < freeKV(c.Engine)
+}
+
+// freeKV is the tokens of e's GPU KV pool (kvPool) its running sequences leave free, by the
+// scraped use; all of it when e is not scraped.
+func freeKV(e EngineMetrics) float64 {
+	pool := kvPool(e)
+	if !e.Known {
+		return pool
 	}
-	return since < pool-used
+	return pool - min(max(e.KVUsage, 0), 1)*pool
 }
 
 // kvPool is e's GPU KV pool in tokens: the scraped one, or KVPoolTokens when the engine

@@ -217,6 +217,7 @@ const (
 	ReasonHolderSticky   = "holder-sticky"   // a holder won over a lower estimate: the move's recompute outweighed its queue
 	ReasonFleetSaturated = "fleet-saturated" // every candidate saturated: the least miss won, nothing diverted
 	ReasonReplica        = "replica"         // a copy of the prefix on a non-holder pays its family more than it costs
+	ReasonReferencedCopy = "referenced-copy" // a copy its family keeps referenced moves at least one of its sequences off each holder (decision 1732)
 )
 
 // Names of the policies New knows, in the order the CLI lists them.

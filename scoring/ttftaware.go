@@ -122,7 +122,8 @@ import (
 //	    prices one LRU cycle of life and the queue at the instant, and left two families on
 //	    one engine for good on held-out 20261218 h05), and, on a fleet without KV events, it
 //	    fits beside the prompts routed to c (fitsBesideRouted: an evicted prefix there is
-//	    computed again; decision 1732).
+//	    computed again; decision 1732). A decision won by a copy says which rule made it:
+//	    ReasonReplica (replicaPays) or ReasonReferencedCopy.
 //
 // KVWait reads the engines' scraped KV usage, running and waiting counts
 // (Candidate.Engine); an engine not scraped waits for nothing.
@@ -350,20 +351,25 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	// it recomputes the session's history, which no other request of the family shares.
 	later := lastOK && last.shortest > 0 && in.PromptTokens-leastMiss > last.shortest
 	best := math.Inf(1) // the lowest estimate
+	copied := false     // a candidate's score credits a copy (its Reason says which rule)
 	for i, c := range in.Candidates {
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		extra := float64(miss - leastMiss)
 		recompute := extra * tok * rs[i].Slowdown
+		copyable := extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 && !later
 		switch {
 		case saturated:
 			rs[i].Score = -(extra*saturatedMiss + rs[i].Estimate)
 		case lineage:
 			rs[i].Score = -rs[i].Estimate
-		case extra > 0 && max(c.Matched, rs[i].Presumed) <= 0 && c.Prefill <= 0 && spare && measured && busy < 1 && evicted < 1 && !later &&
-			(referencedCopy(c, between, gap, len(in.Candidates), holders, extra, heldDecode) && p.state.fitsBesideRouted(c, extra) ||
-				// a copy on c also saves each later request the fastest holder's time less its own
-				replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted))):
+		case copyable && referencedCopy(c, between, gap, len(in.Candidates), holders, extra, heldDecode) && p.state.fitsBesideRouted(c, extra):
 			rs[i].Score = -(rs[i].Estimate - recompute)
+			rs[i].Reason, copied = ReasonReferencedCopy, true
+		case copyable &&
+			// a copy on c also saves each later request the fastest holder's time less its own
+			replicaPays(c, between, len(in.Candidates), saving+max(0, held-hitTime(c, rs[i].Slowdown, leastMiss)), copyCost(recompute, rate/float64(len(rs)), busy, evicted)):
+			rs[i].Score = -(rs[i].Estimate - recompute)
+			rs[i].Reason, copied = ReasonReplica, true
 		case presumed:
 			rs[i].Score = -rs[i].Estimate
 		default:
@@ -379,12 +385,14 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		p.state.leastBookedFirst(rs)
 	}
 	switch {
-	case rs[0].Score > -rs[0].Estimate+scoreEpsilon:
-		label(rs, ReasonReplica)
+	case rs[0].Score > -rs[0].Estimate+scoreEpsilon: // the winner's copy rule: its reason
+		label(rs, rs[0].Reason)
 	case rs[0].Estimate > best+scoreEpsilon && saturated:
 		label(rs, ReasonFleetSaturated)
 	case rs[0].Estimate > best+scoreEpsilon:
 		label(rs, ReasonHolderSticky)
+	case copied: // a copy that lost: the decision's reason is the lowest estimate's
+		label(rs, ReasonLowestTTFT)
 	}
 	return rs
 }

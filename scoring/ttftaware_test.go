@@ -682,6 +682,53 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 	}
 }
 
+func TestTTFTAwareReportsAReferencedCopy(t *testing.T) {
+	// A family every 30 s on two engines of one speed, each decoding for 90 s: 3 of its
+	// sequences run at once, enough to keep a second holder referenced and to move one or
+	// more off a:1. With a:1 running 6 sequences and b:1 none, the copy onto b:1 is the
+	// referenced copy of decision 1732, reported under its own reason (replicaPays alone
+	// finds nothing to save: no queue, equal speeds). With a:1 running 2, it is not busier
+	// than b:1 by the family's share, and a:1 keeps the family. Where b:1 is so slow that
+	// even the copy's score loses, a:1 keeps it and the decision has one reason.
+	const key = 0x7e96
+	tests := []struct {
+		name       string
+		heldDecode int     // sequences a:1 runs
+		slowB      float64 // b:1's prefill slowdown (0: 1)
+		want       string
+		wantReason string
+	}{
+		{"the holder runs the family's share more: the referenced copy", 6, 0, "b:1", ReasonReferencedCopy},
+		{"the holder runs less than the family's share more: no copy", 2, 0, "a:1", ReasonLowestTTFT},
+		{"a copy onto an engine 8x slower passes the tests but loses on its estimate", 6, 8, "a:1", ReasonLowestTTFT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Uncached("a:1", 1000)
+			st.Uncached("b:1", 100)
+			st.Routed(key, "a:1", 2000, t0)
+			st.Uncached("c:1", 1000)
+			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+			st.Uncached("a:1", 0)
+			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			a := lcand("a:1", 2000, 0, tt.heldDecode, 90*time.Second)
+			a.Engine = EngineMetrics{Known: true}
+			b := lcand("b:1", 0, 0, 0, 90*time.Second)
+			b.Engine = EngineMetrics{Known: true, PrefillSlowdown: tt.slowB}
+			rs := mustNew(t, "ttftaware", DefaultParams(), st).Rank(Input{PromptTokens: 2000, PrefixKey: key, Now: t0.Add(31 * time.Second), Candidates: []Candidate{a, b}})
+			if rs[0].Addr != tt.want || rs[0].Reason != tt.wantReason {
+				t.Fatalf("winner %s (%s), want %s (%s): %+v", rs[0].Addr, rs[0].Reason, tt.want, tt.wantReason, rs)
+			}
+			for _, r := range rs {
+				if r.Reason != rs[0].Reason {
+					t.Fatalf("%s reports %q beside the winner's %q: one reason a decision", r.Addr, r.Reason, rs[0].Reason)
+				}
+			}
+		})
+	}
+}
+
 func TestReferencedCopy(t *testing.T) {
 	// h05's shape (decision 1732): a family every 1.6 s, decoding 7.5 s, keeps about 4.7
 	// of its sequences running at once; its one holder runs 10 sequences (two families),

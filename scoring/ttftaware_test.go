@@ -629,6 +629,21 @@ func TestTTFTAwareCopiesOverAPresumedHolderOnlyForARepeat(t *testing.T) {
 	}
 }
 
+// familyOnA is a State where the family key sent a 2,000-token prompt to a:1 at t0 and
+// again 30 s later, between uncached tokens booked on c:1 in between (a:1 1,000 tokens
+// before, b:1 100).
+func familyOnA(key uint64, between int) *State {
+	st := NewState()
+	st.Uncached("a:1", 1000)
+	st.Uncached("b:1", 100)
+	st.Routed(key, "a:1", 2000, t0)
+	st.Uncached("c:1", between)
+	st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
+	st.Uncached("a:1", 0)
+	st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+	return st
+}
+
 func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 	// a:1 holds the family's 2,000-token prompt and has nothing queued, so a second holder
 	// saves no queued wait; b:1 holds none of it. What a copy on b:1 still buys each later
@@ -662,14 +677,7 @@ func TestTTFTAwareCopiesOntoAFasterEngine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := NewState()
-			st.Uncached("a:1", 1000)
-			st.Uncached("b:1", 100)
-			st.Routed(key, "a:1", 2000, t0)
-			st.Uncached("c:1", tt.between)
-			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
-			st.Uncached("a:1", 0)
-			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			st := familyOnA(key, tt.between)
 			a := lcand("a:1", tt.held, 0, 0, 0)
 			a.Engine = EngineMetrics{Known: true, PrefillSlowdown: tt.slowA}
 			b := lcand("b:1", 0, 0, 0, 0)
@@ -704,14 +712,7 @@ func TestTTFTAwareReportsAReferencedCopy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := NewState()
-			st.Uncached("a:1", 1000)
-			st.Uncached("b:1", 100)
-			st.Routed(key, "a:1", 2000, t0)
-			st.Uncached("c:1", 1000)
-			st.Routed(0x2000, "c:1", 2000, t0.Add(29*time.Second))
-			st.Uncached("a:1", 0)
-			st.Routed(key, "a:1", 2000, t0.Add(30*time.Second))
+			st := familyOnA(key, 1000)
 			a := lcand("a:1", 2000, 0, tt.heldDecode, 90*time.Second)
 			a.Engine = EngineMetrics{Known: true}
 			b := lcand("b:1", 0, 0, 0, 90*time.Second)

@@ -1,0 +1,179 @@
+package tournament
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// headlineTable is the README's headline table: the arm of each ratio
+// column and each profile's row cells, in order.
+type headlineTable struct {
+	arms []string
+	rows [][]string
+}
+
+// readHeadline finds the table whose header starts "| profile | best TTFT
+// p95 (s) |" and returns it; a column's arm is the first word of its header.
+func readHeadline(path string) (headlineTable, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return headlineTable{}, err
+	}
+	defer f.Close()
+	var t headlineTable
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		cells := splitRow(line)
+		switch {
+		case !in && len(cells) > 2 && cells[0] == "profile" && cells[1] == "best TTFT p95 (s)":
+			in = true
+			for _, c := range cells[2:] {
+				t.arms = append(t.arms, strings.Fields(c)[0])
+			}
+		case in && strings.HasPrefix(line, "|---"):
+		case in && strings.HasPrefix(line, "|"):
+			t.rows = append(t.rows, cells)
+		case in:
+			return t, sc.Err()
+		}
+	}
+	if !in {
+		return t, fmt.Errorf("%s has no headline table (a header row \"| profile | best TTFT p95 (s) | ...\")", path)
+	}
+	return t, sc.Err()
+}
+
+// splitRow returns a markdown table row's cells, trimmed.
+func splitRow(line string) []string {
+	if !strings.HasPrefix(line, "|") {
+		return nil
+	}
+	parts := strings.Split(strings.Trim(line, "|"), "|")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
+
+// headlineRow is what the README's row for p must say, from the tournament
+// JSON: the best median TTFT p95 and its arm, then each arm's median over the
+// best's to two decimals, " *t*" when its paired test is tied.
+func headlineRow(p jsonProfile, arms []string) ([]string, error) {
+	byName := map[string]jsonArm{}
+	for _, a := range p.Arms {
+		byName[a.Arm] = a
+	}
+	verdict := map[string]string{}
+	for _, t := range p.Tests {
+		verdict[t.Arm] = t.Verdict
+	}
+	best, ok := byName[p.Best]
+	if !ok || best.Medians["ttft_p95"] == nil {
+		return nil, fmt.Errorf("profile %s: best arm %q has no median TTFT p95", p.Name, p.Best)
+	}
+	b := *best.Medians["ttft_p95"]
+	row := []string{p.Name, fmt.Sprintf("%.3f %s", b, p.Best)}
+	for _, name := range arms {
+		a, ok := byName[name]
+		if !ok || a.Medians["ttft_p95"] == nil {
+			return nil, fmt.Errorf("profile %s: arm %q has no median TTFT p95", p.Name, name)
+		}
+		cell := fmt.Sprintf("%.2f", *a.Medians["ttft_p95"]/b)
+		if name != p.Best && verdict[name] == VerdictTied {
+			cell += " *t*"
+		}
+		row = append(row, cell)
+	}
+	return row, nil
+}
+
+// sameCell compares a README cell with the computed one: the text after the
+// number exactly, the number within half its last digit plus the JSON's
+// rounding of the medians to 6 significant digits.
+func sameCell(got, want string) bool {
+	gn, grest, _ := strings.Cut(got, " ")
+	wn, wrest, _ := strings.Cut(want, " ")
+	g, err1 := strconv.ParseFloat(gn, 64)
+	w, err2 := strconv.ParseFloat(wn, 64)
+	if err1 != nil || err2 != nil || grest != wrest {
+		return got == want
+	}
+	decimals := 0
+	if i := strings.IndexByte(wn, '.'); i >= 0 {
+		decimals = len(wn) - i - 1
+	}
+	return math.Abs(g-w) <= 0.6*math.Pow(10, -float64(decimals))+1e-5*math.Abs(w)
+}
+
+// TestReadmeHeadlineMatchesTournament holds the README's headline table to
+// docs/bench/tournament.json (written by `make tournament`): one row per
+// profile in the run's order, each best arm, ratio and tie as the run says.
+// When it fails, regenerate the table from the JSON: the messages give each
+// row as it must read.
+func TestReadmeHeadlineMatchesTournament(t *testing.T) {
+	data, err := os.ReadFile("../../docs/bench/tournament.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res jsonResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatalf("docs/bench/tournament.json: %v", err)
+	}
+	table, err := readHeadline("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(table.rows) != len(res.Profiles) {
+		t.Errorf("README headline has %d rows, docs/bench/tournament.json %d profiles: one row per profile", len(table.rows), len(res.Profiles))
+	}
+	for i, p := range res.Profiles {
+		want, err := headlineRow(p, table.arms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := "| " + strings.Join(want, " | ") + " |"
+		if i >= len(table.rows) {
+			t.Errorf("README headline lacks row %d: %s", i+1, line)
+			continue
+		}
+		got := table.rows[i]
+		ok := len(got) == len(want)
+		for j := 0; ok && j < len(want); j++ {
+			ok = sameCell(got[j], want[j])
+		}
+		if !ok {
+			t.Errorf("README headline row %d reads\n\t| %s |\nthe tournament says\n\t%s", i+1, strings.Join(got, " | "), line)
+		}
+	}
+}
+
+func TestSameCell(t *testing.T) {
+	tests := []struct {
+		got, want string
+		same      bool
+	}{
+		{"1.00", "1.00", true},
+		{"1.01", "1.00", false},
+		{"1.02 *t*", "1.02", false},
+		{"1.02 *t*", "1.02 *t*", true},
+		{"0.222 latencyaware", "0.218 ttftaware", false},
+		{"0.218 latencyaware", "0.218 ttftaware", false},
+		{"0.218 ttftaware", "0.218 ttftaware", true},
+		{"304.20", "304.20", true},
+		{"published", "published", true},
+		{"published", "rate20", false},
+	}
+	for _, tc := range tests {
+		if got := sameCell(tc.got, tc.want); got != tc.same {
+			t.Errorf("sameCell(%q, %q) = %v, want %v", tc.got, tc.want, got, tc.same)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,6 +175,75 @@ func TestSameCell(t *testing.T) {
 	for _, tc := range tests {
 		if got := sameCell(tc.got, tc.want); got != tc.same {
 			t.Errorf("sameCell(%q, %q) = %v, want %v", tc.got, tc.want, got, tc.same)
+		}
+	}
+}
+
+// TestReadmeHoldoutRowMatchesHoldout holds the README's row for the `make
+// holdout` draw to docs/bench/holdout.md and holdout.json: the counts the
+// report states, and the candidate's geometric mean and worst ratio to each
+// profile's best median TTFT p95.
+func TestReadmeHoldoutRowMatchesHoldout(t *testing.T) {
+	md, err := os.ReadFile("../../docs/bench/holdout.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`(\\S+)` is best or tied on (\\d+) of (\\d+) profiles and meets the 2% rule on (\\d+) of").FindSubmatch(md)
+	if m == nil {
+		t.Fatal("docs/bench/holdout.md states no \"is best or tied on N of M profiles\" line")
+	}
+	cand := string(m[1])
+	data, err := os.ReadFile("../../docs/bench/holdout.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res jsonResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatalf("docs/bench/holdout.json: %v", err)
+	}
+	sum, worst, worstName := 0.0, 0.0, ""
+	for _, p := range res.Profiles {
+		var c, b *float64
+		for _, a := range p.Arms {
+			if a.Arm == cand {
+				c = a.Medians["ttft_p95"]
+			}
+			if a.Arm == p.Best {
+				b = a.Medians["ttft_p95"]
+			}
+		}
+		if c == nil || b == nil {
+			t.Fatalf("holdout.json profile %s: no median TTFT p95 for %s or the best arm %s", p.Name, cand, p.Best)
+		}
+		r := *c / *b
+		sum += math.Log(r)
+		if r > worst {
+			worst, worstName = r, p.Name
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row []string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.Contains(line, "(`make holdout`)") && strings.HasPrefix(strings.TrimSpace(line), "|") {
+			row = splitRow(strings.TrimSpace(line))
+		}
+	}
+	if len(row) < 5 {
+		t.Fatal("README has no held-out table row naming (`make holdout`) with 5 cells")
+	}
+	want := []string{
+		fmt.Sprintf("%s of %s", m[2], m[3]),
+		string(m[4]),
+		fmt.Sprintf("%.2fx", math.Exp(sum/float64(len(res.Profiles)))),
+		fmt.Sprintf("%.2fx (%s", worst, worstName),
+	}
+	got := []string{strings.Trim(row[1], "*"), strings.Trim(row[2], "*"), strings.Trim(row[3], "*"), strings.Trim(row[4], "*")}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("README `make holdout` row cell %d reads %q; docs/bench/holdout.{md,json} say %q", i+2, got[i], want[i])
 		}
 	}
 }

@@ -69,10 +69,12 @@ func TestTTFTAwarePresumesTheLastRouteAndBooksItsHit(t *testing.T) {
 	}
 	defer d3.Booking.Release()
 	// 10.0.0.1's mean uncached prompt: 4,000, then 0 booked: 4,000 - 4,000/16 = 3,750;
-	// one request in prefill: 25.15 ms + 3,750 x 0.198 ms = 0.768 s (0.817 s had d2 been
-	// booked with its whole prompt).
-	if ex := d3.Explain(); !strings.Contains(ex, "10.0.0.1:8000 matched=0 inflight=1") || !strings.Contains(ex, "queued=0.768") {
-		t.Errorf("explain %q lacks 10.0.0.1's queued=0.768", ex)
+	// one request in prefill: 25.15 ms + 3,750 x 0.198 ms = 0.768 s in full (0.817 s had
+	// d2 been booked with its whole prompt). d1 left prefill at the instant it was booked
+	// (the test's clock stands still), so 10.0.0.1's measured drain ratio is 0 and the
+	// cap on its queue (decision 1738) charges d2 nothing.
+	if ex := d3.Explain(); !strings.Contains(ex, "10.0.0.1:8000 matched=0 inflight=1") || !strings.Contains(ex, "queued=0.000 queued_full=0.768 drain=0.00") {
+		t.Errorf("explain %q lacks 10.0.0.1's queued=0.000 queued_full=0.768 drain=0.00", ex)
 	}
 }
 

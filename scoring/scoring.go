@@ -123,6 +123,8 @@ type Ranked struct {
 	KVWait       float64 // ttftaware: of Estimate, the wait for KV capacity, seconds; 0 for the others
 	Presumed     int     // ttftaware: prompt tokens presumed held from the routing history (TTFTAware); 0 for the others
 	Slowdown     float64 // ttftaware: the engine's measured prefill slowdown Estimate was scaled by (1: not measured); 0 for the others
+	Full         float64 // ttftaware: Estimate with the queued prefill charged in full, before the queue's cap (State.Pending records it at booking); 0 for the others
+	Drain        float64 // ttftaware: the engine's measured ratio of observed to predicted times to first token the cap was aged by (0: not measured); 0 for the others
 }
 
 // Policy ranks candidates. See the package comment for the contract.

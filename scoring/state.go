@@ -52,6 +52,9 @@ type State struct {
 	// chain is the chunk hashes of the prompt being decided (presumeChunks), read again when
 	// it is recorded (recordChunks).
 	chain chunkChain
+	// pending is ttftaware's record of each endpoint's bookings before their first token
+	// and of how long they took against their prediction (Pending, drain).
+	pending map[string]*pendingRing
 }
 
 // offered is the rate of the bookings with a prefix key, of the uncached prompt tokens
@@ -340,6 +343,11 @@ func (s *State) Forget(keep []string) {
 	for a := range s.lru {
 		if !k[a] {
 			delete(s.lru, a)
+		}
+	}
+	for a := range s.pending {
+		if !k[a] {
+			delete(s.pending, a)
 		}
 	}
 }

@@ -16,6 +16,10 @@ import (
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
 //		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + running(s) + kvwait(s)
 //		running(s) = (StepCost + decode(s) x SeqStepCost) / 2 + decode(s) x OutputCost   when decode(s) > 0
+//		queued(s)  = min((prefill(s) x admit(s) + ahead(s) x TokenCost) x slowdown(s),   est(s)'s
+//		                 max(0, predicted(s) x drain(s) - (now - booked(s))))   queued part: the first
+//		             term alone until a first token on s has been observed, when prefill(s) is 0,
+//		             or when drain(s) >= 1
 //		cost(s)    = est(s) + (miss(s) - least miss) x TokenCost x prefill(s)   sticky until saturated
 //		           = miss(s) first, est(s) breaking ties                       when every candidate is saturated
 //		           = est(s) - (miss(s) - least miss) x TokenCost                when a copy of the prefix on s pays
@@ -40,6 +44,20 @@ import (
 //	    prompt sent again counts once, a hit counts too) fill s's KV pool, as vLLM's LRU
 //	    of blocks evicts it (holdsChunk; decision 1690). A last route this prompt starts
 //	    with still counts whole while its full chunks are held.
+//	  - queued(s), the queue's age (decisions 1738, 1748): in vLLM's FIFO the work ahead of a new
+//	    request ends when the last request booked on s has its first token, which the picker
+//	    predicted when it booked it (booked(s), predicted(s): its estimate with the queue
+//	    charged in full, State.Pending). drain(s) is s's own measured ratio of observed to
+//	    predicted times to first token of the bookings that had it (State.drain reads the
+//	    first tokens from the fall of prefill(s)), so the prediction is aged by the clock at
+//	    the rate s actually drains. Where bursts drain faster than predicted (one engine
+//	    speed, held-out 20261208 h10: 0.078 s against 0.140 s) the charge follows the
+//	    queued request's age, as kvaware's rotation does. Where admissions, chunked long
+//	    prompts or KV waits make s drain slower than predicted (drain(s) >= 1: 2-7x on the
+//	    cells 1724's cap lost, decision 1734) its predictions are known short, and so is any
+//	    age read from them: the full charge stands and the cap is not applied (aging by a
+//	    ratio above 1 lost 20261206 h03 +76% at seeds 11-20, 1738). The fleet's mean queued
+//	    wait in the copy rule (saving) reads the full charge.
 //	  - running(s) is what a decoding batch adds beyond the steps the prompt is in: a prompt
 //	    arriving while s runs a step waits for the rest of it, on average half of it, and its
 //	    first token leaves the API server after the step's other decode(s) tokens, OutputCost
@@ -176,14 +194,19 @@ func (*TTFTAware) Needs() Needs {
 }
 
 // AppendTerms implements TermsExplainer: the estimated time to first token, the prefill
-// queued ahead and the wait for KV capacity, in seconds, the prompt tokens presumed held
-// from the routing history, and the engine's measured prefill slowdown the estimate was
-// scaled by.
+// queued ahead as charged (capped by the queue's age, queued(s)) and in full, the engine's
+// measured drain ratio the cap was aged by (0: none measured), the wait for KV capacity,
+// in seconds, the prompt tokens presumed held from the routing history, and the engine's
+// measured prefill slowdown the estimate was scaled by.
 func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " est_ttft="...)
 	b = strconv.AppendFloat(b, r.Estimate, 'f', 3, 64)
 	b = append(b, " queued="...)
 	b = strconv.AppendFloat(b, r.Load, 'f', 3, 64)
+	b = append(b, " queued_full="...)
+	b = strconv.AppendFloat(b, r.Load+(r.Full-r.Estimate), 'f', 3, 64)
+	b = append(b, " drain="...)
+	b = strconv.AppendFloat(b, r.Drain, 'f', 2, 64)
 	b = append(b, " kv_wait="...)
 	b = strconv.AppendFloat(b, r.KVWait, 'f', 3, 64)
 	b = append(b, " presumed="...)
@@ -309,6 +332,14 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		rs[i].Slowdown = PrefillSlowdown(c)
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
+		full := rs[i].Load
+		at, predicted, ratio, pending, drained := p.state.drain(c.Addr, c.Prefill, in.Now)
+		if drained {
+			rs[i].Drain = ratio
+		}
+		if c.Prefill > 0 && pending && drained && ratio < 1 {
+			rs[i].Load = min(rs[i].Load, queueCap(at, predicted, ratio, in.Now))
+		}
 		need := in.PromptTokens
 		if lastOK {
 			need -= sharedRunning(c, max(c.Matched, rs[i].Presumed), last, in.Tokens, in.Now)
@@ -317,6 +348,10 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)+running(c.Decode)) + rs[i].KVWait
+		rs[i].Full = rs[i].Estimate
+		if rs[i].Load < full {
+			rs[i].Full += full - rs[i].Load
+		}
 	}
 	p.state.mu.Unlock()
 	wait := 0.0               // the fleet's mean queued prefill, seconds
@@ -329,7 +364,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	for i, c := range in.Candidates {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		served += 1 / (rs[i].Slowdown * (admit + perBooking*tok))
-		wait += rs[i].Load / float64(len(rs))
+		wait += (rs[i].Load + (rs[i].Full - rs[i].Estimate)) / float64(len(rs)) // the queue uncapped
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
 			held = min(held, hitTime(c, rs[i].Slowdown, leastMiss))

@@ -114,20 +114,27 @@ func sameCell(got, want string) bool {
 	return math.Abs(g-w) <= 0.6*math.Pow(10, -float64(decimals))+1e-5*math.Abs(w)
 }
 
+// readResults reads a results file the Makefile writes into docs/bench.
+func readResults(t *testing.T, name string) jsonResult {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/bench/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res jsonResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatalf("docs/bench/%s: %v", name, err)
+	}
+	return res
+}
+
 // TestReadmeHeadlineMatchesTournament holds the README's headline table to
 // docs/bench/tournament.json (written by `make tournament`): one row per
 // profile in the run's order, each best arm, ratio and tie as the run says.
 // When it fails, regenerate the table from the JSON: the messages give each
 // row as it must read.
 func TestReadmeHeadlineMatchesTournament(t *testing.T) {
-	data, err := os.ReadFile("../../docs/bench/tournament.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res jsonResult
-	if err := json.Unmarshal(data, &res); err != nil {
-		t.Fatalf("docs/bench/tournament.json: %v", err)
-	}
+	res := readResults(t, "tournament.json")
 	table, err := readHeadline("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -193,14 +200,7 @@ func TestReadmeHoldoutRowMatchesHoldout(t *testing.T) {
 		t.Fatal("docs/bench/holdout.md states no \"is best or tied on N of M profiles\" line")
 	}
 	cand := string(m[1])
-	data, err := os.ReadFile("../../docs/bench/holdout.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res jsonResult
-	if err := json.Unmarshal(data, &res); err != nil {
-		t.Fatalf("docs/bench/holdout.json: %v", err)
-	}
+	res := readResults(t, "holdout.json")
 	sum, worst, worstName := 0.0, 0.0, ""
 	for _, p := range res.Profiles {
 		var c, b *float64

@@ -150,7 +150,8 @@ const (
 	// NeedsPrompt: Input.Prompt, the prompt text.
 	NeedsPrompt
 	// NeedsUncached: the caller records each booked request's uncached prompt tokens
-	// (PromptTokens - the winner's Matched) with State.Uncached.
+	// (PromptTokens - the winner's Matched) with State.Uncached, and its predicted first
+	// token (the winner's Ranked.Full) with State.Pending.
 	NeedsUncached
 	// NeedsBeta: the policy weighs its load term by Params.Beta (an explanation shows it).
 	NeedsBeta

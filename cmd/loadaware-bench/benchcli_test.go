@@ -127,7 +127,7 @@ func TestDemoIsTheLiveDemo(t *testing.T) {
 	for _, want := range []string{`(?m)^\s*engine 1 \([\d.]+x slower steps\)\s+\d+\s+\d+\s+\d+\s+\d+\s*$`, `warmed up with 100 requests`, `(?m)^\s*kvaware\s+\S+\s+\S+.*\s(\d+)/(\d+)\s+\S+\s*$`,
 		`loadaware-b1\s+request \d+: policy=loadaware beta=1 winner=127\.0\.1\.\d+:\d+ reason=\S+ prompt_tokens=1579 tokens=request; candidates: .*matched=`,
 		`latencyaware\s+request \d+: policy=latencyaware beta=1 winner=\S+ reason=\S+ .* load=[\d.]+ affinity=[\d.]+`,
-		`ttftaware\s+request \d+: policy=ttftaware winner=\S+ reason=\S+ .* est_ttft=[\d.]+ queued=[\d.]+ kv_wait=[\d.]+`,
+		`ttftaware\s+request \d+: policy=ttftaware winner=\S+ reason=\S+ .* est_ttft=[\d.]+ queued=[\d.]+ queued_full=[\d.]+ drain=[\d.]+ kv_wait=[\d.]+`,
 		`The same arms on seeds 1-3 of this workload in virtual time`, `loadaware-b1 vs kvaware, imbalance: median reduction`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("demo output does not match %q:\n%s", want, out)

@@ -594,7 +594,7 @@ func (p *Picker) decideInto(ctx context.Context, r Request, act *active, d *Deci
 		p.state.Booked(b.Addr(), now)
 		if act.needs&scoring.NeedsUncached != 0 {
 			p.state.Uncached(b.Addr(), max(in.PromptTokens-max(ranked[i].Matched, ranked[i].Presumed, 0), 0))
-			p.state.Pending(b.Addr(), now, ranked[i].Full)
+			p.state.Pending(b.Addr(), now, ranked[i].FullEstimate())
 		}
 		p.state.RoutedPrompt(in.PrefixKey, b.Addr(), tokens, now)
 	}

@@ -1,6 +1,9 @@
 package scoring
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // pendingSlots is how many of one endpoint's bookings still before their first token
 // (State.Pending) State keeps. TTFTAware reads only the newest of them (the cap's last
@@ -30,7 +33,7 @@ type pendingRing struct {
 
 // Pending records that a request was booked on addr at now with its first token predicted
 // predicted seconds later (TTFTAware: its estimate with the queued prefill charged in
-// full, Ranked.Full). ttftaware reads the pending bookings in Rank.
+// full, Ranked.FullEstimate). ttftaware reads the pending bookings in Rank.
 func (s *State) Pending(addr string, now time.Time, predicted float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,6 +94,11 @@ func (s *State) drain(addr string, prefill int, now time.Time) (at time.Time, pr
 // in a FIFO queue the work ahead of a new request ends no later than that booking's first
 // token, and the engine's measured ratio of observed to predicted times to first token
 // (drain) ages it: the prediction scaled by the ratio, less the time since the booking.
+// An engine that drains no faster than predicted (ratio >= 1) gets no cap (+Inf): its
+// predictions are known short, and so is any age read from them (decision 1748).
 func queueCap(at time.Time, predicted, ratio float64, now time.Time) float64 {
+	if ratio >= 1 {
+		return math.Inf(1)
+	}
 	return max(0, predicted*ratio-max(now.Sub(at), 0).Seconds())
 }

@@ -123,9 +123,14 @@ type Ranked struct {
 	KVWait       float64 // ttftaware: of Estimate, the wait for KV capacity, seconds; 0 for the others
 	Presumed     int     // ttftaware: prompt tokens presumed held from the routing history (TTFTAware); 0 for the others
 	Slowdown     float64 // ttftaware: the engine's measured prefill slowdown Estimate was scaled by (1: not measured); 0 for the others
-	Full         float64 // ttftaware: Estimate with the queued prefill charged in full, before the queue's cap (State.Pending records it at booking); 0 for the others
+	QueuedFull   float64 // ttftaware: the queued prefill charged in full, before the queue's cap (Load is what was charged; FullEstimate); 0 for the others
 	Drain        float64 // ttftaware: the engine's measured ratio of observed to predicted times to first token the cap was aged by (0: not measured); 0 for the others
 }
+
+// FullEstimate is ttftaware's estimated time to first token with the queued prefill
+// charged in full (QueuedFull in place of the capped Load): the prediction State.Pending
+// records at booking, which the queue's cap ages.
+func (r Ranked) FullEstimate() float64 { return r.Estimate - r.Load + r.QueuedFull }
 
 // Policy ranks candidates. See the package comment for the contract.
 type Policy interface {
@@ -151,7 +156,7 @@ const (
 	NeedsPrompt
 	// NeedsUncached: the caller records each booked request's uncached prompt tokens
 	// (PromptTokens - the winner's Matched) with State.Uncached, and its predicted first
-	// token (the winner's Ranked.Full) with State.Pending.
+	// token (the winner's Ranked.FullEstimate) with State.Pending.
 	NeedsUncached
 	// NeedsBeta: the policy weighs its load term by Params.Beta (an explanation shows it).
 	NeedsBeta

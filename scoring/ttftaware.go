@@ -204,7 +204,7 @@ func (*TTFTAware) AppendTerms(b []byte, r Ranked) []byte {
 	b = append(b, " queued="...)
 	b = strconv.AppendFloat(b, r.Load, 'f', 3, 64)
 	b = append(b, " queued_full="...)
-	b = strconv.AppendFloat(b, r.Load+(r.Full-r.Estimate), 'f', 3, 64)
+	b = strconv.AppendFloat(b, r.QueuedFull, 'f', 3, 64)
 	b = append(b, " drain="...)
 	b = strconv.AppendFloat(b, r.Drain, 'f', 2, 64)
 	b = append(b, " kv_wait="...)
@@ -332,12 +332,12 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		rs[i].Slowdown = PrefillSlowdown(c)
 		rs[i].Load = rs[i].Slowdown * (float64(c.Prefill)*admit + ahead*tok)
-		full := rs[i].Load
+		rs[i].QueuedFull = rs[i].Load
 		at, predicted, ratio, pending, drained := p.state.drain(c.Addr, c.Prefill, in.Now)
 		if drained {
 			rs[i].Drain = ratio
 		}
-		if c.Prefill > 0 && pending && drained && ratio < 1 {
+		if c.Prefill > 0 && pending && drained {
 			rs[i].Load = min(rs[i].Load, queueCap(at, predicted, ratio, in.Now))
 		}
 		need := in.PromptTokens
@@ -348,10 +348,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
 		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)+running(c.Decode)) + rs[i].KVWait
-		rs[i].Full = rs[i].Estimate
-		if rs[i].Load < full {
-			rs[i].Full += full - rs[i].Load
-		}
 	}
 	p.state.mu.Unlock()
 	wait := 0.0               // the fleet's mean queued prefill, seconds
@@ -364,7 +360,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	for i, c := range in.Candidates {
 		admit := AdmitCost.Seconds() + float64(max(c.Prefill, 0)+max(c.Decode, 0))*AdmitSeqCost.Seconds()
 		served += 1 / (rs[i].Slowdown * (admit + perBooking*tok))
-		wait += (rs[i].Load + (rs[i].Full - rs[i].Estimate)) / float64(len(rs)) // the queue uncapped
+		wait += rs[i].QueuedFull / float64(len(rs)) // the queue uncapped
 		if missOf(in.PromptTokens, c.Matched, rs[i].Presumed) == leastMiss {
 			holders++
 			held = min(held, hitTime(c, rs[i].Slowdown, leastMiss))

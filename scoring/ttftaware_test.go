@@ -85,7 +85,7 @@ func TestTTFTAwareEmptyAndTerms(t *testing.T) {
 	if !ok {
 		t.Fatal("ttftaware explains no terms")
 	}
-	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, Full: 0.2234, Drain: 0.5, KVWait: 0.02, Presumed: 1544, Slowdown: 1.3})); got != " est_ttft=0.123 queued=0.050 queued_full=0.150 drain=0.50 kv_wait=0.020 presumed=1544 slowdown=1.30" {
+	if got := string(te.AppendTerms(nil, Ranked{Estimate: 0.1234, Load: 0.05, QueuedFull: 0.150, Drain: 0.5, KVWait: 0.02, Presumed: 1544, Slowdown: 1.3})); got != " est_ttft=0.123 queued=0.050 queued_full=0.150 drain=0.50 kv_wait=0.020 presumed=1544 slowdown=1.30" {
 		t.Errorf("terms %q", got)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/loadaware/loadaware-epp/internal/doccheck"
 )
 
 // headlineTable is the README's headline table: the arm of each ratio
@@ -32,7 +34,7 @@ func readHeadline(path string) (headlineTable, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		cells := splitRow(line)
+		cells := doccheck.Cells(line)
 		switch {
 		case !in && len(cells) > 2 && cells[0] == "profile" && cells[1] == "best TTFT p95 (s)":
 			in = true
@@ -50,18 +52,6 @@ func readHeadline(path string) (headlineTable, error) {
 		return t, fmt.Errorf("%s has no headline table (a header row \"| profile | best TTFT p95 (s) | ...\")", path)
 	}
 	return t, sc.Err()
-}
-
-// splitRow returns a markdown table row's cells, trimmed.
-func splitRow(line string) []string {
-	if !strings.HasPrefix(line, "|") {
-		return nil
-	}
-	parts := strings.Split(strings.Trim(line, "|"), "|")
-	for i := range parts {
-		parts[i] = strings.TrimSpace(parts[i])
-	}
-	return parts
 }
 
 // headlineRow is what the README's row for p must say, from the tournament
@@ -97,8 +87,8 @@ func headlineRow(p jsonProfile, arms []string) ([]string, error) {
 }
 
 // sameCell compares a README cell with the computed one: the text after the
-// number exactly, the number within half its last digit plus the JSON's
-// rounding of the medians to 6 significant digits.
+// number exactly, the number within six tenths of its last digit (rounding)
+// plus the JSON's rounding of the medians to 6 significant digits.
 func sameCell(got, want string) bool {
 	gn, grest, _ := strings.Cut(got, " ")
 	wn, wrest, _ := strings.Cut(want, " ")
@@ -227,8 +217,8 @@ func TestReadmeHoldoutRowMatchesHoldout(t *testing.T) {
 	}
 	var row []string
 	for _, line := range strings.Split(string(readme), "\n") {
-		if strings.Contains(line, "(`make holdout`)") && strings.HasPrefix(strings.TrimSpace(line), "|") {
-			row = splitRow(strings.TrimSpace(line))
+		if c := doccheck.Cells(line); c != nil && strings.Contains(line, "(`make holdout`)") {
+			row = c
 		}
 	}
 	if len(row) < 5 {

@@ -37,6 +37,20 @@ var (
 	number     = regexp.MustCompile(`[0-9]{4}`)
 )
 
+// Cells returns the cells of a markdown table row, each trimmed, or nil when line (less
+// surrounding space) does not start with "|".
+func Cells(line string) []string {
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, "|") {
+		return nil
+	}
+	cells := strings.Split(strings.Trim(line, "|"), "|")
+	for i := range cells {
+		cells[i] = strings.TrimSpace(cells[i])
+	}
+	return cells
+}
+
 // ParseIndex reads the index's lines. Its errors name the line and what is wrong with it: a
 // second cell that is not one link to NNNN-title.md with the row's number, or a status outside
 // the three forms.
@@ -45,13 +59,9 @@ func ParseIndex(r io.Reader) ([]Entry, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "|") {
+		cells := Cells(sc.Text())
+		if cells == nil {
 			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
 		}
 		if !numberCell.MatchString(cells[0]) {
 			continue

@@ -569,3 +569,42 @@ func TestHostDelayAddsToEveryStep(t *testing.T) {
 		t.Fatalf("2x slower step with 20 ms host delay %v, want %v", got, 2*base+20*time.Millisecond)
 	}
 }
+
+// TestPrefillAloneCountsEachStepOnce: a burst of prompts prefilled together shares its
+// steps; each request's span counts every shared step (the sum of spans is several times
+// the engine's time), while the shares (PrefillAlone, split by enginemetrics.StepShare) add
+// up to the engine's time once, as they do for the same prompts one at a time (decision 1750).
+func TestPrefillAloneCountsEachStepOnce(t *testing.T) {
+	const n, tokens = 8, 1500
+	for _, burst := range []bool{true, false} {
+		e := newEngine(t, DefaultConfig())
+		var spans, alone float64
+		now := time.Duration(0)
+		var rs []*Request
+		for i := range n {
+			r := &Request{ID: fmt.Sprint(i), Tokens: prompt(uint32(i+1), tokens), MaxTokens: 1}
+			rs = append(rs, r)
+			if burst {
+				add(t, e, r)
+				continue
+			}
+			add(t, e, r)
+			now, _ = drain(t, e, now)
+		}
+		if burst {
+			now, _ = drain(t, e, 0)
+		}
+		for _, r := range rs {
+			spans += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
+			alone += r.PrefillAlone.Seconds()
+		}
+		busy := now.Seconds()
+		if math.Abs(alone-busy) > 1e-6*float64(n) {
+			t.Errorf("burst %v: shares add to %.4fs, the engine was busy %.4fs", burst, alone, busy)
+		}
+		if burst && spans < 2*busy {
+			t.Errorf("burst: spans add to %.4fs, want over twice the busy %.4fs (the steps shared)", spans, busy)
+		}
+		t.Logf("burst %v: spans %.4fs, shares %.4fs, busy %.4fs", burst, spans, alone, busy)
+	}
+}

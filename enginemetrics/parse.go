@@ -189,12 +189,6 @@ type PrefillCounters struct {
 	Seconds  float64 // vllm:request_prefill_time_seconds_sum
 	Count    float64 // vllm:request_prefill_time_seconds_count: the requests
 	Computed float64 // vllm:request_prefill_kv_computed_tokens_sum: their computed prompt tokens
-	// Alone is the requests' prefill time with each step split among the requests
-	// computing prompt tokens in it (StepShare), so a step shared by k of them counts
-	// once, not k times: what Seconds would be on an engine prefilling one request at a
-	// time. vLLM does not export it (0: not measured, PrefillSpeed reads Seconds); the
-	// bench's simulated engines measure it.
-	Alone float64
 }
 
 // maxCounter bounds a cumulative counter read from a page: beyond 2^53 a float64 no longer

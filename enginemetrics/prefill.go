@@ -33,7 +33,7 @@ func (p *PrefillSpeed) Observe(c PrefillCounters) float64 {
 		return 0
 	}
 	l := p.last
-	if !l.Known || c.Seconds < l.Seconds || c.Count < l.Count || c.Computed < l.Computed || c.Alone < l.Alone {
+	if !l.Known || c.Seconds < l.Seconds || c.Count < l.Count || c.Computed < l.Computed {
 		*p = PrefillSpeed{last: c, aged: c.Count, mark: p.mark}
 		return 0
 	}
@@ -44,30 +44,11 @@ func (p *PrefillSpeed) Observe(c PrefillCounters) float64 {
 	perReq := scoring.AdmitCost.Seconds() + scoring.StepCost.Seconds()
 	perTok := scoring.TokenCost.Seconds() + scoring.StepCost.Seconds()/scoring.StepTokens
 	w := math.Exp(-dn / PrefillWindow)
-	took := c.Seconds - l.Seconds
-	if c.Alone > 0 {
-		took = c.Alone - l.Alone
-	}
-	p.took = p.took*w + took
+	p.took = p.took*w + (c.Seconds - l.Seconds)
 	p.model = p.model*w + dn*perReq + (c.Computed-l.Computed)*perTok
 	p.reqs = p.reqs*w + dn
 	p.last = c
 	return dn
-}
-
-// StepShare is the weight of one request's part of a step in the step's prefill time:
-// the model's time for it (PrefillSpeed's: AdmitCost + StepCost at the request's first
-// step, TokenCost + StepCost/StepTokens per prompt token computed). A step of d seconds
-// whose prompt-computing parts weigh w1..wk gives part i d x wi / (w1 + ... + wk): the
-// parts' shares add up to the step once, and on an engine at the model's speed each
-// part's share is its model time whatever shares the step, so the reading of the shares
-// (PrefillCounters.Alone) is the engine's speed, not the sharing (decision 1750).
-func StepShare(tokens int, first bool) float64 {
-	w := float64(max(tokens, 0)) * (scoring.TokenCost.Seconds() + scoring.StepCost.Seconds()/scoring.StepTokens)
-	if first {
-		w += scoring.AdmitCost.Seconds() + scoring.StepCost.Seconds()
-	}
-	return w
 }
 
 // Age caps the reading of an engine whose reading describes a load that has drained: one

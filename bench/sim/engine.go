@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/loadaware/loadaware-epp/enginemetrics"
 )
 
 // KeyFunc returns the LMCache chunk keys of a prompt, one per ChunkSize chunk,
@@ -31,11 +29,6 @@ type Request struct {
 	CachedTokens int             // prompt tokens found in the GPU prefix cache at first admission
 	LoadedTokens int             // prompt tokens loaded from the LMCache CPU tier at first admission
 	AdmittedAt   time.Duration   // when the scheduler first admitted the request (the start of that step)
-	// PrefillAlone is the request's share of the steps that computed its prompt, each
-	// step split among the requests computing prompt tokens in it by the model's time
-	// for their parts (enginemetrics.StepShare): its prefill time on an engine doing
-	// one request at a time.
-	PrefillAlone time.Duration
 
 	uid        uint64
 	admitted   bool
@@ -47,7 +40,6 @@ type Request struct {
 	keys       []int64  // LMCache chunk keys of the prompt
 	keyLens    []int    // tokens of each chunk
 	lmHit      int      // tokens the engine's LMCache lookup found at first admission
-	stepped    bool     // a step has computed prompt tokens of it (StepShare's first)
 }
 
 // skipSave reports whether LMCache saves nothing of r's prompt. LMCache's
@@ -163,10 +155,9 @@ type Engine struct {
 	running []*Request
 	nextUID uint64
 
-	busy      bool
-	stepStart time.Duration
-	stepEnd   time.Duration
-	apiFree   time.Duration // when the API server has streamed every output so far
+	busy    bool
+	stepEnd time.Duration
+	apiFree time.Duration // when the API server has streamed every output so far
 	// The gauges as vLLM last logged them: after each step, running after
 	// finished requests leave and waiting as the step's scheduling left it
 	// (requests that arrive during a step reach the scheduler's queue only
@@ -254,7 +245,6 @@ func (e *Engine) Start(now time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	e.busy = true
-	e.stepStart = now
 	e.stepEnd = now + cost
 	e.stepWaiting = len(e.waiting)
 	e.stats.Steps++
@@ -284,7 +274,6 @@ func (e *Engine) Finish() Outcome {
 		e.apiFree = max(e.apiFree, e.stepEnd) + time.Duration(n)*e.cfg.OutputCost
 		delivered = e.apiFree
 	}
-	e.sharePrefill()
 	for _, s := range e.batch {
 		r := s.r
 		r.computed += s.tokens
@@ -323,28 +312,6 @@ func (e *Engine) Finish() Outcome {
 		e.gaugeAdapters = [2][]string{adapters(e.running), adapters(e.waiting)}
 	}
 	return e.out
-}
-
-// sharePrefill splits the step's time among its parts that compute prompt tokens in
-// proportion to enginemetrics.StepShare, adding each share to its request's
-// PrefillAlone.
-func (e *Engine) sharePrefill() {
-	var total float64
-	for _, s := range e.batch {
-		if s.start < len(s.r.Tokens) {
-			total += enginemetrics.StepShare(s.tokens, !s.r.stepped)
-		}
-	}
-	if total <= 0 {
-		return
-	}
-	d := float64(e.stepEnd - e.stepStart)
-	for _, s := range e.batch {
-		if s.start < len(s.r.Tokens) {
-			s.r.PrefillAlone += time.Duration(d * enginemetrics.StepShare(s.tokens, !s.r.stepped) / total)
-			s.r.stepped = true
-		}
-	}
 }
 
 // adapters returns the distinct adapters of rs, sorted (nil when none).

@@ -744,7 +744,6 @@ func (w *world) finishStep(i int) (int, error) {
 		f := &w.firsts[i]
 		f.finished.Count++
 		f.finished.Seconds += (r.TokenTimes[0] - r.AdmittedAt).Seconds()
-		f.finished.Alone += r.PrefillAlone.Seconds()
 		f.finished.Computed += float64(len(r.Tokens) - r.CachedTokens - r.LoadedTokens)
 		w.lastDelivery = max(w.lastDelivery, r.TokenTimes[len(r.TokenTimes)-1]+w.cfg.Router.ResponseLatency)
 		w.owners[r].release()

@@ -166,6 +166,8 @@ type routed struct {
 	// shortest is the fewest tokens of any of its prompts (0: none known): what any two of
 	// them that do not continue one another can share at most.
 	shortest int
+	// partial is the last prompt's blocks in the chunk past the index's match (partialBlocks).
+	partial partialBlocks
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -224,6 +226,7 @@ func (s *State) RoutedPrompt(key uint64, addr string, prompt []uint32, now time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
+	s.recordPartial(key, prompt)
 	s.recordChunks(key, addr, prompt)
 }
 

@@ -1,0 +1,98 @@
+package scoring
+
+// partialBlocks is a prompt's KV blocks (tailTokens each, vLLM's block_size) in one chunk
+// of presumeChunk tokens from at: hash[j] is the hash of its tokens from at to the end of
+// block j (0 past the prompt's end).
+type partialBlocks struct {
+	at   int
+	next int // where the key's index match ended at its last decision: the next prompt's at
+	hash [presumeChunk / tailTokens]uint64
+}
+
+// fill sets b to prompt's blocks from at.
+func (b *partialBlocks) fill(prompt []uint32, at int) {
+	b.at = at
+	h := uint64(14695981039346656037)
+	for j := range b.hash {
+		b.hash[j] = 0
+		end := at + (j+1)*tailTokens
+		if at < 0 || end > len(prompt) {
+			continue
+		}
+		for _, t := range prompt[end-tailTokens : end] {
+			h ^= uint64(t)
+			h *= 1099511628211
+		}
+		b.hash[j] = h | 1
+	}
+}
+
+// shared is how many of prompt's leading blocks from b.at agree with b's.
+func (b *partialBlocks) shared(prompt []uint32) int {
+	h := uint64(14695981039346656037)
+	for j := range b.hash {
+		end := b.at + (j+1)*tailTokens
+		if b.at < 0 || end > len(prompt) || b.hash[j] == 0 {
+			return j
+		}
+		for _, t := range prompt[end-tailTokens : end] {
+			h ^= uint64(t)
+			h *= 1099511628211
+		}
+		if h|1 != b.hash[j] {
+			return j
+		}
+	}
+	return len(b.hash)
+}
+
+// recordPartial keeps the routed prompt's blocks in the chunk where the key's index match
+// last ended; s.mu must be held.
+func (s *State) recordPartial(key uint64, prompt []uint32) {
+	r, ok := s.recent[key]
+	if !ok {
+		return
+	}
+	r.partial.fill(prompt, r.partial.next)
+	s.recent[key] = r
+}
+
+// partialHeld: the index matches whole chunks; the engine holds blocks. When the most any
+// candidate's index match shows of the prompt is at tokens, a whole number of chunks short
+// of it, the prompt's blocks past at that the key's last routed prompt shared run to `to`
+// (0: none known). s.mu must be held.
+func (s *State) partialHeld(in Input, last routed, ok bool) (at, to int) {
+	if !ok || len(in.Tokens) != in.PromptTokens {
+		return 0, 0
+	}
+	for _, c := range in.Candidates {
+		at = max(at, c.Matched)
+	}
+	if at <= 0 || at >= in.PromptTokens || at%presumeChunk != 0 {
+		return 0, 0
+	}
+	if last.partial.next != at {
+		last.partial.next = at
+		s.recent[in.PrefixKey] = last
+	}
+	if last.partial.at != at {
+		return at, 0
+	}
+	k := last.partial.shared(in.Tokens)
+	if k == 0 {
+		return at, 0
+	}
+	return at, min(at+k*tailTokens, in.PromptTokens)
+}
+
+// heldPartial says whether c computed a prompt of the key recently enough to hold its blocks
+// still: c is where it was last routed, or last before that, and c's free KV has not been
+// allocated again since (presumedHeld). s.mu must be held.
+func (s *State) heldPartial(c Candidate, last routed) bool {
+	for _, rt := range [2]route{last.route, last.prev} {
+		if rt.addr == c.Addr && presumedHeld(c, s.allocated[rt.addr]-rt.mark) {
+			return true
+		}
+	}
+	return false
+}

@@ -330,6 +330,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	measured := p.state.offeredMeasured(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
 	partialAt, partialTo := p.state.partialHeld(in, last, lastOK)
+	olderHeld := partialTo > 0 && p.state.partialOlderHeld(in.Candidates, last)
 	for i, c := range in.Candidates {
 		byChunks := rs[i].Presumed
 		for _, r := range routes {
@@ -341,7 +342,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			}
 		}
 		presumed = presumed || rs[i].Presumed > 0
-		if partialTo > 0 && c.Matched == partialAt && p.state.heldPartial(c, last) {
+		if partialTo > 0 && c.Matched == partialAt && p.state.heldPartial(c, last, olderHeld) {
 			rs[i].Presumed = max(rs[i].Presumed, partialTo)
 		}
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)

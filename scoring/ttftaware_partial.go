@@ -85,13 +85,33 @@ func (s *State) partialHeld(in Input, last routed, ok bool) (at, to int) {
 	return at, min(at+k*tailTokens, in.PromptTokens)
 }
 
-// heldPartial says whether c computed a prompt of the key recently enough to hold its blocks
-// still: c is where it was last routed, or last before that, and c's free KV has not been
-// allocated again since (presumedHeld). s.mu must be held.
-func (s *State) heldPartial(c Candidate, last routed) bool {
+// heldPartial says whether c, whose index match shows the key's chunks (so it served a
+// prompt of the key, computed or loaded, and held all its blocks then), holds them still: its
+// free KV has not been allocated again (presumedHeld) by the prompt tokens routed there since
+// the key was, cached or not (the index's match may be the CPU tier's, which the engine loads
+// into new blocks, so the uncached tokens alone, State.allocated, undercount its
+// allocations). That is known where the key was last routed, and last before that to
+// another endpoint; another holder was routed the key before both, and is presumed to hold
+// it while the older of the two does (older: partialOlderHeld). s.mu must be held.
+func (s *State) heldPartial(c Candidate, last routed, older bool) bool {
 	for _, rt := range [2]route{last.route, last.prev} {
-		if rt.addr == c.Addr && presumedHeld(c, s.allocated[rt.addr]-rt.mark) {
-			return true
+		if rt.addr == c.Addr {
+			return presumedHeld(c, s.routedTokens[rt.addr]-rt.routedMark)
+		}
+	}
+	return older
+}
+
+// partialOlderHeld is heldPartial for the older of the key's two last routes (the last
+// before the last to another endpoint, or the last when there is none) among cands.
+func (s *State) partialOlderHeld(cands []Candidate, last routed) bool {
+	older := last.prev
+	if older.addr == "" {
+		older = last.route
+	}
+	for _, c := range cands {
+		if c.Addr == older.addr {
+			return presumedHeld(c, s.routedTokens[older.addr]-older.routedMark)
 		}
 	}
 	return false

@@ -48,17 +48,20 @@ import (
 //	    with still counts whole while its full chunks are held.
 //	  - The index matches whole 256-token chunks, an engine holds 16-token blocks: the
 //	    prompt a family shares (a document, a system prompt) rarely ends on a chunk's
-//	    boundary, and the engine that computed one of its prompts holds its blocks past the
-//	    last whole chunk, which the index does not show (1,002 shared tokens: 768 shown, 992
-//	    held, 224 tokens or 44 ms of prefill charged that vLLM does not compute). When the
-//	    most any candidate's index match shows is a whole number of chunks short of the
-//	    prompt, the blocks past it that this prompt shares with the key's last routed prompt
-//	    (partialHeld: the routed prompt's block hashes in that chunk, kept by State.RoutedPrompt)
-//	    are presumed held too on the candidates showing that match that the key was last
-//	    routed to, or last before that to another endpoint, while their free KV has not been
-//	    allocated again since (heldPartial, presumedHeld's LRU argument; decision 1756). The
-//	    presumption is presumed(s)'s, read as a seen holding: the index shows the chunks
-//	    before it, so the sticky rule below charges the move.
+//	    boundary, and an engine that served one of its prompts (computed, or loaded from
+//	    the CPU tier) holds its blocks past the last whole chunk, which the index does not
+//	    show (1,002 shared tokens: 768 shown, 992 held; 224 tokens, 44 ms of prefill
+//	    charged that vLLM does not compute). When the most any candidate's index match
+//	    shows is a whole number of chunks short of the prompt, the blocks past it that this
+//	    prompt shares with the key's last routed prompt (partialHeld: that prompt's block
+//	    hashes in the chunk, kept by State.RoutedPrompt) are presumed held by each
+//	    candidate showing that match while its free KV has not been allocated again by the
+//	    prompt tokens routed there since (heldPartial: presumedHeld's LRU argument, with
+//	    every routed token counted, as a CPU-tier load takes new blocks). Like presumed(s)
+//	    (decision 1613) the presumption counts in est(s)'s miss only: the index does not
+//	    show it, so miss(s) in the sticky, copy and saturation rules and the uncached
+//	    tokens booked stay the index's (counting it there too lost the 17 profiles;
+//	    decision 1756).
 //	  - queued(s), the queue's age (decisions 1738, 1748): in vLLM's FIFO the work ahead of a new
 //	    request ends when the last request booked on s has its first token, which the picker
 //	    predicted when it booked it (booked(s), predicted(s): its estimate with the queue
@@ -342,11 +345,11 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 			}
 		}
 		presumed = presumed || rs[i].Presumed > 0
-		if partialTo > 0 && c.Matched == partialAt && p.state.heldPartial(c, last, olderHeld) {
-			rs[i].Presumed = max(rs[i].Presumed, partialTo)
-		}
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
+		if partialTo > 0 && c.Matched == partialAt && p.state.heldPartial(c, last, olderHeld) {
+			miss = missOf(in.PromptTokens, c.Matched, max(rs[i].Presumed, partialTo))
+		}
 		ahead := 0.0
 		if c.Prefill > 0 {
 			ahead = float64(c.Prefill) * p.state.uncached[c.Addr]

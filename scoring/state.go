@@ -34,10 +34,6 @@ type State struct {
 	// allocated is ttftaware's count of the uncached prompt tokens booked on each endpoint
 	// since the picker started (Uncached): the KV blocks those requests took there.
 	allocated map[string]float64
-	// routedTokens is the prompt tokens routed to each endpoint with their token ids
-	// (RoutedPrompt), cached or not: the most KV blocks those requests can have taken there
-	// (a prompt whose index match is loaded from the CPU tier takes new blocks for it).
-	routedTokens map[string]float64
 	// allocatedAll is allocated summed over the fleet, forgotten endpoints included.
 	allocatedAll float64
 	// booked is ttftaware's record of the fleet's offered load (Offered).
@@ -170,8 +166,6 @@ type routed struct {
 	// shortest is the fewest tokens of any of its prompts (0: none known): what any two of
 	// them that do not continue one another can share at most.
 	shortest int
-	// partial is the last prompt's blocks in the chunk past the index's match (partialBlocks).
-	partial partialBlocks
 }
 
 // route is a prompt of tokens tokens (0: not known) routed to addr after mark uncached
@@ -181,10 +175,8 @@ type route struct {
 	addr   string
 	tokens int
 	mark   float64
-	// routedMark is State.routedTokens[addr] before it (partial blocks' life, heldPartial).
-	routedMark float64
-	tail       uint64
-	at         time.Time
+	tail   uint64
+	at     time.Time
 }
 
 // tailTokens is how many of a prompt's last tokens State keeps a hash of: one KV block
@@ -232,11 +224,6 @@ func (s *State) RoutedPrompt(key uint64, addr string, prompt []uint32, now time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.routed(key, addr, len(prompt), tailHash(prompt, len(prompt)), now)
-	s.recordPartial(key, prompt)
-	if s.routedTokens == nil {
-		s.routedTokens = map[string]float64{}
-	}
-	s.routedTokens[addr] += float64(len(prompt))
 	s.recordChunks(key, addr, prompt)
 }
 
@@ -286,7 +273,7 @@ func (s *State) routed(key uint64, addr string, tokens int, tail uint64, now tim
 	if tokens > 0 && (r.shortest == 0 || tokens < r.shortest) {
 		r.shortest = tokens
 	}
-	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr], routedMark: s.routedTokens[addr], tail: tail, at: now}, now
+	r.route, r.at = route{addr: addr, tokens: max(tokens, 0), mark: s.allocated[addr], tail: tail, at: now}, now
 	s.recent[key] = r
 }
 
@@ -351,11 +338,6 @@ func (s *State) Forget(keep []string) {
 		if !k[a] {
 			delete(s.uncached, a)
 			delete(s.allocated, a)
-		}
-	}
-	for a := range s.routedTokens {
-		if !k[a] {
-			delete(s.routedTokens, a)
 		}
 	}
 	for a := range s.lru {

@@ -11,12 +11,10 @@ import (
 //
 //		ahead(s)   = prefill(s) x uncached(s)                  prefill tokens queued on s
 //		tokens(s)  = ahead(s) + miss(s),  miss(s) = prompt - max(matched(s), presumed(s))
-//		steps(s)   = max(1, ceil(tokens(s) / (StepTokens - decode(s))))   engine steps until the first token
+//		steps(s)   = max(1, ceil(tokens(s) / StepTokens))       engine steps until the first token
 //		admit(s)   = AdmitCost + (prefill(s) + decode(s)) x AdmitSeqCost    one admission
 //		est(s)     = (prefill(s) + 1) x admit(s) + tokens(s) x TokenCost
-//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) - hidden(s) + running(s) + kvwait(s)
-//		hidden(s)  = (steps(s) - 1) x WeightsReadCost + min(WeightsReadCost, last(s) x TokenCost)
-//		             the weights read the steps' compute hides (last(s): the last step's prefill tokens)
+//		             + steps(s) x (StepCost + decode(s) x SeqStepCost) + running(s) + kvwait(s)
 //		running(s) = (StepCost + decode(s) x SeqStepCost) / 2 + decode(s) x OutputCost   when decode(s) > 0
 //		queued(s)  = min((prefill(s) x admit(s) + ahead(s) x TokenCost) x slowdown(s),   est(s)'s
 //		                 max(0, predicted(s) x drain(s) - (now - booked(s))))   queued part: the first
@@ -46,22 +44,6 @@ import (
 //	    prompt sent again counts once, a hit counts too) fill s's KV pool, as vLLM's LRU
 //	    of blocks evicts it (holdsChunk; decision 1690). A last route this prompt starts
 //	    with still counts whole while its full chunks are held.
-//	  - The index matches whole 256-token chunks, an engine holds 16-token blocks: the
-//	    prompt a family shares (a document, a system prompt) rarely ends on a chunk's
-//	    boundary, and an engine that served one of its prompts (computed, or loaded from
-//	    the CPU tier) holds its blocks past the last whole chunk, which the index does not
-//	    show (1,002 shared tokens: 768 shown, 992 held; 224 tokens, 44 ms of prefill
-//	    charged that vLLM does not compute). When the most any candidate's index match
-//	    shows is a whole number of chunks short of the prompt, the blocks past it that this
-//	    prompt shares with the key's last routed prompt (partialHeld: that prompt's block
-//	    hashes in the chunk, kept by State.RoutedPrompt) are presumed held by each
-//	    candidate showing that match while its free KV has not been allocated again by the
-//	    prompt tokens routed there since (heldPartial: presumedHeld's LRU argument, with
-//	    every routed token counted, as a CPU-tier load takes new blocks). Like presumed(s)
-//	    (decision 1613) the presumption counts in est(s)'s miss only: the index does not
-//	    show it, so miss(s) in the sticky, copy and saturation rules and the uncached
-//	    tokens booked stay the index's (counting it there too lost the 17 profiles;
-//	    decision 1756).
 //	  - queued(s), the queue's age (decisions 1738, 1748): in vLLM's FIFO the work ahead of a new
 //	    request ends when the last request booked on s has its first token, which the picker
 //	    predicted when it booked it (booked(s), predicted(s): its estimate with the queue
@@ -189,10 +171,6 @@ const (
 	// StepCost is one engine step's fixed time: 6 ms of scheduling, launch and sampling,
 	// and the 6.2 GB of weights read at 480 GB/s (80% of 600 GB/s), 12.9 ms.
 	StepCost = 19 * time.Millisecond
-	// WeightsReadCost is StepCost's read of the weights (6.2 GB at 480 GB/s): the linear
-	// layers take the longer of it and the step's compute (a roofline), so a step prefilling
-	// WeightsReadCost / TokenCost (65) tokens or more hides it (packedSteps).
-	WeightsReadCost = 12900 * time.Microsecond
 	// SeqStepCost is what each decoding sequence adds to every step.
 	SeqStepCost = 500 * time.Microsecond
 	// OutputCost is the API server's time to stream one token of a step's output
@@ -332,8 +310,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 	rate, perBooking, evicted := p.state.offered(in.Now)
 	measured := p.state.offeredMeasured(in.Now)
 	chunked := p.state.presumeChunks(in, rs)
-	partialAt, partialTo := p.state.partialHeld(in, last, lastOK)
-	olderHeld := partialTo > 0 && p.state.partialOlderHeld(in.Candidates, last)
 	for i, c := range in.Candidates {
 		byChunks := rs[i].Presumed
 		for _, r := range routes {
@@ -347,9 +323,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		presumed = presumed || rs[i].Presumed > 0
 		miss := missOf(in.PromptTokens, c.Matched, rs[i].Presumed)
 		leastMiss = min(leastMiss, miss)
-		if partialTo > 0 && c.Matched == partialAt && p.state.heldPartial(c, last, olderHeld) {
-			miss = missOf(in.PromptTokens, c.Matched, max(rs[i].Presumed, partialTo))
-		}
 		ahead := 0.0
 		if c.Prefill > 0 {
 			ahead = float64(c.Prefill) * p.state.uncached[c.Addr]
@@ -374,7 +347,7 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		rs[i].KVWait = KVWait(c, need, steps)
 		saturated = saturated && (ahead >= StepTokens || rs[i].KVWait > 0)
 		spare = spare && ahead < StepTokens && rs[i].KVWait <= 0
-		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+packedSteps(tokens, c.Decode)+running(c.Decode)) + rs[i].KVWait
+		rs[i].Estimate = rs[i].Load + rs[i].Slowdown*(admit+float64(miss)*tok+steps*(step+float64(c.Decode)*seq)+running(c.Decode)) + rs[i].KVWait
 	}
 	p.state.mu.Unlock()
 	wait := 0.0               // the fleet's mean queued prefill, seconds
@@ -453,26 +426,6 @@ func (p *TTFTAware) Rank(in Input) []Ranked {
 		label(rs, ReasonLowestTTFT)
 	}
 	return rs
-}
-
-// packedSteps is the fixed time of the engine steps until the last of tokens prefill
-// tokens is computed (the queued uncached tokens ahead and the prompt's own miss), in
-// seconds at the model's speed, as vLLM's chunked-prefill scheduler packs them: each step
-// gives its decode sequences one token each and fills the rest of its StepTokens budget
-// with prefill, so the prompt's first token comes after ceil(tokens / (StepTokens -
-// decode)) steps (at least one). Each step costs StepCost and decode x SeqStepCost beside
-// its tokens' compute (charged by the caller, TokenCost each), less the part of the
-// weights read its compute hides: a step's linear layers take the longer of the weights
-// read (WeightsReadCost) and its tokens' compute, so a full step hides all of it and the
-// last one min(WeightsReadCost, its prefill tokens x TokenCost).
-func packedSteps(tokens float64, decode int) float64 {
-	d := float64(max(decode, 0))
-	budget := max(1, StepTokens-d)
-	steps := max(1, math.Ceil(tokens/budget))
-	last := max(0, tokens-(steps-1)*budget)
-	w := WeightsReadCost.Seconds()
-	hidden := (steps-1)*w + min(w, last*TokenCost.Seconds())
-	return steps*(StepCost.Seconds()+d*SeqStepCost.Seconds()) - hidden
 }
 
 // running is what an engine with decode sequences decoding adds to a prompt's time to

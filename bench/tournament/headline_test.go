@@ -58,32 +58,38 @@ func readHeadline(path string) (headlineTable, error) {
 // JSON: the best median TTFT p95 and its arm, then each arm's median over the
 // best's to two decimals, " *t*" when its paired test is tied.
 func headlineRow(p jsonProfile, arms []string) ([]string, error) {
-	byName := map[string]jsonArm{}
-	for _, a := range p.Arms {
-		byName[a.Arm] = a
-	}
 	verdict := map[string]string{}
 	for _, t := range p.Tests {
 		verdict[t.Arm] = t.Verdict
 	}
-	best, ok := byName[p.Best]
-	if !ok || best.Medians["ttft_p95"] == nil {
-		return nil, fmt.Errorf("profile %s: best arm %q has no median TTFT p95", p.Name, p.Best)
+	b, err := p.p95(p.Best)
+	if err != nil {
+		return nil, err
 	}
-	b := *best.Medians["ttft_p95"]
 	row := []string{p.Name, fmt.Sprintf("%.3f %s", b, p.Best)}
 	for _, name := range arms {
-		a, ok := byName[name]
-		if !ok || a.Medians["ttft_p95"] == nil {
-			return nil, fmt.Errorf("profile %s: arm %q has no median TTFT p95", p.Name, name)
+		a, err := p.p95(name)
+		if err != nil {
+			return nil, err
 		}
-		cell := fmt.Sprintf("%.2f", *a.Medians["ttft_p95"]/b)
+		cell := fmt.Sprintf("%.2f", a/b)
 		if name != p.Best && verdict[name] == VerdictTied {
 			cell += " *t*"
 		}
 		row = append(row, cell)
 	}
 	return row, nil
+}
+
+// p95 is arm's median TTFT p95 on profile p, or an error naming both when the
+// results hold none.
+func (p jsonProfile) p95(arm string) (float64, error) {
+	for _, a := range p.Arms {
+		if a.Arm == arm && a.Medians["ttft_p95"] != nil {
+			return *a.Medians["ttft_p95"], nil
+		}
+	}
+	return 0, fmt.Errorf("profile %s: arm %q has no median TTFT p95", p.Name, arm)
 }
 
 // sameCell compares a README cell with the computed one: the text after the
@@ -193,19 +199,15 @@ func TestReadmeHoldoutRowMatchesHoldout(t *testing.T) {
 	res := readResults(t, "holdout.json")
 	sum, worst, worstName := 0.0, 0.0, ""
 	for _, p := range res.Profiles {
-		var c, b *float64
-		for _, a := range p.Arms {
-			if a.Arm == cand {
-				c = a.Medians["ttft_p95"]
-			}
-			if a.Arm == p.Best {
-				b = a.Medians["ttft_p95"]
-			}
+		c, err := p.p95(cand)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if c == nil || b == nil {
-			t.Fatalf("holdout.json profile %s: no median TTFT p95 for %s or the best arm %s", p.Name, cand, p.Best)
+		b, err := p.p95(p.Best)
+		if err != nil {
+			t.Fatal(err)
 		}
-		r := *c / *b
+		r := c / b
 		sum += math.Log(r)
 		if r > worst {
 			worst, worstName = r, p.Name

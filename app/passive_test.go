@@ -30,7 +30,11 @@ func engine(t *testing.T) (addr string, kill func()) {
 		ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return lis.Addr().String(), func() { _ = srv.Close() }
+	// kill closes the listener itself too: srv.Close closes only the listeners Serve has
+	// begun tracking, and a kill that runs before the goroutine reaches Serve would leave the
+	// port listening until it does, so a check sent meanwhile is accepted and then reset,
+	// not refused.
+	return lis.Addr().String(), func() { _ = srv.Close(); _ = lis.Close() }
 }
 
 // envoyRequest plays one request as Envoy does: header-only request headers to the picker,
